@@ -1,0 +1,53 @@
+# posgate — the two commands that matter on a fresh Debian machine (as root):
+#   make demo   runs the main job end to end on embedded defaults (arrives with store-server)
+#   make test   installs what the tests need and runs the whole suite with the race detector
+
+GO        ?= go
+PKGS      ?= ./...
+TESTFLAGS ?= -race -count=1 -timeout 14m
+BENCHTIME ?= 1x
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto
+BINS      := terminal-agent
+
+.PHONY: all build deps test test-short vet fmt bench fuzz clean
+
+all: build
+
+build:
+	mkdir -p bin
+	for b in $(BINS); do $(GO) build -o bin/$$b ./$$b || exit 1; done
+
+# deps installs the real servers the tests talk to (never mocked); a no-op when present.
+deps:
+	@missing=""; \
+	for b in redis-server redis-sentinel redis-cli mosquitto; do \
+		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "run as root (apt-get install -y $(APT_PKGS))"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
+	fi
+	@# Debian starts the packaged services on their default ports; the tests use their own.
+	-@systemctl disable --now redis-server redis-sentinel mosquitto >/dev/null 2>&1 || true
+
+vet:
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . ; echo "gofmt needed"; exit 1)
+
+test: deps vet
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+test-short: deps
+	$(GO) test -short -count=1 $(PKGS)
+
+# bench runs the benchmarks (real servers, minutes); results go to docs/benchmarks.md by hand.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeUp -fuzztime 30s ./internal/wire/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./internal/money/
+
+clean:
+	rm -rf bin

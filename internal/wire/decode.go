@@ -1,0 +1,249 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/posgate/posgate/internal/perr"
+)
+
+// Codes of the decoding errors. Each is a perr.Invalid error.
+const (
+	CodeSyntax       = "wire_syntax"        // not JSON, or trailing data
+	CodeType         = "wire_type"          // a field has the wrong JSON type
+	CodeUnknownField = "wire_unknown_field" // a field this version does not define
+	CodeMissing      = "wire_missing_field" // a required field is absent or empty
+	CodeVersion      = "wire_version"       // a protocol version other than Version
+	CodeKind         = "wire_kind"          // an unknown kind
+	CodeOversize     = "wire_oversize"      // a message or batch over the size limits
+	CodeID           = "wire_id"            // a store or terminal id that is not [A-Za-z0-9_-]{1,64}
+	CodeSeq          = "wire_seq"           // seq not positive
+	CodeKey          = "wire_key"           // key is not terminal:seq
+	CodeHash         = "wire_hash"          // hash does not match the content
+	CodeMismatch     = "wire_mismatch"      // an event's store/terminal differs from its batch's
+)
+
+func invalid(code, format string, args ...any) *perr.Error {
+	return perr.New(perr.Invalid, code, format, args...)
+}
+
+// decodeStrict decodes exactly one JSON value from b into v, refusing unknown fields and
+// trailing data, and translates json errors into coded errors.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid(CodeSyntax, "trailing data after the JSON value")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var pe *perr.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe
+	case errors.As(err, &te):
+		return invalid(CodeType, "field %q must be a JSON %s, not %s", te.Field, te.Type, te.Value)
+	case errors.As(err, &se):
+		return invalid(CodeSyntax, "malformed JSON at byte %d", se.Offset)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid(CodeSyntax, "empty or truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return invalid(CodeUnknownField, "%s", strings.TrimPrefix(err.Error(), "json: "))
+	case strings.Contains(err.Error(), "Time.UnmarshalJSON"), strings.Contains(err.Error(), "parsing time"):
+		return invalid(CodeType, "a time must be an RFC 3339 string: %v", err)
+	default:
+		return invalid(CodeSyntax, "malformed JSON: %v", err)
+	}
+}
+
+// ValidID reports whether s is a valid store or terminal id: 1 to MaxIDLen characters of
+// [A-Za-z0-9_-], so that it is safe inside an MQTT topic.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeEnvelope strictly decodes and checks one event envelope: size, version, required
+// fields, kind, ids, key and content hash. It does not look inside the payload; see
+// DecodePayload.
+func DecodeEnvelope(b []byte) (Envelope, error) {
+	var e Envelope
+	if len(b) > MaxEventBytes {
+		return e, invalid(CodeOversize, "event of %d bytes is over the %d byte limit", len(b), MaxEventBytes)
+	}
+	if err := decodeStrict(b, &e); err != nil {
+		return e, err
+	}
+	return e, e.Check()
+}
+
+// Check verifies a decoded envelope: version, required fields, kind, ids, key and hash.
+func (e *Envelope) Check() error {
+	switch {
+	case e.V == 0:
+		return invalid(CodeMissing, "field \"v\" is missing")
+	case e.V != Version:
+		return invalid(CodeVersion, "protocol version %d is not supported (this store speaks %d)", e.V, Version)
+	case e.Kind == "":
+		return invalid(CodeMissing, "field \"kind\" is missing")
+	case !e.Kind.Valid():
+		return invalid(CodeKind, "unknown event kind %q", e.Kind)
+	case e.Store == "":
+		return invalid(CodeMissing, "field \"store\" is missing")
+	case e.Terminal == "":
+		return invalid(CodeMissing, "field \"terminal\" is missing")
+	case !ValidID(e.Store) || !ValidID(e.Terminal):
+		return invalid(CodeID, "store and terminal ids must be 1-%d characters of A-Z a-z 0-9 _ -", MaxIDLen)
+	case e.Seq <= 0:
+		return invalid(CodeSeq, "seq must be a positive integer, got %d", e.Seq)
+	case e.Key == "":
+		return invalid(CodeMissing, "field \"key\" is missing")
+	case e.Key != Key(e.Terminal, e.Seq):
+		return invalid(CodeKey, "key %q is not %q", e.Key, Key(e.Terminal, e.Seq))
+	case e.Hash == "":
+		return invalid(CodeMissing, "field \"hash\" is missing")
+	case e.At.IsZero():
+		return invalid(CodeMissing, "field \"at\" is missing")
+	case len(e.Payload) == 0 || string(e.Payload) == "null":
+		return invalid(CodeMissing, "field \"payload\" is missing")
+	case e.Payload[0] != '{':
+		return invalid(CodeType, "field \"payload\" must be a JSON object")
+	}
+	if want := Hash(e.Kind, e.Store, e.Terminal, e.Seq, e.At, e.Payload); e.Hash != want {
+		return invalid(CodeHash, "content hash does not match the event")
+	}
+	return nil
+}
+
+// Item is one event of an up message: the decoded envelope, or the error that rejects it.
+// Seq and Key are filled in as far as they could be read, so that even a bad event can be
+// acked.
+type Item struct {
+	Env Envelope
+	Err error
+	Seq int64
+	Key string
+}
+
+// Up is a decoded up message: a single event or a batch.
+type Up struct {
+	Batch    bool
+	Store    string
+	Terminal string
+	Items    []Item
+}
+
+// DecodeUp decodes an up message: a single envelope or a batch of them. An error is returned
+// only when the message as a whole cannot be read (the store then cannot tell which events it
+// held); a bad event inside a good batch is reported in its Item.Err and the others flow.
+func DecodeUp(b []byte) (Up, error) {
+	var up Up
+	if len(b) > MaxMessageBytes {
+		return up, invalid(CodeOversize, "message of %d bytes is over the %d byte limit", len(b), MaxMessageBytes)
+	}
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return up, jsonError(err)
+	}
+	if head.Kind != KindBatch {
+		it := decodeItem(b)
+		up.Store, up.Terminal = it.Env.Store, it.Env.Terminal
+		up.Items = []Item{it}
+		return up, nil
+	}
+	var bt Batch
+	if err := decodeStrict(b, &bt); err != nil {
+		return up, err
+	}
+	switch {
+	case bt.V != Version:
+		return up, invalid(CodeVersion, "protocol version %d is not supported (this store speaks %d)", bt.V, Version)
+	case !ValidID(bt.Store) || !ValidID(bt.Terminal):
+		return up, invalid(CodeID, "batch store and terminal ids must be 1-%d characters of A-Z a-z 0-9 _ -", MaxIDLen)
+	case len(bt.Events) == 0:
+		return up, invalid(CodeMissing, "batch has no events")
+	case len(bt.Events) > MaxBatchEvents:
+		return up, invalid(CodeOversize, "batch of %d events is over the %d event limit", len(bt.Events), MaxBatchEvents)
+	}
+	up.Batch, up.Store, up.Terminal = true, bt.Store, bt.Terminal
+	up.Items = make([]Item, len(bt.Events))
+	for i, raw := range bt.Events {
+		it := decodeItem(raw)
+		if it.Err == nil && (it.Env.Store != bt.Store || it.Env.Terminal != bt.Terminal) {
+			it.Err = invalid(CodeMismatch, "event %s is not from the batch's store and terminal", it.Key)
+		}
+		up.Items[i] = it
+	}
+	return up, nil
+}
+
+// decodeItem decodes one event; on failure it still recovers seq and key if it can.
+func decodeItem(b []byte) Item {
+	env, err := DecodeEnvelope(b)
+	if err == nil {
+		return Item{Env: env, Seq: env.Seq, Key: env.Key}
+	}
+	it := Item{Env: env, Err: err}
+	var loose struct {
+		Terminal string `json:"terminal"`
+		Seq      int64  `json:"seq"`
+	}
+	if len(b) <= MaxEventBytes && json.Unmarshal(b, &loose) == nil && loose.Seq > 0 {
+		it.Seq = loose.Seq
+		it.Key = Key(loose.Terminal, loose.Seq)
+		it.Env.Terminal, it.Env.Seq = loose.Terminal, loose.Seq
+	}
+	return it
+}
+
+// DecodeAcks strictly decodes a down message.
+func DecodeAcks(b []byte) (Acks, error) {
+	var a Acks
+	if len(b) > MaxMessageBytes {
+		return a, invalid(CodeOversize, "message of %d bytes is over the %d byte limit", len(b), MaxMessageBytes)
+	}
+	if err := decodeStrict(b, &a); err != nil {
+		return a, err
+	}
+	switch {
+	case a.V != Version:
+		return a, invalid(CodeVersion, "protocol version %d is not supported", a.V)
+	case a.Kind != KindAcks:
+		return a, invalid(CodeKind, "down message kind %q is not %q", a.Kind, KindAcks)
+	}
+	for _, ack := range a.Acks {
+		if ack.Seq <= 0 || ack.Status == "" {
+			return a, invalid(CodeMissing, "ack without seq or status")
+		}
+	}
+	return a, nil
+}
+
+// MarshalBatch encodes events (already encoded envelopes) as one batch message.
+func MarshalBatch(store, terminal string, events []json.RawMessage) ([]byte, error) {
+	if len(events) > MaxBatchEvents {
+		return nil, fmt.Errorf("batch of %d events is over the limit", len(events))
+	}
+	return json.Marshal(Batch{V: Version, Kind: KindBatch, Store: store, Terminal: terminal, Events: events})
+}

@@ -1,0 +1,215 @@
+// Package wire is posgate's MQTT protocol: the versioned JSON envelope a terminal publishes
+// on its up topic, the batch that carries a backlog, the acks the store sends down, the
+// retained catalog and presence messages, and the topics they travel on.
+//
+// Decoding is strict: an unknown version, a missing field, a wrong type, an unknown field or an
+// oversize message is a coded *perr.Error, never a panic and never a silently accepted value.
+// The package does no I/O.
+package wire
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version is the protocol version this package speaks; a message of any other version is
+// rejected with code "wire_version".
+const Version = 1
+
+// Size limits for messages on the wire.
+const (
+	MaxEventBytes   = 64 << 10 // one event envelope
+	MaxMessageBytes = 4 << 20  // one up message (a batch of events) or one down message
+	MaxBatchEvents  = 1000     // events in one batch message
+	MaxIDLen        = 64       // store and terminal ids
+)
+
+// Kind is the kind of an event.
+type Kind string
+
+// The event kinds.
+const (
+	KindScan      Kind = "scan"      // a line scanned into an open sale
+	KindSale      Kind = "sale"      // a completed, paid sale
+	KindRefund    Kind = "refund"    // a refund of (part of) a completed sale
+	KindDayClose  Kind = "day_close" // the terminal's own totals for a business day
+	KindHeartbeat Kind = "heartbeat" // the terminal's backlog figures
+)
+
+// KindBatch is the kind of an up message that carries several events.
+const KindBatch = "batch"
+
+// Valid reports whether k is a known event kind.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindScan, KindSale, KindRefund, KindDayClose, KindHeartbeat:
+		return true
+	}
+	return false
+}
+
+// Envelope is one event as it travels from a terminal to its store. Its idempotency key is
+// Terminal:Seq; Hash covers everything that is content (not the Offline flag, which says how
+// the event is being delivered, not what happened).
+type Envelope struct {
+	V        int             `json:"v"`
+	Kind     Kind            `json:"kind"`
+	Store    string          `json:"store"`
+	Terminal string          `json:"terminal"`
+	Seq      int64           `json:"seq"`
+	Key      string          `json:"key"`
+	Hash     string          `json:"hash"`
+	At       time.Time       `json:"at"`
+	Offline  bool            `json:"offline,omitempty"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// Key returns the idempotency key of a terminal's event.
+func Key(terminal string, seq int64) string { return terminal + ":" + strconv.FormatInt(seq, 10) }
+
+// Hash returns the content hash of an event: hex SHA-256 over the protocol version, kind,
+// store, terminal, seq, business time (UTC, RFC 3339 with nanoseconds) and the payload in
+// the form encoding/json writes a json.RawMessage (compact, with <, >, &, U+2028 and U+2029
+// escaped), so that re-encoding an envelope never changes its hash.
+func Hash(kind Kind, store, terminal string, seq int64, at time.Time, payload []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "posgate/v%d\n%s\n%s\n%s\n%d\n%s\n", Version, kind, store, terminal, seq,
+		at.UTC().Format(time.RFC3339Nano))
+	h.Write(canonical(payload))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonical returns payload compacted and HTML-escaped, as json.Marshal emits a RawMessage;
+// payloads already in that form (everything posgate encodes) are returned as they are.
+func canonical(payload []byte) []byte {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, payload); err != nil {
+		return payload // not JSON: hashed as is, and rejected by the decoder anyway
+	}
+	var out bytes.Buffer
+	json.HTMLEscape(&out, compact.Bytes())
+	return out.Bytes()
+}
+
+// NewEnvelope builds a sealed envelope (key and hash filled in) for a payload already encoded.
+func NewEnvelope(kind Kind, store, terminal string, seq int64, at time.Time, payload []byte) Envelope {
+	return Envelope{
+		V: Version, Kind: kind, Store: store, Terminal: terminal, Seq: seq,
+		Key: Key(terminal, seq), Hash: Hash(kind, store, terminal, seq, at, payload),
+		At: at, Payload: payload,
+	}
+}
+
+// Batch is an up message carrying several events of one terminal, in seq order. The store
+// answers it with one Acks message listing each event's result.
+type Batch struct {
+	V        int               `json:"v"`
+	Kind     string            `json:"kind"` // always KindBatch
+	Store    string            `json:"store"`
+	Terminal string            `json:"terminal"`
+	Events   []json.RawMessage `json:"events"`
+}
+
+// AckStatus is the store's verdict on one event.
+type AckStatus string
+
+// The ack statuses. Accepted and Duplicate carry a Result; the others carry a Code.
+const (
+	// AckAccepted: the event is committed to the store ledger.
+	AckAccepted AckStatus = "accepted"
+	// AckDuplicate: the event was already committed; Result is the original result.
+	AckDuplicate AckStatus = "duplicate"
+	// AckRejected: the store refused the event. For a live attempt of a scan or sale this is a
+	// verdict (e.g. out of stock); for an offline attempt the event is invalid and is parked.
+	AckRejected AckStatus = "rejected"
+	// AckRateLimited: a live limit was hit; retry after RetryAfterMs.
+	AckRateLimited AckStatus = "rate_limited"
+	// AckConflict: the key was already used with other content; the original stands.
+	AckConflict AckStatus = "conflict"
+	// AckOutOfOrder: the store expects an earlier seq first (Expect); resend from there.
+	AckOutOfOrder AckStatus = "out_of_order"
+)
+
+// Final reports whether an ack ends the terminal's duty to deliver the event.
+func (s AckStatus) Final() bool {
+	switch s {
+	case AckAccepted, AckDuplicate, AckRejected, AckConflict:
+		return true
+	}
+	return false
+}
+
+// Result is what the store recorded for an accepted event.
+type Result struct {
+	FlowNo       int64  `json:"flow_no,omitempty"`       // store flow number of a sale or refund
+	BusinessDate string `json:"business_date,omitempty"` // YYYY-MM-DD in the store's time zone
+	Oversold     bool   `json:"oversold,omitempty"`      // an offline sale took stock below zero
+}
+
+// Ack is the store's application-level answer to one event, sent after the ledger commit.
+type Ack struct {
+	Seq          int64     `json:"seq"`
+	Key          string    `json:"key"`
+	Status       AckStatus `json:"status"`
+	Live         bool      `json:"live,omitempty"` // the verdict was on a live attempt
+	Code         string    `json:"code,omitempty"`
+	Message      string    `json:"message,omitempty"`
+	RetryAfterMs int64     `json:"retry_after_ms,omitempty"`
+	Expect       int64     `json:"expect,omitempty"`
+	Result       *Result   `json:"result,omitempty"`
+}
+
+// Acks is a down message: the acks for one up message (one ack for a single event, one per
+// event for a batch).
+type Acks struct {
+	V        int    `json:"v"`
+	Kind     string `json:"kind"` // always "acks"
+	Store    string `json:"store"`
+	Terminal string `json:"terminal"`
+	Acks     []Ack  `json:"acks"`
+}
+
+// KindAcks is the kind of a down message carrying acks.
+const KindAcks = "acks"
+
+// Topics. Every topic is per store; up, down and status are per terminal too.
+
+// UpTopic is where a terminal publishes its events.
+func UpTopic(store, terminal string) string { return "pos/" + store + "/" + terminal + "/up" }
+
+// DownTopic is where the store sends a terminal its acks.
+func DownTopic(store, terminal string) string { return "pos/" + store + "/" + terminal + "/down" }
+
+// StatusTopic carries a terminal's retained presence (and its last will).
+func StatusTopic(store, terminal string) string {
+	return "pos/" + store + "/" + terminal + "/status"
+}
+
+// CatalogTopic carries the store's retained, versioned catalog.
+func CatalogTopic(store string) string { return "pos/" + store + "/catalog" }
+
+// UpWildcard subscribes to every terminal's up topic of a store.
+func UpWildcard(store string) string { return "pos/" + store + "/+/up" }
+
+// ParseUpTopic returns the store and terminal of an up topic.
+func ParseUpTopic(topic string) (store, terminal string, ok bool) {
+	p := strings.Split(topic, "/")
+	if len(p) != 4 || p[0] != "pos" || p[3] != "up" || p[1] == "" || p[2] == "" {
+		return "", "", false
+	}
+	return p[1], p[2], true
+}
+
+// Presence is the retained message on a terminal's status topic.
+type Presence struct {
+	V        int       `json:"v"`
+	Terminal string    `json:"terminal"`
+	Online   bool      `json:"online"`
+	At       time.Time `json:"at,omitzero"`
+}

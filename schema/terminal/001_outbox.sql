@@ -1,0 +1,122 @@
+-- The terminal-agent's durable state. Money columns are integer fen.
+
+-- Every event the terminal owes its store, in seq order. AUTOINCREMENT keeps a seq from ever
+-- being reused, also after acked rows are pruned.
+CREATE TABLE events (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind         TEXT    NOT NULL,
+    at           TEXT    NOT NULL,              -- business time, RFC 3339 with offset
+    business_date TEXT   NOT NULL,              -- YYYY-MM-DD in the store's time zone
+    payload      BLOB    NOT NULL,              -- the exact bytes published
+    hash         TEXT    NOT NULL,
+    state        TEXT    NOT NULL DEFAULT 'pending'
+                 CHECK (state IN ('pending', 'acked', 'parked', 'refused')),
+    offline      INTEGER NOT NULL DEFAULT 0,    -- 1 once the terminal decided it locally
+    stored_fen   INTEGER NOT NULL DEFAULT 0,    -- card/QR fen this event holds while unsynced
+    created_ms   INTEGER NOT NULL,
+    done_ms      INTEGER,                       -- when it was acked, parked or refused
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    ack_status   TEXT,
+    code         TEXT,
+    message      TEXT,
+    flow_no      INTEGER,
+    store_date   TEXT
+);
+CREATE INDEX events_pending ON events (seq) WHERE state = 'pending';
+CREATE INDEX events_done ON events (done_ms) WHERE state IN ('acked', 'refused');
+
+-- Sales as the cashier sees them. A sale's event is written when it completes.
+CREATE TABLE sales (
+    id           TEXT    PRIMARY KEY,
+    state        TEXT    NOT NULL CHECK (state IN ('open', 'completed', 'cancelled')),
+    opened_at    TEXT    NOT NULL,
+    completed_at TEXT,
+    business_date TEXT,
+    total        INTEGER NOT NULL DEFAULT 0,
+    change       INTEGER NOT NULL DEFAULT 0,
+    seq          INTEGER,                       -- the sale event
+    flow_no      INTEGER,                       -- the store's flow number, once acked
+    next_line    INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX sales_seq ON sales (seq);
+
+CREATE TABLE sale_lines (
+    sale_id      TEXT    NOT NULL REFERENCES sales (id),
+    line         INTEGER NOT NULL,
+    sku          TEXT    NOT NULL,
+    name         TEXT    NOT NULL,
+    qty          INTEGER NOT NULL CHECK (qty > 0),
+    unit_price   INTEGER NOT NULL CHECK (unit_price >= 0),
+    amount       INTEGER NOT NULL,
+    removed      INTEGER NOT NULL DEFAULT 0,
+    refunded_qty INTEGER NOT NULL DEFAULT 0,
+    scan_seq     INTEGER,
+    PRIMARY KEY (sale_id, line)
+);
+CREATE INDEX sale_lines_scan ON sale_lines (scan_seq);
+
+CREATE TABLE payments (
+    sale_id      TEXT    NOT NULL REFERENCES sales (id),
+    n            INTEGER NOT NULL,
+    method       TEXT    NOT NULL CHECK (method IN ('cash', 'card', 'qr')),
+    amount       INTEGER NOT NULL CHECK (amount > 0),
+    reference    TEXT    NOT NULL DEFAULT '',
+    voided       INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (sale_id, n)
+);
+
+CREATE TABLE refunds (
+    id           TEXT    PRIMARY KEY,
+    sale_id      TEXT    NOT NULL REFERENCES sales (id),
+    seq          INTEGER NOT NULL,
+    at           TEXT    NOT NULL,
+    business_date TEXT   NOT NULL,
+    amount       INTEGER NOT NULL CHECK (amount > 0),
+    method       TEXT    NOT NULL,
+    reference    TEXT    NOT NULL DEFAULT '',
+    restock      INTEGER NOT NULL,
+    state        TEXT    NOT NULL DEFAULT 'done' CHECK (state IN ('done', 'refused')),
+    flow_no      INTEGER
+);
+CREATE INDEX refunds_seq ON refunds (seq);
+CREATE INDEX refunds_sale ON refunds (sale_id);
+
+CREATE TABLE refund_lines (
+    refund_id    TEXT    NOT NULL REFERENCES refunds (id),
+    line         INTEGER NOT NULL,
+    sku          TEXT    NOT NULL,
+    qty          INTEGER NOT NULL CHECK (qty > 0),
+    amount       INTEGER NOT NULL,
+    PRIMARY KEY (refund_id, line)
+);
+
+CREATE TABLE day_closes (
+    business_date TEXT   PRIMARY KEY,
+    seq          INTEGER NOT NULL,
+    payload      BLOB    NOT NULL
+);
+
+-- Client tokens (Idempotency-Key) of the POS app's state-changing requests. status 0 means
+-- the request's effect is committed but its answer is not yet recorded.
+CREATE TABLE requests (
+    token        TEXT    PRIMARY KEY,
+    fingerprint  TEXT    NOT NULL,
+    status       INTEGER NOT NULL DEFAULT 0,
+    body         BLOB,
+    ref          TEXT    NOT NULL DEFAULT '',
+    created_ms   INTEGER NOT NULL
+);
+
+-- The store's catalog as last received; prices offline.
+CREATE TABLE catalog (
+    sku          TEXT    PRIMARY KEY,
+    barcode      TEXT    UNIQUE,
+    name         TEXT    NOT NULL,
+    price        INTEGER NOT NULL CHECK (price >= 0)
+);
+
+-- Small named values: catalog_version, offline_since_ms, last_ack_ms.
+CREATE TABLE kv (
+    k            TEXT    PRIMARY KEY,
+    v            INTEGER NOT NULL
+);

@@ -1,0 +1,535 @@
+// Package api is the terminal-agent's local HTTP JSON API for the POS app: sales, lines,
+// payments, refunds, day close, status and parked events (docs/terminal-api.md).
+//
+// Every state-changing request is committed to the outbox before it is answered; a request
+// repeated with the same Idempotency-Key gets the first answer and changes nothing. Bad input
+// gets a 4xx with a stable code and stores nothing. The API listens on localhost only by
+// default and must never be exposed beyond the device.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/uplink"
+)
+
+// MaxBody is the largest request body the API reads.
+const MaxBody = 64 << 10
+
+// Server serves the local API.
+type Server struct {
+	store *outbox.Store
+	up    *uplink.Uplink
+	log   *slog.Logger
+	now   func() time.Time
+	mux   *http.ServeMux
+}
+
+// New returns the API server for an outbox and its uplink.
+func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{store: store, up: up, log: log.With("component", "api"), now: store.Config().Now, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/sales", s.openSale)
+	s.mux.HandleFunc("GET /v1/sales/{id}", s.getSale)
+	s.mux.HandleFunc("POST /v1/sales/{id}/lines", s.addLine)
+	s.mux.HandleFunc("DELETE /v1/sales/{id}/lines/{line}", s.removeLine)
+	s.mux.HandleFunc("POST /v1/sales/{id}/payments", s.pay)
+	s.mux.HandleFunc("POST /v1/sales/{id}/cancel", s.cancel)
+	s.mux.HandleFunc("POST /v1/refunds", s.refund)
+	s.mux.HandleFunc("POST /v1/day-close", s.dayClose)
+	s.mux.HandleFunc("GET /v1/day-totals", s.dayTotals)
+	s.mux.HandleFunc("GET /v1/status", s.status)
+	s.mux.HandleFunc("GET /v1/parked", s.parked)
+	s.mux.HandleFunc("GET /v1/events/{seq}", s.event)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// ErrorBody is the JSON body of every error answer.
+type ErrorBody struct {
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	writeRaw(w, status, body)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+	w.Write([]byte("\n"))
+}
+
+func errorAnswer(err error) (int, []byte) {
+	e := perr.As(err)
+	msg := e.Message
+	if e.Kind == perr.Internal {
+		msg = "the terminal had an internal error; try again"
+	}
+	body, _ := json.Marshal(ErrorBody{Code: e.Code, Message: msg, RetryAfterMs: e.RetryAfter.Milliseconds()})
+	return perr.HTTPStatus(e.Kind), body
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, body := errorAnswer(err)
+	if e := perr.As(err); e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	writeRaw(w, status, body)
+}
+
+// readBody reads a JSON request body strictly into v (v nil: the body must be empty or {}).
+func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, perr.New(perr.Invalid, "body_too_large", "the request body is over %d bytes", MaxBody)
+		}
+		return nil, perr.Wrap(err, perr.Invalid, "body_unreadable", "the request body could not be read")
+	}
+	if len(bytes.TrimSpace(body)) == 0 && v == nil {
+		return body, nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" || len(body) > 0 {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return nil, perr.New(perr.Invalid, "content_type", "send the request body as application/json")
+		}
+	}
+	if v == nil {
+		v = &struct{}{}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return nil, jsonError(err)
+	}
+	if dec.More() {
+		return nil, perr.New(perr.Invalid, "json_syntax", "the request body has data after the JSON object")
+	}
+	return body, nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var pe *perr.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe
+	case errors.As(err, &te):
+		return perr.New(perr.Invalid, "json_type", "field %q has the wrong type (want %s)", te.Field, te.Type)
+	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return perr.New(perr.Invalid, "json_syntax", "the request body is not valid JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return perr.New(perr.Invalid, "json_unknown_field", "%s", strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		return perr.New(perr.Invalid, "json_syntax", "the request body is not valid JSON: %v", err)
+	}
+}
+
+// EventRef names the event a request created.
+type EventRef struct {
+	Seq     int64  `json:"seq"`
+	Key     string `json:"key"`
+	Offline bool   `json:"offline"` // decided by the terminal without the store's verdict
+	FlowNo  int64  `json:"flow_no,omitempty"`
+}
+
+// mutation is one state-changing request: apply runs inside the outbox transaction and
+// returns what it acted on; render builds the answer from the stored state.
+type mutation struct {
+	apply  func(*outbox.Tx) (ref string, err error)
+	render func(ctx context.Context, ref string, ev *EventRef) (int, any, error)
+}
+
+// mutate runs a mutation: commit (with the client token), wait for the store's verdict on a
+// live event, answer, and record the answer for retries.
+func (s *Server) mutate(w http.ResponseWriter, r *http.Request, body []byte, m mutation) {
+	ctx := r.Context()
+	token := r.Header.Get("Idempotency-Key")
+	fp := outbox.Fingerprint(r.Method, r.URL.Path, body)
+	mode := s.up.Mode(ctx)
+	ref, seq, prior, err := s.store.Do(ctx, token, fp, mode, m.apply)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var verdict uplink.Verdict
+	if prior != nil {
+		if prior.Status != 0 {
+			writeRaw(w, prior.Status, prior.Body)
+			return
+		}
+		// Committed before, never answered (the agent stopped): answer from the stored state.
+		ref, seq = prior.Ref, prior.Seq
+		if seq > 0 {
+			verdict = s.up.Await(ctx, seq)
+		}
+	} else if seq > 0 {
+		s.up.Notify()
+		if mode.Live {
+			verdict = s.up.Await(ctx, seq)
+		}
+	}
+	status, answer := s.answer(ctx, ref, seq, verdict, m.render)
+	if err := s.store.Answer(context.WithoutCancel(ctx), token, status, answer); err != nil {
+		s.log.Error("record answer", "err", err)
+	}
+	writeRaw(w, status, answer)
+}
+
+func (s *Server) answer(ctx context.Context, ref string, seq int64, v uplink.Verdict,
+	render func(context.Context, string, *EventRef) (int, any, error)) (int, []byte) {
+	if v.Refused {
+		a := v.Ack
+		e := perr.New(perr.Refused, a.Code, "%s", a.Message)
+		if a.Status == wire.AckRateLimited {
+			e.Kind, e.RetryAfter = perr.RateLimited, time.Duration(a.RetryAfterMs)*time.Millisecond
+			if e.Code == "" {
+				e.Code = "rate_limited"
+			}
+		}
+		if e.Message == "" {
+			e.Message = "the store refused this step"
+		}
+		return errorAnswer(e)
+	}
+	var ev *EventRef
+	if seq > 0 {
+		ev = &EventRef{Seq: seq, Key: wire.Key(s.store.Config().Terminal, seq), Offline: v.Ack == nil}
+		if v.Ack != nil && v.Ack.Result != nil {
+			ev.FlowNo = v.Ack.Result.FlowNo
+		}
+	}
+	status, out, err := render(ctx, ref, ev)
+	if err != nil {
+		return errorAnswer(err)
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		return errorAnswer(err)
+	}
+	return status, body
+}
+
+// SaleAnswer is the answer to every sale request.
+type SaleAnswer struct {
+	Sale  outbox.Sale `json:"sale"`
+	Event *EventRef   `json:"event,omitempty"`
+	Line  int         `json:"line,omitempty"`
+}
+
+func (s *Server) renderSale(status int) func(context.Context, string, *EventRef) (int, any, error) {
+	return func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+		id, line, _ := strings.Cut(ref, "#")
+		sale, err := s.store.Sale(ctx, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		n, _ := strconv.Atoi(line)
+		return status, SaleAnswer{Sale: sale, Event: ev, Line: n}, nil
+	}
+}
+
+func (s *Server) openSale(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.mutate(w, r, body, mutation{
+		apply:  func(t *outbox.Tx) (string, error) { return t.OpenSale() },
+		render: s.renderSale(http.StatusCreated),
+	})
+}
+
+func (s *Server) getSale(w http.ResponseWriter, r *http.Request) {
+	sale, err := s.store.Sale(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, SaleAnswer{Sale: sale})
+}
+
+// AddLineRequest adds an item by SKU or barcode.
+type AddLineRequest struct {
+	SKU     string `json:"sku,omitempty"`
+	Barcode string `json:"barcode,omitempty"`
+	Qty     int64  `json:"qty"`
+}
+
+func (s *Server) addLine(w http.ResponseWriter, r *http.Request) {
+	var req AddLineRequest
+	body, err := readBody(w, r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	s.mutate(w, r, body, mutation{
+		apply: func(t *outbox.Tx) (string, error) {
+			line, err := t.AddLine(id, req.SKU, req.Barcode, req.Qty)
+			return id + "#" + strconv.Itoa(line), err
+		},
+		render: s.renderSale(http.StatusOK),
+	})
+}
+
+func (s *Server) removeLine(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	line, err := strconv.Atoi(r.PathValue("line"))
+	if err != nil || line <= 0 {
+		writeError(w, perr.New(perr.Invalid, "line_invalid", "line %q is not a positive number", r.PathValue("line")))
+		return
+	}
+	s.mutate(w, r, body, mutation{
+		apply:  func(t *outbox.Tx) (string, error) { return id, t.RemoveLine(id, line) },
+		render: s.renderSale(http.StatusOK),
+	})
+}
+
+// PayRequest takes one payment. Amount is decimal text ("12.30").
+type PayRequest struct {
+	Method    string `json:"method"`
+	Amount    string `json:"amount"`
+	Reference string `json:"reference,omitempty"`
+}
+
+func (s *Server) pay(w http.ResponseWriter, r *http.Request) {
+	var req PayRequest
+	body, err := readBody(w, r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	amount, err := money.ParsePositive(req.Amount)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	s.mutate(w, r, body, mutation{
+		apply:  func(t *outbox.Tx) (string, error) { return id, t.Pay(id, req.Method, amount, req.Reference) },
+		render: s.renderSale(http.StatusOK),
+	})
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	s.mutate(w, r, body, mutation{
+		apply:  func(t *outbox.Tx) (string, error) { return id, t.Cancel(id) },
+		render: s.renderSale(http.StatusOK),
+	})
+}
+
+// RefundRequest refunds lines of a completed sale; no lines refunds all that is left.
+type RefundRequest struct {
+	SaleID    string              `json:"sale_id"`
+	Lines     []outbox.RefundLine `json:"lines,omitempty"`
+	Method    string              `json:"method,omitempty"`
+	Reference string              `json:"reference,omitempty"`
+	Restock   *bool               `json:"restock,omitempty"` // default true
+}
+
+// RefundAnswer is the answer to a refund.
+type RefundAnswer struct {
+	Refund outbox.Refund `json:"refund"`
+	Event  *EventRef     `json:"event,omitempty"`
+}
+
+func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
+	var req RefundRequest
+	body, err := readBody(w, r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.SaleID == "" {
+		writeError(w, perr.New(perr.Invalid, "sale_id_required", "name the sale to refund"))
+		return
+	}
+	restock := req.Restock == nil || *req.Restock
+	s.mutate(w, r, body, mutation{
+		apply: func(t *outbox.Tx) (string, error) {
+			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock)
+		},
+		render: func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+			rf, err := s.store.Refund(ctx, ref)
+			return http.StatusCreated, RefundAnswer{Refund: rf, Event: ev}, err
+		},
+	})
+}
+
+// DayCloseRequest closes a business day (default: today in the store's time zone).
+type DayCloseRequest struct {
+	BusinessDate string `json:"business_date,omitempty"`
+}
+
+// DayCloseAnswer is the answer to a day close.
+type DayCloseAnswer struct {
+	Totals wire.DayClosePayload `json:"totals"`
+	Event  *EventRef            `json:"event,omitempty"`
+}
+
+func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
+	var req DayCloseRequest
+	body, err := readBody(w, r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	date := req.BusinessDate
+	if date == "" {
+		date = s.store.BusinessDate(s.now())
+	}
+	var totals wire.DayClosePayload
+	s.mutate(w, r, body, mutation{
+		apply: func(t *outbox.Tx) (string, error) {
+			var err error
+			totals, err = t.DayClose(date)
+			return date, err
+		},
+		render: func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+			if totals.BusinessDate == "" { // answering after a restart: recompute
+				var err error
+				if totals, err = s.store.DayTotals(ctx, ref); err != nil {
+					return 0, nil, err
+				}
+			}
+			return http.StatusOK, DayCloseAnswer{Totals: totals, Event: ev}, nil
+		},
+	})
+}
+
+func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
+	date := r.URL.Query().Get("date")
+	if date == "" {
+		date = s.store.BusinessDate(s.now())
+	}
+	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
+		writeError(w, perr.New(perr.Invalid, "business_date_invalid", "business date %q is not YYYY-MM-DD", date))
+		return
+	}
+	t, err := s.store.DayTotals(r.Context(), date)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// StatusAnswer is the terminal's sync state.
+type StatusAnswer struct {
+	Store          string     `json:"store"`
+	Terminal       string     `json:"terminal"`
+	Online         bool       `json:"online"`
+	OfflineSince   *time.Time `json:"offline_since,omitempty"`
+	Backlog        int64      `json:"backlog"`
+	OldestSeq      int64      `json:"oldest_unsynced_seq,omitempty"`
+	OldestAgeMs    int64      `json:"oldest_unsynced_age_ms"`
+	StoredCard     money.Fen  `json:"stored_card_amount"`
+	Parked         int64      `json:"parked"`
+	InFlight       int        `json:"in_flight"`
+	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
+	CatalogVersion int64      `json:"catalog_version"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	b, err := s.store.Backlog(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cv, err := s.store.CatalogVersion(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	st := s.up.Status()
+	cfg := s.store.Config()
+	a := StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
+		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv}
+	if !b.OldestAt.IsZero() {
+		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
+	}
+	if !st.OfflineSince.IsZero() {
+		a.OfflineSince = &st.OfflineSince
+	}
+	if !st.LastAck.IsZero() {
+		a.LastAckAt = &st.LastAck
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// ParkedAnswer lists parked events.
+type ParkedAnswer struct {
+	Parked []outbox.Parked `json:"parked"`
+}
+
+func (s *Server) parked(w http.ResponseWriter, r *http.Request) {
+	p, err := s.store.Parked(r.Context(), 1000)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if p == nil {
+		p = []outbox.Parked{}
+	}
+	writeJSON(w, http.StatusOK, ParkedAnswer{Parked: p})
+}
+
+func (s *Server) event(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq <= 0 {
+		writeError(w, perr.New(perr.Invalid, "seq_invalid", "seq %q is not a positive number", r.PathValue("seq")))
+		return
+	}
+	st, err := s.store.EventState(r.Context(), seq)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}

@@ -1,0 +1,464 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/uplink"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type agent struct {
+	t     *testing.T
+	srv   *httptest.Server
+	store *outbox.Store
+	path  string
+	clock *clock
+}
+
+var shanghai = func() *time.Location {
+	l, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()
+
+// newOfflineAgent starts the API over a real SQLite outbox with an uplink that can never
+// reach its broker: every request is decided offline.
+func newOfflineAgent(t *testing.T, caps outbox.Caps) *agent {
+	t.Helper()
+	clk := &clock{t: time.Date(2026, 11, 29, 10, 0, 0, 0, shanghai)}
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Location: shanghai, Now: clk.Now, Caps: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := uplink.New(uplink.Config{BrokerURL: "tcp://127.0.0.1:1", Store: "S1", Terminal: "T1", Now: clk.Now}, store)
+	done := make(chan struct{})
+	go func() { defer close(done); up.Run(ctx) }()
+	srv := httptest.NewServer(api.New(store, up, nil))
+	t.Cleanup(func() { srv.Close(); cancel(); <-done; store.Close() })
+	_, err = store.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 3, Items: []wire.CatalogItem{
+		{SKU: "MILK", Barcode: "6901234567890", Name: "Milk 1L", Price: 1250},
+		{SKU: "BREAD", Name: "Bread", Price: 899},
+		{SKU: "TV", Name: "Television", Price: 399900},
+		{SKU: "FREE", Name: "Bag", Price: 0},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the uplink has recorded that it is offline.
+	for i := 0; i < 100 && up.Status().OfflineSince.IsZero(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return &agent{t: t, srv: srv, store: store, path: path, clock: clk}
+}
+
+type resp struct {
+	Status int
+	Body   []byte
+}
+
+func (r resp) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+func (r resp) code(t *testing.T) string {
+	var e api.ErrorBody
+	r.json(t, &e)
+	return e.Code
+}
+
+func (a *agent) do(method, path, body string, hdr ...string) resp {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return resp{res.StatusCode, b}
+}
+
+func (a *agent) must(method, path, body string, want int, hdr ...string) resp {
+	a.t.Helper()
+	r := a.do(method, path, body, hdr...)
+	if r.Status != want {
+		a.t.Fatalf("%s %s %s: status %d, want %d: %s", method, path, body, r.Status, want, r.Body)
+	}
+	return r
+}
+
+func (a *agent) openSale() string {
+	a.t.Helper()
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales", "", 201).json(a.t, &s)
+	return s.Sale.ID
+}
+
+// dump returns every row of every table, to show that a request changed nothing.
+func (a *agent) dump() string {
+	a.t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+a.path+"?mode=ro")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer db.Close()
+	var out bytes.Buffer
+	for _, table := range []string{"events", "sales", "sale_lines", "payments", "refunds", "refund_lines", "day_closes", "requests", "catalog"} {
+		rows, err := db.Query("SELECT * FROM " + table + " ORDER BY rowid")
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			rows.Scan(ptrs...)
+			fmt.Fprintf(&out, "%s %v\n", table, vals)
+		}
+		rows.Close()
+	}
+	return out.String()
+}
+
+func TestBadInputStoresNothing(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 100000, MaxStoredCard: 1000000})
+	open := a.openSale()
+	a.must("POST", "/v1/sales/"+open+"/lines", `{"sku":"MILK","qty":2}`, 200)
+	paid := a.openSale()
+	a.must("POST", "/v1/sales/"+paid+"/lines", `{"sku":"BREAD","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+paid+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
+	a.must("POST", "/v1/sales", "", 201, "Idempotency-Key", "k-used")
+	big := `{"sku":"MILK","qty":1,"pad":"` + strings.Repeat("x", api.MaxBody) + `"}`
+
+	cases := []struct {
+		name, method, path, body, ctype string
+		status                          int
+		code                            string
+	}{
+		{"malformed json", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK",`, "", 400, "json_syntax"},
+		{"not an object", "POST", "/v1/sales/" + open + "/lines", `[1,2]`, "", 400, "json_type"},
+		{"trailing data", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1} {}`, "", 400, "json_syntax"},
+		{"unknown field", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1,"price":"0.01"}`, "", 400, "json_unknown_field"},
+		{"qty as string", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":"2"}`, "", 400, "json_type"},
+		{"zero quantity", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":0}`, "", 400, "quantity_invalid"},
+		{"negative quantity", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":-3}`, "", 400, "quantity_invalid"},
+		{"huge quantity", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1000000000}`, "", 400, "quantity_invalid"},
+		{"fractional quantity", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1.5}`, "", 400, "json_type"},
+		{"unknown sku", "POST", "/v1/sales/" + open + "/lines", `{"sku":"NOPE","qty":1}`, "", 404, "unknown_sku"},
+		{"unknown barcode", "POST", "/v1/sales/" + open + "/lines", `{"barcode":"000","qty":1}`, "", 404, "unknown_barcode"},
+		{"sku and barcode", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","barcode":"6901234567890","qty":1}`, "", 400, "item_required"},
+		{"unknown sale", "POST", "/v1/sales/NOPE/lines", `{"sku":"MILK","qty":1}`, "", 404, "sale_not_found"},
+		{"oversize body", "POST", "/v1/sales/" + open + "/lines", big, "", 400, "body_too_large"},
+		{"wrong content type", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1}`, "text/plain", 400, "content_type"},
+		{"sub-fen amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"0.001"}`, "", 400, "amount_sub_fen"},
+		{"huge amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"999999999999999999999.00"}`, "", 400, "amount_overflow"},
+		{"negative amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"-5.00"}`, "", 400, "amount_not_positive"},
+		{"zero amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"0"}`, "", 400, "amount_not_positive"},
+		{"amount as number", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":25}`, "", 400, "json_type"},
+		{"exponent amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"1e3"}`, "", 400, "amount_syntax"},
+		{"empty amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":""}`, "", 400, "amount_empty"},
+		{"unknown method", "POST", "/v1/sales/" + open + "/payments", `{"method":"bitcoin","amount":"1.00"}`, "", 400, "payment_method_invalid"},
+		{"card without reference", "POST", "/v1/sales/" + open + "/payments", `{"method":"card","amount":"1.00"}`, "", 400, "reference_required"},
+		{"card overpayment", "POST", "/v1/sales/" + open + "/payments", `{"method":"card","amount":"99.00","reference":"r1"}`, "", 409, "overpayment"},
+		{"pay completed sale", "POST", "/v1/sales/" + paid + "/payments", `{"method":"cash","amount":"1.00"}`, "", 409, "sale_not_open"},
+		{"remove unknown line", "DELETE", "/v1/sales/" + open + "/lines/9", "", "", 404, "line_not_found"},
+		{"remove bad line", "DELETE", "/v1/sales/" + open + "/lines/x", "", "", 400, "line_invalid"},
+		{"refund open sale", "POST", "/v1/refunds", `{"sale_id":"` + open + `"}`, "", 409, "refund_offline_disabled"},
+		{"refund without sale", "POST", "/v1/refunds", `{}`, "", 400, "sale_id_required"},
+		{"bad business date", "POST", "/v1/day-close", `{"business_date":"2026-13-45"}`, "", 400, "business_date_invalid"},
+		{"token reused", "POST", "/v1/sales/" + open + "/cancel", "", "", 422, "idempotency_key_reused"},
+		{"unknown route", "GET", "/v1/nothing", "", "", 404, "route_not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := a.dump()
+			req, _ := http.NewRequest(c.method, a.srv.URL+c.path, strings.NewReader(c.body))
+			ct := c.ctype
+			if ct == "" && c.body != "" {
+				ct = "application/json"
+			}
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			if c.name == "token reused" {
+				req.Header.Set("Idempotency-Key", "k-used")
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			r := resp{res.StatusCode, b}
+			if r.Status != c.status || r.code(t) != c.code {
+				t.Errorf("got %d %s, want %d %s", r.Status, b, c.status, c.code)
+			}
+			var e api.ErrorBody
+			r.json(t, &e)
+			if e.Message == "" {
+				t.Errorf("no message for the cashier: %s", b)
+			}
+			if after := a.dump(); after != before {
+				t.Errorf("database changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+	// The next good request still flows.
+	a.must("POST", "/v1/sales/"+open+"/payments", `{"method":"cash","amount":"30.00"}`, 200)
+}
+
+func TestDoubleClickIsOnePayment(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":2}`, 200)
+	body := `{"method":"card","amount":"25.00","reference":"AUTH-778"}`
+	first := a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1")
+	// The cashier clicks again, and the POS app retries concurrently as well.
+	var wg sync.WaitGroup
+	answers := make([]resp, 5)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = a.do("POST", "/v1/sales/"+id+"/payments", body, "Idempotency-Key", "pay-1")
+		}()
+	}
+	wg.Wait()
+	for _, r := range answers {
+		if r.Status != first.Status || !bytes.Equal(r.Body, first.Body) {
+			t.Fatalf("retry answered %d %s, first answer was %d %s", r.Status, r.Body, first.Status, first.Body)
+		}
+	}
+	var s api.SaleAnswer
+	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
+	if len(s.Sale.Payments) != 1 || s.Sale.State != "completed" || s.Sale.Paid != 2500 {
+		t.Fatalf("want one payment of 25.00 and a completed sale, got %+v", s.Sale)
+	}
+	b, _ := a.store.Backlog(context.Background())
+	if b.Count != 2 { // one scan, one sale
+		t.Fatalf("backlog %d events, want 2", b.Count)
+	}
+	// Same key, other content: a conflict, and the original stands.
+	r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1.00","reference":"X"}`, "Idempotency-Key", "pay-1")
+	if r.Status != 422 || r.code(t) != "idempotency_key_reused" {
+		t.Fatalf("reused key: %d %s", r.Status, r.Body)
+	}
+	// Without a key, a second click is a second request (and here: refused, sale completed).
+	if r := a.do("POST", "/v1/sales/"+id+"/payments", body); r.Status != 409 {
+		t.Fatalf("pay on completed sale: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestOfflineCaps(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000, MaxOffline: 24 * time.Hour})
+	sale := func(sku string, qty int) string {
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", fmt.Sprintf(`{"sku":%q,"qty":%d}`, sku, qty), 200)
+		return id
+	}
+	// A 3999.00 television by card is over the 500.00 single-payment cap.
+	tv := sale("TV", 1)
+	if r := a.do("POST", "/v1/sales/"+tv+"/payments", `{"method":"card","amount":"3999.00","reference":"A"}`); r.Status != 409 || r.code(t) != "offline_cap_payment" {
+		t.Fatalf("single cap: %d %s", r.Status, r.Body)
+	}
+	// Cash is never capped.
+	a.must("POST", "/v1/sales/"+tv+"/payments", `{"method":"cash","amount":"4000.00"}`, 200)
+	// Two QR payments of 400.00 fill the 800.00 stored cap; a third is refused.
+	for i := 0; i < 2; i++ {
+		id := sale("MILK", 32) // 400.00
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"qr","amount":"400.00","reference":"Q"}`, 200)
+	}
+	id := sale("MILK", 1)
+	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"qr","amount":"12.50","reference":"Q"}`); r.Status != 409 || r.code(t) != "offline_cap_total" {
+		t.Fatalf("total cap: %d %s", r.Status, r.Body)
+	}
+	var st api.StatusAnswer
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.StoredCard != 80000 || st.Online {
+		t.Fatalf("status: %+v", st)
+	}
+	// Past the longest time offline, card is refused even when small; cash still works.
+	a.clock.Add(25 * time.Hour)
+	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1.00","reference":"C"}`); r.Status != 409 || r.code(t) != "offline_too_long" {
+		t.Fatalf("offline duration cap: %d %s", r.Status, r.Body)
+	}
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	// Refunds are off offline by default.
+	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+tv+`"}`); r.Status != 409 || r.code(t) != "refund_offline_disabled" {
+		t.Fatalf("offline refund: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestOfflineRefundsWhenAllowed(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{OfflineRefunds: true})
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":3}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"50.00"}`, 200)
+	var ra api.RefundAnswer
+	a.must("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`, 201).json(t, &ra)
+	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline {
+		t.Fatalf("refund: %+v", ra)
+	}
+	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`); r.Code(t) != "refund_exceeds_sale" {
+		t.Fatalf("over-refund: %d %s", r.Status, r.Body)
+	}
+	var totals wire.DayClosePayload
+	a.must("GET", "/v1/day-totals?date=2026-11-29", "", 200).json(t, &totals)
+	// 3 × 12.50 + 8.99 = 46.49 sold for 50.00 cash (3.51 change); 25.00 refunded.
+	if totals.SaleCount != 1 || totals.SaleAmount != 4649 || totals.RefundAmount != 2500 ||
+		len(totals.Methods) != 1 || totals.Methods[0].SaleAmount != 4649 {
+		t.Fatalf("day totals: %+v", totals)
+	}
+}
+
+// Code is code with a capital, for readability in one-liners above.
+func (r resp) Code(t *testing.T) string { return r.code(t) }
+
+func TestCatalogPricesOffline(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	id := a.openSale()
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"barcode":"6901234567890","qty":3}`, 200).json(t, &s)
+	if s.Sale.Total != 3750 || s.Sale.Lines[0].SKU != "MILK" || s.Event == nil || !s.Event.Offline {
+		t.Fatalf("priced from barcode: %+v", s)
+	}
+	// A newer catalog reprices new lines; an older one is ignored.
+	ctx := context.Background()
+	if ok, err := a.store.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 4,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk 1L", Price: 1300}}}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if ok, _ := a.store.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 2,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk 1L", Price: 1}}}); ok {
+		t.Fatal("an older catalog replaced a newer one")
+	}
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200).json(t, &s)
+	if s.Sale.Total != 3750+1300 {
+		t.Fatalf("total %s, want 50.50", s.Sale.Total)
+	}
+	if r := a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`); r.Status != 404 {
+		t.Fatalf("BREAD left the catalog but was sold: %d %s", r.Status, r.Body)
+	}
+	var st api.StatusAnswer
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.CatalogVersion != 4 {
+		t.Fatalf("catalog version %d", st.CatalogVersion)
+	}
+}
+
+func TestStatusBacklog(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	var st api.StatusAnswer
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.Backlog != 0 || st.OldestAgeMs != 0 {
+		t.Fatalf("empty status: %+v", st)
+	}
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.clock.Add(90 * time.Second)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"20"}`, 200)
+	a.clock.Add(30 * time.Second)
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.Backlog != 2 || st.OldestAgeMs != 120_000 || st.Online || st.OfflineSince == nil {
+		t.Fatalf("status: %+v", st)
+	}
+}
+
+func TestSeqsNeverReused(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	ctx := context.Background()
+	var last int64
+	for i := 0; i < 3; i++ {
+		id := a.openSale()
+		var s api.SaleAnswer
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
+		if s.Event.Seq <= last {
+			t.Fatalf("seq %d after %d", s.Event.Seq, last)
+		}
+		last = s.Event.Seq
+	}
+	// Ack everything, prune it all, and the next seq still moves on.
+	var ts []outbox.Transition
+	for s := int64(1); s <= last; s++ {
+		ts = append(ts, outbox.Transition{Seq: s, Action: outbox.Ack, Ack: wire.Ack{Seq: s, Status: wire.AckAccepted}})
+	}
+	if _, err := a.store.Apply(ctx, ts); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.store.Prune(ctx, a.clock.Now().Add(time.Hour)); err != nil || n != last {
+		t.Fatalf("pruned %d (%v), want %d", n, err, last)
+	}
+	id := a.openSale()
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
+	if s.Event.Seq != last+1 {
+		t.Fatalf("seq after prune %d, want %d", s.Event.Seq, last+1)
+	}
+}
+
+func TestMoneyNeverFloat(t *testing.T) {
+	// 0.1 + 0.2 in float64 is not 0.3; in fen it is.
+	a := newOfflineAgent(t, outbox.Caps{})
+	if _, err := a.store.ReplaceCatalog(context.Background(), wire.Catalog{V: 1, Store: "S1", Version: 9,
+		Items: []wire.CatalogItem{{SKU: "A", Name: "a", Price: 10}, {SKU: "B", Name: "b", Price: 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"A","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"B","qty":1}`, 200)
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"0.3"}`, 200).json(t, &s)
+	if s.Sale.State != "completed" || s.Sale.Change != 0 || s.Sale.Total != money.Fen(30) {
+		t.Fatalf("sale: %+v", s.Sale)
+	}
+}

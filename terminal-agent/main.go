@@ -1,0 +1,232 @@
+// Command terminal-agent runs on a POS device: a localhost HTTP API for the POS app, a durable
+// SQLite outbox, and the MQTT sync lane to the store. Run with --help for every setting; each
+// flag can also be set by the environment variable named in its help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/uplink"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain()
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "terminal-agent:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "terminal-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// Main is the terminal-agent program.
+type Main struct {
+	Store, Terminal    string
+	Broker             string
+	Username, Password string
+	DataDir            string
+	Listen             string
+	TZ                 string
+	CardPaymentCap     string
+	CardTotalCap       string
+	MaxOffline         time.Duration
+	OfflineRefunds     bool
+	VerdictTimeout     time.Duration
+	AckTimeout         time.Duration
+	Window, Batch      int
+	Retention          time.Duration
+	Heartbeat          time.Duration
+	LogLevel           string
+
+	// Addr is the address the API listens on once Run has started (for tests).
+	Addr chan string
+}
+
+// NewMain returns a Main with its defaults.
+func NewMain() *Main { return &Main{Addr: make(chan string, 1)} }
+
+// ParseFlags reads flags, falling back to POSGATE_* environment variables, then defaults.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("terminal-agent", flag.ContinueOnError)
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv(name); ok {
+			return v
+		}
+		return def
+	}
+	str := func(p *string, name, envName, def, usage string) {
+		fs.StringVar(p, name, env(envName, def), usage+" (env "+envName+")")
+	}
+	dur := func(p *time.Duration, name, envName string, def time.Duration, usage string) {
+		d := def
+		if v := env(envName, ""); v != "" {
+			if parsed, err := time.ParseDuration(v); err == nil {
+				d = parsed
+			}
+		}
+		fs.DurationVar(p, name, d, usage+" (env "+envName+")")
+	}
+	str(&m.Store, "store", "POSGATE_STORE", "", "store id, e.g. S001 (required)")
+	str(&m.Terminal, "terminal", "POSGATE_TERMINAL", "", "this terminal's id, e.g. T01 (required)")
+	str(&m.Broker, "broker", "POSGATE_BROKER", "tcp://127.0.0.1:1883", "the store's MQTT broker URL")
+	str(&m.Username, "username", "POSGATE_MQTT_USERNAME", "", "MQTT user name (the terminal's own credentials)")
+	str(&m.Password, "password", "POSGATE_MQTT_PASSWORD", "", "MQTT password; prefer the environment variable")
+	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the outbox database")
+	str(&m.Listen, "listen", "POSGATE_LISTEN", "127.0.0.1:8181", "address of the local API for the POS app (keep it on localhost)")
+	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai")
+	str(&m.CardPaymentCap, "offline-card-payment-max", "POSGATE_OFFLINE_CARD_PAYMENT_MAX", "2000.00",
+		"offline: largest single card/QR payment, decimal yuan (0: no limit)")
+	str(&m.CardTotalCap, "offline-card-total-max", "POSGATE_OFFLINE_CARD_TOTAL_MAX", "20000.00",
+		"offline: most card/QR money waiting to sync, decimal yuan (0: no limit)")
+	dur(&m.MaxOffline, "offline-max", "POSGATE_OFFLINE_MAX", 24*time.Hour,
+		"longest time offline during which card/QR payments are still taken (0: no limit); cash is never capped")
+	fs.BoolVar(&m.OfflineRefunds, "offline-refunds", env("POSGATE_OFFLINE_REFUNDS", "") == "true",
+		"allow refunds while offline (env POSGATE_OFFLINE_REFUNDS=true)")
+	dur(&m.VerdictTimeout, "verdict-timeout", "POSGATE_VERDICT_TIMEOUT", 300*time.Millisecond,
+		"online, how long a scan or checkout waits for the store's verdict before deciding locally")
+	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
+	fs.IntVar(&m.Window, "window", 2000, "most events published and not yet acked")
+	fs.IntVar(&m.Batch, "batch", 250, "most events in one MQTT message when draining a backlog")
+	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events this long (unacked events are never pruned)")
+	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
+	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "terminal-agent: the POS device's offline-first gateway to its store.\n\n")
+		fmt.Fprintf(fs.Output(), "It serves the POS app on a localhost HTTP API (docs/terminal-api.md), writes every sale,\n")
+		fmt.Fprintf(fs.Output(), "payment and refund to SQLite before answering, and syncs them to the store over MQTT.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return m.Validate()
+}
+
+// Validate checks the settings.
+func (m *Main) Validate() error {
+	switch {
+	case !wire.ValidID(m.Store):
+		return fmt.Errorf("--store %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Store, wire.MaxIDLen)
+	case !wire.ValidID(m.Terminal):
+		return fmt.Errorf("--terminal %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Terminal, wire.MaxIDLen)
+	case m.DataDir == "":
+		return errors.New("--data-dir is required")
+	}
+	if _, err := time.LoadLocation(m.TZ); err != nil {
+		return fmt.Errorf("--tz: %w", err)
+	}
+	for _, s := range []string{m.CardPaymentCap, m.CardTotalCap} {
+		if _, err := money.ParseNonNegative(s); err != nil {
+			return fmt.Errorf("offline cap: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *Main) logger() *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).
+		With("store", m.Store, "terminal", m.Terminal)
+}
+
+// Run runs the agent until ctx ends.
+func (m *Main) Run(ctx context.Context) error {
+	log := m.logger()
+	slog.SetDefault(log)
+	loc, _ := time.LoadLocation(m.TZ)
+	payCap, _ := money.ParseNonNegative(m.CardPaymentCap)
+	totalCap, _ := money.ParseNonNegative(m.CardTotalCap)
+	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+		return err
+	}
+	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
+		Store: m.Store, Terminal: m.Terminal, Location: loc,
+		Caps: outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline, OfflineRefunds: m.OfflineRefunds},
+	})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	up := uplink.New(uplink.Config{
+		BrokerURL: m.Broker, Store: m.Store, Terminal: m.Terminal, Username: m.Username, Password: m.Password,
+		Window: m.Window, BatchMax: m.Batch, AckTimeout: m.AckTimeout, VerdictTimeout: m.VerdictTimeout,
+		HeartbeatEvery: m.Heartbeat, Logger: log,
+	}, store)
+
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	m.Addr <- ln.Addr().String()
+	srv := &http.Server{Handler: api.New(store, up, log), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	log.Info("listening", "addr", ln.Addr().String(), "broker", m.Broker)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { errc <- up.Run(ctx) }()
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	go m.pruneLoop(ctx, store, log)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	srv.Shutdown(shut)
+	if err != nil && !strings.Contains(err.Error(), "context canceled") {
+		return err
+	}
+	return nil
+}
+
+func (m *Main) pruneLoop(ctx context.Context, store *outbox.Store, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := store.Prune(ctx, time.Now().Add(-m.Retention)); err != nil {
+			if ctx.Err() == nil {
+				log.Error("prune", "err", err)
+			}
+		} else if n > 0 {
+			log.Info("pruned acked events", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,435 @@
+// Package outbox is the terminal-agent's durable state in SQLite: the cashier's sales,
+// payments, refunds and day closes, the catalog it prices from, the client tokens that make a
+// double click one request, and the queue of events the terminal owes its store.
+//
+// Every state change is committed (WAL, synchronous=FULL) before the caller answers the POS
+// app. A seq is taken from an AUTOINCREMENT key, so it is never reused, also after a crash or
+// after pruning. The package never deletes an event that the store has not acknowledged.
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/schema"
+)
+
+// Caps are the offline limits. Cash is never capped.
+type Caps struct {
+	// MaxCardPayment is the largest single card/QR payment taken offline (0: no limit).
+	MaxCardPayment money.Fen
+	// MaxStoredCard is the most card/QR money held unsynced in the outbox (0: no limit).
+	MaxStoredCard money.Fen
+	// MaxOffline is how long the terminal may take card/QR payments offline (0: no limit).
+	MaxOffline time.Duration
+	// OfflineRefunds allows refunds while offline (off by default).
+	OfflineRefunds bool
+}
+
+// Config configures a Store.
+type Config struct {
+	Store    string
+	Terminal string
+	// Location is the store's time zone; business dates are taken in it.
+	Location *time.Location
+	// Now is the clock (time.Now if nil).
+	Now  func() time.Time
+	Caps Caps
+}
+
+// Store is the terminal's database.
+type Store struct {
+	db  *sqlitedb.DB
+	cfg Config
+}
+
+// Open opens (creating and migrating) the terminal database at path.
+func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
+	if cfg.Location == nil {
+		cfg.Location = time.Local
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	db, err := sqlitedb.Open(ctx, path, schema.Terminal())
+	if err != nil {
+		return nil, fmt.Errorf("open outbox: %w", err)
+	}
+	return &Store{db: db, cfg: cfg}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Config returns the store's configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+func (s *Store) now() time.Time { return s.cfg.Now().In(s.cfg.Location) }
+
+// BusinessDate is the business day of t in the store's time zone.
+func (s *Store) BusinessDate(t time.Time) string {
+	return t.In(s.cfg.Location).Format(wire.BusinessDate)
+}
+
+// Event is a queued event as the sync lane publishes it.
+type Event struct {
+	Seq     int64
+	Kind    wire.Kind
+	At      time.Time
+	Payload []byte
+	Hash    string
+	Offline bool
+	Created time.Time
+}
+
+// Envelope returns the event's wire envelope.
+func (e *Event) Envelope(store, terminal string) wire.Envelope {
+	return wire.Envelope{
+		V: wire.Version, Kind: e.Kind, Store: store, Terminal: terminal, Seq: e.Seq,
+		Key: wire.Key(terminal, e.Seq), Hash: e.Hash, At: e.At, Offline: e.Offline, Payload: e.Payload,
+	}
+}
+
+// Pending returns up to limit undelivered events with seq > after, in seq order.
+func (s *Store) Pending(ctx context.Context, after int64, limit int) ([]Event, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT seq, kind, at, payload, hash, offline, created_ms FROM events
+		WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at string
+		var created int64
+		if err := rows.Scan(&e.Seq, &e.Kind, &at, &e.Payload, &e.Hash, &e.Offline, &created); err != nil {
+			return nil, fmt.Errorf("pending events: %w", err)
+		}
+		e.Created = time.UnixMilli(created)
+		if e.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return nil, fmt.Errorf("pending event %d: bad time %q: %w", e.Seq, at, err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Backlog is the undelivered part of the queue.
+type Backlog struct {
+	Count      int64
+	OldestSeq  int64
+	OldestAt   time.Time // when the oldest undelivered event was created (zero if none)
+	StoredCard money.Fen // card/QR money in undelivered events
+	Parked     int64
+}
+
+// Backlog returns the queue's figures.
+func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	var oldestMs sql.NullInt64
+	var oldestSeq sql.NullInt64
+	err := s.db.R.QueryRowContext(ctx, `SELECT count(*), min(seq), min(created_ms), coalesce(sum(stored_fen), 0)
+		FROM events WHERE state = 'pending'`).Scan(&b.Count, &oldestSeq, &oldestMs, &b.StoredCard)
+	if err != nil {
+		return b, fmt.Errorf("backlog: %w", err)
+	}
+	if oldestMs.Valid {
+		b.OldestAt = time.UnixMilli(oldestMs.Int64)
+		b.OldestSeq = oldestSeq.Int64
+	}
+	if err := s.db.R.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE state = 'parked'`).Scan(&b.Parked); err != nil {
+		return b, fmt.Errorf("backlog: %w", err)
+	}
+	return b, nil
+}
+
+// PendingBefore counts undelivered events with a seq below seq.
+func (s *Store) PendingBefore(ctx context.Context, seq int64) (int64, error) {
+	var n int64
+	err := s.db.R.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE state = 'pending' AND seq < ?`, seq).Scan(&n)
+	return n, err
+}
+
+// Parked is an event the store rejected, kept with its reason for the manager.
+type Parked struct {
+	Seq     int64     `json:"seq"`
+	Key     string    `json:"key"`
+	Kind    wire.Kind `json:"kind"`
+	At      time.Time `json:"at"`
+	Status  string    `json:"status"`
+	Code    string    `json:"code"`
+	Message string    `json:"message"`
+	Payload []byte    `json:"-"`
+}
+
+// Parked lists parked events, oldest first.
+func (s *Store) Parked(ctx context.Context, limit int) ([]Parked, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT seq, kind, at, coalesce(ack_status, ''), coalesce(code, ''),
+		coalesce(message, ''), payload FROM events WHERE state = 'parked' ORDER BY seq LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("parked events: %w", err)
+	}
+	defer rows.Close()
+	var out []Parked
+	for rows.Next() {
+		var p Parked
+		var at string
+		if err := rows.Scan(&p.Seq, &p.Kind, &at, &p.Status, &p.Code, &p.Message, &p.Payload); err != nil {
+			return nil, fmt.Errorf("parked events: %w", err)
+		}
+		p.At, _ = time.Parse(time.RFC3339Nano, at)
+		p.Key = wire.Key(s.cfg.Terminal, p.Seq)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Transition is what an ack does to an event.
+type Transition struct {
+	Seq    int64
+	Ack    wire.Ack
+	Action Action
+}
+
+// Action is the effect of an ack on a queued event.
+type Action int
+
+// The actions.
+const (
+	Ack     Action = iota + 1 // delivered: the store has it
+	Park                      // the store refused an offline event: keep it aside with its reason
+	Refuse                    // a live verdict said no and the cashier was told: undo the sale step
+	Offline                   // the terminal decided locally: deliver it as an offline event
+)
+
+// Apply applies transitions in one transaction and returns those that changed a pending event.
+func (s *Store) Apply(ctx context.Context, ts []Transition) ([]Transition, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	tx, err := s.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("apply acks: %w", err)
+	}
+	defer tx.Rollback()
+	nowMs := s.cfg.Now().UnixMilli()
+	var done []Transition
+	for _, t := range ts {
+		changed, err := applyOne(ctx, tx, t, nowMs)
+		if err != nil {
+			return nil, fmt.Errorf("apply ack %d: %w", t.Seq, err)
+		}
+		if changed {
+			done = append(done, t)
+		}
+	}
+	if err := setKV(ctx, tx, "last_ack_ms", nowMs); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("apply acks: %w", err)
+	}
+	return done, nil
+}
+
+func applyOne(ctx context.Context, tx *sql.Tx, t Transition, nowMs int64) (bool, error) {
+	var res sql.Result
+	var err error
+	a := t.Ack
+	switch t.Action {
+	case Ack:
+		var flow sql.NullInt64
+		var date sql.NullString
+		if a.Result != nil {
+			flow = sql.NullInt64{Int64: a.Result.FlowNo, Valid: a.Result.FlowNo > 0}
+			date = sql.NullString{String: a.Result.BusinessDate, Valid: a.Result.BusinessDate != ""}
+		}
+		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'acked', done_ms = ?, ack_status = ?,
+			flow_no = ?, store_date = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
+			nowMs, string(a.Status), flow, date, t.Seq)
+		if err == nil && flow.Valid {
+			if _, err = tx.ExecContext(ctx, `UPDATE sales SET flow_no = ? WHERE seq = ?`, flow, t.Seq); err == nil {
+				_, err = tx.ExecContext(ctx, `UPDATE refunds SET flow_no = ? WHERE seq = ?`, flow, t.Seq)
+			}
+		}
+	case Park:
+		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'parked', done_ms = ?, ack_status = ?,
+			code = ?, message = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
+			nowMs, string(a.Status), a.Code, a.Message, t.Seq)
+	case Refuse:
+		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'refused', done_ms = ?, ack_status = ?,
+			code = ?, message = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
+			nowMs, string(a.Status), a.Code, a.Message, t.Seq)
+		if err == nil {
+			if n, _ := res.RowsAffected(); n == 1 {
+				return true, undo(ctx, tx, t.Seq)
+			}
+		}
+	case Offline:
+		res, err = tx.ExecContext(ctx, `UPDATE events SET offline = 1 WHERE seq = ? AND state = 'pending'`, t.Seq)
+	default:
+		return false, fmt.Errorf("unknown action %d", t.Action)
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// undo reverts the sale step whose event seq was refused by a live verdict: a scanned line is
+// removed, a completed sale reopens without its last payment, a refund is marked refused.
+func undo(ctx context.Context, tx *sql.Tx, seq int64) error {
+	var kind string
+	if err := tx.QueryRowContext(ctx, `SELECT kind FROM events WHERE seq = ?`, seq).Scan(&kind); err != nil {
+		return err
+	}
+	var err error
+	switch wire.Kind(kind) {
+	case wire.KindScan:
+		_, err = tx.ExecContext(ctx, `UPDATE sale_lines SET removed = 1 WHERE scan_seq = ?`, seq)
+	case wire.KindSale:
+		var id string
+		if err = tx.QueryRowContext(ctx, `SELECT id FROM sales WHERE seq = ?`, seq).Scan(&id); err != nil {
+			return err
+		}
+		if _, err = tx.ExecContext(ctx, `UPDATE payments SET voided = 1 WHERE sale_id = ? AND n =
+			(SELECT max(n) FROM payments WHERE sale_id = ? AND voided = 0)`, id, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sales SET state = 'open', seq = NULL, completed_at = NULL,
+			business_date = NULL, change = 0 WHERE id = ?`, id)
+	case wire.KindRefund:
+		_, err = tx.ExecContext(ctx, `UPDATE refunds SET state = 'refused' WHERE seq = ?`, seq)
+	}
+	return err
+}
+
+// EventState is an event's delivery state as the API reports it.
+type EventState struct {
+	Seq     int64  `json:"seq"`
+	Key     string `json:"key"`
+	State   string `json:"state"` // pending, acked, parked, refused
+	Offline bool   `json:"offline"`
+	Status  string `json:"ack_status,omitempty"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	FlowNo  int64  `json:"flow_no,omitempty"`
+}
+
+// EventState returns the delivery state of event seq (perr.NotFound if pruned or unknown).
+func (s *Store) EventState(ctx context.Context, seq int64) (EventState, error) {
+	e := EventState{Seq: seq, Key: wire.Key(s.cfg.Terminal, seq)}
+	var flow sql.NullInt64
+	err := s.db.R.QueryRowContext(ctx, `SELECT state, offline, coalesce(ack_status, ''), coalesce(code, ''),
+		coalesce(message, ''), flow_no FROM events WHERE seq = ?`, seq).
+		Scan(&e.State, &e.Offline, &e.Status, &e.Code, &e.Message, &flow)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, perr.New(perr.NotFound, "event_not_found", "event %d is unknown or pruned", seq)
+	}
+	e.FlowNo = flow.Int64
+	return e, err
+}
+
+// Prune deletes acknowledged and refused events older than before. Pending and parked events
+// are never pruned.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.W.ExecContext(ctx, `DELETE FROM events WHERE state IN ('acked', 'refused') AND done_ms < ?`,
+		before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("prune events: %w", err)
+	}
+	if _, err := s.db.W.ExecContext(ctx, `DELETE FROM requests WHERE created_ms < ?`, before.UnixMilli()); err != nil {
+		return 0, fmt.Errorf("prune requests: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// KV returns a named value (0 if unset).
+func (s *Store) KV(ctx context.Context, k string) (int64, error) {
+	var v int64
+	err := s.db.R.QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, k).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// SetKV sets a named value.
+func (s *Store) SetKV(ctx context.Context, k string, v int64) error {
+	return setKV(ctx, s.db.W, k, v)
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func setKV(ctx context.Context, db execer, k string, v int64) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v)
+	if err != nil {
+		return fmt.Errorf("set %s: %w", k, err)
+	}
+	return nil
+}
+
+// Names of kv values.
+const (
+	KVCatalogVersion = "catalog_version"
+	KVOfflineSince   = "offline_since_ms" // 0 while the store is reachable
+	KVLastAck        = "last_ack_ms"
+)
+
+// newID returns a random id with a prefix.
+func newID(prefix string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// ReplaceCatalog stores a catalog if its version is newer than the one held, and reports
+// whether it did.
+func (s *Store) ReplaceCatalog(ctx context.Context, c wire.Catalog) (bool, error) {
+	tx, err := s.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("replace catalog: %w", err)
+	}
+	defer tx.Rollback()
+	var have int64
+	err = tx.QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, KVCatalogVersion).Scan(&have)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("replace catalog: %w", err)
+	}
+	if c.Version <= have {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM catalog`); err != nil {
+		return false, fmt.Errorf("replace catalog: %w", err)
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO catalog (sku, barcode, name, price) VALUES (?, ?, ?, ?)`)
+	if err != nil {
+		return false, fmt.Errorf("replace catalog: %w", err)
+	}
+	defer stmt.Close()
+	for _, it := range c.Items {
+		bc := sql.NullString{String: it.Barcode, Valid: it.Barcode != ""}
+		if _, err := stmt.ExecContext(ctx, it.SKU, bc, it.Name, int64(it.Price)); err != nil {
+			return false, fmt.Errorf("replace catalog: %w", err)
+		}
+	}
+	if err := setKV(ctx, tx, KVCatalogVersion, c.Version); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}

@@ -1,0 +1,156 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// SaleLine is a line as the POS app shows it.
+type SaleLine struct {
+	Line      int       `json:"line"`
+	SKU       string    `json:"sku"`
+	Name      string    `json:"name"`
+	Qty       int64     `json:"qty"`
+	UnitPrice money.Fen `json:"unit_price"`
+	Amount    money.Fen `json:"amount"`
+	Refunded  int64     `json:"refunded_qty"`
+}
+
+// SalePayment is a tender as the POS app shows it.
+type SalePayment struct {
+	N         int       `json:"n"`
+	Method    string    `json:"method"`
+	Amount    money.Fen `json:"amount"`
+	Reference string    `json:"reference,omitempty"`
+	Voided    bool      `json:"voided,omitempty"`
+}
+
+// Sale is a sale as the POS app shows it.
+type Sale struct {
+	ID           string        `json:"id"`
+	State        string        `json:"state"`
+	OpenedAt     time.Time     `json:"opened_at"`
+	CompletedAt  *time.Time    `json:"completed_at,omitempty"`
+	BusinessDate string        `json:"business_date,omitempty"`
+	Lines        []SaleLine    `json:"lines"`
+	Total        money.Fen     `json:"total"`
+	Paid         money.Fen     `json:"paid"`
+	Due          money.Fen     `json:"due"`
+	Change       money.Fen     `json:"change"`
+	Payments     []SalePayment `json:"payments"`
+	Seq          int64         `json:"seq,omitempty"`
+	FlowNo       int64         `json:"flow_no,omitempty"`
+}
+
+// Sale returns a sale by id.
+func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
+	var v Sale
+	var opened string
+	var completed, date sql.NullString
+	var seq, flow sql.NullInt64
+	err := s.db.R.QueryRowContext(ctx, `SELECT id, state, opened_at, completed_at, business_date, change, seq, flow_no
+		FROM sales WHERE id = ?`, id).Scan(&v.ID, &v.State, &opened, &completed, &date, &v.Change, &seq, &flow)
+	if errors.Is(err, sql.ErrNoRows) {
+		return v, errSaleNotFound(id)
+	}
+	if err != nil {
+		return v, fmt.Errorf("sale %s: %w", id, err)
+	}
+	v.OpenedAt, _ = time.Parse(time.RFC3339Nano, opened)
+	if completed.Valid {
+		t, _ := time.Parse(time.RFC3339Nano, completed.String)
+		v.CompletedAt = &t
+	}
+	v.BusinessDate, v.Seq, v.FlowNo = date.String, seq.Int64, flow.Int64
+	rows, err := s.db.R.QueryContext(ctx, `SELECT l.line, l.sku, l.name, l.qty, l.unit_price, l.amount, coalesce((
+			SELECT sum(rl.qty) FROM refund_lines rl JOIN refunds r ON r.id = rl.refund_id
+			WHERE r.sale_id = l.sale_id AND r.state = 'done' AND rl.line = l.line), 0)
+		FROM sale_lines l WHERE l.sale_id = ? AND l.removed = 0 ORDER BY l.line`, id)
+	if err != nil {
+		return v, fmt.Errorf("sale %s: %w", id, err)
+	}
+	defer rows.Close()
+	v.Lines = []SaleLine{}
+	for rows.Next() {
+		var l SaleLine
+		if err := rows.Scan(&l.Line, &l.SKU, &l.Name, &l.Qty, &l.UnitPrice, &l.Amount, &l.Refunded); err != nil {
+			return v, err
+		}
+		v.Lines = append(v.Lines, l)
+		v.Total += l.Amount
+	}
+	prows, err := s.db.R.QueryContext(ctx, `SELECT n, method, amount, reference, voided FROM payments WHERE sale_id = ? ORDER BY n`, id)
+	if err != nil {
+		return v, fmt.Errorf("sale %s: %w", id, err)
+	}
+	defer prows.Close()
+	v.Payments = []SalePayment{}
+	for prows.Next() {
+		var p SalePayment
+		if err := prows.Scan(&p.N, &p.Method, &p.Amount, &p.Reference, &p.Voided); err != nil {
+			return v, err
+		}
+		if !p.Voided {
+			v.Paid += p.Amount
+		}
+		v.Payments = append(v.Payments, p)
+	}
+	if v.Due = v.Total - v.Paid; v.Due < 0 {
+		v.Due = 0
+	}
+	return v, nil
+}
+
+// Refund is a refund as the POS app shows it.
+type Refund struct {
+	ID           string    `json:"id"`
+	SaleID       string    `json:"sale_id"`
+	State        string    `json:"state"`
+	At           time.Time `json:"at"`
+	BusinessDate string    `json:"business_date"`
+	Amount       money.Fen `json:"amount"`
+	Method       string    `json:"method"`
+	Restock      bool      `json:"restock"`
+	Seq          int64     `json:"seq"`
+	FlowNo       int64     `json:"flow_no,omitempty"`
+}
+
+// Refund returns a refund by id.
+func (s *Store) Refund(ctx context.Context, id string) (Refund, error) {
+	var r Refund
+	var at string
+	var flow sql.NullInt64
+	err := s.db.R.QueryRowContext(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no
+		FROM refunds WHERE id = ?`, id).Scan(&r.ID, &r.SaleID, &r.State, &at, &r.BusinessDate, &r.Amount, &r.Method,
+		&r.Restock, &r.Seq, &flow)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("refund %s not found", id)
+	}
+	r.At, _ = time.Parse(time.RFC3339Nano, at)
+	r.FlowNo = flow.Int64
+	return r, err
+}
+
+// CatalogVersion returns the version of the cached catalog (0: none yet).
+func (s *Store) CatalogVersion(ctx context.Context) (int64, error) {
+	return s.KV(ctx, KVCatalogVersion)
+}
+
+// Item returns a catalog item by SKU.
+func (s *Store) Item(ctx context.Context, sku string) (wire.CatalogItem, bool, error) {
+	var it wire.CatalogItem
+	var bc sql.NullString
+	err := s.db.R.QueryRowContext(ctx, `SELECT sku, barcode, name, price FROM catalog WHERE sku = ?`, sku).
+		Scan(&it.SKU, &bc, &it.Name, &it.Price)
+	if errors.Is(err, sql.ErrNoRows) {
+		return it, false, nil
+	}
+	it.Barcode = bc.String
+	return it, err == nil, err
+}

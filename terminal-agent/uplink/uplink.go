@@ -1,0 +1,558 @@
+// Package uplink is the terminal-agent's sync lane to its store over MQTT (QoS 1, persistent
+// session): it publishes queued events in seq order with a bounded window of unacked events,
+// batches a backlog, applies the store's application acks to the outbox, resends after a
+// reconnect, a gap or an ack timeout, and gives the local API the store's live verdict on a
+// scan or a checkout within a short deadline.
+//
+// An event is done only when the store's ack arrives on the terminal's down topic; a broker's
+// PUBACK means nothing here. The package never marks an event delivered on its own.
+package uplink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/outbox"
+)
+
+// Config configures an Uplink.
+type Config struct {
+	BrokerURL string
+	Store     string
+	Terminal  string
+	Username  string
+	Password  string
+	ClientID  string // default "posgate-STORE-TERMINAL"
+	// Window is the most events published and not yet acked.
+	Window int
+	// BatchMax is the most events carried by one message.
+	BatchMax int
+	// AckTimeout is how long to wait for an ack before resending from the oldest unacked event.
+	AckTimeout time.Duration
+	// VerdictTimeout is how long a live scan or checkout waits for the store's verdict.
+	VerdictTimeout time.Duration
+	// LiveQueueMax: with more events than this queued ahead, a new event is decided locally
+	// at once instead of waiting for a verdict it cannot get in time.
+	LiveQueueMax int64
+	// HeartbeatEvery queues a heartbeat event this often while online (0: never).
+	HeartbeatEvery time.Duration
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.ClientID == "" {
+		c.ClientID = "posgate-" + c.Store + "-" + c.Terminal
+	}
+	if c.Window <= 0 {
+		c.Window = 2000
+	}
+	if c.BatchMax <= 0 {
+		c.BatchMax = 250
+	}
+	if c.BatchMax > wire.MaxBatchEvents {
+		c.BatchMax = wire.MaxBatchEvents
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 5 * time.Second
+	}
+	if c.VerdictTimeout <= 0 {
+		c.VerdictTimeout = 300 * time.Millisecond
+	}
+	if c.LiveQueueMax <= 0 {
+		c.LiveQueueMax = 16
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Uplink is the sync lane.
+type Uplink struct {
+	cfg    Config
+	store  *outbox.Store
+	log    *slog.Logger
+	client mqtt.Client
+	wakeCh chan struct{}
+
+	mu           sync.Mutex
+	connected    bool
+	offlineSince time.Time
+	lastAck      time.Time
+	cursor       int64               // highest seq published in this pass
+	gen          uint64              // bumped by every rewind, so a racing read is dropped
+	inflight     map[int64]time.Time // published, not yet acked: when
+	lastRewind   int64               // the expect of the last out_of_order rewind
+	pausedUntil  time.Time           // after a rate_limited ack of the sync lane
+	waiters      map[int64]chan wire.Ack
+}
+
+// New returns an Uplink for the outbox; Run connects it.
+func New(cfg Config, store *outbox.Store) *Uplink {
+	cfg.defaults()
+	return &Uplink{
+		cfg: cfg, store: store, log: cfg.Logger.With("component", "uplink"),
+		wakeCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]chan wire.Ack{},
+	}
+}
+
+// Status is the lane's state for the status API.
+type Status struct {
+	Online       bool
+	OfflineSince time.Time
+	LastAck      time.Time
+	InFlight     int
+}
+
+// Status returns the lane's state.
+func (u *Uplink) Status() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return Status{Online: u.connected, OfflineSince: u.offlineSince, LastAck: u.lastAck, InFlight: len(u.inflight)}
+}
+
+// Mode tells the local API how the next event will be decided: live (wait for the store's
+// verdict) only when connected and little is queued ahead of it.
+func (u *Uplink) Mode(ctx context.Context) outbox.Mode {
+	u.mu.Lock()
+	m := outbox.Mode{Live: u.connected, Disconnected: !u.connected, OfflineSince: u.offlineSince}
+	u.mu.Unlock()
+	if m.Live {
+		if b, err := u.store.Backlog(ctx); err != nil || b.Count > u.cfg.LiveQueueMax {
+			m.Live = false
+		}
+	}
+	return m
+}
+
+// Notify wakes the sender after an event was queued.
+func (u *Uplink) Notify() {
+	select {
+	case u.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Verdict is the outcome of waiting for the store on a live event.
+type Verdict struct {
+	// Ack is the store's answer, nil if the terminal decided locally.
+	Ack *wire.Ack
+	// Refused: the store said no and the sale step was undone (outbox.Refuse).
+	Refused bool
+}
+
+// Await waits up to the verdict deadline for the store's answer on live event seq. Past the
+// deadline the event is marked offline (decided locally) and a nil Ack is returned; from then
+// on the store can no longer refuse it.
+func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
+	ch := make(chan wire.Ack, 1)
+	u.mu.Lock()
+	if st, err := u.store.EventState(ctx, seq); err == nil && st.State != "pending" {
+		u.mu.Unlock()
+		return verdictFromState(st)
+	}
+	u.waiters[seq] = ch
+	u.mu.Unlock()
+	u.Notify()
+	timer := time.NewTimer(u.cfg.VerdictTimeout)
+	defer timer.Stop()
+	select {
+	case a := <-ch:
+		return verdictOf(a)
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	u.mu.Lock()
+	if _, waiting := u.waiters[seq]; waiting {
+		delete(u.waiters, seq)
+		_, err := u.store.Apply(context.WithoutCancel(ctx), []outbox.Transition{{Seq: seq, Action: outbox.Offline}})
+		if _, sent := u.inflight[seq]; sent {
+			u.rewindLocked(seq) // resend it offline now, ahead of everything after it
+		}
+		u.mu.Unlock()
+		u.Notify()
+		if err != nil {
+			u.log.Error("mark event offline", "seq", seq, "err", err)
+		}
+		return Verdict{}
+	}
+	u.mu.Unlock()
+	return verdictOf(<-ch) // the ack handler delivered it as the deadline passed
+}
+
+func verdictOf(a wire.Ack) Verdict {
+	return Verdict{Ack: &a, Refused: a.Status != wire.AckAccepted && a.Status != wire.AckDuplicate}
+}
+
+func verdictFromState(st outbox.EventState) Verdict {
+	a := wire.Ack{Seq: st.Seq, Key: st.Key, Status: wire.AckStatus(st.Status), Code: st.Code, Message: st.Message}
+	if st.FlowNo > 0 {
+		a.Result = &wire.Result{FlowNo: st.FlowNo}
+	}
+	return Verdict{Ack: &a, Refused: st.State == "refused"}
+}
+
+// Run connects to the broker and runs the lane until ctx ends.
+func (u *Uplink) Run(ctx context.Context) error {
+	since, err := u.store.KV(ctx, outbox.KVOfflineSince)
+	if err != nil {
+		return err
+	}
+	now := u.cfg.Now()
+	if since == 0 {
+		since = now.UnixMilli()
+		if err := u.store.SetKV(ctx, outbox.KVOfflineSince, since); err != nil {
+			return err
+		}
+	}
+	last, _ := u.store.KV(ctx, outbox.KVLastAck)
+	u.mu.Lock()
+	u.offlineSince = time.UnixMilli(since)
+	if last > 0 {
+		u.lastAck = time.UnixMilli(last)
+	}
+	u.mu.Unlock()
+
+	will, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: u.cfg.Terminal, Online: false})
+	opts := mqtt.NewClientOptions().
+		AddBroker(u.cfg.BrokerURL).
+		SetClientID(u.cfg.ClientID).
+		SetUsername(u.cfg.Username).
+		SetPassword(u.cfg.Password).
+		SetCleanSession(false).
+		SetOrderMatters(true).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(500*time.Millisecond).
+		SetMaxReconnectInterval(2*time.Second).
+		SetKeepAlive(5*time.Second).
+		SetPingTimeout(3*time.Second).
+		SetConnectTimeout(5*time.Second).
+		SetWriteTimeout(5*time.Second).
+		SetWill(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), string(will), 1, true).
+		SetOnConnectHandler(func(c mqtt.Client) { u.onConnect(ctx, c) }).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { u.onLost(ctx, err) })
+	u.client = mqtt.NewClient(opts)
+	u.client.Connect() // retries in the background (SetConnectRetry)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); u.sendLoop(ctx) }()
+	if u.cfg.HeartbeatEvery > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); u.heartbeatLoop(ctx) }()
+	}
+	<-ctx.Done()
+	wg.Wait()
+	u.client.Disconnect(250)
+	return nil
+}
+
+func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
+	down := wire.DownTopic(u.cfg.Store, u.cfg.Terminal)
+	if t := c.Subscribe(down, 1, func(_ mqtt.Client, m mqtt.Message) { u.onDown(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
+		u.log.Error("subscribe down", "err", t.Error())
+	}
+	if t := c.Subscribe(wire.CatalogTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onCatalog(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
+		u.log.Error("subscribe catalog", "err", t.Error())
+	}
+	online, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: u.cfg.Terminal, Online: true, At: u.cfg.Now()})
+	c.Publish(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), 1, true, online)
+	if err := u.store.SetKV(ctx, outbox.KVOfflineSince, 0); err != nil {
+		u.log.Error("record online", "err", err)
+	}
+	u.mu.Lock()
+	u.connected = true
+	u.offlineSince = time.Time{}
+	u.rewindLocked(1) // resend everything unacked
+	u.mu.Unlock()
+	u.log.Info("connected", "broker", u.cfg.BrokerURL)
+	u.Notify()
+}
+
+func (u *Uplink) onLost(ctx context.Context, err error) {
+	now := u.cfg.Now()
+	u.mu.Lock()
+	u.connected = false
+	if u.offlineSince.IsZero() {
+		u.offlineSince = now
+	}
+	u.mu.Unlock()
+	if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVOfflineSince, now.UnixMilli()); err != nil {
+		u.log.Error("record offline", "err", err)
+	}
+	u.log.Warn("connection lost", "err", err)
+}
+
+// rewindLocked makes the sender publish again from seq on.
+func (u *Uplink) rewindLocked(seq int64) {
+	if seq-1 < u.cursor {
+		u.cursor = seq - 1
+	}
+	for s := range u.inflight {
+		if s >= seq {
+			delete(u.inflight, s)
+		}
+	}
+	u.gen++
+}
+
+func (u *Uplink) sendLoop(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.wakeCh:
+		case <-tick.C:
+		}
+		if err := u.pump(ctx); err != nil && ctx.Err() == nil {
+			u.log.Error("publish", "err", err)
+		}
+	}
+}
+
+// pump publishes as many queued events as the window allows.
+//
+// A live event (one whose request waits for the store's verdict) ends its message, and
+// nothing after it is published until its verdict arrives or its deadline passes: past the
+// deadline it is resent at once as offline, so the store still sees the terminal's events in
+// seq order whatever its live verdict was.
+func (u *Uplink) pump(ctx context.Context) error {
+	for {
+		now := u.cfg.Now()
+		u.mu.Lock()
+		if !u.connected || now.Before(u.pausedUntil) || u.holdingLocked() {
+			u.mu.Unlock()
+			return nil
+		}
+		if oldest, ok := u.oldestInflightLocked(); ok && now.Sub(u.inflight[oldest]) > u.cfg.AckTimeout {
+			u.log.Warn("ack timeout, resending", "from_seq", oldest)
+			u.rewindLocked(oldest)
+			u.lastRewind = 0
+		}
+		room := u.cfg.Window - len(u.inflight)
+		after, gen := u.cursor, u.gen
+		u.mu.Unlock()
+		if room <= 0 {
+			return nil
+		}
+		evs, err := u.store.Pending(ctx, after, min(room, u.cfg.BatchMax))
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		if evs, err = u.cutAtLive(ctx, evs, now); err != nil || len(evs) == 0 {
+			return err
+		}
+		msg, err := u.encode(evs)
+		if err != nil {
+			return err
+		}
+		u.mu.Lock()
+		if gen != u.gen || !u.connected {
+			u.mu.Unlock()
+			continue
+		}
+		for _, e := range evs {
+			u.inflight[e.Seq] = now
+		}
+		u.cursor = evs[len(evs)-1].Seq
+		u.mu.Unlock()
+		// QoS 1; the PUBACK is not awaited: only the store's ack counts.
+		u.client.Publish(wire.UpTopic(u.cfg.Store, u.cfg.Terminal), 1, false, msg)
+	}
+}
+
+// holdingLocked reports whether a published live event still waits for its verdict.
+func (u *Uplink) holdingLocked() bool {
+	for seq := range u.waiters {
+		if _, sent := u.inflight[seq]; sent && seq <= u.cursor {
+			return true
+		}
+	}
+	return false
+}
+
+// cutAtLive ends a message after its first live event. A live event nobody waits for (its
+// request was answered before a restart) is turned offline first; one created moments ago
+// whose request has not started waiting yet stops the message before it.
+func (u *Uplink) cutAtLive(ctx context.Context, evs []outbox.Event, now time.Time) ([]outbox.Event, error) {
+	for i := range evs {
+		if evs[i].Offline {
+			continue
+		}
+		u.mu.Lock()
+		_, waiting := u.waiters[evs[i].Seq]
+		u.mu.Unlock()
+		switch {
+		case waiting:
+			return evs[:i+1], nil
+		case now.Sub(evs[i].Created) < u.cfg.VerdictTimeout:
+			return evs[:i], nil
+		}
+		if _, err := u.store.Apply(ctx, []outbox.Transition{{Seq: evs[i].Seq, Action: outbox.Offline}}); err != nil {
+			return nil, err
+		}
+		evs[i].Offline = true
+	}
+	return evs, nil
+}
+
+func (u *Uplink) oldestInflightLocked() (int64, bool) {
+	var oldest int64
+	for s := range u.inflight {
+		if oldest == 0 || s < oldest {
+			oldest = s
+		}
+	}
+	return oldest, oldest != 0
+}
+
+func (u *Uplink) encode(evs []outbox.Event) ([]byte, error) {
+	if len(evs) == 1 {
+		return json.Marshal(evs[0].Envelope(u.cfg.Store, u.cfg.Terminal))
+	}
+	raw := make([]json.RawMessage, len(evs))
+	for i := range evs {
+		b, err := json.Marshal(evs[i].Envelope(u.cfg.Store, u.cfg.Terminal))
+		if err != nil {
+			return nil, err
+		}
+		raw[i] = b
+	}
+	return wire.MarshalBatch(u.cfg.Store, u.cfg.Terminal, raw)
+}
+
+// onDown applies one acks message: all its transitions in one transaction, under the lock
+// that Await's deadline also takes, so that a verdict is either delivered to its waiter or
+// the event is already decided locally — never both.
+func (u *Uplink) onDown(ctx context.Context, payload []byte) {
+	msg, err := wire.DecodeAcks(payload)
+	if err != nil {
+		u.log.Warn("bad down message", "err", err)
+		return
+	}
+	if msg.Terminal != u.cfg.Terminal {
+		u.log.Warn("acks for another terminal", "terminal", msg.Terminal)
+		return
+	}
+	now := u.cfg.Now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ts := make([]outbox.Transition, 0, len(msg.Acks))
+	deliver := map[int64]wire.Ack{}
+	for _, a := range msg.Acks {
+		_, waiting := u.waiters[a.Seq]
+		switch a.Status {
+		case wire.AckAccepted, wire.AckDuplicate:
+			ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Ack})
+		case wire.AckRejected, wire.AckRateLimited, wire.AckConflict:
+			switch {
+			case a.Live && waiting:
+				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Refuse})
+			case a.Status == wire.AckConflict || (a.Status == wire.AckRejected && !a.Live):
+				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Park})
+			case a.Live:
+				// The store judged a live attempt the terminal has since decided locally:
+				// deliver it again as an offline event, which the store records.
+				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Offline})
+				u.rewindLocked(a.Seq)
+			default: // rate_limited on the sync lane: pace it
+				u.pausedUntil = now.Add(time.Duration(a.RetryAfterMs) * time.Millisecond)
+				u.rewindLocked(a.Seq)
+			}
+		case wire.AckOutOfOrder:
+			if a.Expect > 0 && a.Expect != u.lastRewind {
+				u.rewindLocked(a.Expect)
+				u.lastRewind = a.Expect
+			}
+			continue
+		default:
+			u.log.Warn("unknown ack status", "status", a.Status, "seq", a.Seq)
+			continue
+		}
+		if waiting {
+			deliver[a.Seq] = a
+		}
+		delete(u.inflight, a.Seq)
+	}
+	if _, err := u.store.Apply(context.WithoutCancel(ctx), ts); err != nil {
+		u.log.Error("apply acks", "err", err)
+		return // the events stay pending and are resent
+	}
+	u.lastAck = now
+	for seq, a := range deliver {
+		if ch := u.waiters[seq]; ch != nil {
+			ch <- a
+			delete(u.waiters, seq)
+		}
+	}
+	if len(ts) > 0 {
+		u.Notify()
+	}
+}
+
+func (u *Uplink) onCatalog(ctx context.Context, payload []byte) {
+	c, err := wire.DecodeCatalog(payload)
+	if err != nil {
+		u.log.Warn("bad catalog", "err", err)
+		return
+	}
+	if c.Store != u.cfg.Store {
+		u.log.Warn("catalog for another store", "store", c.Store)
+		return
+	}
+	changed, err := u.store.ReplaceCatalog(context.WithoutCancel(ctx), c)
+	if err != nil {
+		u.log.Error("store catalog", "err", err)
+		return
+	}
+	if changed {
+		u.log.Info("catalog updated", "version", c.Version, "items", len(c.Items))
+	}
+}
+
+func (u *Uplink) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(u.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !u.Status().Online {
+			continue
+		}
+		b, err := u.store.Backlog(ctx)
+		if err != nil {
+			continue
+		}
+		v, _ := u.store.KV(ctx, outbox.KVCatalogVersion)
+		hb := &wire.HeartbeatPayload{Backlog: b.Count, CatalogVersion: v}
+		if !b.OldestAt.IsZero() {
+			hb.OldestAgeMs = max(0, u.cfg.Now().Sub(b.OldestAt).Milliseconds())
+		}
+		if _, err := u.store.Enqueue(ctx, wire.KindHeartbeat, hb); err != nil && !errors.Is(err, context.Canceled) {
+			u.log.Error("queue heartbeat", "err", err)
+		}
+		u.Notify()
+	}
+}
+
+// String describes the lane for logs.
+func (u *Uplink) String() string {
+	return fmt.Sprintf("uplink %s/%s via %s", u.cfg.Store, u.cfg.Terminal, u.cfg.BrokerURL)
+}
