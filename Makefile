@@ -7,15 +7,22 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
 APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto
-BINS      := terminal-agent
+BINS      := terminal-agent store-server
 
-.PHONY: all build deps test test-short vet fmt bench fuzz clean
+.PHONY: all build deps demo test test-short vet fmt bench fuzz clean
 
 all: build
 
 build:
 	mkdir -p bin
 	for b in $(BINS); do $(GO) build -o bin/$$b ./$$b || exit 1; done
+	$(GO) build -o bin/posgate-demo ./demo
+
+# demo runs one store end to end (Redis Sentinel trio, store-server on its embedded broker,
+# three terminal-agents, a cashier load, a terminal offline, a Redis master killed) and ends
+# with PASS or FAIL on the invariants.
+demo: deps build
+	bin/posgate-demo --bin bin --duration $(or $(DURATION),20s)
 
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:

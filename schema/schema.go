@@ -8,11 +8,14 @@ import (
 	"io/fs"
 )
 
-//go:embed terminal/*.sql
+//go:embed terminal/*.sql store/*.sql
 var files embed.FS
 
 // Terminal returns the terminal-agent's migrations.
 func Terminal() fs.FS { return sub("terminal") }
+
+// Store returns the store ledger's migrations.
+func Store() fs.FS { return sub("store") }
 
 func sub(dir string) fs.FS {
 	f, err := fs.Sub(files, dir)

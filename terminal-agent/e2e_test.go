@@ -4,21 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
@@ -44,131 +41,31 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// cashier drives an agent's local API like a POS app and records every event that was
-// answered 2xx.
-type cashier struct {
-	base   string
-	client *http.Client
-	mu     sync.Mutex
-	ok     map[string]bool // event keys answered 2xx
-	denied map[string]bool // event keys whose request the store refused (4xx)
-	n      int
-}
-
-func newCashier(addr string) *cashier {
-	return &cashier{base: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second},
-		ok: map[string]bool{}, denied: map[string]bool{}}
-}
-
-// call sends one request; err is set if no answer arrived (the agent may have committed it).
-func (c *cashier) call(method, path, body string) (int, []byte, error) {
-	c.mu.Lock()
-	c.n++
-	token := fmt.Sprintf("tok-%d-%d", time.Now().UnixNano(), c.n)
-	c.mu.Unlock()
-	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(body))
-	req.Header.Set("Idempotency-Key", token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := c.client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, nil, err
-	}
-	if res.StatusCode < 300 {
-		var a struct {
-			Event *api.EventRef `json:"event"`
-		}
-		json.Unmarshal(b, &a)
-		if a.Event != nil {
-			c.mu.Lock()
-			c.ok[a.Event.Key] = true
-			c.mu.Unlock()
-		}
-	}
-	return res.StatusCode, b, nil
-}
-
-// sale runs one whole sale; it returns an error only when the agent did not answer.
-func (c *cashier) sale(skus []string, method string) error {
-	st, b, err := c.call("POST", "/v1/sales", "")
-	if err != nil {
-		return err
-	}
-	if st != 201 {
-		return fmt.Errorf("open sale: %d %s", st, b)
-	}
-	var s api.SaleAnswer
-	json.Unmarshal(b, &s)
-	id := s.Sale.ID
-	for _, sku := range skus {
-		st, b, err = c.call("POST", "/v1/sales/"+id+"/lines", fmt.Sprintf(`{"sku":%q,"qty":%d}`, sku, 1+len(sku)%3))
-		if err != nil {
-			return err
-		}
-		if st >= 500 {
-			return fmt.Errorf("add line: %d %s", st, b)
-		}
-	}
-	_, b, err = c.call("GET", "/v1/sales/"+id, "")
-	if err != nil {
-		return err
-	}
-	json.Unmarshal(b, &s)
-	if s.Sale.Total == 0 {
-		_, _, err = c.call("POST", "/v1/sales/"+id+"/cancel", "")
-		return err
-	}
-	body := fmt.Sprintf(`{"method":%q,"amount":%q,"reference":"REF-%s"}`, method, s.Sale.Total.String(), id)
-	if method == "cash" {
-		body = fmt.Sprintf(`{"method":"cash","amount":%q}`, (s.Sale.Total + 1000).String())
-	}
-	st, b, err = c.call("POST", "/v1/sales/"+id+"/payments", body)
-	if err != nil {
-		return err
-	}
-	if st >= 500 {
-		return fmt.Errorf("pay: %d %s", st, b)
-	}
-	return nil
-}
-
-func (c *cashier) status(t testing.TB) api.StatusAnswer {
+// waitDrained waits until the agent has no backlog left.
+func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) api.StatusAnswer {
 	t.Helper()
-	var s api.StatusAnswer
-	_, b, err := c.call("GET", "/v1/status", "")
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	st, err := c.WaitDrained(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	json.Unmarshal(b, &s)
-	return s
+	return st
 }
 
-// waitDrained waits until the agent has no backlog left.
-func (c *cashier) waitDrained(t testing.TB, d time.Duration) api.StatusAnswer {
+func status(t testing.TB, c *harness.Cashier) api.StatusAnswer {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		st := c.status(t)
-		if st.Online && st.Backlog == 0 {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backlog not drained after %v: %+v", d, st)
-		}
-		time.Sleep(50 * time.Millisecond)
+	st, err := c.Status()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return st
 }
 
 // checkExactlyOnce asserts that every event answered 2xx reached the store exactly once (or
 // is parked with the store's reason), that the store accepted nothing else, and that it
 // accepted each terminal's events in seq order.
-func checkExactlyOnce(t *testing.T, c *cashier, r *storesim.Responder, terminal string, parked map[string]bool) {
+func checkExactlyOnce(t *testing.T, c *harness.Cashier, r *storesim.Responder, terminal string, parked map[string]bool) {
 	t.Helper()
 	accepted := r.Accepted(terminal)
 	seen := map[string]int{}
@@ -181,7 +78,8 @@ func checkExactlyOnce(t *testing.T, c *cashier, r *storesim.Responder, terminal 
 		last = e.Seq
 	}
 	missing := 0
-	for key := range c.ok {
+	ok := c.OK()
+	for key := range ok {
 		switch {
 		case parked[key]:
 			if seen[key] != 0 {
@@ -195,13 +93,13 @@ func checkExactlyOnce(t *testing.T, c *cashier, r *storesim.Responder, terminal 
 		}
 	}
 	if missing > 0 {
-		t.Errorf("%d of %d acknowledged events not delivered exactly once", missing, len(c.ok))
+		t.Errorf("%d of %d acknowledged events not delivered exactly once", missing, len(ok))
 	}
 	if st := r.Stats(); st.Conflicts != 0 {
 		t.Errorf("store saw %d conflicts: a seq was reused for other content", st.Conflicts)
 	}
 	t.Logf("%d events answered 2xx, %d accepted by the store, %d parked; store stats %+v",
-		len(c.ok), len(accepted), len(parked), r.Stats())
+		len(ok), len(accepted), len(parked), r.Stats())
 }
 
 func startResponder(t *testing.T, s *stack.Stack, decide storesim.DecideFunc) *storesim.Responder {
@@ -239,15 +137,13 @@ func runAgent(t *testing.T, broker, dataDir string, extra ...string) string {
 	return ""
 }
 
-func waitCatalog(t *testing.T, c *cashier) {
+func waitCatalog(t *testing.T, c *harness.Cashier) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		if c.status(t).CatalogVersion > 0 {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitCatalog(ctx); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("the agent never received the catalog")
 }
 
 // TestSyncExactlyOnce runs a cashier against the agent while the store acks, rejects,
@@ -272,13 +168,13 @@ func TestSyncExactlyOnce(t *testing.T) {
 		}
 		return nil
 	})
-	c := newCashier(runAgent(t, s.MQTTURL(), t.TempDir()))
+	c := harness.NewCashier(runAgent(t, s.MQTTURL(), t.TempDir()))
 	waitCatalog(t, c)
 	basket := func(i int) []string { return [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"MILK", "MILK", "BREAD"}}[i%3] }
 	method := func(i int) string { return []string{"cash", "card", "qr"}[i%3] }
 	sell := func(n int, extra ...string) {
 		for i := 0; i < n; i++ {
-			if err := c.sale(append(basket(i), extra...), method(i)); err != nil {
+			if err := c.Sale(append(basket(i), extra...), method(i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -288,10 +184,10 @@ func TestSyncExactlyOnce(t *testing.T) {
 	r.SetDuplicateAcks(true)
 	sell(20)
 	// A live refusal is an answer to the cashier, and the event is never delivered.
-	st, b, _ := c.call("POST", "/v1/sales", "")
+	st, b, _ := c.Call("POST", "/v1/sales", "")
 	var sa api.SaleAnswer
 	json.Unmarshal(b, &sa)
-	st, b, _ = c.call("POST", "/v1/sales/"+sa.Sale.ID+"/lines", `{"sku":"LIMITED","qty":1}`)
+	st, b, _ = c.Call("POST", "/v1/sales/"+sa.Sale.ID+"/lines", `{"sku":"LIMITED","qty":1}`)
 	if st != 429 {
 		t.Fatalf("live rate limit: %d %s", st, b)
 	}
@@ -313,22 +209,22 @@ func TestSyncExactlyOnce(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	sell(10)
-	if err := c.sale([]string{"BAD"}, "cash"); err != nil {
+	if err := c.Sale([]string{"BAD"}, "cash"); err != nil {
 		t.Fatal(err)
 	}
 	sell(5)
-	if st := c.status(t); st.Online || st.Backlog < 30 {
+	if st := status(t, c); st.Online || st.Backlog < 30 {
 		t.Fatalf("offline status: %+v", st)
 	}
 	if err := s.Mosquitto.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	sell(10)
-	c.waitDrained(t, 60*time.Second)
+	waitDrained(t, c, 60*time.Second)
 
 	// The refused offline sale is parked with the store's reason; nothing else is.
 	var p api.ParkedAnswer
-	_, b, _ = c.call("GET", "/v1/parked", "")
+	_, b, _ = c.Call("GET", "/v1/parked", "")
 	json.Unmarshal(b, &p)
 	parked := map[string]bool{}
 	for _, e := range p.Parked {
@@ -381,7 +277,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal("agent did not start listening")
 		return nil
 	}
-	c := newCashier(addr)
+	c := harness.NewCashier(addr)
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	cmd := start()
 	waitCatalog(t, c)
@@ -399,7 +295,7 @@ func TestCrashRecovery(t *testing.T) {
 						return
 					default:
 					}
-					if err := c.sale(skus[:1+(i+w)%3], []string{"cash", "card", "qr"}[i%3]); err != nil {
+					if err := c.Sale(skus[:1+(i+w)%3], []string{"cash", "card", "qr"}[i%3]); err != nil {
 						return // the agent died under us: that request's outcome is unknown
 					}
 				}
@@ -414,11 +310,11 @@ func TestCrashRecovery(t *testing.T) {
 		cmd = start()
 	}
 	r.SetAckDelay(0)
-	c.waitDrained(t, 60*time.Second)
+	waitDrained(t, c, 60*time.Second)
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
-	if len(c.ok) < 100 {
-		t.Fatalf("only %d events answered 2xx: the load did not run", len(c.ok))
+	if len(c.OK()) < 100 {
+		t.Fatalf("only %d events answered 2xx: the load did not run", len(c.OK()))
 	}
 	checkExactlyOnce(t, c, r, "T1", nil)
 	// Seqs have no repeats and no holes the store did not see: every seq it accepted is

@@ -1,0 +1,104 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// Report is the outcome of Verify: one line per check, and whether all held.
+type Report struct {
+	Lines []string
+	OK    bool
+}
+
+func (r *Report) add(ok bool, format string, args ...any) {
+	mark := "ok  "
+	if !ok {
+		mark = "FAIL"
+		r.OK = false
+	}
+	r.Lines = append(r.Lines, mark+" "+fmt.Sprintf(format, args...))
+}
+
+// String renders the report.
+func (r Report) String() string {
+	verdict := "PASS"
+	if !r.OK {
+		verdict = "FAIL"
+	}
+	return strings.Join(r.Lines, "\n") + "\n" + verdict + "\n"
+}
+
+// Verify checks, once every agent has drained, that per terminal and business date the
+// agent's own totals = the ledger's = Redis counters (invariant 3), and that per SKU the
+// ledger's stock = its proof from the stock moves = Redis stock (invariant 4).
+func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, dates []string) Report {
+	rep := Report{OK: true}
+	for term, c := range cashiers {
+		st, err := c.WaitDrained(ctx)
+		rep.add(err == nil, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
+	}
+	var mode api.ModeAnswer
+	if err := s.Call(ctx, "GET", "/v1/mode", "", nil, &mode); err != nil {
+		rep.add(false, "store mode: %v", err)
+		return rep
+	}
+	rep.add(mode.Mode == "redis", "store gate mode %s (%d accepted, %d rebuilds)", mode.Mode, mode.Stats.Accepted, mode.Stats.Rebuilds)
+	terms := make([]string, 0, len(cashiers))
+	for t := range cashiers {
+		terms = append(terms, t)
+	}
+	sort.Strings(terms)
+	for _, date := range dates {
+		var tot struct {
+			Terminals []api.TerminalTotals `json:"terminals"`
+		}
+		if err := s.Call(ctx, "GET", "/v1/totals?date="+date, "", nil, &tot); err != nil {
+			rep.add(false, "store totals %s: %v", date, err)
+			continue
+		}
+		byTerm := map[string]api.TerminalTotals{}
+		for _, t := range tot.Terminals {
+			byTerm[t.Terminal] = t
+		}
+		for _, term := range terms {
+			own, err := cashiers[term].DayTotals(date)
+			if err != nil {
+				rep.add(false, "%s %s agent totals: %v", term, date, err)
+				continue
+			}
+			agent := api.DeclaredCounters(own)
+			led := byTerm[term].Ledger
+			var red store.Counters
+			if r := byTerm[term].Redis; r != nil {
+				red = *r
+			}
+			ok := agent.Equal(led) && led.Equal(red)
+			rep.add(ok, "%s %s sales %d/%d/%d amount %s/%s/%s refunds %s/%s/%s (agent/ledger/redis)",
+				term, date, agent.Sales, led.Sales, red.Sales, agent.Amount, led.Amount, red.Amount,
+				agent.RefundAmount, led.RefundAmount, red.RefundAmount)
+		}
+	}
+	var stock struct {
+		Stock []api.StockRow `json:"stock"`
+	}
+	if err := s.Call(ctx, "GET", "/v1/stock", "", nil, &stock); err != nil {
+		rep.add(false, "store stock: %v", err)
+		return rep
+	}
+	for _, row := range stock.Stock {
+		red := int64(0)
+		if row.Redis != nil {
+			red = *row.Redis
+		}
+		ok := row.Redis != nil && red == row.Ledger && row.Proven == row.Ledger
+		rep.add(ok, "stock %-8s ledger %d = proven (opening + adjustments - sold + restocked) %d = redis %d",
+			row.SKU, row.Ledger, row.Proven, red)
+	}
+	return rep
+}

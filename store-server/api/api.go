@@ -1,0 +1,392 @@
+// Package api is the store-server's local API for store managers (token auth): the gate
+// mode, stock and adjustments, catalog import, day totals per terminal from the ledger, from
+// Redis and as the terminals declared them with the differences, oversell exceptions, parked
+// events, limits and the promo coefficient. Errors are application/problem+json with a stable
+// code. It never writes the ledger except through its own idempotent methods.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// Server serves the manager API.
+type Server struct {
+	Token   string
+	Store   string
+	Ledger  *ledger.Ledger
+	Gate    *gate.Gate
+	Ingest  *ingest.Ingest
+	Catalog *catalog.Catalog
+	Pub     catalog.Publisher
+	Now     func() time.Time
+	Logger  *slog.Logger
+
+	mux *http.ServeMux
+}
+
+// Handler returns the API's handler.
+func (s *Server) Handler() http.Handler {
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Ingest.Mode()})
+	})
+	s.route("GET /v1/mode", s.mode)
+	s.route("GET /v1/stock", s.stock)
+	s.route("POST /v1/stock/adjust", s.adjust)
+	s.route("GET /v1/catalog", s.getCatalog)
+	s.route("POST /v1/catalog", s.importCatalog)
+	s.route("GET /v1/totals", s.totals)
+	s.route("GET /v1/oversells", s.oversells)
+	s.route("GET /v1/parked", s.parked)
+	s.route("GET /v1/limits", s.limits)
+	s.route("PUT /v1/limits", s.setLimits)
+	s.route("POST /v1/promo", s.setPromo)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return s.mux
+}
+
+// route registers a handler behind the token check.
+func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			writeError(w, perr.New(perr.Unauthorized, "unauthorized", "send the manager token as 'Authorization: Bearer <token>'"))
+			return
+		}
+		v, err := h(r)
+		if err != nil {
+			if perr.KindOf(err) == perr.Internal {
+				s.Logger.Error("manager api", "path", r.URL.Path, "err", err)
+			}
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && s.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) == 1
+}
+
+// Problem is an RFC 9457 problem+json body with posgate's stable code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := perr.As(err)
+	status := perr.HTTPStatus(e.Kind)
+	detail := e.Message
+	if e.Kind == perr.Internal {
+		detail = "internal error"
+	}
+	body, _ := json.Marshal(Problem{Type: "https://posgate.dev/errors/" + e.Code, Title: http.StatusText(status),
+		Status: status, Code: e.Code, Detail: detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return perr.Wrap(err, perr.Invalid, "json_invalid", "the request body is not the expected JSON: %v", err)
+	}
+	return nil
+}
+
+// ModeAnswer is the gate's mode and ingest's counters.
+type ModeAnswer struct {
+	Mode  ingest.Mode  `json:"mode"`
+	Stats ingest.Stats `json:"stats"`
+}
+
+func (s *Server) mode(r *http.Request) (any, error) {
+	return ModeAnswer{Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}, nil
+}
+
+// StockRow is one SKU's stock in the ledger (the truth) and in Redis.
+type StockRow struct {
+	SKU    string `json:"sku"`
+	Ledger int64  `json:"ledger"`
+	Proven int64  `json:"proven"` // opening + adjustments − sold + restocked, from the stock moves
+	Redis  *int64 `json:"redis,omitempty"`
+	Diff   int64  `json:"diff"` // redis − ledger
+}
+
+func (s *Server) stock(r *http.Request) (any, error) {
+	ctx := r.Context()
+	led, err := s.Ledger.Stock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	proven, err := s.Ledger.ProvenStock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	red, rerr := s.redisStock(ctx)
+	rows := []StockRow{}
+	for sku, q := range led {
+		row := StockRow{SKU: sku, Ledger: q, Proven: proven[sku]}
+		if rerr == nil {
+			v := red[sku]
+			row.Redis, row.Diff = &v, v-q
+		}
+		rows = append(rows, row)
+	}
+	for sku, v := range red {
+		if _, ok := led[sku]; !ok {
+			rows = append(rows, StockRow{SKU: sku, Redis: &v, Diff: v})
+		}
+	}
+	slices.SortFunc(rows, func(a, b StockRow) int { return strings.Compare(a.SKU, b.SKU) })
+	return map[string]any{"mode": s.Ingest.Mode(), "stock": rows}, nil
+}
+
+func (s *Server) redisStock(ctx context.Context) (map[string]int64, error) {
+	if s.Ingest.Mode() != ingest.ModeRedis {
+		return nil, errors.New("redis not in use")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return s.Gate.Stock(ctx)
+}
+
+// AdjustRequest changes a SKU's stock; ID makes it idempotent.
+type AdjustRequest struct {
+	ID     string `json:"id"`
+	SKU    string `json:"sku"`
+	Delta  int64  `json:"delta"`
+	Reason string `json:"reason,omitempty"` // "adjust" (default) or "opening"
+}
+
+func (s *Server) adjust(r *http.Request) (any, error) {
+	var req AdjustRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.ID == "" || len(req.ID) > 128:
+		return nil, perr.New(perr.Invalid, "adjustment_id_required", "give each adjustment a unique id (at most 128 characters)")
+	case !s.Catalog.Has(req.SKU):
+		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q is not in the catalog", req.SKU)
+	case req.Delta == 0:
+		return nil, perr.New(perr.Invalid, "delta_zero", "an adjustment must change the stock")
+	}
+	if req.Reason == "" {
+		req.Reason = "adjust"
+	}
+	if req.Reason != "adjust" && req.Reason != "opening" {
+		return nil, perr.New(perr.Invalid, "reason_invalid", "reason is adjust or opening")
+	}
+	qty, applied, err := s.Ledger.Adjust(r.Context(), req.ID, req.SKU, req.Delta, req.Reason)
+	if err != nil {
+		return nil, err
+	}
+	if applied && s.Ingest.Mode() == ingest.ModeRedis {
+		if _, _, err := s.Gate.Adjust(r.Context(), req.ID, req.SKU, req.Delta); err != nil {
+			s.Logger.Warn("redis stock adjust failed; rebuilding", "err", err)
+			s.Ingest.Rebuild()
+		}
+	}
+	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied}, nil
+}
+
+func (s *Server) getCatalog(r *http.Request) (any, error) { return s.Catalog.Current(), nil }
+
+func (s *Server) importCatalog(r *http.Request) (any, error) {
+	items, err := catalog.Parse(r.Header.Get("Content-Type"), r.Body)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.Catalog.Replace(items, s.Pub)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"version": c.Version, "items": len(c.Items)}, nil
+}
+
+// TerminalTotals compares one terminal's day in the ledger, in Redis and as declared.
+type TerminalTotals struct {
+	Terminal   string          `json:"terminal"`
+	Ledger     store.Counters  `json:"ledger"`
+	Redis      *store.Counters `json:"redis,omitempty"`
+	Declared   *store.Counters `json:"declared,omitempty"`
+	RedisDiff  bool            `json:"redis_differs"`
+	DeclaredOK *bool           `json:"declared_matches,omitempty"`
+}
+
+// DeclaredCounters turns a terminal's day close into Counters.
+func DeclaredCounters(p wire.DayClosePayload) store.Counters {
+	c := store.Counters{Sales: p.SaleCount, Amount: p.SaleAmount, Refunds: p.RefundCount, RefundAmount: p.RefundAmount,
+		ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+	for _, m := range p.Methods {
+		c.ByMethod[m.Method] = m.SaleAmount
+		c.RefundByMethod[m.Method] = m.RefundAmount
+	}
+	return c
+}
+
+func (s *Server) totals(r *http.Request) (any, error) {
+	ctx := r.Context()
+	date := r.URL.Query().Get("date")
+	if date == "" {
+		date = s.Ledger.BusinessDate(s.Now())
+	}
+	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
+		return nil, perr.New(perr.Invalid, "business_date_invalid", "date %q is not YYYY-MM-DD", date)
+	}
+	led, err := s.Ledger.Totals(ctx, date)
+	if err != nil {
+		return nil, err
+	}
+	closes, err := s.Ledger.DayCloses(ctx, date)
+	if err != nil {
+		return nil, err
+	}
+	var red map[string]store.Counters
+	if s.Ingest.Mode() == ingest.ModeRedis {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		red, err = s.Gate.Counters(rctx, date)
+		cancel()
+		if err != nil {
+			red = nil
+		}
+	}
+	terms := map[string]bool{}
+	for t := range led {
+		terms[t] = true
+	}
+	for t := range red {
+		terms[t] = true
+	}
+	for t := range closes {
+		terms[t] = true
+	}
+	out := []TerminalTotals{}
+	for t := range terms {
+		tt := TerminalTotals{Terminal: t, Ledger: led[t]}
+		if red != nil {
+			rc := red[t]
+			tt.Redis, tt.RedisDiff = &rc, !rc.Equal(led[t])
+		}
+		if dc, ok := closes[t]; ok {
+			d := DeclaredCounters(dc)
+			match := d.Equal(led[t])
+			tt.Declared, tt.DeclaredOK = &d, &match
+		}
+		out = append(out, tt)
+	}
+	slices.SortFunc(out, func(a, b TerminalTotals) int { return strings.Compare(a.Terminal, b.Terminal) })
+	return map[string]any{"business_date": date, "mode": s.Ingest.Mode(), "terminals": out}, nil
+}
+
+func (s *Server) oversells(r *http.Request) (any, error) {
+	o, err := s.Ledger.Oversells(r.Context(), r.URL.Query().Get("date"))
+	if o == nil {
+		o = []ledger.Oversell{}
+	}
+	return map[string]any{"oversells": o}, err
+}
+
+func (s *Server) parked(r *http.Request) (any, error) {
+	p, err := s.Ledger.Parked(r.Context(), 1000)
+	if p == nil {
+		p = []ledger.Parked{}
+	}
+	return map[string]any{"parked": p}, err
+}
+
+func (s *Server) limits(r *http.Request) (any, error) {
+	l, err := s.Gate.Limits(r.Context())
+	if err != nil {
+		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+	}
+	pct, ttl, err := s.Gate.Promo(r.Context())
+	if err != nil {
+		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+	}
+	return map[string]any{"limits": l, "promo_percent": pct, "promo_expires_in_ms": ttl.Milliseconds()}, nil
+}
+
+func (s *Server) setLimits(r *http.Request) (any, error) {
+	var l store.Limits
+	if err := decode(r, &l); err != nil {
+		return nil, err
+	}
+	if l.WindowMs <= 0 || l.Store <= 0 || l.Terminal <= 0 || l.Scan <= 0 || l.Pay <= 0 || l.Refund <= 0 {
+		return nil, perr.New(perr.Invalid, "limits_invalid", "every limit and the window must be positive")
+	}
+	if err := s.Gate.SetLimits(r.Context(), l); err != nil {
+		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+	}
+	return s.limits(r)
+}
+
+// PromoRequest sets the promo coefficient for a while; it falls back to 100% by itself.
+type PromoRequest struct {
+	Percent int64  `json:"percent"`
+	For     string `json:"for,omitempty"` // a Go duration, default 2h
+}
+
+func (s *Server) setPromo(r *http.Request) (any, error) {
+	var req PromoRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	ttl := 2 * time.Hour
+	if req.For != "" {
+		d, err := time.ParseDuration(req.For)
+		if err != nil || d <= 0 || d > 7*24*time.Hour {
+			return nil, perr.New(perr.Invalid, "promo_duration_invalid", "for must be a duration up to 168h, e.g. 2h")
+		}
+		ttl = d
+	}
+	if req.Percent < 100 || req.Percent > 1000 {
+		return nil, perr.New(perr.Invalid, "promo_percent_invalid", "percent is between 100 (no promo) and 1000")
+	}
+	if err := s.Gate.SetPromo(r.Context(), req.Percent, ttl); err != nil {
+		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+	}
+	return s.limits(r)
+}

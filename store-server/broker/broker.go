@@ -1,0 +1,147 @@
+// Package broker is the store-server's embedded MQTT broker (mochi-mqtt), the default for a
+// single store: terminals connect to it directly and no separate broker runs.
+//
+// Its limits are raised above mochi's defaults (which silently dropped most of a 100k-message
+// burst to a slow subscriber), and, when given a credentials file, it enforces that each
+// terminal publishes only on its own up and status topics and reads only its own down topic
+// and the catalog. posgate never relies on the broker keeping messages: every message that
+// matters is acked end to end.
+package broker
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// User is a terminal's MQTT credentials, bound to its terminal id.
+type User struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Terminal string `json:"terminal"`
+}
+
+// Config configures the broker.
+type Config struct {
+	Addr  string // TCP listen address, e.g. "127.0.0.1:1883" or ":1883"
+	Store string
+	// Users, if not nil, are the only terminals allowed in, each confined to its own topics.
+	// Nil allows anonymous clients (a store LAN without credentials set up).
+	Users []User
+	// Server is the store-server's own account, allowed everything.
+	Server User
+	Logger *slog.Logger
+}
+
+// LoadUsers reads a JSON array of User from path.
+func LoadUsers(path string) ([]User, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read mqtt users: %w", err)
+	}
+	var users []User
+	if err := json.Unmarshal(b, &users); err != nil {
+		return nil, fmt.Errorf("mqtt users %s: %w", path, err)
+	}
+	for _, u := range users {
+		if u.Username == "" || u.Password == "" || u.Terminal == "" {
+			return nil, fmt.Errorf("mqtt users %s: every user needs username, password and terminal", path)
+		}
+	}
+	return users, nil
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	srv  *mqtt.Server
+	tcp  *listeners.TCP
+	done chan error
+}
+
+// Start starts the broker.
+func Start(cfg Config) (*Broker, error) {
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumInflight = 65535
+	caps.MaximumClientWritesPending = 1 << 20
+	caps.MaximumMessageExpiryInterval = 0
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: false})
+	if err := srv.AddHook(&authHook{cfg: cfg}, nil); err != nil {
+		return nil, err
+	}
+	tcp := listeners.NewTCP(listeners.Config{Type: "tcp", ID: "posgate", Address: cfg.Addr})
+	if err := srv.AddListener(tcp); err != nil {
+		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
+	}
+	b := &Broker{srv: srv, tcp: tcp, done: make(chan error, 1)}
+	if err := srv.Serve(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Addr returns the listening address.
+func (b *Broker) Addr() string { return b.tcp.Address() }
+
+// URL returns the broker URL for clients.
+func (b *Broker) URL() string { return "tcp://" + b.tcp.Address() }
+
+// Close stops the broker.
+func (b *Broker) Close() error { return b.srv.Close() }
+
+// authHook authenticates terminals and confines each to its own topics.
+type authHook struct {
+	mqtt.HookBase
+	cfg Config
+}
+
+func (h *authHook) ID() string { return "posgate-auth" }
+
+func (h *authHook) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
+}
+
+func (h *authHook) user(name []byte) (User, bool) {
+	if h.cfg.Server.Username != "" && string(name) == h.cfg.Server.Username {
+		return h.cfg.Server, true
+	}
+	for _, u := range h.cfg.Users {
+		if u.Username == string(name) {
+			return u, true
+		}
+	}
+	return User{}, false
+}
+
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	u, ok := h.user(pk.Connect.Username)
+	if !ok {
+		return h.cfg.Users == nil // anonymous store LAN
+	}
+	return subtle.ConstantTimeCompare([]byte(u.Password), pk.Connect.Password) == 1
+}
+
+func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	u, ok := h.user(cl.Properties.Username)
+	if !ok {
+		return h.cfg.Users == nil
+	}
+	if u.Username == h.cfg.Server.Username && h.cfg.Server.Username != "" {
+		return true
+	}
+	base := "pos/" + h.cfg.Store + "/" + u.Terminal + "/"
+	if write {
+		return topic == base+"up" || topic == base+"status"
+	}
+	return topic == base+"down" || topic == "pos/"+h.cfg.Store+"/catalog"
+}

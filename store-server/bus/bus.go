@@ -1,0 +1,97 @@
+// Package bus is the store-server's MQTT client (paho, QoS 1, persistent session): it
+// subscribes to every terminal's up topic of the store, hands each message to ingest in
+// arrival order, and publishes acks and the retained catalog.
+package bus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Config configures a Client.
+type Config struct {
+	URL      string
+	ClientID string
+	Username string
+	Password string
+	Store    string
+	// OnUp receives every up message in arrival order; it may block (back-pressure).
+	OnUp   func(topic string, payload []byte)
+	Logger *slog.Logger
+}
+
+// Client is the store-server's connection to its broker.
+type Client struct {
+	c   mqtt.Client
+	log *slog.Logger
+}
+
+// Connect connects (retrying in the background until ctx ends) and subscribes.
+func Connect(ctx context.Context, cfg Config) (*Client, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "bus")
+	if cfg.ClientID == "" {
+		cfg.ClientID = "posgate-store-" + cfg.Store
+	}
+	opts := mqtt.NewClientOptions().AddBroker(cfg.URL).SetClientID(cfg.ClientID).
+		SetUsername(cfg.Username).SetPassword(cfg.Password).
+		SetCleanSession(false).SetOrderMatters(true).SetAutoReconnect(true).
+		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
+		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
+		SetMessageChannelDepth(10000)
+	opts.SetOnConnectHandler(func(c mqtt.Client) {
+		t := c.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
+			cfg.OnUp(m.Topic(), m.Payload())
+		})
+		if t.Wait() && t.Error() != nil {
+			log.Error("subscribe", "err", t.Error())
+			return
+		}
+		log.Info("connected", "broker", cfg.URL)
+	})
+	opts.SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("connection lost", "err", err) })
+	c := mqtt.NewClient(opts)
+	t := c.Connect()
+	select {
+	case <-t.Done():
+		if t.Error() != nil {
+			return nil, fmt.Errorf("mqtt connect %s: %w", cfg.URL, t.Error())
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &Client{c: c, log: log}, nil
+}
+
+// Publish sends a down message (QoS 1). It does not wait for the broker's PUBACK: the
+// terminal's own resend covers a lost ack.
+func (b *Client) Publish(topic string, payload []byte) error {
+	t := b.c.Publish(topic, 1, false, payload)
+	select {
+	case <-t.Done():
+		return t.Error()
+	default:
+		return nil
+	}
+}
+
+// PublishRetained publishes a retained message and waits for the broker to have it.
+func (b *Client) PublishRetained(topic string, payload []byte) error {
+	t := b.c.Publish(topic, 1, true, payload)
+	if !t.WaitTimeout(10 * time.Second) {
+		return fmt.Errorf("publish %s: timed out", topic)
+	}
+	return t.Error()
+}
+
+// Close disconnects.
+func (b *Client) Close() { b.c.Disconnect(500) }

@@ -1,0 +1,201 @@
+// Package catalog keeps the store's catalog: imported from CSV or JSON by the manager,
+// persisted in the data directory, versioned, and published retained on pos/{store}/catalog
+// so terminals price from it, also offline. A catalog is replaced whole; its version only
+// ever grows.
+package catalog
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Publisher publishes a retained message.
+type Publisher interface {
+	PublishRetained(topic string, payload []byte) error
+}
+
+// Catalog is the store's current catalog.
+type Catalog struct {
+	path  string
+	store string
+
+	mu   sync.RWMutex
+	cur  wire.Catalog
+	skus map[string]bool
+}
+
+// Open loads the catalog kept at path (an empty catalog of version 0 if there is none).
+func Open(path, store string) (*Catalog, error) {
+	c := &Catalog{path: path, store: store, cur: wire.Catalog{V: wire.Version, Store: store}, skus: map[string]bool{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	cat, err := wire.DecodeCatalog(b)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	c.set(cat)
+	return c, nil
+}
+
+func (c *Catalog) set(cat wire.Catalog) {
+	skus := make(map[string]bool, len(cat.Items))
+	for _, it := range cat.Items {
+		skus[it.SKU] = true
+	}
+	c.mu.Lock()
+	c.cur, c.skus = cat, skus
+	c.mu.Unlock()
+}
+
+// Current returns the current catalog.
+func (c *Catalog) Current() wire.Catalog {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cur
+}
+
+// Has reports whether the catalog sells sku.
+func (c *Catalog) Has(sku string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.skus[sku]
+}
+
+// Replace installs items as the next version, saves it, and publishes it.
+func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog, error) {
+	c.mu.RLock()
+	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
+	c.mu.RUnlock()
+	if err := next.Validate(); err != nil {
+		return next, err
+	}
+	body, err := json.Marshal(next)
+	if err != nil {
+		return next, err
+	}
+	tmp := c.path + ".tmp"
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return next, fmt.Errorf("save catalog: %w", err)
+	}
+	if err := os.Rename(tmp, c.path); err != nil {
+		return next, fmt.Errorf("save catalog: %w", err)
+	}
+	c.set(next)
+	if pub != nil {
+		if err := pub.PublishRetained(wire.CatalogTopic(c.store), body); err != nil {
+			return next, fmt.Errorf("publish catalog: %w", err)
+		}
+	}
+	return next, nil
+}
+
+// Publish publishes the current catalog (at start, so a restarted broker has it).
+func (c *Catalog) Publish(pub Publisher) error {
+	cur := c.Current()
+	if cur.Version == 0 {
+		return nil
+	}
+	body, err := json.Marshal(cur)
+	if err != nil {
+		return err
+	}
+	return pub.PublishRetained(wire.CatalogTopic(c.store), body)
+}
+
+// Parse reads a catalog import: JSON ({"items":[{"sku","barcode","name","price":"12.50"}]}
+// or a bare array of items) or CSV with a header row naming sku, name, price and optionally
+// barcode, in any order. Prices are decimal yuan with at most two decimals.
+func Parse(contentType string, r io.Reader) ([]wire.CatalogItem, error) {
+	body, err := io.ReadAll(io.LimitReader(r, wire.MaxCatalogBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > wire.MaxCatalogBytes {
+		return nil, perr.New(perr.Invalid, "catalog_too_large", "a catalog is at most %d bytes", wire.MaxCatalogBytes)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if strings.Contains(contentType, "json") || (len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')) {
+		return parseJSON(trimmed)
+	}
+	return parseCSV(body)
+}
+
+func parseJSON(b []byte) ([]wire.CatalogItem, error) {
+	var items []wire.CatalogItem
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var err error
+	if len(b) > 0 && b[0] == '[' {
+		err = dec.Decode(&items)
+	} else {
+		var doc struct {
+			Items []wire.CatalogItem `json:"items"`
+		}
+		err = dec.Decode(&doc)
+		items = doc.Items
+	}
+	if err != nil {
+		if pe := (*perr.Error)(nil); errors.As(err, &pe) {
+			return nil, pe
+		}
+		return nil, perr.Wrap(err, perr.Invalid, "catalog_json", "the catalog is not valid JSON: %v", err)
+	}
+	return items, nil
+}
+
+func parseCSV(b []byte) ([]wire.CatalogItem, error) {
+	r := csv.NewReader(bytes.NewReader(b))
+	r.TrimLeadingSpace = true
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, perr.Wrap(err, perr.Invalid, "catalog_csv", "the catalog is not valid CSV: %v", err)
+	}
+	if len(rows) == 0 {
+		return nil, perr.New(perr.Invalid, "catalog_csv", "the catalog CSV is empty")
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	for _, need := range []string{"sku", "name", "price"} {
+		if _, ok := col[need]; !ok {
+			return nil, perr.New(perr.Invalid, "catalog_csv", "the CSV header needs a %q column", need)
+		}
+	}
+	items := make([]wire.CatalogItem, 0, len(rows)-1)
+	for n, row := range rows[1:] {
+		get := func(k string) string {
+			if i, ok := col[k]; ok && i < len(row) {
+				return strings.TrimSpace(row[i])
+			}
+			return ""
+		}
+		price, err := money.ParseNonNegative(get("price"))
+		if err != nil {
+			e := perr.As(err)
+			return nil, perr.New(perr.Invalid, e.Code, "line %d: %s", n+2, e.Message)
+		}
+		items = append(items, wire.CatalogItem{SKU: get("sku"), Barcode: get("barcode"), Name: get("name"), Price: price})
+	}
+	return items, nil
+}
+
+// DefaultPath is where a store-server keeps its catalog in its data directory.
+func DefaultPath(dataDir string) string { return filepath.Join(dataDir, "catalog.json") }

@@ -1,0 +1,201 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// benchParallelism × GOMAXPROCS goroutines share one pooled client, so that round trips
+// overlap as they do under many terminals.
+const benchParallelism = 16
+
+// benchGate starts a redis and returns a gate with every live limit at MaxLimit (so that
+// every call takes the full path and none is refused) and plenty of stock.
+func benchGate(b *testing.B) (*Gate, *redis.Client, *stack.Stack) {
+	b.Helper()
+	s := stack.Run(b, stack.Options{Redis: true, Logf: func(string, ...any) {}})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(), PoolSize: 128})
+	b.Cleanup(func() { _ = rdb.Close() })
+	g := New(rdb, "BENCH", Options{})
+	if err := g.SetLimits(context.Background(), store.Limits{WindowMs: 1000, Store: MaxLimit,
+		Terminal: MaxLimit, Scan: MaxLimit, Pay: MaxLimit, Refund: MaxLimit}); err != nil {
+		b.Fatal(err)
+	}
+	MustStock(b, g, map[string]int64{"A": 1 << 50, "B": 1 << 50, "C": 1 << 50})
+	return g, rdb, s
+}
+
+// benchSale is a live sale of three lines paid by card and cash.
+func benchSale(term string, seq int64) Op {
+	op := sale(term, seq, true, 1234, line("A", 1), line("B", 2), line("C", 1))
+	op.ByMethod = map[string]money.Fen{wire.MethodCash: 234, wire.MethodCard: 1000}
+	return op
+}
+
+// BenchmarkSale measures one live sale (three lines) per Exec: limits in three layers,
+// stock of every line, counters, flow number, idempotency record; one round trip each.
+func BenchmarkSale(b *testing.B) {
+	g, _, _ := benchGate(b)
+	var term atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		t := fmt.Sprintf("T%d", term.Add(1))
+		var seq int64
+		for pb.Next() {
+			seq++
+			v, err := g.Exec(ctx, []Op{benchSale(t, seq)})
+			if err != nil || v[0].Status != wire.AckAccepted {
+				b.Errorf("sale: %+v, %v", v, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sales/s")
+}
+
+// BenchmarkExecBatch100 measures a backlog drain: 100 offline sales of one terminal per
+// Exec, pipelined in one round trip with the order guard.
+func BenchmarkExecBatch100(b *testing.B) {
+	g, _, _ := benchGate(b)
+	var term atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		t := fmt.Sprintf("T%d", term.Add(1))
+		var seq int64
+		ops := make([]Op, 100)
+		for pb.Next() {
+			for i := range ops {
+				seq++
+				ops[i] = benchSale(t, seq)
+				ops[i].Live = false
+			}
+			if _, err := g.Exec(ctx, ops); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "sales/s")
+}
+
+// BenchmarkLimiter3Layers measures Allow: store, terminal and action windows checked and
+// recorded all-or-nothing in one script call, one round trip.
+func BenchmarkLimiter3Layers(b *testing.B) {
+	g, _, _ := benchGate(b)
+	var term atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		t := fmt.Sprintf("T%d", term.Add(1))
+		for pb.Next() {
+			v, err := g.Allow(ctx, t, store.ActionPay, 1)
+			if err != nil || v.Status != wire.AckAccepted {
+				b.Errorf("allow: %+v, %v", v, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// BenchmarkRedisRate3Calls is the same three-layer check done with go-redis/redis_rate
+// (GCRA), one Allow per layer: three round trips, and not all-or-nothing (a refusal by the
+// third layer leaves the first two charged).
+func BenchmarkRedisRate3Calls(b *testing.B) {
+	_, rdb, _ := benchGate(b)
+	lim := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.PerSecond(MaxLimit)
+	var term atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		t := fmt.Sprintf("T%d", term.Add(1))
+		keys := []string{"{BENCH}:store", "{BENCH}:t:" + t, "{BENCH}:a:" + t + ":pay"}
+		for pb.Next() {
+			for _, k := range keys {
+				res, err := lim.Allow(ctx, k, limit)
+				if err != nil || res.Allowed != 1 {
+					b.Errorf("redis_rate: %+v, %v", res, err)
+					return
+				}
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// redisBenchmark is where Debian's redis-tools (a dependency of redis-server) puts it.
+const redisBenchmark = "/usr/bin/redis-benchmark"
+
+// BenchmarkRedisBenchmarkSale runs redis-benchmark (the C client, 50 connections, no Go in
+// the loop) on EVALSHA of the sale script with the exact KEYS and ARGV of a live
+// three-line sale, each request with a fresh idempotency key (__rand_int__), and reports
+// its requests per second: the server-side ceiling of the sale script on this machine.
+// It runs once, whatever b.N.
+func BenchmarkRedisBenchmarkSale(b *testing.B) {
+	if _, err := os.Stat(redisBenchmark); err != nil {
+		b.Fatalf("%s is missing: apt-get install -y redis-tools", redisBenchmark)
+	}
+	g, rdb, s := benchGate(b)
+	ctx := context.Background()
+	if err := saleScript.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	op := benchSale("T1", 1)
+	c, err := g.call(&op)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.keys[0] = strings.TrimSuffix(c.keys[0], ":1") + ":__rand_int__" // idempotency key
+	args := []string{"-p", strconv.Itoa(s.Redis[0].Port), "-n", "100000", "-c", "50", "-r", "1000000000", "-q",
+		"EVALSHA", saleScript.Hash(), strconv.Itoa(len(c.keys))}
+	args = append(args, c.keys...)
+	for _, a := range c.args {
+		args = append(args, fmt.Sprint(a))
+	}
+	b.Logf("%s %s", redisBenchmark, strings.Join(args, " "))
+	b.ResetTimer()
+	out, err := exec.Command(redisBenchmark, args...).CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		b.Fatalf("redis-benchmark said:\n%s", out)
+	}
+	rps, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	b.Logf("redis-benchmark: %s requests per second", m[len(m)-1][1])
+	// Every request must have been a sale, not an error or a duplicate.
+	if n, err := g.Flow(ctx, day1); err != nil || n < 90_000 {
+		b.Fatalf("flow after 100000 sales = %d, %v", n, err)
+	}
+	b.ReportMetric(rps, "sales/s")
+}

@@ -1,0 +1,680 @@
+// Package ingest is the store-server's path from an MQTT up message to an ack: decode and
+// validate, keep each terminal's seq order, answer replays from the ledger, run the Redis
+// gate (live limits, atomic stock, fen counters, flow numbers) for new events, commit the
+// ledger in groups, and only then ack.
+//
+// The ledger is the judge; Redis is a projection rebuilt from it at start, after any outage
+// and after a failover. When Redis is unreachable a circuit breaker opens and the store keeps
+// selling on the ledger alone (degrade mode) with a conservative in-process limiter. Ingest
+// never acks an event before its ledger commit.
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// Codes of the store's own rejections.
+const (
+	CodeTerminalMismatch = "wire_terminal_mismatch" // envelope terminal is not the topic's
+	CodeStoreMismatch    = "wire_store_mismatch"    // envelope store is not this store
+	CodeUnknownSKU       = "unknown_sku"            // a SKU the store's catalog does not have
+)
+
+// Publisher sends a down message.
+type Publisher interface {
+	Publish(topic string, payload []byte) error
+}
+
+// Catalog tells which SKUs the store sells.
+type Catalog interface {
+	Has(sku string) bool
+}
+
+// Mode is the gate's mode, as the manager sees it.
+type Mode string
+
+// The modes.
+const (
+	ModeStarting   Mode = "starting"   // rebuilding the projection before the first event
+	ModeRedis      Mode = "redis"      // the Redis gate decides live limits and stock
+	ModeDegraded   Mode = "degraded"   // Redis unreachable: ledger-only stock, local limiter
+	ModeRebuilding Mode = "rebuilding" // Redis back or failed over: rebuilding from the ledger
+)
+
+// Config configures an Ingest.
+type Config struct {
+	Store   string
+	Gate    *gate.Gate
+	Ledger  *ledger.Ledger
+	Catalog Catalog
+	Out     Publisher
+	Logger  *slog.Logger
+	Now     func() time.Time
+	// MaxGroup bounds the events decided and committed together.
+	MaxGroup int
+	// QueueLen bounds up messages waiting to be processed.
+	QueueLen int
+	// Breaker settings.
+	BreakerErrors int           // consecutive gate failures that open the breaker (default 3)
+	BreakerSlow   time.Duration // a gate call slower than this counts as a failure (default 500ms)
+	ProbeEvery    time.Duration // how often an open breaker probes Redis (default 1s)
+	// DegradedLimits is the in-process limiter used while degraded (default: half of
+	// store.DefaultLimits, rounded up).
+	DegradedLimits *store.Limits
+}
+
+// Ingest processes up messages.
+type Ingest struct {
+	cfg   Config
+	log   *slog.Logger
+	queue chan upMsg
+	kick  chan struct{} // asks the loop to rebuild (failover seen)
+
+	mu      sync.Mutex
+	mode    Mode
+	next    map[string]int64 // terminal → next expected seq (loop-owned; guarded for Stats)
+	stats   Stats
+	limiter *localLimiter
+
+	failures int
+}
+
+// Stats counts what ingest has done.
+type Stats struct {
+	Messages    int64 `json:"messages"`
+	Bad         int64 `json:"bad_messages"`
+	Events      int64 `json:"events"`
+	Accepted    int64 `json:"accepted"`
+	Replays     int64 `json:"replays"`
+	Rejected    int64 `json:"rejected"`
+	Refused     int64 `json:"refused_live"`
+	OutOfOrder  int64 `json:"out_of_order"`
+	Groups      int64 `json:"groups"`
+	Rebuilds    int64 `json:"rebuilds"`
+	GateErrors  int64 `json:"gate_errors"`
+	CommitError int64 `json:"commit_errors"`
+}
+
+type upMsg struct {
+	topic   string
+	payload []byte
+}
+
+// New returns an Ingest. Run starts it.
+func New(cfg Config) *Ingest {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxGroup <= 0 {
+		cfg.MaxGroup = 2000
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = 4096
+	}
+	if cfg.BreakerErrors <= 0 {
+		cfg.BreakerErrors = 3
+	}
+	if cfg.BreakerSlow <= 0 {
+		cfg.BreakerSlow = 500 * time.Millisecond
+	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = time.Second
+	}
+	if cfg.DegradedLimits == nil {
+		d := store.DefaultLimits
+		half := func(v int64) int64 { return (v + 1) / 2 }
+		d.Store, d.Terminal, d.Scan, d.Pay, d.Refund = half(d.Store), half(d.Terminal), half(d.Scan), half(d.Pay), half(d.Refund)
+		cfg.DegradedLimits = &d
+	}
+	return &Ingest{
+		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
+		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{},
+		limiter: newLocalLimiter(*cfg.DegradedLimits),
+	}
+}
+
+// Handle queues an up message; it blocks when the queue is full (back-pressure to the broker).
+func (in *Ingest) Handle(topic string, payload []byte) {
+	in.queue <- upMsg{topic: topic, payload: payload}
+}
+
+// Rebuild asks ingest to pause, rebuild the Redis projection from the ledger, and resume
+// (on +switch-master).
+func (in *Ingest) Rebuild() {
+	select {
+	case in.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Mode returns the current gate mode.
+func (in *Ingest) Mode() Mode {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.mode
+}
+
+// Stats returns counters.
+func (in *Ingest) Stats() Stats {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stats
+}
+
+func (in *Ingest) setMode(m Mode) {
+	in.mu.Lock()
+	old := in.mode
+	in.mode = m
+	in.mu.Unlock()
+	if old != m {
+		in.log.Warn("gate mode", "from", old, "to", m)
+	}
+}
+
+func (in *Ingest) count(f func(*Stats)) {
+	in.mu.Lock()
+	f(&in.stats)
+	in.mu.Unlock()
+}
+
+// Run processes messages until ctx ends. It first loads each terminal's next seq from the
+// ledger and rebuilds the Redis projection (or starts degraded if Redis is down).
+func (in *Ingest) Run(ctx context.Context) error {
+	next, err := in.cfg.Ledger.Next(ctx)
+	if err != nil {
+		return err
+	}
+	in.next = next
+	in.tryRebuild(ctx)
+	probe := time.NewTicker(in.cfg.ProbeEvery)
+	defer probe.Stop()
+	group := make([]upMsg, 0, 256)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-in.kick:
+			in.setMode(ModeRebuilding)
+			in.tryRebuild(ctx)
+			continue
+		case <-probe.C:
+			if in.Mode() == ModeDegraded {
+				in.tryRebuild(ctx)
+			}
+			continue
+		case m := <-in.queue:
+			group = append(group[:0], m)
+		}
+		// Take whatever else is waiting: one gate round trip and one commit for all of it.
+		events := countEvents(group[0].payload)
+	fill:
+		for events < in.cfg.MaxGroup {
+			select {
+			case m := <-in.queue:
+				group = append(group, m)
+				events += countEvents(m.payload)
+			default:
+				break fill
+			}
+		}
+		in.process(ctx, group)
+	}
+}
+
+// countEvents estimates the events in a message without decoding it (for group sizing).
+func countEvents(b []byte) int {
+	if bytes.Contains(b[:min(len(b), 64)], []byte(`"batch"`)) {
+		return 250
+	}
+	return 1
+}
+
+// tryRebuild rebuilds the Redis projection from the ledger and closes the breaker; if Redis
+// is unreachable it leaves (or puts) the gate in degraded mode.
+func (in *Ingest) tryRebuild(ctx context.Context) {
+	if err := in.rebuild(ctx); err != nil {
+		if ctx.Err() == nil {
+			in.log.Warn("redis unavailable, selling on the ledger alone", "err", err)
+		}
+		in.setMode(ModeDegraded)
+		return
+	}
+	in.failures = 0
+	in.count(func(s *Stats) { s.Rebuilds++ })
+	in.setMode(ModeRedis)
+}
+
+func (in *Ingest) rebuild(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := in.cfg.Gate.Ping(rctx); err != nil {
+		return err
+	}
+	snap, err := in.cfg.Ledger.Snapshot(rctx)
+	if err != nil {
+		return err
+	}
+	return in.cfg.Gate.Rebuild(rctx, snap)
+}
+
+// item is one event on its way through a group.
+type item struct {
+	msg      int // index of its message in the group
+	ack      wire.Ack
+	done     bool // ack decided without the ledger (out of order, bad topic)
+	env      wire.Envelope
+	payload  wire.Payload
+	live     bool
+	rec      *ledger.Record
+	recIndex int
+	op       int   // index in the gate ops, -1 if none
+	dupOf    *item // the same key earlier in this group: answered with its result
+}
+
+type groupMsg struct {
+	store, terminal string
+	items           []*item
+	skip            bool // undecodable: nothing to ack
+}
+
+// process decides and commits a group of up messages, then acks them.
+func (in *Ingest) process(ctx context.Context, group []upMsg) {
+	msgs := make([]groupMsg, len(group))
+	var items []*item
+	// Per terminal: the next seq as this group advances it (committed only on success).
+	next := map[string]int64{}
+	nextOf := func(t string) int64 {
+		if n, ok := next[t]; ok {
+			return n
+		}
+		if n, ok := in.next[t]; ok {
+			return n
+		}
+		return 1
+	}
+	first := map[string]*item{} // key → the item that carries it in this group
+	in.count(func(s *Stats) { s.Messages += int64(len(group)); s.Groups++ })
+	for i, m := range group {
+		gm := &msgs[i]
+		_, topicTerminal, ok := wire.ParseUpTopic(m.topic)
+		up, err := wire.DecodeUp(m.payload)
+		if !ok || err != nil {
+			gm.skip = true
+			in.count(func(s *Stats) { s.Bad++ })
+			in.log.Warn("undecodable up message", "topic", m.topic, "err", err)
+			continue
+		}
+		gm.store, gm.terminal = in.cfg.Store, topicTerminal
+		for _, it := range up.Items {
+			x := &item{msg: i, op: -1, env: it.Env}
+			x.ack = wire.Ack{Seq: it.Seq, Key: wire.Key(topicTerminal, it.Seq)}
+			gm.items = append(gm.items, x)
+			items = append(items, x)
+			in.count(func(s *Stats) { s.Events++ })
+			if it.Seq <= 0 {
+				x.done = true // nothing to ack it by; counted as bad
+				continue
+			}
+			if it.Err == nil && it.Env.Terminal != topicTerminal {
+				x.ack.Status, x.ack.Code = wire.AckRejected, CodeTerminalMismatch
+				x.ack.Message = "the event's terminal is not the topic's terminal"
+				x.done = true
+				continue
+			}
+			x.live = it.Err == nil && !it.Env.Offline
+			x.ack.Live = x.live
+			if f := first[x.ack.Key]; f != nil && f.rec != nil {
+				x.dupOf, x.done = f, true // a resend that arrived in the same group
+				continue
+			}
+			if err := in.order(ctx, x, it, topicTerminal, nextOf(topicTerminal)); err != nil {
+				in.log.Error("ledger lookup", "err", err)
+				x.done, x.ack.Status = true, "" // no ack: the terminal resends
+				continue
+			}
+			if x.rec != nil {
+				next[topicTerminal] = it.Seq + 1
+				first[x.ack.Key] = x
+			}
+		}
+	}
+	in.decide(ctx, items)
+	in.commit(ctx, items)
+	for _, x := range items {
+		// A copy of an event that came twice in this group gets the first copy's answer,
+		// live flag included: after a live refusal, a copy resent offline is told of the
+		// live verdict and comes back again, to be decided as offline once the refusal is
+		// committed.
+		if f := x.dupOf; f != nil && f.ack.Status != "" {
+			x.ack = f.ack
+			if f.ack.Status == wire.AckAccepted {
+				x.ack.Status = wire.AckDuplicate
+			}
+		}
+	}
+	in.ackAll(msgs)
+}
+
+// order places one event in its terminal's sequence: a replay of a final record is answered
+// from the ledger; a new event (or a live refusal resent offline) gets a ledger record.
+func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, terminal string, next int64) error {
+	switch {
+	case it.Seq > next:
+		x.ack.Status, x.ack.Expect = wire.AckOutOfOrder, next
+		x.ack.Message = "the store expects an earlier event first"
+		x.done = true
+		in.count(func(s *Stats) { s.OutOfOrder++ })
+		return nil
+	case it.Seq < next:
+		st, ok, err := in.cfg.Ledger.Lookup(ctx, terminal, it.Seq)
+		if err != nil {
+			return err
+		}
+		if ok && (st.Final || (it.Err == nil && st.Hash != it.Env.Hash)) {
+			x.done = true
+			in.count(func(s *Stats) { s.Replays++ })
+			x.ack = replayAck(x.ack, st, it)
+			return nil
+		}
+		// Not final (a live refusal): decide it again.
+	}
+	x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash, At: it.Env.At,
+		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true}
+	if it.Err != nil {
+		reject(x, it.Err)
+		return nil
+	}
+	if it.Env.Store != in.cfg.Store {
+		reject(x, perr.New(perr.Invalid, CodeStoreMismatch, "event for store %q reached store %q", it.Env.Store, in.cfg.Store))
+		return nil
+	}
+	p, err := wire.DecodePayload(it.Env)
+	if err != nil {
+		reject(x, err)
+		return nil
+	}
+	if sku, ok := in.unknownSKU(p); !ok {
+		reject(x, perr.New(perr.Invalid, CodeUnknownSKU, "SKU %q is not in the store's catalog", sku))
+		return nil
+	}
+	x.payload = p
+	x.rec.Status = wire.AckAccepted
+	switch v := p.(type) {
+	case *wire.SalePayload:
+		x.rec.Sale = v
+	case *wire.RefundPayload:
+		x.rec.Refund = v
+	case *wire.DayClosePayload:
+		x.rec.DayClose = v
+	case *wire.ScanPayload:
+		x.rec.Scan = v
+	}
+	return nil
+}
+
+func replayAck(a wire.Ack, st ledger.Stored, it wire.Item) wire.Ack {
+	switch {
+	case it.Err == nil && st.Hash != it.Env.Hash:
+		a.Status, a.Code = wire.AckConflict, "idempotency_conflict"
+		a.Message = "this key was already used with other content; the original stands"
+	case st.Status == wire.AckAccepted:
+		a.Status = wire.AckDuplicate
+		a.Result = &wire.Result{FlowNo: st.FlowNo, BusinessDate: st.BusinessDate, Oversold: st.Oversold}
+	default:
+		a.Status, a.Code, a.Message = st.Status, st.Code, st.Message
+	}
+	return a
+}
+
+func reject(x *item, err error) {
+	e := perr.As(err)
+	x.rec.Status, x.rec.Code, x.rec.Message = wire.AckRejected, e.Code, e.Message
+}
+
+func (in *Ingest) unknownSKU(p wire.Payload) (string, bool) {
+	if in.cfg.Catalog == nil {
+		return "", true
+	}
+	check := func(sku string) bool { return in.cfg.Catalog.Has(sku) }
+	switch v := p.(type) {
+	case *wire.ScanPayload:
+		if !check(v.SKU) {
+			return v.SKU, false
+		}
+	case *wire.SalePayload:
+		for _, l := range v.Lines {
+			if !check(l.SKU) {
+				return l.SKU, false
+			}
+		}
+	case *wire.RefundPayload:
+		for _, l := range v.Lines {
+			if !check(l.SKU) {
+				return l.SKU, false
+			}
+		}
+	}
+	return "", true
+}
+
+// decide runs the gate for every new scan, sale and refund of the group in one pipelined
+// call; in degraded mode (or when the call fails) it applies the local limiter and leaves
+// stock and flow numbers to the ledger.
+func (in *Ingest) decide(ctx context.Context, items []*item) {
+	var ops []gate.Op
+	var opItems []*item
+	for _, x := range items {
+		if x.rec == nil || x.rec.Status != wire.AckAccepted {
+			continue
+		}
+		op, ok := in.op(x)
+		if !ok {
+			continue
+		}
+		x.op = len(ops)
+		ops = append(ops, op)
+		opItems = append(opItems, x)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	if in.Mode() == ModeRedis {
+		start := time.Now()
+		verdicts, err := in.cfg.Gate.Exec(ctx, ops)
+		slow := time.Since(start) > in.cfg.BreakerSlow
+		if err == nil && len(verdicts) == len(ops) {
+			for i, x := range opItems {
+				in.applyVerdict(x, verdicts[i])
+			}
+			if slow {
+				in.gateFailed(errors.New("slow gate call"))
+			} else {
+				in.failures = 0
+			}
+			return
+		}
+		in.gateFailed(err)
+		if in.Mode() == ModeRedis {
+			// Not yet open: leave these events unacked; the terminals resend them.
+			for _, x := range opItems {
+				x.rec, x.done, x.ack.Status = nil, true, ""
+			}
+			return
+		}
+	}
+	now := in.cfg.Now()
+	for _, x := range opItems {
+		in.degraded(x, ops[x.op], now)
+	}
+}
+
+// gateFailed counts a gate failure; enough of them open the breaker.
+func (in *Ingest) gateFailed(err error) {
+	in.failures++
+	in.count(func(s *Stats) { s.GateErrors++ })
+	in.log.Warn("gate call failed", "err", err, "consecutive", in.failures)
+	if in.failures >= in.cfg.BreakerErrors {
+		in.setMode(ModeDegraded)
+	}
+}
+
+func (in *Ingest) op(x *item) (gate.Op, bool) {
+	op := gate.Op{Terminal: x.rec.Terminal, Seq: x.rec.Seq, Hash: x.rec.Hash, Live: x.live,
+		BusinessDate: in.cfg.Ledger.BusinessDate(x.rec.At)}
+	switch p := x.payload.(type) {
+	case *wire.ScanPayload:
+		op.Kind, op.Lines = gate.OpScan, []store.Line{{SKU: p.SKU, Qty: p.Qty}}
+	case *wire.SalePayload:
+		op.Kind, op.Total, op.ByMethod = gate.OpSale, p.Total, store.SaleByMethod(p)
+		for _, l := range p.Lines {
+			op.Lines = append(op.Lines, store.Line{SKU: l.SKU, Qty: l.Qty})
+		}
+	case *wire.RefundPayload:
+		op.Kind, op.Total, op.Restock = gate.OpRefund, p.Amount, p.Restock
+		op.ByMethod = map[string]money.Fen{p.Method: p.Amount}
+		for _, l := range p.Lines {
+			op.Lines = append(op.Lines, store.Line{SKU: l.SKU, Qty: l.Qty})
+		}
+	default:
+		return op, false
+	}
+	return op, true
+}
+
+// applyVerdict turns the gate's verdict into the event's ledger record.
+func (in *Ingest) applyVerdict(x *item, v gate.Verdict) {
+	switch v.Status {
+	case wire.AckAccepted, wire.AckDuplicate:
+		x.rec.FlowNo, x.rec.Oversold = v.FlowNo, v.Oversold
+	case wire.AckConflict:
+		x.rec.Status, x.rec.Code, x.rec.Message = wire.AckConflict, v.Code, v.Message
+	case wire.AckRejected, wire.AckRateLimited:
+		x.rec.Status, x.rec.Code, x.rec.Message, x.rec.Final = v.Status, v.Code, v.Message, false
+		x.ack.RetryAfterMs = v.RetryAfter.Milliseconds()
+	}
+}
+
+// degraded decides an event without Redis: the local limiter for live events, and for a
+// live sale a ledger-only stock check in the commit.
+func (in *Ingest) degraded(x *item, op gate.Op, now time.Time) {
+	if x.live {
+		action := map[gate.Kind]string{gate.OpScan: store.ActionScan, gate.OpSale: store.ActionPay, gate.OpRefund: store.ActionRefund}[op.Kind]
+		if retry, ok := in.limiter.allow(now, op.Terminal, action); !ok {
+			x.rec.Status, x.rec.Code, x.rec.Final = wire.AckRateLimited, "rate_limited", false
+			x.rec.Message = "the store is busy; try again shortly"
+			x.ack.RetryAfterMs = max(1, retry.Milliseconds())
+			return
+		}
+	}
+	x.rec.CheckStock = x.live && op.Kind == gate.OpSale
+	x.rec.FlowNo = 0 // allocated by the ledger
+}
+
+// commit writes every record of the group in one ledger transaction and fills in the acks.
+func (in *Ingest) commit(ctx context.Context, items []*item) {
+	var recs []ledger.Record
+	var owners []*item
+	for _, x := range items {
+		if x.rec == nil {
+			continue
+		}
+		x.recIndex = len(recs)
+		recs = append(recs, *x.rec)
+		owners = append(owners, x)
+	}
+	if len(recs) == 0 {
+		return
+	}
+	outs, err := in.cfg.Ledger.Commit(context.WithoutCancel(ctx), recs)
+	if err != nil {
+		in.count(func(s *Stats) { s.CommitError++ })
+		in.log.Error("ledger commit failed; no acks sent, terminals will resend", "err", err)
+		for _, x := range owners {
+			x.done, x.ack.Status = true, ""
+		}
+		return
+	}
+	blocked := map[string]bool{}
+	needRebuild := false
+	for i, x := range owners {
+		o := outs[i]
+		t := x.rec.Terminal
+		if o.Err != nil || blocked[t] {
+			// This record (or an earlier one of its terminal) did not commit: no ack, and the
+			// terminal's later events wait; the projection is rebuilt before they are retried.
+			if o.Err != nil {
+				in.log.Error("record not committed", "terminal", t, "seq", x.rec.Seq, "err", o.Err)
+				needRebuild = true
+			}
+			blocked[t] = true
+			x.done, x.ack.Status = true, ""
+			continue
+		}
+		in.next[t] = max(in.next[t], x.rec.Seq+1)
+		x.ack.Status, x.ack.Code, x.ack.Message = o.Status, o.Code, o.Message
+		switch o.Status {
+		case wire.AckAccepted:
+			x.ack.Result = &wire.Result{FlowNo: o.FlowNo, BusinessDate: o.BusinessDate, Oversold: o.Oversold}
+			if o.Duplicate {
+				x.ack.Status = wire.AckDuplicate
+				in.count(func(s *Stats) { s.Replays++ })
+			} else {
+				in.count(func(s *Stats) { s.Accepted++ })
+			}
+		case wire.AckRejected, wire.AckRateLimited:
+			if x.rec.Final {
+				in.count(func(s *Stats) { s.Rejected++ })
+			} else {
+				in.count(func(s *Stats) { s.Refused++ })
+			}
+		default:
+			in.count(func(s *Stats) { s.Rejected++ })
+		}
+		x.done = true
+	}
+	if needRebuild && in.Mode() == ModeRedis {
+		in.Rebuild()
+	}
+}
+
+// ackAll sends one acks message per up message, after the commit.
+func (in *Ingest) ackAll(msgs []groupMsg) {
+	for _, m := range msgs {
+		if m.skip {
+			continue
+		}
+		acks := make([]wire.Ack, 0, len(m.items))
+		for _, x := range m.items {
+			if x.ack.Status != "" {
+				acks = append(acks, x.ack)
+			}
+		}
+		if len(acks) == 0 {
+			continue
+		}
+		body, err := json.Marshal(wire.Acks{V: wire.Version, Kind: wire.KindAcks, Store: m.store, Terminal: m.terminal, Acks: acks})
+		if err != nil {
+			in.log.Error("encode acks", "err", err)
+			continue
+		}
+		if err := in.cfg.Out.Publish(wire.DownTopic(m.store, m.terminal), body); err != nil {
+			in.log.Warn("publish acks", "terminal", m.terminal, "err", err)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package ingest
+
+import (
+	"sync"
+	"time"
+
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// localLimiter is the in-process, conservative stand-in for the Redis limiter while Redis is
+// unreachable: the same three layers (store, terminal, action) as sliding-window logs, all
+// checked before any is recorded.
+type localLimiter struct {
+	mu     sync.Mutex
+	limits store.Limits
+	logs   map[string][]time.Time
+}
+
+func newLocalLimiter(l store.Limits) *localLimiter {
+	return &localLimiter{limits: l, logs: map[string][]time.Time{}}
+}
+
+// allow checks and records one live event of action for terminal at now. When refused it
+// returns how long until the refusing layer has room again.
+func (l *localLimiter) allow(now time.Time, terminal, action string) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	window := time.Duration(l.limits.WindowMs) * time.Millisecond
+	layers := []struct {
+		key   string
+		limit int64
+	}{
+		{"s", l.limits.Store},
+		{"t:" + terminal, l.limits.Terminal},
+		{"a:" + terminal + ":" + action, l.limits.Action(action)},
+	}
+	var retry time.Duration
+	for _, ly := range layers {
+		log := l.trim(ly.key, now.Add(-window))
+		if int64(len(log)) >= ly.limit {
+			if wait := log[0].Add(window).Sub(now); wait > retry {
+				retry = wait
+			}
+		}
+	}
+	if retry > 0 {
+		return retry, false
+	}
+	for _, ly := range layers {
+		l.logs[ly.key] = append(l.logs[ly.key], now)
+	}
+	return 0, true
+}
+
+// trim drops entries older than since and returns what is left.
+func (l *localLimiter) trim(key string, since time.Time) []time.Time {
+	log := l.logs[key]
+	i := 0
+	for i < len(log) && !log[i].After(since) {
+		i++
+	}
+	log = log[i:]
+	l.logs[key] = log
+	return log
+}

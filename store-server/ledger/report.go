@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// Totals returns each terminal's counters for a business date, with the terminal's own
+// definitions (terminal-agent outbox.DayTotals): Sales counts accepted sales and Amount sums
+// their totals; ByMethod sums tenders per method with the change taken off cash, so that
+// Σ ByMethod = Amount; refunds count and sum per refund method. Terminals without a sale or
+// refund that date are absent.
+func (l *Ledger) Totals(ctx context.Context, date string) (map[string]store.Counters, error) {
+	all, err := counters(ctx, l.db.R, "= ?", date)
+	if err != nil {
+		return nil, fmt.Errorf("totals %s: %w", date, err)
+	}
+	if all[date] == nil {
+		return map[string]store.Counters{}, nil
+	}
+	return all[date], nil
+}
+
+// counters computes counters per business date and terminal for the dates matching
+// "business_date <cond>" with arg.
+func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[string]store.Counters, error) {
+	out := map[string]map[string]*store.Counters{}
+	get := func(date, terminal string) *store.Counters {
+		if out[date] == nil {
+			out[date] = map[string]*store.Counters{}
+		}
+		c := out[date][terminal]
+		if c == nil {
+			c = &store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+			out[date][terminal] = c
+		}
+		return c
+	}
+	err := each(ctx, q, `SELECT business_date, terminal, count(*), sum(total), sum(change) FROM sales
+		WHERE business_date `+cond+` GROUP BY business_date, terminal`, []any{arg}, func(rows *sql.Rows) error {
+		var date, terminal string
+		var n int64
+		var total, change money.Fen
+		if err := rows.Scan(&date, &terminal, &n, &total, &change); err != nil {
+			return err
+		}
+		c := get(date, terminal)
+		c.Sales, c.Amount = n, total
+		if change != 0 { // change is given in cash: take it off the cash figure
+			c.ByMethod[wire.MethodCash] -= change
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = each(ctx, q, `SELECT s.business_date, s.terminal, p.method, sum(p.amount)
+		FROM sales s JOIN payments p ON p.terminal = s.terminal AND p.seq = s.seq
+		WHERE s.business_date `+cond+` GROUP BY s.business_date, s.terminal, p.method`, []any{arg}, func(rows *sql.Rows) error {
+		var date, terminal, method string
+		var amt money.Fen
+		if err := rows.Scan(&date, &terminal, &method, &amt); err != nil {
+			return err
+		}
+		get(date, terminal).ByMethod[method] += amt
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = each(ctx, q, `SELECT business_date, terminal, method, count(*), sum(amount) FROM refunds
+		WHERE business_date `+cond+` GROUP BY business_date, terminal, method`, []any{arg}, func(rows *sql.Rows) error {
+		var date, terminal, method string
+		var n int64
+		var amt money.Fen
+		if err := rows.Scan(&date, &terminal, &method, &n, &amt); err != nil {
+			return err
+		}
+		c := get(date, terminal)
+		c.Refunds += n
+		c.RefundAmount += amt
+		c.RefundByMethod[method] += amt
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]map[string]store.Counters, len(out))
+	for date, ts := range out {
+		res[date] = make(map[string]store.Counters, len(ts))
+		for t, c := range ts {
+			res[date][t] = *c
+		}
+	}
+	return res, nil
+}
+
+// Snapshot returns, from one consistent read, what rebuilding the Redis projection needs:
+// the stock of every SKU; counters per business date and terminal for the dates from
+// SnapshotDays before today (store time, by the Now clock) onwards; and the highest flow
+// number of every business date in the ledger, however old, so that a late offline sale of
+// an old date can never be given a flow number again (invariant 8).
+func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
+	var s store.Snapshot
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	defer tx.Rollback()
+	if s.Stock, err = skuQuantities(ctx, tx, `SELECT sku, qty FROM stock`); err != nil {
+		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	from := l.BusinessDate(l.now().In(l.loc).AddDate(0, 0, -SnapshotDays))
+	if s.Counters, err = counters(ctx, tx, ">= ?", from); err != nil {
+		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	s.MaxFlow = map[string]int64{}
+	err = each(ctx, tx, `SELECT business_date, max(flow_no) FROM flow_numbers GROUP BY business_date`, nil,
+		func(rows *sql.Rows) error {
+			var date string
+			var flow int64
+			if err := rows.Scan(&date, &flow); err != nil {
+				return err
+			}
+			s.MaxFlow[date] = flow
+			return nil
+		})
+	if err != nil {
+		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	return s, nil
+}
+
+// Oversell is a sale that took a SKU below zero: Short of its units were not in stock.
+type Oversell struct {
+	Terminal     string
+	Seq          int64
+	SKU          string
+	Short        int64
+	At           time.Time
+	BusinessDate string
+}
+
+// Oversells returns the unresolved oversell exceptions of a business date ("" for every
+// date), by date, terminal, seq and SKU.
+func (l *Ledger) Oversells(ctx context.Context, date string) ([]Oversell, error) {
+	query := `SELECT terminal, seq, sku, qty_short, at, business_date FROM oversells WHERE resolved = 0`
+	var args []any
+	if date != "" {
+		query += ` AND business_date = ?`
+		args = append(args, date)
+	}
+	query += ` ORDER BY business_date, terminal, seq, sku`
+	out := []Oversell{}
+	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
+		var o Oversell
+		var at string
+		if err := rows.Scan(&o.Terminal, &o.Seq, &o.SKU, &o.Short, &at, &o.BusinessDate); err != nil {
+			return err
+		}
+		o.At = l.parseTime(at)
+		out = append(out, o)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("oversells: %w", err)
+	}
+	return out, nil
+}
+
+// Parked is an event the store refused for good (a final rejection or conflict).
+type Parked struct {
+	Terminal string
+	Seq      int64
+	Kind     wire.Kind
+	Code     string
+	Message  string
+	At       time.Time // the event's business time (zero if it could not be read)
+}
+
+// DefaultParkedLimit is how many parked events Parked returns for a limit ≤ 0.
+const DefaultParkedLimit = 100
+
+// Parked returns up to limit parked events, the most recently parked first.
+func (l *Ledger) Parked(ctx context.Context, limit int) ([]Parked, error) {
+	if limit <= 0 {
+		limit = DefaultParkedLimit
+	}
+	out := []Parked{}
+	err := each(ctx, l.db.R, `SELECT terminal, seq, kind, code, message, at FROM parked
+		ORDER BY parked_ms DESC, terminal, seq DESC LIMIT ?`, []any{limit}, func(rows *sql.Rows) error {
+		var p Parked
+		var at string
+		if err := rows.Scan(&p.Terminal, &p.Seq, &p.Kind, &p.Code, &p.Message, &at); err != nil {
+			return err
+		}
+		p.At = l.parseTime(at)
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parked: %w", err)
+	}
+	return out, nil
+}
+
+// DayCloses returns each terminal's declared totals for a business date (the date the day
+// close names, not the time it was sent).
+func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.DayClosePayload, error) {
+	out := map[string]wire.DayClosePayload{}
+	err := each(ctx, l.db.R, `SELECT terminal, payload FROM day_closes WHERE business_date = ?`, []any{date},
+		func(rows *sql.Rows) error {
+			var terminal string
+			var body []byte
+			if err := rows.Scan(&terminal, &body); err != nil {
+				return err
+			}
+			var p wire.DayClosePayload
+			if err := json.Unmarshal(body, &p); err != nil {
+				return fmt.Errorf("terminal %s: %w", terminal, err)
+			}
+			out[terminal] = p
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("day closes %s: %w", date, err)
+	}
+	return out, nil
+}
+
+// each runs query and calls fn for every row.
+func each(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// parseTime reads a stored time into the store's zone (the zero time for an empty string).
+func (l *Ledger) parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(timeFormat, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t.In(l.loc)
+}

@@ -1,0 +1,316 @@
+// Command store-server is a store's POS gateway: MQTT ingest from the terminals (embedded
+// broker by default), the Redis Sentinel gate (live limits, atomic stock, fen counters, flow
+// numbers), the SQLite ledger that judges, and the managers' local API. Run with --help.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/broker"
+	"github.com/posgate/posgate/store-server/bus"
+	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain()
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "store-server:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "store-server:", err)
+		os.Exit(1)
+	}
+}
+
+// Main is the store-server program.
+type Main struct {
+	Store         string
+	DataDir       string
+	TZ            string
+	Sentinels     string
+	MasterName    string
+	RedisAddr     string
+	RedisPassword string
+	MQTTURL       string
+	MQTTListen    string
+	MQTTUsers     string
+	APIListen     string
+	APIToken      string
+	CatalogFile   string
+	LogLevel      string
+
+	// Ready receives the API address and the broker URL once Run has started (for tests).
+	Ready chan Addrs
+}
+
+// Addrs are where a running store-server listens.
+type Addrs struct {
+	API    string
+	Broker string
+}
+
+// NewMain returns a Main with its defaults.
+func NewMain() *Main { return &Main{Ready: make(chan Addrs, 1)} }
+
+// ParseFlags reads flags, falling back to POSGATE_* environment variables, then defaults.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("store-server", flag.ContinueOnError)
+	str := func(p *string, name, envName, def, usage string) {
+		if v, ok := os.LookupEnv(envName); ok {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+envName+")")
+	}
+	str(&m.Store, "store", "POSGATE_STORE", "", "this store's id, e.g. S001 (required)")
+	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the ledger and catalog")
+	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai")
+	str(&m.Sentinels, "redis-sentinels", "POSGATE_REDIS_SENTINELS", "", "comma-separated Sentinel addresses (host:port,...)")
+	str(&m.MasterName, "redis-master", "POSGATE_REDIS_MASTER", "posgate", "the Sentinel master name")
+	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
+	str(&m.RedisPassword, "redis-password", "POSGATE_REDIS_PASSWORD", "", "Redis password; prefer the environment variable")
+	str(&m.MQTTURL, "mqtt-url", "POSGATE_MQTT_URL", "", "an external MQTT broker (e.g. tcp://127.0.0.1:1883); empty runs the embedded broker")
+	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
+	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); empty allows anonymous")
+	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
+	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
+	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
+	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return m.Validate()
+}
+
+// Validate checks the settings.
+func (m *Main) Validate() error {
+	switch {
+	case !wire.ValidID(m.Store):
+		return fmt.Errorf("--store %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Store, wire.MaxIDLen)
+	case m.Sentinels == "" && m.RedisAddr == "":
+		return errors.New("give --redis-sentinels (production) or --redis-addr")
+	case m.APIToken == "":
+		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
+	}
+	if _, err := time.LoadLocation(m.TZ); err != nil {
+		return fmt.Errorf("--tz: %w", err)
+	}
+	return nil
+}
+
+func (m *Main) redisClient() redis.UniversalClient {
+	if m.Sentinels != "" {
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1,
+		})
+	}
+	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1})
+}
+
+// Run runs the store-server until ctx ends.
+func (m *Main) Run(ctx context.Context) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("store", m.Store)
+	loc, _ := time.LoadLocation(m.TZ)
+	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+		return err
+	}
+	led, err := ledger.Open(ctx, filepath.Join(m.DataDir, "ledger.db"), m.Store, loc)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	cat, err := catalog.Open(catalog.DefaultPath(m.DataDir), m.Store)
+	if err != nil {
+		return err
+	}
+	rdb := m.redisClient()
+	defer rdb.Close()
+	g := gate.New(rdb, m.Store, gate.Options{})
+
+	brokerURL := m.MQTTURL
+	server := broker.User{}
+	if brokerURL == "" {
+		var users []broker.User
+		if m.MQTTUsers != "" {
+			if users, err = broker.LoadUsers(m.MQTTUsers); err != nil {
+				return err
+			}
+		}
+		server = broker.User{Username: "posgate-store-server", Password: randomHex(16)}
+		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, Server: server, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		brokerURL = "tcp://" + loopback(b.Addr())
+		log.Info("embedded MQTT broker", "addr", b.Addr())
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &lateOut{}
+	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log})
+	client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: server.Username,
+		Password: server.Password, OnUp: in.Handle, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	out.c = client // before in.Run: only Run publishes
+
+	if m.CatalogFile != "" {
+		if err := m.importCatalog(cat, client); err != nil {
+			return err
+		}
+	}
+	if err := cat.Publish(client); err != nil {
+		log.Warn("publish catalog", "err", err)
+	}
+	if m.Sentinels != "" {
+		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in, log)
+	}
+
+	ln, err := net.Listen("tcp", m.APIListen)
+	if err != nil {
+		return fmt.Errorf("api listen: %w", err)
+	}
+	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
+		Catalog: cat, Pub: client, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 2)
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	go func() { errc <- in.Run(runCtx) }()
+	m.Ready <- Addrs{API: ln.Addr().String(), Broker: brokerURL}
+	log.Info("store-server running", "api", ln.Addr().String(), "broker", brokerURL)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	srv.Shutdown(shut)
+	return err
+}
+
+func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher) error {
+	f, err := os.Open(m.CatalogFile)
+	if err != nil {
+		return fmt.Errorf("catalog: %w", err)
+	}
+	defer f.Close()
+	ctype := "text/csv"
+	if strings.HasSuffix(m.CatalogFile, ".json") {
+		ctype = "application/json"
+	}
+	items, err := catalog.Parse(ctype, f)
+	if err != nil {
+		return fmt.Errorf("catalog %s: %w", m.CatalogFile, err)
+	}
+	if sameItems(cat.Current().Items, items) {
+		return nil
+	}
+	_, err = cat.Replace(items, pub)
+	return err
+}
+
+func sameItems(a, b []wire.CatalogItem) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// watchFailover subscribes to the Sentinels' +switch-master and asks ingest to rebuild.
+func watchFailover(ctx context.Context, addrs []string, master, password string, in *ingest.Ingest, log *slog.Logger) {
+	for ctx.Err() == nil {
+		for _, addr := range addrs {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password, DialTimeout: time.Second})
+			sub := sc.Subscribe(ctx, "+switch-master")
+			if _, err := sub.Receive(ctx); err != nil {
+				sub.Close()
+				sc.Close()
+				continue
+			}
+			for msg := range sub.Channel() {
+				if strings.HasPrefix(msg.Payload, master+" ") {
+					log.Warn("redis failover seen; rebuilding the projection", "switch", msg.Payload)
+					in.Rebuild()
+				}
+			}
+			sub.Close()
+			sc.Close()
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// loopback turns a wildcard listen address into one a local client can dial.
+func loopback(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+		return "127.0.0.1:" + port
+	}
+	return addr
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// lateOut lets ingest exist (and queue messages) before the client it publishes through.
+type lateOut struct{ c *bus.Client }
+
+func (o *lateOut) Publish(topic string, payload []byte) error { return o.c.Publish(topic, payload) }

@@ -1,0 +1,106 @@
+// Package store holds the store-server's domain types shared by its adapters: the Redis gate
+// (package gate), the SQLite ledger (package ledger), ingest and the manager API. It has no
+// I/O and must not import any adapter.
+package store
+
+import (
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Actions of the layered rate limiter (the third layer, after store and terminal).
+const (
+	ActionScan   = "scan"
+	ActionPay    = "pay"
+	ActionRefund = "refund"
+)
+
+// Limits are the live rate limits of a store: accepted live events per Window, per layer.
+// The promo coefficient (percent, 100 = ×1) multiplies every limit while it lasts.
+type Limits struct {
+	WindowMs int64 `json:"window_ms"`
+	Store    int64 `json:"store"`
+	Terminal int64 `json:"terminal"`
+	Scan     int64 `json:"scan"`
+	Pay      int64 `json:"pay"`
+	Refund   int64 `json:"refund"`
+}
+
+// DefaultLimits is the policy of a store that set none: per second, store 1000, terminal 100,
+// scan 20, pay 5, refund 3.
+var DefaultLimits = Limits{WindowMs: 1000, Store: 1000, Terminal: 100, Scan: 20, Pay: 5, Refund: 3}
+
+// Action returns the limit of an action.
+func (l Limits) Action(a string) int64 {
+	switch a {
+	case ActionScan:
+		return l.Scan
+	case ActionPay:
+		return l.Pay
+	case ActionRefund:
+		return l.Refund
+	}
+	return 0
+}
+
+// Counters are one terminal's figures for one business date, as Redis keeps them and as the
+// ledger computes them. Sale amounts by method are net of change (cash); Amount is the sum of
+// sale totals.
+type Counters struct {
+	Sales          int64                `json:"sales"`
+	Amount         money.Fen            `json:"amount"`
+	ByMethod       map[string]money.Fen `json:"by_method"`
+	Refunds        int64                `json:"refunds"`
+	RefundAmount   money.Fen            `json:"refund_amount"`
+	RefundByMethod map[string]money.Fen `json:"refund_by_method"`
+}
+
+// Equal reports whether two Counters hold the same figures (a nil map equals an empty one,
+// and zero entries are ignored).
+func (c Counters) Equal(o Counters) bool {
+	return c.Sales == o.Sales && c.Amount == o.Amount && c.Refunds == o.Refunds &&
+		c.RefundAmount == o.RefundAmount && sameAmounts(c.ByMethod, o.ByMethod) &&
+		sameAmounts(c.RefundByMethod, o.RefundByMethod)
+}
+
+func sameAmounts(a, b map[string]money.Fen) bool {
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Snapshot is what the ledger computes for rebuilding the Redis projection: stock per SKU,
+// counters per business date and terminal, and the highest flow number per business date.
+type Snapshot struct {
+	Stock    map[string]int64
+	Counters map[string]map[string]Counters // date → terminal → counters
+	MaxFlow  map[string]int64               // date → highest flow number in the ledger
+}
+
+// Line is a quantity of a SKU.
+type Line struct {
+	SKU string
+	Qty int64
+}
+
+// SaleByMethod returns what a sale took per payment method, cash net of change, in fen; the
+// amounts add up to the sale's total. Redis counters, the ledger and the terminal's own day
+// totals all count money this way.
+func SaleByMethod(p *wire.SalePayload) map[string]money.Fen {
+	out := make(map[string]money.Fen, len(p.Payments))
+	for _, pm := range p.Payments {
+		out[pm.Method] += pm.Amount
+	}
+	if p.Change > 0 {
+		out[wire.MethodCash] -= p.Change
+	}
+	return out
+}
