@@ -90,7 +90,7 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	str(&m.Store, "store", "POSGATE_STORE", "", "this store's id, e.g. S001 (required)")
 	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the ledger and catalog")
-	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai")
+	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai, or a fixed offset such as UTC+08:00")
 	str(&m.Sentinels, "redis-sentinels", "POSGATE_REDIS_SENTINELS", "", "comma-separated Sentinel addresses (host:port,...)")
 	str(&m.MasterName, "redis-master", "POSGATE_REDIS_MASTER", "posgate", "the Sentinel master name")
 	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
@@ -122,7 +122,7 @@ func (m *Main) Validate() error {
 	case m.APIToken == "":
 		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
 	}
-	if _, err := time.LoadLocation(m.TZ); err != nil {
+	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
 	}
 	return nil
@@ -146,7 +146,7 @@ func (m *Main) Run(ctx context.Context) error {
 		lvl = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("store", m.Store)
-	loc, _ := time.LoadLocation(m.TZ)
+	loc, _ := wire.LoadLocation(m.TZ)
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Password, "password", "POSGATE_MQTT_PASSWORD", "", "MQTT password; prefer the environment variable")
 	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the outbox database")
 	str(&m.Listen, "listen", "POSGATE_LISTEN", "127.0.0.1:8181", "address of the local API for the POS app (keep it on localhost)")
-	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai")
+	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai, or a fixed offset such as UTC+08:00")
 	str(&m.CardPaymentCap, "offline-card-payment-max", "POSGATE_OFFLINE_CARD_PAYMENT_MAX", "2000.00",
 		"offline: largest single card/QR payment, decimal yuan (0: no limit)")
 	str(&m.CardTotalCap, "offline-card-total-max", "POSGATE_OFFLINE_CARD_TOTAL_MAX", "20000.00",
@@ -135,7 +135,7 @@ func (m *Main) Validate() error {
 	case m.DataDir == "":
 		return errors.New("--data-dir is required")
 	}
-	if _, err := time.LoadLocation(m.TZ); err != nil {
+	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
 	}
 	for _, s := range []string{m.CardPaymentCap, m.CardTotalCap} {
@@ -159,7 +159,7 @@ func (m *Main) logger() *slog.Logger {
 func (m *Main) Run(ctx context.Context) error {
 	log := m.logger()
 	slog.SetDefault(log)
-	loc, _ := time.LoadLocation(m.TZ)
+	loc, _ := wire.LoadLocation(m.TZ)
 	payCap, _ := money.ParseNonNegative(m.CardPaymentCap)
 	totalCap, _ := money.ParseNonNegative(m.CardTotalCap)
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {

@@ -1,6 +1,9 @@
 package wire
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
@@ -314,4 +317,28 @@ func DecodePayload(e Envelope) (Payload, error) {
 		return nil, err
 	}
 	return p, p.Validate()
+}
+
+// LoadLocation returns the time zone a store's business dates are taken in: an IANA name
+// ("Asia/Shanghai", "Local") or a fixed offset from UTC written "UTC+08:00" or "UTC-05:30".
+// Offsets are whole minutes, as RFC 3339 (the envelope's time format) can carry no more.
+func LoadLocation(name string) (*time.Location, error) {
+	rest, ok := strings.CutPrefix(name, "UTC")
+	if !ok || rest == "" {
+		return time.LoadLocation(name)
+	}
+	bad := fmt.Errorf("time zone %q: want an IANA name or UTC+hh:mm", name)
+	if len(rest) != 6 || (rest[0] != '+' && rest[0] != '-') || rest[3] != ':' {
+		return nil, bad
+	}
+	h, herr := strconv.Atoi(rest[1:3])
+	m, merr := strconv.Atoi(rest[4:6])
+	if herr != nil || merr != nil || h > 14 || m > 59 {
+		return nil, bad
+	}
+	secs := (h*60 + m) * 60
+	if rest[0] == '-' {
+		secs = -secs
+	}
+	return time.FixedZone(name, secs), nil
 }

@@ -759,3 +759,38 @@ func TestDecodeAcks(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadLocation(t *testing.T) {
+	at := time.Date(2026, 11, 29, 16, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name, want string
+		bad        bool
+	}{
+		{name: "Asia/Shanghai", want: "2026-11-30 00:00:00"},
+		{name: "UTC+08:00", want: "2026-11-30 00:00:00"},
+		{name: "UTC-05:30", want: "2026-11-29 10:30:00"},
+		{name: "UTC+07:59", want: "2026-11-29 23:59:00"},
+		{name: "UTC+07:59:50", bad: true}, // RFC 3339 offsets have no seconds
+		{name: "UTC", want: "2026-11-29 16:00:00"},
+		{name: "UTC+8", bad: true},
+		{name: "UTC+15:00", bad: true},
+		{name: "UTC*08:00", bad: true},
+		{name: "Mars/Olympus", bad: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			loc, err := wire.LoadLocation(c.name)
+			if c.bad {
+				if err == nil {
+					t.Fatalf("accepted %q", c.name)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := at.In(loc).Format("2006-01-02 15:04:05"); got != c.want {
+				t.Fatalf("got %s, want %s", got, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// The e2e tests run the real binaries: store-server against real mosquitto and a real Redis
+// Sentinel trio, and real terminal-agents driven through their local API.
+
+var (
+	buildOnce sync.Once
+	bins      harness.Binaries
+	buildErr  error
+)
+
+func binaries(t *testing.T) harness.Binaries {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := harness.ModuleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "posgate-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bins, buildErr = harness.Build(context.Background(), root, dir, false)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bins
+}
+
+const e2eCatalog = `sku,barcode,name,price
+MILK,6901234567890,Milk 1L,12.50
+BREAD,6901234567891,Bread,8.99
+EGGS,6901234567892,Eggs x10,15.90
+TEA,6901234567894,Green tea,0.30
+`
+
+var e2eOpening = map[string]int64{"MILK": 2000, "BREAD": 2000, "EGGS": 2000, "TEA": 20}
+
+// env is one store under test.
+type env struct {
+	t        *testing.T
+	stack    *stack.Stack
+	store    *harness.StoreServer
+	agents   map[string]*harness.Agent
+	cashiers map[string]*harness.Cashier
+	proxies  map[string]*harness.Proxy
+	tz       string
+}
+
+// newEnv starts mosquitto, a Sentinel trio, a store-server and agents; offline lists the
+// terminals that reach the broker through a proxy the test can cut.
+func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env {
+	t.Helper()
+	b := binaries(t)
+	st := stack.Run(t, stack.Options{Redis: true, Replicas: 2, Sentinels: 3, MQTT: true})
+	dir := t.TempDir()
+	cat := filepath.Join(dir, "catalog.csv")
+	if err := os.WriteFile(cat, []byte(e2eCatalog), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(dir, "store")
+	os.MkdirAll(sdir, 0o700)
+	ctx := context.Background()
+	srv, err := harness.StartStore(ctx, b.StoreServer, harness.StoreOptions{Store: "S1", DataDir: sdir, TZ: tz,
+		Sentinels: st.SentinelAddrs(), MasterName: st.MasterName, MQTTURL: st.MQTTURL(), Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, stack: st, store: srv, agents: map[string]*harness.Agent{}, cashiers: map[string]*harness.Cashier{},
+		proxies: map[string]*harness.Proxy{}, tz: tz}
+	t.Cleanup(func() {
+		for _, a := range e.agents {
+			a.Kill()
+		}
+		srv.Kill()
+		for _, p := range e.proxies {
+			p.Close()
+		}
+		if t.Failed() {
+			t.Logf("store-server log: %s", tail(srv.Log))
+		}
+	})
+	for sku, q := range e2eOpening {
+		body := fmt.Sprintf(`{"id":"opening-%s","sku":%q,"delta":%d,"reason":"opening"}`, sku, sku, q)
+		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, term := range terminals {
+		broker := st.MQTTURL()
+		for _, o := range offline {
+			if o == term {
+				p, err := harness.NewProxy(strings.TrimPrefix(st.MQTTURL(), "tcp://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.proxies[term] = p
+				broker = "tcp://" + p.Addr()
+			}
+		}
+		adir := filepath.Join(dir, "agent-"+term)
+		os.MkdirAll(adir, 0o700)
+		a, err := harness.StartAgent(ctx, b.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
+			DataDir: adir, TZ: tz, Extra: []string{"--offline-refunds"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.agents[term] = a
+		c := harness.NewCashier(a.API)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err = c.WaitCatalog(wctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.cashiers[term] = c
+	}
+	return e
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// load runs every cashier until ctx ends: mixed baskets and tenders, a refund now and then.
+func (e *env) load(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	baskets := [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"TEA", "MILK"}, {"EGGS"}, {"TEA"}}
+	methods := []string{"cash", "card", "qr"}
+	n := 0
+	for _, c := range e.cashiers {
+		n++
+		wg.Add(1)
+		go func(c *harness.Cashier, seed int) {
+			defer wg.Done()
+			for i := seed; ctx.Err() == nil; i++ {
+				c.Sale(baskets[i%len(baskets)], methods[i%len(methods)])
+				if i%9 == 0 {
+					c.RefundOne(i)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(15 * time.Millisecond):
+				}
+			}
+		}(c, n)
+	}
+	return &wg
+}
+
+// verify checks invariants 1-8 once everything has drained.
+func (e *env) verify(dates ...string) {
+	t := e.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rep := harness.Verify(ctx, e.store, e.cashiers, dates)
+	t.Logf("invariant report:\n%s", rep)
+	if !rep.OK {
+		t.Error("invariants 3/4 do not hold")
+	}
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(e.store.Opts.DataDir, "ledger.db")+"?mode=ro&_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// Invariant 1: every event a POS app got a 2xx for is in the ledger, accepted, once.
+	accepted := map[string]bool{}
+	rows, err := db.Query(`SELECT terminal, seq FROM events WHERE status = 'accepted'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var term string
+		var seq int64
+		rows.Scan(&term, &seq)
+		accepted[fmt.Sprintf("%s:%d", term, seq)] = true
+	}
+	rows.Close()
+	total, missing := 0, 0
+	for term, c := range e.cashiers {
+		for key := range c.OK() {
+			total++
+			if !accepted[key] {
+				missing++
+				if missing < 5 {
+					t.Errorf("event %s (terminal %s) answered 2xx is not in the ledger", key, term)
+				}
+			}
+		}
+	}
+	if missing > 0 || total == 0 {
+		t.Errorf("%d of %d acknowledged events missing from the ledger", missing, total)
+	}
+	// Invariant 5: no live sale took stock below zero.
+	var liveOversells int
+	db.QueryRow(`SELECT count(*) FROM oversells o JOIN events e ON e.terminal = o.terminal AND e.seq = o.seq
+		WHERE e.offline = 0`).Scan(&liveOversells)
+	if liveOversells != 0 {
+		t.Errorf("%d oversells come from live sales", liveOversells)
+	}
+	// Invariant 8: flow numbers never repeat within a business date (sales and refunds).
+	var flows, distinct int
+	db.QueryRow(`SELECT count(*), count(DISTINCT business_date || ':' || flow_no) FROM
+		(SELECT business_date, flow_no FROM sales UNION ALL SELECT business_date, flow_no FROM refunds)`).Scan(&flows, &distinct)
+	if flows != distinct || flows == 0 {
+		t.Errorf("flow numbers: %d rows, %d distinct", flows, distinct)
+	}
+	t.Logf("%d events answered 2xx all in the ledger; %d sales+refunds with distinct flow numbers", total, flows)
+}
+
+func today(tz string) string {
+	loc, err := wire.LoadLocation(tz)
+	if err != nil {
+		loc = time.UTC
+	}
+	return time.Now().In(loc).Format("2006-01-02")
+}
+
+// TestRedisMasterKilledUnderLoad: (a) the Redis master dies under load; Sentinel promotes a
+// replica that may have missed writes; the store rebuilds its projection from the ledger.
+func TestRedisMasterKilledUnderLoad(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	wg := e.load(ctx)
+	time.Sleep(3 * time.Second)
+	master, err := e.stack.MasterAddr(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.stack.Redis {
+		if r.Addr() == master {
+			r.Kill()
+		}
+	}
+	if _, err := e.stack.WaitFailover(context.Background(), master); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	e.verify(today("Asia/Shanghai"))
+}
+
+// TestStoreServerKilled: (b) store-server is SIGKILLed at 10 random moments under load.
+func TestStoreServerKilled(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := e.load(ctx)
+	rng := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))
+	for i := 0; i < 10; i++ {
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		e.store.Kill()
+		if err := e.store.Restart(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	e.verify(today("Asia/Shanghai"))
+}
+
+// TestRedisDown: (c) every Redis node is down for a while: the store degrades to the ledger
+// alone and keeps selling, then rebuilds and returns to Redis.
+func TestRedisDown(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wg := e.load(ctx)
+	time.Sleep(2 * time.Second)
+	for _, r := range e.stack.Redis {
+		r.Kill()
+	}
+	degraded := false
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		var m struct{ Mode string }
+		if e.store.Call(context.Background(), "GET", "/v1/mode", "", nil, &m) == nil && m.Mode == "degraded" {
+			degraded = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !degraded {
+		t.Error("the store never reported degraded mode with Redis down")
+	}
+	before := 0
+	for _, c := range e.cashiers {
+		before += len(c.OK())
+	}
+	time.Sleep(time.Second)
+	after := 0
+	for _, c := range e.cashiers {
+		after += len(c.OK())
+	}
+	if after <= before {
+		t.Error("nothing was sold while Redis was down")
+	}
+	for _, r := range e.stack.Redis {
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	e.verify(today("Asia/Shanghai"))
+}
+
+// TestOfflinePastMidnight: (d) a terminal is offline across midnight of its business day; its
+// sales land in the day they were made, not the day they synced (invariant 7).
+func TestOfflinePastMidnight(t *testing.T) {
+	// A fixed-offset zone whose midnight is the first whole UTC minute at least 15 s away
+	// (offsets are whole minutes, as RFC 3339 carries); once the store and agents are up,
+	// the load starts 8 s before that midnight.
+	midnight := time.Now().UTC().Add(15 * time.Second).Truncate(time.Minute).Add(time.Minute)
+	if time.Until(midnight) >= 75*time.Second {
+		midnight = midnight.Add(-time.Minute)
+	}
+	offset := 24*time.Hour - midnight.Sub(midnight.Truncate(24*time.Hour)) // local(midnight) = 00:00
+	if offset > 12*time.Hour {
+		offset -= 24 * time.Hour
+	}
+	sign := "+"
+	if offset < 0 {
+		sign, offset = "-", -offset
+	}
+	tz := fmt.Sprintf("UTC%s%02d:%02d", sign, int(offset.Hours()), int(offset.Minutes())%60)
+	loc, err := wire.LoadLocation(tz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := midnight.In(loc).Format("15:04:05"); got != "00:00:00" {
+		t.Fatalf("zone %s: midnight is %s local", tz, got)
+	}
+	e := newEnv(t, tz, []string{"T01", "T02"}, "T02")
+	time.Sleep(time.Until(midnight.Add(-8 * time.Second)))
+	before := time.Now().In(loc).Format("2006-01-02")
+	e.proxies["T02"].Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Second)
+	defer cancel()
+	wg := e.load(ctx)
+	wg.Wait()
+	after := time.Now().In(loc).Format("2006-01-02")
+	if before == after {
+		t.Fatalf("the test did not cross midnight in %s (%s)", tz, before)
+	}
+	st, _ := e.cashiers["T02"].Status()
+	if st.Online || st.Backlog == 0 {
+		t.Fatalf("T02 was not offline with a backlog: %+v", st)
+	}
+	for _, d := range []string{before, after} {
+		if tot, _ := e.cashiers["T02"].DayTotals(d); tot.SaleCount == 0 {
+			t.Fatalf("T02 sold nothing offline on %s", d)
+		}
+	}
+	e.proxies["T02"].Restore()
+	e.verify(before, after)
+}
