@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
-APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3
 BINS      := terminal-agent store-server
 
 .PHONY: all build deps demo test test-short vet fmt bench fuzz clean
@@ -27,16 +27,17 @@ demo: deps build
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:
 	@missing=""; \
-	for b in redis-server redis-sentinel redis-cli mosquitto; do \
+	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto; do \
 		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
 	done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then echo "run as root (apt-get install -y $(APT_PKGS))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@# Debian starts the packaged services on their default ports; the tests use their own.
-	-@systemctl disable --now redis-server redis-sentinel mosquitto >/dev/null 2>&1 || true
+	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql >/dev/null 2>&1 || true
 
 vet:
 	$(GO) vet $(PKGS)
