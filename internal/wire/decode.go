@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/posgate/posgate/internal/perr"
 )
@@ -25,6 +26,7 @@ const (
 	CodeKey          = "wire_key"           // key is not terminal:seq
 	CodeHash         = "wire_hash"          // hash does not match the content
 	CodeMismatch     = "wire_mismatch"      // an event's store/terminal differs from its batch's
+	CodeTime         = "wire_time"          // a business time outside the years 1970-9998
 )
 
 func invalid(code, format string, args ...any) *perr.Error {
@@ -123,6 +125,8 @@ func (e *Envelope) Check() error {
 		return invalid(CodeMissing, "field \"hash\" is missing")
 	case e.At.IsZero():
 		return invalid(CodeMissing, "field \"at\" is missing")
+	case e.At.UTC().Year() < 1970 || e.At.UTC().Year() > 9998:
+		return invalid(CodeTime, "business time %s is outside the years 1970-9998", e.At.Format(time.RFC3339))
 	case len(e.Payload) == 0 || string(e.Payload) == "null":
 		return invalid(CodeMissing, "field \"payload\" is missing")
 	case e.Payload[0] != '{':
@@ -160,13 +164,11 @@ func DecodeUp(b []byte) (Up, error) {
 	if len(b) > MaxMessageBytes {
 		return up, invalid(CodeOversize, "message of %d bytes is over the %d byte limit", len(b), MaxMessageBytes)
 	}
-	var head struct {
-		Kind string `json:"kind"`
-	}
+	var head map[string]json.RawMessage
 	if err := json.Unmarshal(b, &head); err != nil {
 		return up, jsonError(err)
 	}
-	if head.Kind != KindBatch {
+	if string(head["kind"]) != `"`+KindBatch+`"` {
 		it := decodeItem(b)
 		up.Store, up.Terminal = it.Env.Store, it.Env.Terminal
 		up.Items = []Item{it}
@@ -209,7 +211,7 @@ func decodeItem(b []byte) Item {
 		Terminal string `json:"terminal"`
 		Seq      int64  `json:"seq"`
 	}
-	if len(b) <= MaxEventBytes && json.Unmarshal(b, &loose) == nil && loose.Seq > 0 {
+	if json.Unmarshal(b, &loose) == nil && loose.Seq > 0 { // b is bounded by MaxMessageBytes
 		it.Seq = loose.Seq
 		it.Key = Key(loose.Terminal, loose.Seq)
 		it.Env.Terminal, it.Env.Seq = loose.Terminal, loose.Seq

@@ -148,6 +148,8 @@ func envelopeRejections(tb testing.TB) []rejectCase {
 			bug: "time.Time's UnmarshalJSON error is not a *json.UnmarshalTypeError, so jsonError (decode.go) falls through to CodeSyntax",
 		},
 		{name: "at not a time", in: mutateEnv(tb, set("at", `"yesterday"`)), code: wire.CodeType},
+		{name: "at past year 9998", in: mutateEnv(tb, set("at", `"9999-12-31T23:00:00-10:00"`)), code: wire.CodeTime},
+		{name: "at before 1970", in: mutateEnv(tb, set("at", `"1969-12-31T23:00:00Z"`)), code: wire.CodeTime},
 		{name: "missing v", in: mutateEnv(tb, del("v")), code: wire.CodeMissing},
 		{name: "v zero", in: mutateEnv(tb, set("v", `0`)), code: wire.CodeMissing},
 		{name: "missing kind", in: mutateEnv(tb, del("kind")), code: wire.CodeMissing},
@@ -693,7 +695,6 @@ func TestDecodeUpRejections(t *testing.T) {
 		{name: "malformed", in: []byte(`{"kind":"batch",`), code: wire.CodeSyntax},
 		{name: "trailing garbage", in: append(batchJSON(t, 1, testStore, testTerm, e1), 'x'), code: wire.CodeSyntax},
 		{name: "top-level number", in: []byte(`5`), code: wire.CodeType},
-		{name: "kind as number", in: []byte(`{"kind":5}`), code: wire.CodeType},
 		{name: "oversize message", in: huge, code: wire.CodeOversize},
 		{name: "empty batch", in: batchJSON(t, 1, testStore, testTerm), code: wire.CodeMissing},
 		{name: "batch without events", in: []byte(`{"v":1,"kind":"batch","store":"s","terminal":"t"}`), code: wire.CodeMissing},
@@ -792,5 +793,18 @@ func TestLoadLocation(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, c.want)
 			}
 		})
+	}
+}
+
+// TestDecodeUpKindNotString: an event whose kind is not a string is still a single event
+// whose seq can be read, so the store can reject it and the terminal's queue moves on.
+func TestDecodeUpKindNotString(t *testing.T) {
+	up, err := wire.DecodeUp([]byte(`{"v":1,"kind":7,"store":"S1","terminal":"T1","seq":2}`))
+	if err != nil || len(up.Items) != 1 {
+		t.Fatalf("DecodeUp: %v %+v", err, up)
+	}
+	it := up.Items[0]
+	if perr.CodeOf(it.Err) != wire.CodeType || it.Seq != 2 || it.Key != "T1:2" {
+		t.Fatalf("item %+v (err %v), want wire_type for seq 2", it, it.Err)
 	}
 }

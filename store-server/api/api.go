@@ -91,8 +91,9 @@ func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && s.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) == 1
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && s.Token != "" &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) == 1
 }
 
 // Problem is an RFC 9457 problem+json body with posgate's stable code.
@@ -223,9 +224,16 @@ func (s *Server) adjust(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if applied && s.Ingest.Mode() == ingest.ModeRedis {
-		if _, _, err := s.Gate.Adjust(r.Context(), req.ID, req.SKU, req.Delta); err != nil {
-			s.Logger.Warn("redis stock adjust failed; rebuilding", "err", err)
+	if applied {
+		// Redis follows the ledger: directly when in use; otherwise the next rebuild (after
+		// the one that may be running, whose snapshot could predate this adjustment) does.
+		switch s.Ingest.Mode() {
+		case ingest.ModeRedis:
+			if _, _, err := s.Gate.Adjust(r.Context(), req.ID, req.SKU, req.Delta); err != nil {
+				s.Logger.Warn("redis stock adjust failed; rebuilding", "err", err)
+				s.Ingest.Rebuild()
+			}
+		case ingest.ModeRebuilding, ingest.ModeStarting:
 			s.Ingest.Rebuild()
 		}
 	}
@@ -358,7 +366,7 @@ func (s *Server) setLimits(r *http.Request) (any, error) {
 		return nil, perr.New(perr.Invalid, "limits_invalid", "every limit and the window must be positive")
 	}
 	if err := s.Gate.SetLimits(r.Context(), l); err != nil {
-		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+		return nil, gateError(err, "limits_invalid")
 	}
 	return s.limits(r)
 }
@@ -386,7 +394,16 @@ func (s *Server) setPromo(r *http.Request) (any, error) {
 		return nil, perr.New(perr.Invalid, "promo_percent_invalid", "percent is between 100 (no promo) and 1000")
 	}
 	if err := s.Gate.SetPromo(r.Context(), req.Percent, ttl); err != nil {
-		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+		return nil, gateError(err, "promo_percent_invalid")
 	}
 	return s.limits(r)
+}
+
+// gateError maps a gate error: a value the gate refuses is the caller's (400 with code);
+// anything else means Redis could not be reached.
+func gateError(err error, code string) error {
+	if perr.KindOf(err) == perr.Invalid {
+		return perr.Wrap(err, perr.Invalid, code, "%s", perr.As(err).Message)
+	}
+	return perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
 }

@@ -340,7 +340,13 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			x.live = it.Err == nil && !it.Env.Offline
 			x.ack.Live = x.live
 			if f := first[x.ack.Key]; f != nil && f.rec != nil {
-				x.dupOf, x.done = f, true // a resend that arrived in the same group
+				x.done = true
+				if it.Err == nil && f.env.Hash != it.Env.Hash {
+					x.ack.Status, x.ack.Code = wire.AckConflict, "idempotency_conflict"
+					x.ack.Message = "this key was already used with other content; the original stands"
+					continue
+				}
+				x.dupOf = f // a resend that arrived in the same group
 				continue
 			}
 			if err := in.order(ctx, x, it, topicTerminal, nextOf(topicTerminal)); err != nil {

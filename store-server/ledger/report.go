@@ -140,12 +140,12 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 
 // Oversell is a sale that took a SKU below zero: Short of its units were not in stock.
 type Oversell struct {
-	Terminal     string
-	Seq          int64
-	SKU          string
-	Short        int64
-	At           time.Time
-	BusinessDate string
+	Terminal     string    `json:"terminal"`
+	Seq          int64     `json:"seq"`
+	SKU          string    `json:"sku"`
+	Short        int64     `json:"short"`
+	At           time.Time `json:"at"`
+	BusinessDate string    `json:"business_date"`
 }
 
 // Oversells returns the unresolved oversell exceptions of a business date ("" for every
@@ -177,12 +177,12 @@ func (l *Ledger) Oversells(ctx context.Context, date string) ([]Oversell, error)
 
 // Parked is an event the store refused for good (a final rejection or conflict).
 type Parked struct {
-	Terminal string
-	Seq      int64
-	Kind     wire.Kind
-	Code     string
-	Message  string
-	At       time.Time // the event's business time (zero if it could not be read)
+	Terminal string    `json:"terminal"`
+	Seq      int64     `json:"seq"`
+	Kind     wire.Kind `json:"kind"`
+	Code     string    `json:"code"`
+	Message  string    `json:"message"`
+	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
 }
 
 // DefaultParkedLimit is how many parked events Parked returns for a limit ≤ 0.

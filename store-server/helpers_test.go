@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ingest"
+)
+
+// Shared by badinput_test.go and api_test.go: an in-process store-server (the same Main
+// wiring as the binary) against a real Redis and a real mosquitto started by internal/stack.
+
+const (
+	biStoreID = "S1"
+	biToken   = "tok"
+	biTZ      = "Asia/Shanghai"
+)
+
+// biServer is a store-server running in this process.
+type biServer struct {
+	Stack  *stack.Stack
+	Main   *Main
+	Base   string // http://host:port of the manager API
+	Broker string // the MQTT broker URL the server uses
+}
+
+// biRunServer starts a real redis and mosquitto and a store-server on port 0 with a
+// t.TempDir() data directory, waits until its gate is in Redis mode, and stops it (and the
+// stack) when t ends.
+func biRunServer(t *testing.T) *biServer {
+	t.Helper()
+	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
+	m := NewMain()
+	args := []string{
+		"--store", biStoreID,
+		"--data-dir", t.TempDir(),
+		"--redis-addr", s.Redis[0].Addr(),
+		"--mqtt-url", s.MQTTURL(),
+		"--api-listen", "127.0.0.1:0",
+		"--api-token", biToken,
+		"--tz", biTZ,
+		"--log-level", "error",
+	}
+	if err := m.ParseFlags(args); err != nil {
+		t.Fatalf("ParseFlags: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("store-server Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("store-server did not stop within 20s")
+		}
+	})
+	var addrs Addrs
+	select {
+	case addrs = <-m.Ready:
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("store-server stopped before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("store-server not ready within 30s")
+	}
+	srv := &biServer{Stack: s, Main: m, Base: "http://" + addrs.API, Broker: addrs.Broker}
+	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	return srv
+}
+
+// waitMode polls /v1/mode until the gate is in mode.
+func (s *biServer) waitMode(t testing.TB, mode ingest.Mode, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last api.ModeAnswer
+	for {
+		status, _, body := s.do(t, "GET", "/v1/mode", biToken, "", nil)
+		if status == http.StatusOK {
+			last = api.ModeAnswer{}
+			if err := json.Unmarshal(body, &last); err == nil && last.Mode == mode {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gate mode is %q (last answer %d %s), want %q", last.Mode, status, body, mode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// do sends one request to the manager API. An empty token sends no Authorization header.
+func (s *biServer) do(t testing.TB, method, path, token, ctype string, body []byte) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.Base+path, rd)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// mustJSON sends a request with the manager token (a JSON body if in is not nil), expects
+// 200 with application/json and decodes the answer into out (if not nil).
+func (s *biServer) mustJSON(t testing.TB, method, path string, in, out any) {
+	t.Helper()
+	var body []byte
+	ctype := ""
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			t.Fatalf("encode %T: %v", in, err)
+		}
+		ctype = "application/json"
+	}
+	s.mustRaw(t, method, path, ctype, body, out)
+}
+
+// mustRaw is mustJSON with a body given as bytes and its content type.
+func (s *biServer) mustRaw(t testing.TB, method, path, ctype string, body []byte, out any) {
+	t.Helper()
+	status, h, b := s.do(t, method, path, biToken, ctype, body)
+	if status != http.StatusOK {
+		t.Fatalf("%s %s: status %d, want 200: %s", method, path, status, b)
+	}
+	if ct := h.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("%s %s: Content-Type %q, want application/json", method, path, ct)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
+		}
+	}
+}
+
+// wantProblem checks that an answer is an RFC 9457 problem with the status and code.
+func biWantProblem(t testing.TB, what string, status int, h http.Header, body []byte, wantStatus int, wantCode string) {
+	t.Helper()
+	if status != wantStatus {
+		t.Errorf("%s: status %d, want %d: %s", what, status, wantStatus, body)
+		return
+	}
+	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
+	}
+	var p api.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Errorf("%s: problem body %q: %v", what, body, err)
+		return
+	}
+	if p.Code != wantCode || p.Status != wantStatus || p.Title != http.StatusText(wantStatus) ||
+		p.Type != "https://posgate.dev/errors/"+wantCode || p.Detail == "" {
+		t.Errorf("%s: problem %+v, want status %d code %q", what, p, wantStatus, wantCode)
+	}
+}
+
+// problem sends a request and checks that it is refused with a problem of the status and code.
+func (s *biServer) problem(t testing.TB, what, method, path, token, ctype string, body []byte, wantStatus int, wantCode string) {
+	t.Helper()
+	status, h, b := s.do(t, method, path, token, ctype, body)
+	biWantProblem(t, what, status, h, b, wantStatus, wantCode)
+}
+
+// adjust sets stock through the manager API and returns the SKU's stock after it.
+func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason string) (qty int64, applied bool) {
+	t.Helper()
+	var out struct {
+		SKU     string `json:"sku"`
+		Qty     int64  `json:"qty"`
+		Applied bool   `json:"applied"`
+	}
+	s.mustJSON(t, "POST", "/v1/stock/adjust", api.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}, &out)
+	if out.SKU != sku {
+		t.Fatalf("adjust %s: answer names sku %q", id, out.SKU)
+	}
+	return out.Qty, out.Applied
+}
+
+// stock returns /v1/stock's rows by SKU, checking that ledger, proven and Redis agree.
+func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
+	t.Helper()
+	var out struct {
+		Mode  ingest.Mode    `json:"mode"`
+		Stock []api.StockRow `json:"stock"`
+	}
+	s.mustJSON(t, "GET", "/v1/stock", nil, &out)
+	if out.Mode != ingest.ModeRedis {
+		t.Errorf("/v1/stock: mode %q, want redis", out.Mode)
+	}
+	rows := map[string]api.StockRow{}
+	for _, r := range out.Stock {
+		rows[r.SKU] = r
+		if r.Redis == nil || r.Ledger != r.Proven || *r.Redis != r.Ledger || r.Diff != 0 {
+			t.Errorf("/v1/stock %s: ledger %d proven %d redis %v diff %d: want all equal", r.SKU, r.Ledger, r.Proven,
+				biDeref(r.Redis), r.Diff)
+		}
+	}
+	return rows
+}
+
+func biDeref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
