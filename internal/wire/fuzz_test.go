@@ -16,7 +16,7 @@ import (
 var wireCodes = map[string]bool{
 	wire.CodeSyntax: true, wire.CodeType: true, wire.CodeUnknownField: true, wire.CodeMissing: true,
 	wire.CodeVersion: true, wire.CodeKind: true, wire.CodeOversize: true, wire.CodeID: true,
-	wire.CodeSeq: true, wire.CodeKey: true, wire.CodeHash: true, wire.CodeMismatch: true,
+	wire.CodeSeq: true, wire.CodeKey: true, wire.CodeHash: true, wire.CodeMismatch: true, wire.CodeTime: true,
 }
 
 // payloadCodes are the codes DecodePayload may return in addition to wireCodes.
