@@ -128,15 +128,18 @@ func (m *Main) Validate() error {
 	return nil
 }
 
+// redisClient fails fast: a gate call that cannot reach Redis should open the breaker in
+// well under a second, not retry its way past the terminals' verdict deadline.
 func (m *Main) redisClient() redis.UniversalClient {
+	const dial, rw = 500 * time.Millisecond, time.Second
 	if m.Sentinels != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1,
+			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
 		})
 	}
 	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1})
+		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1})
 }
 
 // Run runs the store-server until ctx ends.

@@ -516,6 +516,11 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 			return
 		}
 		in.gateFailed(err)
+		if perr.KindOf(err) == perr.Unavailable {
+			// Redis cannot be reached (refused, timed out, failing over): no reason to wait
+			// for more failures; sell on the ledger until a rebuild brings Redis back.
+			in.setMode(ModeDegraded)
+		}
 		if in.Mode() == ModeRedis {
 			// Not yet open: leave these events unacked; the terminals resend them.
 			for _, x := range opItems {
