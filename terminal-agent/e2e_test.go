@@ -314,6 +314,9 @@ func TestCrashRecovery(t *testing.T) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
 	if len(c.OK()) < 100 {
+		if b, err := os.ReadFile(filepath.Join(dataDir, "agent.log")); err == nil {
+			t.Logf("agent log:\n%s", b[:min(len(b), 6000)])
+		}
 		t.Fatalf("only %d events answered 2xx: the load did not run", len(c.OK()))
 	}
 	checkExactlyOnce(t, c, r, "T1", nil)

@@ -48,8 +48,10 @@ type Config struct {
 
 // Store is the terminal's database.
 type Store struct {
-	db  *sqlitedb.DB
-	cfg Config
+	db     *sqlitedb.DB
+	cfg    Config
+	wstmts *stmtCache // statements prepared on the writer connection
+	rstmts *stmtCache // statements prepared on the reader pool
 }
 
 // Open opens (creating and migrating) the terminal database at path.
@@ -64,11 +66,15 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open outbox: %w", err)
 	}
-	return &Store{db: db, cfg: cfg}, nil
+	return &Store{db: db, cfg: cfg, wstmts: newStmtCache(db.W), rstmts: newStmtCache(db.R)}, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.wstmts.close()
+	s.rstmts.close()
+	return s.db.Close()
+}
 
 // Config returns the store's configuration.
 func (s *Store) Config() Config { return s.cfg }
@@ -101,7 +107,7 @@ func (e *Event) Envelope(store, terminal string) wire.Envelope {
 
 // Pending returns up to limit undelivered events with seq > after, in seq order.
 func (s *Store) Pending(ctx context.Context, after int64, limit int) ([]Event, error) {
-	rows, err := s.db.R.QueryContext(ctx, `SELECT seq, kind, at, payload, hash, offline, created_ms FROM events
+	rows, err := s.readRows(ctx, `SELECT seq, kind, at, payload, hash, offline, created_ms FROM events
 		WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending events: %w", err)
@@ -138,7 +144,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	var oldestMs sql.NullInt64
 	var oldestSeq sql.NullInt64
-	err := s.db.R.QueryRowContext(ctx, `SELECT count(*), min(seq), min(created_ms), coalesce(sum(stored_fen), 0)
+	err := s.readRow(ctx, `SELECT count(*), min(seq), min(created_ms), coalesce(sum(stored_fen), 0)
 		FROM events WHERE state = 'pending'`).Scan(&b.Count, &oldestSeq, &oldestMs, &b.StoredCard)
 	if err != nil {
 		return b, fmt.Errorf("backlog: %w", err)
@@ -147,7 +153,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 		b.OldestAt = time.UnixMilli(oldestMs.Int64)
 		b.OldestSeq = oldestSeq.Int64
 	}
-	if err := s.db.R.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE state = 'parked'`).Scan(&b.Parked); err != nil {
+	if err := s.readRow(ctx, `SELECT count(*) FROM events WHERE state = 'parked'`).Scan(&b.Parked); err != nil {
 		return b, fmt.Errorf("backlog: %w", err)
 	}
 	return b, nil
@@ -224,8 +230,9 @@ func (s *Store) Apply(ctx context.Context, ts []Transition) ([]Transition, error
 	defer tx.Rollback()
 	nowMs := s.cfg.Now().UnixMilli()
 	var done []Transition
+	st := txStmts{ctx: ctx, tx: tx, cache: s.wstmts}
 	for _, t := range ts {
-		changed, err := applyOne(ctx, tx, t, nowMs)
+		changed, err := applyOne(st, t, nowMs)
 		if err != nil {
 			return nil, fmt.Errorf("apply ack %d: %w", t.Seq, err)
 		}
@@ -233,19 +240,20 @@ func (s *Store) Apply(ctx context.Context, ts []Transition) ([]Transition, error
 			done = append(done, t)
 		}
 	}
-	if err := setKV(ctx, tx, "last_ack_ms", nowMs); err != nil {
+	if _, err := st.exec(setKVSQL, KVLastAck, nowMs); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("apply acks: %w", err)
 	}
+	s.wstmts.warm(ctx)
 	return done, nil
 }
 
-func applyOne(ctx context.Context, tx *sql.Tx, t Transition, nowMs int64) (bool, error) {
-	var res sql.Result
-	var err error
+func applyOne(tx txStmts, t Transition, nowMs int64) (bool, error) {
 	a := t.Ack
+	var kind string
+	var err error
 	switch t.Action {
 	case Ack:
 		var flow sql.NullInt64
@@ -254,63 +262,59 @@ func applyOne(ctx context.Context, tx *sql.Tx, t Transition, nowMs int64) (bool,
 			flow = sql.NullInt64{Int64: a.Result.FlowNo, Valid: a.Result.FlowNo > 0}
 			date = sql.NullString{String: a.Result.BusinessDate, Valid: a.Result.BusinessDate != ""}
 		}
-		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'acked', done_ms = ?, ack_status = ?,
-			flow_no = ?, store_date = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
-			nowMs, string(a.Status), flow, date, t.Seq)
+		err = tx.queryRow(`UPDATE events SET state = 'acked', done_ms = ?, ack_status = ?, flow_no = ?, store_date = ?,
+			stored_fen = 0 WHERE seq = ? AND state = 'pending' RETURNING kind`,
+			nowMs, string(a.Status), flow, date, t.Seq).Scan(&kind)
 		if err == nil && flow.Valid {
-			if _, err = tx.ExecContext(ctx, `UPDATE sales SET flow_no = ? WHERE seq = ?`, flow, t.Seq); err == nil {
-				_, err = tx.ExecContext(ctx, `UPDATE refunds SET flow_no = ? WHERE seq = ?`, flow, t.Seq)
+			switch wire.Kind(kind) {
+			case wire.KindSale:
+				_, err = tx.exec(`UPDATE sales SET flow_no = ? WHERE seq = ?`, flow, t.Seq)
+			case wire.KindRefund:
+				_, err = tx.exec(`UPDATE refunds SET flow_no = ? WHERE seq = ?`, flow, t.Seq)
 			}
 		}
 	case Park:
-		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'parked', done_ms = ?, ack_status = ?,
-			code = ?, message = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
-			nowMs, string(a.Status), a.Code, a.Message, t.Seq)
+		err = tx.queryRow(`UPDATE events SET state = 'parked', done_ms = ?, ack_status = ?, code = ?, message = ?,
+			stored_fen = 0 WHERE seq = ? AND state = 'pending' RETURNING kind`,
+			nowMs, string(a.Status), a.Code, a.Message, t.Seq).Scan(&kind)
 	case Refuse:
-		res, err = tx.ExecContext(ctx, `UPDATE events SET state = 'refused', done_ms = ?, ack_status = ?,
-			code = ?, message = ?, stored_fen = 0 WHERE seq = ? AND state = 'pending'`,
-			nowMs, string(a.Status), a.Code, a.Message, t.Seq)
+		err = tx.queryRow(`UPDATE events SET state = 'refused', done_ms = ?, ack_status = ?, code = ?, message = ?,
+			stored_fen = 0 WHERE seq = ? AND state = 'pending' RETURNING kind`,
+			nowMs, string(a.Status), a.Code, a.Message, t.Seq).Scan(&kind)
 		if err == nil {
-			if n, _ := res.RowsAffected(); n == 1 {
-				return true, undo(ctx, tx, t.Seq)
-			}
+			err = undo(tx, wire.Kind(kind), t.Seq)
 		}
 	case Offline:
-		res, err = tx.ExecContext(ctx, `UPDATE events SET offline = 1 WHERE seq = ? AND state = 'pending'`, t.Seq)
+		err = tx.queryRow(`UPDATE events SET offline = 1 WHERE seq = ? AND state = 'pending' RETURNING kind`, t.Seq).Scan(&kind)
 	default:
 		return false, fmt.Errorf("unknown action %d", t.Action)
 	}
-	if err != nil {
-		return false, err
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil // not pending (already acked, or pruned): nothing to do
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return err == nil, err
 }
 
 // undo reverts the sale step whose event seq was refused by a live verdict: a scanned line is
 // removed, a completed sale reopens without its last payment, a refund is marked refused.
-func undo(ctx context.Context, tx *sql.Tx, seq int64) error {
-	var kind string
-	if err := tx.QueryRowContext(ctx, `SELECT kind FROM events WHERE seq = ?`, seq).Scan(&kind); err != nil {
-		return err
-	}
+func undo(tx txStmts, kind wire.Kind, seq int64) error {
 	var err error
-	switch wire.Kind(kind) {
+	switch kind {
 	case wire.KindScan:
-		_, err = tx.ExecContext(ctx, `UPDATE sale_lines SET removed = 1 WHERE scan_seq = ?`, seq)
+		_, err = tx.exec(`UPDATE sale_lines SET removed = 1 WHERE scan_seq = ?`, seq)
 	case wire.KindSale:
 		var id string
-		if err = tx.QueryRowContext(ctx, `SELECT id FROM sales WHERE seq = ?`, seq).Scan(&id); err != nil {
+		if err = tx.queryRow(`SELECT id FROM sales WHERE seq = ?`, seq).Scan(&id); err != nil {
 			return err
 		}
-		if _, err = tx.ExecContext(ctx, `UPDATE payments SET voided = 1 WHERE sale_id = ? AND n =
+		if _, err = tx.exec(`UPDATE payments SET voided = 1 WHERE sale_id = ? AND n =
 			(SELECT max(n) FROM payments WHERE sale_id = ? AND voided = 0)`, id, id); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE sales SET state = 'open', seq = NULL, completed_at = NULL,
+		_, err = tx.exec(`UPDATE sales SET state = 'open', seq = NULL, completed_at = NULL,
 			business_date = NULL, change = 0 WHERE id = ?`, id)
 	case wire.KindRefund:
-		_, err = tx.ExecContext(ctx, `UPDATE refunds SET state = 'refused' WHERE seq = ?`, seq)
+		_, err = tx.exec(`UPDATE refunds SET state = 'refused' WHERE seq = ?`, seq)
 	}
 	return err
 }
@@ -331,7 +335,7 @@ type EventState struct {
 func (s *Store) EventState(ctx context.Context, seq int64) (EventState, error) {
 	e := EventState{Seq: seq, Key: wire.Key(s.cfg.Terminal, seq)}
 	var flow sql.NullInt64
-	err := s.db.R.QueryRowContext(ctx, `SELECT state, offline, coalesce(ack_status, ''), coalesce(code, ''),
+	err := s.readRow(ctx, `SELECT state, offline, coalesce(ack_status, ''), coalesce(code, ''),
 		coalesce(message, ''), flow_no FROM events WHERE seq = ?`, seq).
 		Scan(&e.State, &e.Offline, &e.Status, &e.Code, &e.Message, &flow)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -374,8 +378,10 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+const setKVSQL = `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
+
 func setKV(ctx context.Context, db execer, k string, v int64) error {
-	_, err := db.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v)
+	_, err := db.ExecContext(ctx, setKVSQL, k, v)
 	if err != nil {
 		return fmt.Errorf("set %s: %w", k, err)
 	}

@@ -28,6 +28,7 @@ type Mode struct {
 // Tx is one request's unit of work: every change it makes commits together with the
 // request's client token, or not at all.
 type Tx struct {
+	txStmts
 	ctx  context.Context
 	tx   *sql.Tx
 	s    *Store
@@ -65,17 +66,17 @@ func (s *Store) Do(ctx context.Context, token, fingerprint string, mode Mode,
 	defer tx.Rollback()
 	now := s.now()
 	if token != "" {
-		p, err := lookupRequest(ctx, tx, token, fingerprint)
+		p, err := lookupRequest(txStmts{ctx: ctx, tx: tx, cache: s.wstmts}, token, fingerprint)
 		if err != nil || p != nil {
 			return "", 0, p, err
 		}
 	}
-	t := &Tx{ctx: ctx, tx: tx, s: s, now: now, mode: mode}
+	t := &Tx{txStmts: txStmts{ctx: ctx, tx: tx, cache: s.wstmts}, ctx: ctx, tx: tx, s: s, now: now, mode: mode}
 	if ref, err = fn(t); err != nil {
 		return "", 0, nil, err
 	}
 	if token != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO requests (token, fingerprint, ref, created_ms, body)
+		if _, err := t.exec(`INSERT INTO requests (token, fingerprint, ref, created_ms, body)
 			VALUES (?, ?, ?, ?, ?)`, token, fingerprint, ref, now.UnixMilli(), seqBody(t.Seq)); err != nil {
 			return "", 0, nil, fmt.Errorf("record request: %w", err)
 		}
@@ -83,19 +84,20 @@ func (s *Store) Do(ctx context.Context, token, fingerprint string, mode Mode,
 	if err := tx.Commit(); err != nil {
 		return "", 0, nil, fmt.Errorf("commit: %w", err)
 	}
+	s.wstmts.warm(ctx)
 	return ref, t.Seq, nil, nil
 }
 
 // seqBody keeps the created event's seq in the body column until the answer replaces it.
 func seqBody(seq int64) []byte { return []byte(fmt.Sprint(seq)) }
 
-func lookupRequest(ctx context.Context, tx *sql.Tx, token, fingerprint string) (*Prior, error) {
+func lookupRequest(tx txStmts, token, fingerprint string) (*Prior, error) {
 	if len(token) > 128 {
 		return nil, perr.New(perr.Invalid, "idempotency_key_invalid", "Idempotency-Key is longer than 128 characters")
 	}
 	var p Prior
 	var fp string
-	err := tx.QueryRowContext(ctx, `SELECT fingerprint, status, coalesce(body, ''), ref FROM requests WHERE token = ?`, token).
+	err := tx.queryRow(`SELECT fingerprint, status, coalesce(body, ''), ref FROM requests WHERE token = ?`, token).
 		Scan(&fp, &p.Status, &p.Body, &p.Ref)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -126,25 +128,22 @@ func (s *Store) Answer(ctx context.Context, token string, status int, body []byt
 	return nil
 }
 
-// enqueue appends an event to the queue and returns its seq.
+// enqueue appends an event to the queue and returns its seq. The seq is the AUTOINCREMENT
+// key's next value, read inside this write transaction (BEGIN IMMEDIATE holds the write
+// lock), so the hash that covers it goes in with the same INSERT.
 func (t *Tx) enqueue(kind wire.Kind, payload any, storedFen money.Fen) (int64, error) {
 	body, err := json.Marshal(payload)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", kind, err)
 	}
-	at := t.now.Format(time.RFC3339Nano)
-	res, err := t.tx.ExecContext(t.ctx, `INSERT INTO events (kind, at, business_date, payload, hash, offline, stored_fen, created_ms)
-		VALUES (?, ?, ?, ?, '', ?, ?, ?)`, string(kind), at, t.s.BusinessDate(t.now), body, !t.mode.Live,
-		int64(storedFen), t.now.UnixMilli())
-	if err != nil {
+	var seq int64
+	if err := t.queryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1`).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("enqueue %s: %w", kind, err)
 	}
-	seq, err := res.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
 	hash := wire.Hash(kind, t.s.cfg.Store, t.s.cfg.Terminal, seq, t.now, body)
-	if _, err := t.tx.ExecContext(t.ctx, `UPDATE events SET hash = ? WHERE seq = ?`, hash, seq); err != nil {
+	if _, err := t.exec(`INSERT INTO events (seq, kind, at, business_date, payload, hash, offline, stored_fen, created_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, seq, string(kind), t.now.Format(time.RFC3339Nano), t.s.BusinessDate(t.now), body,
+		hash, !t.mode.Live, int64(storedFen), t.now.UnixMilli()); err != nil {
 		return 0, fmt.Errorf("enqueue %s: %w", kind, err)
 	}
 	t.Seq = seq
@@ -176,7 +175,7 @@ var (
 // OpenSale opens a new sale.
 func (t *Tx) OpenSale() (string, error) {
 	id := newID(t.s.cfg.Terminal)
-	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO sales (id, state, opened_at) VALUES (?, 'open', ?)`,
+	_, err := t.exec(`INSERT INTO sales (id, state, opened_at) VALUES (?, 'open', ?)`,
 		id, t.now.Format(time.RFC3339Nano))
 	if err != nil {
 		return "", fmt.Errorf("open sale: %w", err)
@@ -186,7 +185,7 @@ func (t *Tx) OpenSale() (string, error) {
 
 func (t *Tx) saleState(id string) (string, error) {
 	var state string
-	err := t.tx.QueryRowContext(t.ctx, `SELECT state FROM sales WHERE id = ?`, id).Scan(&state)
+	err := t.queryRow(`SELECT state FROM sales WHERE id = ?`, id).Scan(&state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errSaleNotFound(id)
 	}
@@ -215,7 +214,7 @@ func (t *Tx) lookupItem(sku, barcode string) (CatalogItem, error) {
 	if sku == "" {
 		q, arg = `SELECT sku, barcode, name, price FROM catalog WHERE barcode = ?`, barcode
 	}
-	err := t.tx.QueryRowContext(t.ctx, q, arg).Scan(&it.SKU, &bc, &it.Name, &it.Price)
+	err := t.queryRow(q, arg).Scan(&it.SKU, &bc, &it.Name, &it.Price)
 	if errors.Is(err, sql.ErrNoRows) {
 		if sku == "" {
 			return it, perr.New(perr.NotFound, "unknown_barcode", "barcode %q is not in the catalog", barcode)
@@ -247,7 +246,7 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 		return 0, err
 	}
 	var line, lines int
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT next_line, (SELECT count(*) FROM sale_lines WHERE sale_id = ? AND removed = 0)
+	if err := t.queryRow(`SELECT next_line, (SELECT count(*) FROM sale_lines WHERE sale_id = ? AND removed = 0)
 		FROM sales WHERE id = ?`, saleID, saleID).Scan(&line, &lines); err != nil {
 		return 0, err
 	}
@@ -258,11 +257,11 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO sale_lines (sale_id, line, sku, name, qty, unit_price, amount, scan_seq)
+	if _, err := t.exec(`INSERT INTO sale_lines (sale_id, line, sku, name, qty, unit_price, amount, scan_seq)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, saleID, line, it.SKU, it.Name, qty, int64(it.Price), int64(amount), seq); err != nil {
 		return 0, fmt.Errorf("add line: %w", err)
 	}
-	if _, err := t.tx.ExecContext(t.ctx, `UPDATE sales SET next_line = next_line + 1 WHERE id = ?`, saleID); err != nil {
+	if _, err := t.exec(`UPDATE sales SET next_line = next_line + 1 WHERE id = ?`, saleID); err != nil {
 		return 0, err
 	}
 	return line, nil
@@ -274,13 +273,13 @@ func (t *Tx) RemoveLine(saleID string, line int) error {
 		return err
 	}
 	var paid int64
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM payments WHERE sale_id = ? AND voided = 0`, saleID).Scan(&paid); err != nil {
+	if err := t.queryRow(`SELECT count(*) FROM payments WHERE sale_id = ? AND voided = 0`, saleID).Scan(&paid); err != nil {
 		return err
 	}
 	if paid > 0 {
 		return perr.New(perr.Refused, "sale_has_payments", "lines cannot change once a payment is taken; cancel the sale instead")
 	}
-	res, err := t.tx.ExecContext(t.ctx, `UPDATE sale_lines SET removed = 1 WHERE sale_id = ? AND line = ? AND removed = 0`, saleID, line)
+	res, err := t.exec(`UPDATE sale_lines SET removed = 1 WHERE sale_id = ? AND line = ? AND removed = 0`, saleID, line)
 	if err != nil {
 		return err
 	}
@@ -292,7 +291,7 @@ func (t *Tx) RemoveLine(saleID string, line int) error {
 
 // saleTotals returns the total of a sale's lines and what its live payments add up to.
 func (t *Tx) saleTotals(saleID string) (total, paid, cash money.Fen, n int, err error) {
-	err = t.tx.QueryRowContext(t.ctx, `SELECT
+	err = t.queryRow(`SELECT
 		coalesce((SELECT sum(amount) FROM sale_lines WHERE sale_id = ?1 AND removed = 0), 0),
 		coalesce((SELECT sum(amount) FROM payments WHERE sale_id = ?1 AND voided = 0), 0),
 		coalesce((SELECT sum(amount) FROM payments WHERE sale_id = ?1 AND voided = 0 AND method = 'cash'), 0),
@@ -338,13 +337,13 @@ func (t *Tx) Pay(saleID, method string, amount money.Fen, reference string) erro
 		}
 	}
 	var n int
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM payments WHERE sale_id = ?`, saleID).Scan(&n); err != nil {
+	if err := t.queryRow(`SELECT count(*) FROM payments WHERE sale_id = ?`, saleID).Scan(&n); err != nil {
 		return err
 	}
 	if n >= wire.MaxPayments {
 		return perr.New(perr.Refused, "too_many_payments", "a sale takes at most %d payments", wire.MaxPayments)
 	}
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO payments (sale_id, n, method, amount, reference) VALUES (?, ?, ?, ?, ?)`,
+	if _, err := t.exec(`INSERT INTO payments (sale_id, n, method, amount, reference) VALUES (?, ?, ?, ?, ?)`,
 		saleID, n+1, method, int64(amount), reference); err != nil {
 		return fmt.Errorf("record payment: %w", err)
 	}
@@ -369,7 +368,7 @@ func (t *Tx) checkOfflineCaps(amount money.Fen) error {
 	}
 	if caps.MaxStoredCard > 0 {
 		var stored money.Fen
-		if err := t.tx.QueryRowContext(t.ctx, `SELECT coalesce(sum(stored_fen), 0) FROM events WHERE state = 'pending'`).Scan(&stored); err != nil {
+		if err := t.queryRow(`SELECT coalesce(sum(stored_fen), 0) FROM events WHERE state = 'pending'`).Scan(&stored); err != nil {
 			return err
 		}
 		if stored+amount > caps.MaxStoredCard {
@@ -384,11 +383,11 @@ func (t *Tx) checkOfflineCaps(amount money.Fen) error {
 func (t *Tx) complete(saleID string, total, paid money.Fen) error {
 	p := wire.SalePayload{SaleID: saleID, Total: total, Change: paid - total}
 	var openedAt string
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT opened_at FROM sales WHERE id = ?`, saleID).Scan(&openedAt); err != nil {
+	if err := t.queryRow(`SELECT opened_at FROM sales WHERE id = ?`, saleID).Scan(&openedAt); err != nil {
 		return err
 	}
 	p.OpenedAt, _ = time.Parse(time.RFC3339Nano, openedAt)
-	rows, err := t.tx.QueryContext(t.ctx, `SELECT line, sku, name, qty, unit_price, amount FROM sale_lines
+	rows, err := t.query(`SELECT line, sku, name, qty, unit_price, amount FROM sale_lines
 		WHERE sale_id = ? AND removed = 0 ORDER BY line`, saleID)
 	if err != nil {
 		return err
@@ -403,7 +402,7 @@ func (t *Tx) complete(saleID string, total, paid money.Fen) error {
 	}
 	rows.Close()
 	var stored money.Fen
-	rows, err = t.tx.QueryContext(t.ctx, `SELECT method, amount, reference FROM payments WHERE sale_id = ? AND voided = 0 ORDER BY n`, saleID)
+	rows, err = t.query(`SELECT method, amount, reference FROM payments WHERE sale_id = ? AND voided = 0 ORDER BY n`, saleID)
 	if err != nil {
 		return err
 	}
@@ -429,7 +428,7 @@ func (t *Tx) complete(saleID string, total, paid money.Fen) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.tx.ExecContext(t.ctx, `UPDATE sales SET state = 'completed', completed_at = ?, business_date = ?,
+	_, err = t.exec(`UPDATE sales SET state = 'completed', completed_at = ?, business_date = ?,
 		total = ?, change = ?, seq = ? WHERE id = ?`, t.now.Format(time.RFC3339Nano), t.s.BusinessDate(t.now),
 		int64(total), int64(p.Change), seq, saleID)
 	return err
@@ -441,10 +440,10 @@ func (t *Tx) Cancel(saleID string) error {
 	if err := t.openSale(saleID); err != nil {
 		return err
 	}
-	if _, err := t.tx.ExecContext(t.ctx, `UPDATE payments SET voided = 1 WHERE sale_id = ?`, saleID); err != nil {
+	if _, err := t.exec(`UPDATE payments SET voided = 1 WHERE sale_id = ?`, saleID); err != nil {
 		return err
 	}
-	_, err := t.tx.ExecContext(t.ctx, `UPDATE sales SET state = 'cancelled' WHERE id = ?`, saleID)
+	_, err := t.exec(`UPDATE sales SET state = 'cancelled' WHERE id = ?`, saleID)
 	return err
 }
 
@@ -468,11 +467,11 @@ func (t *Tx) Refund(saleID string, lines []RefundLine, method, reference string,
 		return "", perr.New(perr.Refused, "sale_not_completed", "sale %q is %s; only a completed sale can be refunded", saleID, state)
 	}
 	var saleSeq int64
-	if err := t.tx.QueryRowContext(t.ctx, `SELECT seq FROM sales WHERE id = ?`, saleID).Scan(&saleSeq); err != nil {
+	if err := t.queryRow(`SELECT seq FROM sales WHERE id = ?`, saleID).Scan(&saleSeq); err != nil {
 		return "", err
 	}
 	if method == "" {
-		if err := t.tx.QueryRowContext(t.ctx, `SELECT method FROM payments WHERE sale_id = ? AND voided = 0
+		if err := t.queryRow(`SELECT method FROM payments WHERE sale_id = ? AND voided = 0
 			ORDER BY amount DESC, n LIMIT 1`, saleID).Scan(&method); err != nil {
 			return "", err
 		}
@@ -530,13 +529,13 @@ func (t *Tx) Refund(saleID string, lines []RefundLine, method, reference string,
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO refunds (id, sale_id, seq, at, business_date, amount, method, reference, restock)
+	if _, err := t.exec(`INSERT INTO refunds (id, sale_id, seq, at, business_date, amount, method, reference, restock)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.RefundID, saleID, seq, t.now.Format(time.RFC3339Nano),
 		t.s.BusinessDate(t.now), int64(p.Amount), method, reference, restock); err != nil {
 		return "", fmt.Errorf("record refund: %w", err)
 	}
 	for _, l := range p.Lines {
-		if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO refund_lines (refund_id, line, sku, qty, amount) VALUES (?, ?, ?, ?, ?)`,
+		if _, err := t.exec(`INSERT INTO refund_lines (refund_id, line, sku, qty, amount) VALUES (?, ?, ?, ?, ?)`,
 			p.RefundID, l.Line, l.SKU, l.Qty, int64(l.Amount)); err != nil {
 			return "", fmt.Errorf("record refund: %w", err)
 		}
@@ -553,7 +552,7 @@ type refundableLine struct {
 
 // refundable returns each line of a sale with the quantity not yet refunded.
 func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
-	rows, err := t.tx.QueryContext(t.ctx, `SELECT l.line, l.sku, l.unit_price, l.qty - coalesce((
+	rows, err := t.query(`SELECT l.line, l.sku, l.unit_price, l.qty - coalesce((
 			SELECT sum(rl.qty) FROM refund_lines rl JOIN refunds r ON r.id = rl.refund_id
 			WHERE r.sale_id = l.sale_id AND r.state = 'done' AND rl.line = l.line), 0)
 		FROM sale_lines l WHERE l.sale_id = ? AND l.removed = 0`, saleID)
@@ -580,7 +579,7 @@ func (t *Tx) DayClose(date string) (wire.DayClosePayload, error) {
 		return p, perr.New(perr.Invalid, "business_date_invalid", "business date %q is not YYYY-MM-DD", date)
 	}
 	var body []byte
-	err := t.tx.QueryRowContext(t.ctx, `SELECT seq, payload FROM day_closes WHERE business_date = ?`, date).Scan(&t.Seq, &body)
+	err := t.queryRow(`SELECT seq, payload FROM day_closes WHERE business_date = ?`, date).Scan(&t.Seq, &body)
 	if err == nil {
 		return p, json.Unmarshal(body, &p)
 	}
@@ -595,7 +594,7 @@ func (t *Tx) DayClose(date string) (wire.DayClosePayload, error) {
 		return p, err
 	}
 	body, _ = json.Marshal(p)
-	_, err = t.tx.ExecContext(t.ctx, `INSERT INTO day_closes (business_date, seq, payload) VALUES (?, ?, ?)`, date, seq, body)
+	_, err = t.exec(`INSERT INTO day_closes (business_date, seq, payload) VALUES (?, ?, ?)`, date, seq, body)
 	return p, err
 }
 

@@ -54,7 +54,7 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 	var opened string
 	var completed, date sql.NullString
 	var seq, flow sql.NullInt64
-	err := s.db.R.QueryRowContext(ctx, `SELECT id, state, opened_at, completed_at, business_date, change, seq, flow_no
+	err := s.readRow(ctx, `SELECT id, state, opened_at, completed_at, business_date, change, seq, flow_no
 		FROM sales WHERE id = ?`, id).Scan(&v.ID, &v.State, &opened, &completed, &date, &v.Change, &seq, &flow)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, errSaleNotFound(id)
@@ -68,24 +68,29 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 		v.CompletedAt = &t
 	}
 	v.BusinessDate, v.Seq, v.FlowNo = date.String, seq.Int64, flow.Int64
-	rows, err := s.db.R.QueryContext(ctx, `SELECT l.line, l.sku, l.name, l.qty, l.unit_price, l.amount, coalesce((
+	rows, err := s.readRows(ctx, `SELECT l.line, l.sku, l.name, l.qty, l.unit_price, l.amount, coalesce((
 			SELECT sum(rl.qty) FROM refund_lines rl JOIN refunds r ON r.id = rl.refund_id
 			WHERE r.sale_id = l.sale_id AND r.state = 'done' AND rl.line = l.line), 0)
 		FROM sale_lines l WHERE l.sale_id = ? AND l.removed = 0 ORDER BY l.line`, id)
 	if err != nil {
 		return v, fmt.Errorf("sale %s: %w", id, err)
 	}
-	defer rows.Close()
 	v.Lines = []SaleLine{}
 	for rows.Next() {
 		var l SaleLine
 		if err := rows.Scan(&l.Line, &l.SKU, &l.Name, &l.Qty, &l.UnitPrice, &l.Amount, &l.Refunded); err != nil {
+			rows.Close()
 			return v, err
 		}
 		v.Lines = append(v.Lines, l)
 		v.Total += l.Amount
 	}
-	prows, err := s.db.R.QueryContext(ctx, `SELECT n, method, amount, reference, voided FROM payments WHERE sale_id = ? ORDER BY n`, id)
+	// Close before the next query: holding one reader connection while asking for another
+	// can exhaust the reader pool under concurrent requests.
+	if err := rows.Close(); err != nil {
+		return v, err
+	}
+	prows, err := s.readRows(ctx, `SELECT n, method, amount, reference, voided FROM payments WHERE sale_id = ? ORDER BY n`, id)
 	if err != nil {
 		return v, fmt.Errorf("sale %s: %w", id, err)
 	}
@@ -126,7 +131,7 @@ func (s *Store) Refund(ctx context.Context, id string) (Refund, error) {
 	var r Refund
 	var at string
 	var flow sql.NullInt64
-	err := s.db.R.QueryRowContext(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no
+	err := s.readRow(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no
 		FROM refunds WHERE id = ?`, id).Scan(&r.ID, &r.SaleID, &r.State, &at, &r.BusinessDate, &r.Amount, &r.Method,
 		&r.Restock, &r.Seq, &flow)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -146,7 +151,7 @@ func (s *Store) CatalogVersion(ctx context.Context) (int64, error) {
 func (s *Store) Item(ctx context.Context, sku string) (wire.CatalogItem, bool, error) {
 	var it wire.CatalogItem
 	var bc sql.NullString
-	err := s.db.R.QueryRowContext(ctx, `SELECT sku, barcode, name, price FROM catalog WHERE sku = ?`, sku).
+	err := s.readRow(ctx, `SELECT sku, barcode, name, price FROM catalog WHERE sku = ?`, sku).
 		Scan(&it.SKU, &bc, &it.Name, &it.Price)
 	if errors.Is(err, sql.ErrNoRows) {
 		return it, false, nil

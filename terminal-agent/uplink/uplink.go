@@ -450,11 +450,12 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 	}
 	now := u.cfg.Now()
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	ts := make([]outbox.Transition, 0, len(msg.Acks))
 	deliver := map[int64]wire.Ack{}
+	verdicts := false // a live verdict or a waiting request is involved
 	for _, a := range msg.Acks {
 		_, waiting := u.waiters[a.Seq]
+		verdicts = verdicts || waiting || a.Live
 		switch a.Status {
 		case wire.AckAccepted, wire.AckDuplicate:
 			ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Ack})
@@ -488,15 +489,33 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 		}
 		delete(u.inflight, a.Seq)
 	}
-	if _, err := u.store.Apply(context.WithoutCancel(ctx), ts); err != nil {
+	if !verdicts {
+		// A drain's acks: no request waits on them and no live verdict is in them, so
+		// nothing Await does can race with them. Write them without holding the lane's
+		// lock, so that the next batch is published meanwhile.
+		u.mu.Unlock()
+		_, err = u.store.Apply(context.WithoutCancel(ctx), ts)
+		u.mu.Lock()
+	} else {
+		_, err = u.store.Apply(context.WithoutCancel(ctx), ts)
+	}
+	defer u.mu.Unlock()
+	if err != nil {
 		u.log.Error("apply acks", "err", err)
-		return // the events stay pending and are resent
+		if len(ts) > 0 {
+			u.rewindLocked(ts[0].Seq) // the events stay pending: send them again
+		}
+		return
 	}
 	u.lastAck = now
-	for seq, a := range deliver {
-		if ch := u.waiters[seq]; ch != nil {
+	for _, t := range ts {
+		a, ok := deliver[t.Seq]
+		if !ok && t.Action == outbox.Ack {
+			a, ok = t.Ack, true // a request that started waiting while the acks were written
+		}
+		if ch := u.waiters[t.Seq]; ok && ch != nil {
 			ch <- a
-			delete(u.waiters, seq)
+			delete(u.waiters, t.Seq)
 		}
 	}
 	if len(ts) > 0 {
