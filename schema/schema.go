@@ -8,7 +8,7 @@ import (
 	"io/fs"
 )
 
-//go:embed terminal/*.sql store/*.sql
+//go:embed terminal/*.sql store/*.sql hq/*.sql
 var files embed.FS
 
 // Terminal returns the terminal-agent's migrations.
@@ -16,6 +16,10 @@ func Terminal() fs.FS { return sub("terminal") }
 
 // Store returns the store ledger's migrations.
 func Store() fs.FS { return sub("store") }
+
+// HQ returns the migrations of HQ's SQLite database (hq-sync serve); the PostgreSQL engine
+// keeps its own DDL next to its code.
+func HQ() fs.FS { return sub("hq") }
 
 func sub(dir string) fs.FS {
 	f, err := fs.Sub(files, dir)

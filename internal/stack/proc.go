@@ -35,19 +35,21 @@ const (
 	kindRedis kind = iota
 	kindSentinel
 	kindMosquitto
+	kindPostgres
 )
 
-// Proc is one server process of a Stack: a redis node, a sentinel or mosquitto. Its port,
-// config file and data directory stay the same across Stop/Kill and Start, so a restarted
-// process comes back as the same node. A Proc is safe for concurrent use.
+// Proc is one server process of a Stack: a redis node, a sentinel, mosquitto or postgres.
+// Its port, config file and data directory stay the same across Stop/Kill and Start, so a
+// restarted process comes back as the same node. A Proc is safe for concurrent use.
 type Proc struct {
-	Name string // "redis-0", "sentinel-2", "mosquitto"
+	Name string // "redis-0", "sentinel-2", "mosquitto", "pg"
 	Port int    // loopback TCP port; fixed once Start (the package function) returns
 	Dir  string // working directory holding the config file, data and logs
 
 	kind  kind
 	bin   string
-	conf  string // config file; redis and sentinel rewrite theirs
+	conf  string              // config file; redis and sentinel rewrite theirs; "" for postgres
+	cred  *syscall.Credential // run as this user (postgres started by root), or nil
 	owner *Stack
 
 	mu      sync.Mutex
@@ -88,18 +90,43 @@ func (p *Proc) Pid() int {
 	return p.cmd.Process.Pid
 }
 
-// LogFile returns the path of the process's own log file (redis.log, sentinel.log or
-// mosquitto.log). Anything it writes to stdout or stderr goes to stdout.log next to it.
+// LogFile returns the path of the process's own log file (redis.log, sentinel.log,
+// mosquitto.log or postgres.log). Anything redis, sentinel or mosquitto write to stdout or
+// stderr goes to stdout.log next to it; postgres logs to stderr, which is postgres.log.
 func (p *Proc) LogFile() string {
 	return filepath.Join(p.Dir, map[kind]string{
 		kindRedis: "redis.log", kindSentinel: "sentinel.log", kindMosquitto: "mosquitto.log",
+		kindPostgres: "postgres.log",
 	}[p.kind])
+}
+
+// outFile is where the process's stdout and stderr go.
+func (p *Proc) outFile() string {
+	if p.kind == kindPostgres {
+		return p.LogFile()
+	}
+	return filepath.Join(p.Dir, "stdout.log")
+}
+
+// args returns the command line arguments of the process.
+func (p *Proc) args() []string {
+	switch p.kind {
+	case kindMosquitto:
+		return []string{"-c", p.conf}
+	case kindPostgres:
+		return []string{"-D", pgDataDir(p.Dir), "-p", strconv.Itoa(p.Port), "-k", p.Dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on"}
+	default:
+		return []string{p.conf}
+	}
 }
 
 // Start starts the process with its port, config file and data directory and waits until
 // it answers: PING (and INFO showing its own pid) for redis and sentinel, a "running" line
-// in the log and a TCP connect for mosquitto. It fails if the process is already running,
-// its stack is closed, or it exits or does not answer in time; then the process is killed.
+// in the log and a TCP connect for mosquitto, its pid and "ready" in postmaster.pid and a
+// completed connection startup for postgres (after a Kill, once crash recovery is done).
+// It fails if the process is already running, its stack is closed, or it exits or does not
+// answer in time; then the process is killed.
 func (p *Proc) Start(ctx context.Context) error {
 	logOff := fileSize(p.LogFile())
 	pid, done, err := p.launch()
@@ -117,7 +144,14 @@ func (p *Proc) Start(ctx context.Context) error {
 // Stop sends SIGTERM to the process (and its process group) and waits for it to exit. If it
 // has not exited after 15 s it is killed and Stop reports that. Stopping a process that is
 // not running does nothing. Mosquitto saves its persistence database when stopped.
-func (p *Proc) Stop() error { return p.signal(syscall.SIGTERM, true) }
+// Postgres gets SIGINT instead, its "fast shutdown": it ends its sessions, writes a
+// shutdown checkpoint and exits after its children.
+func (p *Proc) Stop() error {
+	if p.kind == kindPostgres {
+		return p.signal(syscall.SIGINT, true)
+	}
+	return p.signal(syscall.SIGTERM, true)
+}
 
 // Kill sends SIGKILL to the process (and its process group) and waits for it to exit,
 // simulating a crash: nothing is saved. Killing a process that is not running does nothing.
@@ -132,20 +166,17 @@ func (p *Proc) launch() (int, chan struct{}, error) {
 	if p.owner.isClosed() {
 		return 0, nil, fmt.Errorf("%s: stack is closed", p.Name)
 	}
-	args := []string{p.conf}
-	if p.kind == kindMosquitto {
-		args = []string{"-c", p.conf}
-	}
-	out, err := os.OpenFile(filepath.Join(p.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	out, err := os.OpenFile(p.outFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer out.Close() // the child has its own copy once started
-	cmd := exec.Command(p.bin, args...)
+	cmd := exec.Command(p.bin, p.args()...)
 	cmd.Dir = p.Dir
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	if err := spawn(cmd); err != nil {
 		return 0, nil, fmt.Errorf("%s: start %s: %w", p.Name, p.bin, err)
 	}
@@ -211,6 +242,18 @@ func (p *Proc) answers(ctx context.Context, pid int, logOff int64) bool {
 		}
 		pong, err := commandString(ctx, p.Addr(), "PING") // fails while loading a dump
 		return err == nil && pong == "PONG"
+	case kindPostgres:
+		// postmaster.pid: line 1 is the postmaster's pid, line 8 its status ("ready" once it
+		// accepts connections); a session startup then proves it answers on our port.
+		data, err := os.ReadFile(filepath.Join(pgDataDir(p.Dir), "postmaster.pid"))
+		if err != nil {
+			return false
+		}
+		lines := strings.Split(string(data), "\n")
+		if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(pid) || strings.TrimSpace(lines[7]) != "ready" {
+			return false
+		}
+		return pgExec(ctx, p.Addr(), "postgres", "") == nil
 	default:
 		if !strings.Contains(readFrom(p.LogFile(), logOff), " running") {
 			return false
@@ -234,8 +277,13 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	pid, done := p.cmd.Process.Pid, p.done
 	p.mu.Unlock()
 
-	// The process is not reaped before done is closed, so -pid is still its group.
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	// The process is not reaped before done is closed, so -pid is still its group. Postgres
+	// is asked to stop by its postmaster alone, which stops its children itself.
+	target := -pid
+	if p.kind == kindPostgres && sig != syscall.SIGKILL {
+		target = pid
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s: signal %v: %w", p.Name, sig, err)
 	}
 	timeout := stopTimeout
@@ -244,6 +292,9 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	}
 	select {
 	case <-done:
+		if err := p.waitChildren(pid); err != nil {
+			return err
+		}
 		if logStop {
 			p.owner.logf("stack: %s stopped (%v)", p.Name, sig)
 		}
@@ -256,15 +307,34 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	select {
 	case <-done:
+		_ = p.waitChildren(pid)
 	case <-time.After(killTimeout):
 	}
-	return fmt.Errorf("%s (pid %d) did not exit %v after SIGTERM; sent SIGKILL", p.Name, pid, timeout)
+	return fmt.Errorf("%s (pid %d) did not exit %v after %v; sent SIGKILL", p.Name, pid, timeout, sig)
+}
+
+// waitChildren waits until the process group of pid holds no live process: a postgres
+// backend outliving a killed postmaster keeps its shared memory attached, and a new
+// postmaster refuses to start until it is gone. Other processes fork nothing that lasts.
+func (p *Proc) waitChildren(pid int) error {
+	if p.kind != kindPostgres {
+		return nil
+	}
+	deadline := time.Now().Add(killTimeout)
+	for groupAlive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return fmt.Errorf("%s: children of pid %d still running %v after it exited", p.Name, pid, killTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // logTail returns the last lines of the process's logs, for error messages.
 func (p *Proc) logTail() string {
 	var b strings.Builder
-	for _, f := range []string{p.LogFile(), filepath.Join(p.Dir, "stdout.log")} {
+	for _, f := range []string{p.LogFile(), filepath.Join(p.Dir, "stdout.log")} { // postgres has only the first
 		data, err := os.ReadFile(f)
 		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
 			continue

@@ -1,14 +1,15 @@
 // Package stack launches posgate's local infrastructure for tests, benchmarks and the demo:
-// a redis master with replicas, redis sentinels watching it, and a mosquitto broker. They
-// are real redis-server, redis-sentinel and mosquitto processes on free 127.0.0.1 ports,
-// with their configs, data and logs in one directory.
+// a redis master with replicas, redis sentinels watching it, a mosquitto broker and a
+// PostgreSQL server. They are real redis-server, redis-sentinel, mosquitto and postgres
+// processes on free 127.0.0.1 ports, with their configs, data and logs in one directory.
 //
 // Each process is a *Proc that can be stopped, killed and restarted with the same port,
 // config and data, for fault tests. Close kills whatever still runs and removes the
 // directory; on Linux the processes are also killed if the test binary dies.
 //
 // Tests use Run, which fails the test (it never skips) when a binary is missing:
-// `make test` installs them (apt-get install -y redis-server redis-sentinel mosquitto).
+// `make test` installs them (apt-get install -y redis-server redis-sentinel mosquitto
+// postgresql).
 package stack
 
 import (
@@ -58,6 +59,12 @@ type Options struct {
 	// persistence_location, max_queued_messages 100000, autosave_interval, user).
 	MosquittoExtra string
 
+	// Postgres starts a PostgreSQL server: initdb into Dir/pg/data (as the postgres OS user
+	// when the launcher runs as root), then postgres on a free loopback port with fsync on,
+	// trust authentication for user postgres and a database named PostgresDB; see
+	// Stack.PostgresURL.
+	Postgres bool
+
 	// Logf, if set, receives one line per process started or stopped.
 	Logf func(format string, args ...any)
 }
@@ -68,6 +75,7 @@ type Stack struct {
 	Redis      []*Proc // redis nodes; Redis[0] is the initial master, the rest its replicas
 	Sentinels  []*Proc // sentinels watching the master
 	Mosquitto  *Proc   // the MQTT broker, or nil
+	Postgres   *Proc   // the PostgreSQL server, or nil
 	MasterName string  // sentinel master name
 	Dir        string  // absolute working directory
 
@@ -81,7 +89,7 @@ type Stack struct {
 	closeErr error
 }
 
-type binaries struct{ redis, sentinel, mosquitto string }
+type binaries struct{ redis, sentinel, mosquitto, postgres, initdb string }
 
 // Start launches the processes o asks for and waits until they serve: replicas are in
 // sync with the master and every sentinel knows the master, all replicas and all other
@@ -126,7 +134,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Redis {
 		master, err := s.first(ctx, kindRedis, "redis-0", bins.redis, func(p *Proc) string {
 			return redisConf(p, 0)
-		})
+		}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +142,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		for i := 1; i <= o.Replicas; i++ {
 			r, err := s.first(ctx, kindRedis, fmt.Sprintf("redis-%d", i), bins.redis, func(p *Proc) string {
 				return redisConf(p, master.Port)
-			})
+			}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -146,7 +154,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		for i := range o.Sentinels {
 			sn, err := s.first(ctx, kindSentinel, fmt.Sprintf("sentinel-%d", i), bins.sentinel, func(p *Proc) string {
 				return sentinelConf(p, s.MasterName, master.Port, o.Sentinels/2+1)
-			})
+			}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -156,11 +164,18 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.MQTT {
 		m, err := s.first(ctx, kindMosquitto, "mosquitto", bins.mosquitto, func(p *Proc) string {
 			return mosquittoConf(p, o.MosquittoExtra)
-		})
+		}, nil)
 		if err != nil {
 			return nil, err
 		}
 		s.Mosquitto = m
+	}
+	if o.Postgres {
+		pg, err := s.startPostgres(ctx, bins)
+		if err != nil {
+			return nil, err
+		}
+		s.Postgres = pg
 	}
 	if err := s.waitSentinels(ctx); err != nil {
 		return nil, err
@@ -321,6 +336,9 @@ func (s *Stack) procs() []*Proc {
 	if s.Mosquitto != nil {
 		ps = append(ps, s.Mosquitto)
 	}
+	if s.Postgres != nil {
+		ps = append(ps, s.Postgres)
+	}
 	return ps
 }
 
@@ -337,12 +355,16 @@ func (s *Stack) logf(format string, args ...any) {
 }
 
 // first creates a process and starts it for the first time. If it exits while starting
-// because something else took its port, it is retried on another port.
-func (s *Stack) first(ctx context.Context, k kind, name, bin string, conf func(*Proc) string) (*Proc, error) {
-	p := &Proc{Name: name, Dir: filepath.Join(s.Dir, name), kind: k, bin: bin, owner: s}
-	p.conf = filepath.Join(p.Dir, map[kind]string{
-		kindRedis: "redis.conf", kindSentinel: "sentinel.conf", kindMosquitto: "mosquitto.conf",
-	}[k])
+// because something else took its port, it is retried on another port. conf writes the
+// config file (nil for postgres, configured on its command line); cred, if not nil, is the
+// user the process runs as.
+func (s *Stack) first(ctx context.Context, k kind, name, bin string, conf func(*Proc) string, cred *syscall.Credential) (*Proc, error) {
+	p := &Proc{Name: name, Dir: filepath.Join(s.Dir, name), kind: k, bin: bin, cred: cred, owner: s}
+	if conf != nil {
+		p.conf = filepath.Join(p.Dir, map[kind]string{
+			kindRedis: "redis.conf", kindSentinel: "sentinel.conf", kindMosquitto: "mosquitto.conf",
+		}[k])
+	}
 	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
@@ -351,8 +373,10 @@ func (s *Stack) first(ctx context.Context, k kind, name, bin string, conf func(*
 		if p.Port, err = s.freePort(); err != nil {
 			return nil, fmt.Errorf("stack: free port: %w", err)
 		}
-		if err = os.WriteFile(p.conf, []byte(conf(p)), 0o644); err != nil {
-			return nil, fmt.Errorf("stack: %w", err)
+		if conf != nil {
+			if err = os.WriteFile(p.conf, []byte(conf(p)), 0o644); err != nil {
+				return nil, fmt.Errorf("stack: %w", err)
+			}
 		}
 		if err = p.Start(ctx); err == nil {
 			return p, nil
@@ -538,6 +562,12 @@ func lookBinaries(o Options) (binaries, error) {
 	}
 	if o.MQTT {
 		b.mosquitto = look("mosquitto", "/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
+	}
+	if o.Postgres {
+		var e error
+		if b.postgres, b.initdb, e = lookPostgres(); e != nil {
+			err = errors.Join(err, e)
+		}
 	}
 	return b, err
 }

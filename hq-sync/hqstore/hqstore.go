@@ -1,0 +1,146 @@
+// Package hqstore holds what HQ's storage engines (hqstore/sqlite, hqstore/postgres) share:
+// the stable error codes of hq.Storage, the checks a batch passes before any engine writes
+// it, and the column layout of a per-method amount map.
+//
+// Both engines implement hq.Storage with the same semantics and pass the same suite
+// (hqstore/storetest). This package does no I/O and must never hold engine-specific SQL.
+package hqstore
+
+import (
+	"fmt"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+)
+
+// Stable error codes of hq.Storage.PutBatch.
+const (
+	// CodeBatchIDReused (perr.Conflict): the batch id was stored before with other content.
+	CodeBatchIDReused = "batch_id_reused"
+	// CodeRowConflict (perr.Conflict): a row's (store, terminal, seq) is stored with another
+	// hash; nothing of the batch is stored.
+	CodeRowConflict = "row_conflict"
+	// CodeBatchInvalid (perr.Invalid): the batch cannot be stored as it is (no store or id,
+	// an unknown payment method, ...). hq-sync serve refuses such batches before storage.
+	CodeBatchInvalid = "batch_invalid"
+)
+
+// ErrBatchIDReused returns the error for a batch id reused with other content.
+func ErrBatchIDReused(store, batchID string) error {
+	return perr.New(perr.Conflict, CodeBatchIDReused,
+		"batch %s of store %s was stored before with other content; the original stands", batchID, store)
+}
+
+// ErrRowConflict returns the error for a row whose key HQ holds with another hash.
+func ErrRowConflict(store, terminal string, seq int64) error {
+	return perr.New(perr.Conflict, CodeRowConflict,
+		"row %s/%s/%d is stored with another hash; nothing of the batch was stored", store, terminal, seq)
+}
+
+// Check verifies what an engine relies on before it writes a batch: a store, an id and a
+// content hash, and payment methods it has columns for. It is not the protocol's
+// validation (hq-sync serve does that); it keeps an engine from storing something it would
+// read back differently.
+func Check(b *hq.Batch, contentHash string) error {
+	switch {
+	case b == nil:
+		return perr.New(perr.Invalid, CodeBatchInvalid, "no batch")
+	case b.Store == "" || b.ID == "":
+		return perr.New(perr.Invalid, CodeBatchInvalid, "a batch needs a store and a batch_id")
+	case contentHash == "":
+		return perr.New(perr.Invalid, CodeBatchInvalid, "batch %s has no content hash", b.ID)
+	}
+	for i := range b.Rows {
+		if _, err := Split(b.Rows[i].ByMethod); err != nil {
+			return fmt.Errorf("rows[%d]: %w", i, err)
+		}
+	}
+	for i := range b.Days {
+		for j := range b.Days[i].Txns {
+			if _, err := Split(b.Days[i].Txns[j].ByMethod); err != nil {
+				return fmt.Errorf("days[%d].txns[%d]: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Method bits of Methods.Mask.
+const (
+	BitCash = 1 << iota
+	BitCard
+	BitQR
+)
+
+// Methods is a per-method amount map as the engines store it: one column per method and
+// a mask of the methods the map named, so that {"cash": "0.00"} reads back as it was sent.
+type Methods struct {
+	Cash, Card, QR int64
+	Mask           int64
+}
+
+// Split returns the columns of a by_method map. A method other than cash, card and qr is
+// a perr.Invalid error.
+func Split(m map[string]money.Fen) (Methods, error) {
+	var c Methods
+	for k, v := range m {
+		switch k {
+		case "cash":
+			c.Cash, c.Mask = int64(v), c.Mask|BitCash
+		case "card":
+			c.Card, c.Mask = int64(v), c.Mask|BitCard
+		case "qr":
+			c.QR, c.Mask = int64(v), c.Mask|BitQR
+		default:
+			return Methods{}, perr.New(perr.Invalid, CodeBatchInvalid, "unknown payment method %q", k)
+		}
+	}
+	return c, nil
+}
+
+// Map returns the by_method map the columns were split from (nil for an empty mask).
+func (c Methods) Map() map[string]money.Fen {
+	if c.Mask == 0 {
+		return nil
+	}
+	m := make(map[string]money.Fen, 3)
+	if c.Mask&BitCash != 0 {
+		m["cash"] = money.Fen(c.Cash)
+	}
+	if c.Mask&BitCard != 0 {
+		m["card"] = money.Fen(c.Card)
+	}
+	if c.Mask&BitQR != 0 {
+		m["qr"] = money.Fen(c.QR)
+	}
+	return m
+}
+
+// Interner hands out one copy of each distinct string it is given, so that a million rows
+// of five hundred stores hold five hundred store names, not a million.
+type Interner map[string]string
+
+// Bytes returns the interned string equal to b.
+func (in Interner) Bytes(b []byte) string {
+	if s, ok := in[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	in[s] = s
+	return s
+}
+
+// String returns the interned string equal to s.
+func (in Interner) String(s string) string {
+	if v, ok := in[s]; ok {
+		return v
+	}
+	in[s] = s
+	return s
+}
+
+// DayStored reports whether a declaration of revision rev replaces one of revision held
+// (held 0: none yet). The highest revision stands; an equal revision is a resend and
+// changes nothing.
+func DayStored(held, rev int64) bool { return rev > held }

@@ -1,0 +1,545 @@
+// Package postgres is HQ's storage engine for a chain: hq.Storage on PostgreSQL through
+// pgx/v5 (pgxpool), with the same tables and semantics as the SQLite engine.
+//
+// A batch is stored in one transaction: the batch's key is claimed first (INSERT ... ON
+// CONFLICT DO NOTHING, which makes a concurrent copy of the same batch wait and then see
+// it), its rows are COPYed (straight into rows when none is held yet, otherwise into a
+// per-connection temporary staging table and moved with one INSERT ... SELECT ... ON
+// CONFLICT DO NOTHING), and the receipt is written last. A deadlock between two batches
+// is retried. The package never stores a batch partially.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/money"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is HQ's database on PostgreSQL. It implements hq.Storage and is safe for
+// concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ hq.Storage = (*Store)(nil)
+
+// stageDDL creates, once per connection, the temporary table a batch's rows are COPYed
+// into. Its rows disappear at the end of each transaction.
+const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS hq_stage (
+	terminal text COLLATE "C" NOT NULL, seq bigint NOT NULL, kind text NOT NULL,
+	business_date text COLLATE "C" NOT NULL, flow_no bigint NOT NULL, at text NOT NULL,
+	hash text NOT NULL, amount bigint NOT NULL, cash bigint NOT NULL, card bigint NOT NULL,
+	qr bigint NOT NULL, methods bigint NOT NULL, payload bytea
+) ON COMMIT DELETE ROWS`
+
+var stageCols = []string{"terminal", "seq", "kind", "business_date", "flow_no", "at", "hash",
+	"amount", "cash", "card", "qr", "methods", "payload"}
+
+// rowCols are the columns of rows: the store, stageCols, the batch and the receive time.
+var rowCols = append(append([]string{"store"}, stageCols...), "batch_id", "received_ms")
+
+var txnCols = []string{"business_date", "store", "i", "terminal", "seq", "kind", "flow_no",
+	"amount", "cash", "card", "qr", "methods"}
+
+// Open connects to the database at url (a postgres:// URL or a key=value string, as pgx
+// takes it) and applies HQ's migrations.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open hq database: %w", err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, stageDDL)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open hq database: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open hq database: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// migrationLock is the advisory lock key that serializes migrations of one database.
+const migrationLock = 0x706f7367_68710001 // "posg" "hq" 1
+
+// migrate applies the embedded migrations not yet recorded in the migrations table, in
+// name order, each in its own transaction together with its record.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		body, err := fs.ReadFile(migrations, name)
+		if err != nil {
+			return fmt.Errorf("read migration %s: %w", name, err)
+		}
+		base := strings.TrimPrefix(name, "migrations/")
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS migrations (
+				name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM migrations WHERE name = $1`, base).Scan(&n); err != nil || n > 0 {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO migrations (name) VALUES ($1)`, base)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// BatchCount returns how many batches are stored (of all stores).
+func (s *Store) BatchCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM batches`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count batches: %w", err)
+	}
+	return n, nil
+}
+
+// maxAttempts bounds the retries of a batch that lost a race with a concurrent one.
+const maxAttempts = 8
+
+// PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
+// (store, batch id) and content hash. Receipt.Days counts the declarations that became
+// the day's current one (a revision higher than the one held).
+func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+	if err := hqstore.Check(b, contentHash); err != nil {
+		return hq.Receipt{}, err
+	}
+	at = at.Round(0).UTC()
+	for attempt := 1; ; attempt++ {
+		rc, err := s.putOnce(ctx, b, contentHash, at)
+		if err == nil || attempt == maxAttempts || !retryable(err) || ctx.Err() != nil {
+			return rc, err
+		}
+		select {
+		case <-ctx.Done():
+			return hq.Receipt{}, fmt.Errorf("put batch: %w", ctx.Err())
+		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		}
+	}
+}
+
+// retryable reports whether err is a deadlock or a serialization failure, which a new
+// attempt of the same transaction may not meet.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+	}
+	defer tx.Rollback(ctx)
+
+	// Claim the batch key first: a concurrent transaction storing the same batch waits here
+	// until this one ends, then finds the batch (or, if this one rolled back, claims it).
+	tag, err := tx.Exec(ctx, `INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
+		VALUES ($1, $2, $3, '', $4) ON CONFLICT (store, batch_id) DO NOTHING`, b.Store, b.ID, contentHash, at.UnixMilli())
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: claim batch: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return storedReceipt(ctx, tx, b.Store, b.ID, contentHash)
+	}
+	rc := hq.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
+	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
+		return hq.Receipt{}, err
+	}
+	if rc.Days, err = putDays(ctx, tx, b, at); err != nil {
+		return hq.Receipt{}, err
+	}
+	js, err := json.Marshal(rc)
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE batches SET receipt = $3 WHERE store = $1 AND batch_id = $2`,
+		b.Store, b.ID, string(js)); err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: receipt: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
+	}
+	return rc, nil
+}
+
+// storedReceipt returns the original receipt (Duplicate set) for the same content, and a
+// batch_id_reused error for other content.
+func storedReceipt(ctx context.Context, tx pgx.Tx, store, id, contentHash string) (hq.Receipt, error) {
+	var hash, js string
+	err := tx.QueryRow(ctx, `SELECT content_hash, receipt FROM batches WHERE store = $1 AND batch_id = $2`,
+		store, id).Scan(&hash, &js)
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: look up batch: %w", err)
+	}
+	if hash != contentHash {
+		return hq.Receipt{}, hqstore.ErrBatchIDReused(store, id)
+	}
+	var rc hq.Receipt
+	if err := json.Unmarshal([]byte(js), &rc); err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
+	}
+	rc.Duplicate = true
+	return rc, nil
+}
+
+// insertRows stores the rows HQ does not hold yet and returns how many those were. A row
+// HQ holds with another hash (or a batch listing one key twice with different content) is
+// a row_conflict.
+//
+// The usual batch brings only new rows, and they are COPYed straight into rows (measured
+// on 5,000 rows: about half the time of the staging path). If one of them is held
+// already (a resend, or a row a concurrent batch just committed: the COPY waits for that
+// transaction first), the COPY fails with a unique violation and is rolled back to a
+// savepoint. Such a batch, and one that lists a key twice, is COPYed into the staging
+// table instead and moved with INSERT ... SELECT ... ON CONFLICT DO NOTHING in key order,
+// then its hashes are compared.
+func insertRows(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+	if len(b.Rows) == 0 {
+		return 0, nil
+	}
+	if !hasTwins(b.Rows) {
+		n, err := copyNew(ctx, tx, b, at)
+		if err == nil || !isUniqueViolation(err) {
+			return n, err
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", "hq_stage"}, stageCols, &rowSource{rows: b.Rows}); err != nil {
+		return 0, fmt.Errorf("put batch: copy rows: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO rows (store, terminal, seq, kind, business_date, flow_no, at, hash,
+			amount, cash, card, qr, methods, payload, batch_id, received_ms)
+		SELECT $1, terminal, seq, kind, business_date, flow_no, at, hash, amount, cash, card, qr, methods,
+			payload, $2, $3
+		FROM pg_temp.hq_stage ORDER BY terminal, seq
+		ON CONFLICT (store, terminal, seq) DO NOTHING`, b.Store, b.ID, at.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("put batch: insert rows: %w", err)
+	}
+	inserted := int(tag.RowsAffected())
+	if inserted < len(b.Rows) {
+		// Rows just inserted match themselves; any other mismatch is a stored row (or a
+		// twin in this batch) with another hash.
+		var terminal string
+		var seq int64
+		err := tx.QueryRow(ctx, `SELECT s.terminal, s.seq FROM pg_temp.hq_stage s
+			JOIN rows r ON r.store = $1 AND r.terminal = s.terminal AND r.seq = s.seq
+			WHERE r.hash <> s.hash LIMIT 1`, b.Store).Scan(&terminal, &seq)
+		switch {
+		case err == nil:
+			return 0, hqstore.ErrRowConflict(b.Store, terminal, seq)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return 0, fmt.Errorf("put batch: check row hashes: %w", err)
+		}
+	}
+	return inserted, nil
+}
+
+// copyNew COPYs the batch's rows straight into rows, inside a savepoint that a unique
+// violation rolls back to.
+func copyNew(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return 0, fmt.Errorf("put batch: %w", err)
+	}
+	src := &rowSource{rows: b.Rows, store: b.Store, batch: b.ID, ms: at.UnixMilli()}
+	if _, err := sp.CopyFrom(ctx, pgx.Identifier{"rows"}, rowCols, src); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return 0, fmt.Errorf("put batch: copy rows: %w (and rolling back: %v)", err, rerr)
+		}
+		return 0, fmt.Errorf("put batch: copy rows: %w", err)
+	}
+	if err := sp.Commit(ctx); err != nil { // releases the savepoint
+		return 0, fmt.Errorf("put batch: %w", err)
+	}
+	return len(b.Rows), nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// rowSource feeds rows to COPY in stageCols order, or in rowCols order when store is set.
+// It fills one slice of values again for each row: pgx encodes a row's values before it
+// asks for the next.
+type rowSource struct {
+	rows         []hq.Row
+	store, batch string // "" for the staging table
+	ms           int64
+	i            int
+	vals         []any
+}
+
+func (s *rowSource) Next() bool { s.i++; return s.i <= len(s.rows) }
+
+func (s *rowSource) Err() error { return nil }
+
+func (s *rowSource) Values() ([]any, error) {
+	r := &s.rows[s.i-1]
+	m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
+	var payload []byte                // a sale's or refund's payload stays in the store ledger
+	if r.Kind == hq.KindDayClose && r.Payload != nil {
+		payload = r.Payload
+	}
+	v := s.vals[:0]
+	if s.store != "" {
+		v = append(v, s.store)
+	}
+	v = append(v, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo, r.At.UTC().Format(time.RFC3339Nano),
+		r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, payload)
+	if s.store != "" {
+		v = append(v, s.batch, s.ms)
+	}
+	s.vals = v
+	return v, nil
+}
+
+// hasTwins reports whether rows lists a (terminal, seq) twice.
+func hasTwins(rows []hq.Row) bool {
+	type key struct {
+		terminal string
+		seq      int64
+	}
+	seen := make(map[key]struct{}, len(rows))
+	for i := range rows {
+		k := key{rows[i].Terminal, rows[i].Seq}
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
+}
+
+// putDays stores each declaration whose revision is higher than the one held and returns
+// how many it stored. The upsert locks the day's row, so concurrent declarations of one
+// day are applied one after the other.
+func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+	stored := 0
+	for i := range b.Days {
+		d := &b.Days[i]
+		tag, err := tx.Exec(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id, received_ms, first_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $6)
+			ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision,
+				closed_at = EXCLUDED.closed_at, batch_id = EXCLUDED.batch_id, received_ms = EXCLUDED.received_ms
+			WHERE days.revision < EXCLUDED.revision`,
+			b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, at.UnixMilli())
+		if err != nil {
+			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+		}
+		if tag.RowsAffected() == 0 {
+			continue // an equal or lower revision: the one held stands
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM day_txns WHERE business_date = $1 AND store = $2`,
+			d.BusinessDate, b.Store); err != nil {
+			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+		}
+		if len(d.Txns) > 0 {
+			src := pgx.CopyFromSlice(len(d.Txns), func(j int) ([]any, error) {
+				t := &d.Txns[j]
+				m, _ := hqstore.Split(t.ByMethod) // checked by hqstore.Check
+				return []any{d.BusinessDate, b.Store, int32(j), t.Terminal, t.Seq, t.Kind, t.FlowNo,
+					int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask}, nil
+			})
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"day_txns"}, txnCols, src); err != nil {
+				return 0, fmt.Errorf("put batch: day %s: copy transactions: %w", d.BusinessDate, err)
+			}
+		}
+		stored++
+	}
+	return stored, nil
+}
+
+// Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
+// rows carry their Payload.
+func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+	q := `SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms,
+		CASE WHEN kind = 'day_close' THEN payload END
+		FROM rows WHERE business_date = $1`
+	args := []any{date}
+	if store != "" {
+		q += ` AND store = $2`
+		args = append(args, store)
+	}
+	q += ` ORDER BY store, terminal, seq`
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("rows of %s: %w", date, err)
+	}
+	defer tx.Rollback(ctx)
+	// Walk the date's index in key order. With statistics that lag a day's load behind, the
+	// planner would otherwise pick a bitmap scan and an external sort of a million rows
+	// (measured: 1.1 s against 0.5 s).
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off`); err != nil {
+		return nil, fmt.Errorf("rows of %s: %w", date, err)
+	}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("rows of %s: %w", date, err)
+	}
+	defer rows.Close()
+	in := hqstore.Interner{}
+	var out []hq.StoredRow
+	var st, term, kind string
+	var payload []byte
+	for rows.Next() {
+		var r hq.StoredRow
+		var m hqstore.Methods
+		var amount, received int64
+		if err := rows.Scan(&st, &term, &r.Seq, &kind, &r.FlowNo, &amount, &m.Cash, &m.Card, &m.QR,
+			&m.Mask, &received, &payload); err != nil {
+			return nil, fmt.Errorf("rows of %s: %w", date, err)
+		}
+		r.Store, r.Terminal, r.Kind = in.String(st), in.String(term), in.String(kind)
+		r.BusinessDate = date
+		r.Amount = money.Fen(amount)
+		r.ByMethod = m.Map()
+		r.ReceivedAt = time.UnixMilli(received).UTC()
+		if payload != nil {
+			r.Payload = json.RawMessage(payload)
+			payload = nil
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("rows of %s: %w", date, err)
+	}
+	return out, nil
+}
+
+// Days implements hq.Storage. Declarations come in store order.
+func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, error) {
+	// One snapshot for both queries, each in key order (see Rows).
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("days of %s: %w", date, err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off`); err != nil {
+		return nil, fmt.Errorf("days of %s: %w", date, err)
+	}
+	filter, args := ` WHERE business_date = $1`, []any{date}
+	if store != "" {
+		filter += ` AND store = $2`
+		args = append(args, store)
+	}
+	days, err := readDays(ctx, tx, date, filter, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := readTxns(ctx, tx, date, filter, args, days); err != nil {
+		return nil, err
+	}
+	return days, tx.Commit(ctx)
+}
+
+func readDays(ctx context.Context, tx pgx.Tx, date, filter string, args []any) ([]hq.StoredDay, error) {
+	rows, err := tx.Query(ctx, `SELECT store, revision, closed_at, received_ms, first_ms FROM days`+filter+
+		` ORDER BY store`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("days of %s: %w", date, err)
+	}
+	defer rows.Close()
+	var days []hq.StoredDay
+	for rows.Next() {
+		var d hq.StoredDay
+		var closed string
+		var received, first int64
+		if err := rows.Scan(&d.Store, &d.Day.Revision, &closed, &received, &first); err != nil {
+			return nil, fmt.Errorf("days of %s: %w", date, err)
+		}
+		if d.Day.ClosedAt, err = time.Parse(time.RFC3339Nano, closed); err != nil {
+			return nil, fmt.Errorf("days of %s: store %s: closed_at: %w", date, d.Store, err)
+		}
+		d.Day.BusinessDate = date
+		d.Day.Txns = []hq.Txn{}
+		d.ReceivedAt = time.UnixMilli(received).UTC()
+		d.FirstAt = time.UnixMilli(first).UTC()
+		days = append(days, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("days of %s: %w", date, err)
+	}
+	return days, nil
+}
+
+// readTxns fills in the transactions of days, which are in store order.
+func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, days []hq.StoredDay) error {
+	if len(days) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods
+		FROM day_txns`+filter+` ORDER BY store, i`, args...)
+	if err != nil {
+		return fmt.Errorf("days of %s: transactions: %w", date, err)
+	}
+	defer rows.Close()
+	in := hqstore.Interner{}
+	k := 0
+	var st, term, kind string
+	for rows.Next() {
+		var t hq.Txn
+		var m hqstore.Methods
+		var amount int64
+		if err := rows.Scan(&st, &term, &t.Seq, &kind, &t.FlowNo, &amount, &m.Cash, &m.Card, &m.QR, &m.Mask); err != nil {
+			return fmt.Errorf("days of %s: transactions: %w", date, err)
+		}
+		for k < len(days) && days[k].Store != st {
+			k++
+		}
+		if k == len(days) {
+			return fmt.Errorf("days of %s: transactions of store %s without its day", date, st)
+		}
+		t.Terminal, t.Kind = in.String(term), in.String(kind)
+		t.Amount = money.Fen(amount)
+		t.ByMethod = m.Map()
+		days[k].Day.Txns = append(days[k].Day.Txns, t)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("days of %s: transactions: %w", date, err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
+	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/stack"
+)
+
+// pgURL is the database of the PostgreSQL server TestMain starts for the package.
+var pgURL string
+
+// TestMain starts one real PostgreSQL server for every test and benchmark of the package
+// (each gets its own schema). A missing postgres fails the package; it never skips.
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	st, err := stack.Start(ctx, stack.Options{Postgres: true})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pgURL = st.PostgresURL()
+	code := m.Run()
+	if err := st.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+var schemas atomic.Int64
+
+// open opens a store on a fresh schema of the package's server, closed when tb ends.
+func open(tb testing.TB) *postgres.Store {
+	tb.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("hq_test_%d", schemas.Add(1))
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, err = c.Exec(ctx, "CREATE SCHEMA "+name)
+	c.Close(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := postgres.Open(ctx, pgURL+"&search_path="+name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return s
+}
+
+func TestStorage(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) hq.Storage { return open(t) })
+}
+
+// TestReopen checks that the migrations apply once, also when two stores open the same
+// database at once, and that the data survives a reopen.
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	name := fmt.Sprintf("hq_test_%d", schemas.Add(1))
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	url := pgURL + "&search_path=" + name
+	errs := make(chan error, 2)
+	stores := make(chan *postgres.Store, 2)
+	for range 2 {
+		go func() {
+			s, err := postgres.Open(ctx, url)
+			errs <- err
+			stores <- s
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, s2 := <-stores, <-stores
+	b, h := storetest.NewBatch("S1", "b-1", storetest.Sales("S1", "T1", 1, 3, storetest.D1, storetest.T0))
+	first := storetest.MustPut(t, s1, b, h, storetest.T0)
+	s1.Close()
+	if rc := storetest.MustPut(t, s2, b, h, storetest.T0); !rc.Duplicate || rc.New != first.New {
+		t.Fatalf("replay through another store: %+v", rc)
+	}
+	s2.Close()
+	s3, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	if rc := storetest.MustPut(t, s3, b, h, storetest.T0); !rc.Duplicate {
+		t.Fatalf("replay after reopen: %+v", rc)
+	}
+}
+
+// BenchmarkPutBatch stores batches of 5,000 rows: go test -run '^$' -bench PutBatch ./hq-sync/hqstore/postgres/
+func BenchmarkPutBatch(b *testing.B) {
+	storetest.BenchPutBatch(b, open(b))
+}
+
+// BenchmarkRows reads one business day of 1,000,000 rows across 500 stores, and its 500
+// declarations of 2,000 transactions each: go test -run '^$' -bench Rows -benchtime 3x ./hq-sync/hqstore/postgres/
+func BenchmarkRows(b *testing.B) {
+	s := open(b)
+	n := storetest.LoadDay(b, s)
+	b.Run("Rows", func(b *testing.B) { storetest.BenchRows(b, s, n) })
+	b.Run("Days", func(b *testing.B) { storetest.BenchDays(b, s, n) })
+}

@@ -1,0 +1,494 @@
+// Package sqlite is HQ's embedded storage engine: hq.Storage on one SQLite file, opened by
+// internal/sqlitedb (WAL, synchronous=FULL, one writer connection) with the migrations of
+// schema.HQ.
+//
+// A batch is stored in one IMMEDIATE transaction on the writer connection, so concurrent
+// PutBatch calls are serialized and a batch is stored whole or not at all. Reads run on the
+// read-only pool and see a consistent snapshot. The package never stores a batch
+// partially and never weakens durability.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/schema"
+)
+
+// Store is HQ's database in one SQLite file. It implements hq.Storage and is safe for
+// concurrent use.
+type Store struct {
+	db *sqlitedb.DB
+}
+
+var _ hq.Storage = (*Store)(nil)
+
+// Open opens (creating if needed) HQ's SQLite database at path and applies its migrations.
+func Open(ctx context.Context, path string) (*Store, error) {
+	db, err := sqlitedb.Open(ctx, path, schema.HQ())
+	if err != nil {
+		return nil, fmt.Errorf("open hq database: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// BatchCount returns how many batches are stored (of all stores).
+func (s *Store) BatchCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.R.QueryRowContext(ctx, `SELECT count(*) FROM batches`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count batches: %w", err)
+	}
+	return n, nil
+}
+
+// PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
+// (store, batch id) and content hash. Receipt.Days counts the declarations that became
+// the day's current one (a revision higher than the one held).
+func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+	if err := hqstore.Check(b, contentHash); err != nil {
+		return hq.Receipt{}, err
+	}
+	at = at.Round(0).UTC()
+	tx, err := s.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+	}
+	defer tx.Rollback()
+
+	if rc, found, err := storedReceipt(ctx, tx, b.Store, b.ID, contentHash); found || err != nil {
+		return rc, err
+	}
+	rc := hq.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
+	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
+		return hq.Receipt{}, err
+	}
+	if rc.Days, err = putDays(ctx, tx, b, at); err != nil {
+		return hq.Receipt{}, err
+	}
+	js, err := json.Marshal(rc)
+	if err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
+		VALUES (?, ?, ?, ?, ?)`, b.Store, b.ID, contentHash, string(js), at.UnixMilli()); err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return hq.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
+	}
+	return rc, nil
+}
+
+// storedReceipt looks the batch up: found with the original receipt (Duplicate set) for
+// the same content, found with a batch_id_reused error for other content.
+func storedReceipt(ctx context.Context, tx *sql.Tx, store, id, contentHash string) (hq.Receipt, bool, error) {
+	var hash, js string
+	err := tx.QueryRowContext(ctx, `SELECT content_hash, receipt FROM batches WHERE store = ? AND batch_id = ?`,
+		store, id).Scan(&hash, &js)
+	if errors.Is(err, sql.ErrNoRows) {
+		return hq.Receipt{}, false, nil
+	}
+	if err != nil {
+		return hq.Receipt{}, false, fmt.Errorf("put batch: look up batch: %w", err)
+	}
+	if hash != contentHash {
+		return hq.Receipt{}, true, hqstore.ErrBatchIDReused(store, id)
+	}
+	var rc hq.Receipt
+	if err := json.Unmarshal([]byte(js), &rc); err != nil {
+		return hq.Receipt{}, true, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
+	}
+	rc.Duplicate = true
+	return rc, true, nil
+}
+
+// rowsPerInsert rows go into one INSERT statement (13 parameters each and 3 shared;
+// SQLite allows 32766): fewer statements, fewer cgo calls, fewer copies of the strings
+// every row of a batch shares.
+const rowsPerInsert = 64
+
+const insertRowsHead = `INSERT INTO rows (store, terminal, seq, kind, business_date, flow_no, at, hash,
+	amount, cash, card, qr, methods, batch_id, received_ms, payload) VALUES `
+
+// rowShared parameters: ?1 store, ?2 batch id, ?3 received_ms; each row has rowOwn more.
+const rowShared, rowOwn = 3, 13
+
+func rowParams(b *strings.Builder, i int) {
+	p := rowShared + i*rowOwn + 1
+	fmt.Fprintf(b, "(?1,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?%d,?2,?3,?%d)",
+		p, p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8, p+9, p+10, p+11, p+12)
+}
+
+// multiInsert returns an INSERT of n rows of params, ending with tail.
+func multiInsert(head string, params func(b *strings.Builder, i int), n int, tail string) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		params(&b, i)
+	}
+	b.WriteString(tail)
+	return b.String()
+}
+
+// onConflict skips a row whose key (rows_key, or the primary key that includes it) is held.
+const onConflict = " ON CONFLICT DO NOTHING"
+
+var insertRowsFull = multiInsert(insertRowsHead, rowParams, rowsPerInsert, onConflict)
+
+// insertRows inserts the rows HQ does not hold yet and returns how many those were. A row
+// HQ holds with another hash (or a batch listing one key twice with different hashes) is a
+// row_conflict.
+func insertRows(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+	if len(b.Rows) == 0 {
+		return 0, nil
+	}
+	var full *sql.Stmt
+	if len(b.Rows) >= rowsPerInsert {
+		var err error
+		if full, err = tx.PrepareContext(ctx, insertRowsFull); err != nil {
+			return 0, fmt.Errorf("put batch: %w", err)
+		}
+		defer full.Close()
+	}
+	ms := at.UnixMilli()
+	args := make([]any, 0, rowShared+rowsPerInsert*rowOwn)
+	inserted := 0
+	for start := 0; start < len(b.Rows); start += rowsPerInsert {
+		chunk := b.Rows[start:min(start+rowsPerInsert, len(b.Rows))]
+		args = append(args[:0], b.Store, b.ID, ms)
+		for i := range chunk {
+			r := &chunk[i]
+			m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
+			var payload any                   // a sale's or refund's payload stays in the store ledger
+			if r.Kind == hq.KindDayClose && r.Payload != nil {
+				payload = []byte(r.Payload)
+			}
+			args = append(args, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
+				r.At.UTC().Format(time.RFC3339Nano), r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, payload)
+		}
+		var res sql.Result
+		var err error
+		if len(chunk) == rowsPerInsert {
+			res, err = full.ExecContext(ctx, args...)
+		} else {
+			res, err = tx.ExecContext(ctx, multiInsert(insertRowsHead, rowParams, len(chunk), onConflict), args...)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("put batch: insert rows: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("put batch: insert rows: %w", err)
+		}
+		inserted += int(n)
+	}
+	if inserted < len(b.Rows) {
+		if err := checkHashes(ctx, tx, b); err != nil {
+			return 0, err
+		}
+	}
+	return inserted, nil
+}
+
+// checkHashes compares every row of the batch with the row HQ holds under its key (rows
+// just inserted match themselves): the slow path, only for batches that resend rows.
+func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
+	st, err := tx.PrepareContext(ctx, `SELECT hash FROM rows WHERE store = ? AND terminal = ? AND seq = ?`)
+	if err != nil {
+		return fmt.Errorf("put batch: %w", err)
+	}
+	defer st.Close()
+	for i := range b.Rows {
+		r := &b.Rows[i]
+		var hash string
+		if err := st.QueryRowContext(ctx, b.Store, r.Terminal, r.Seq).Scan(&hash); err != nil {
+			return fmt.Errorf("put batch: check row %s: %w", r.Key(b.Store), err)
+		}
+		if hash != r.Hash {
+			return hqstore.ErrRowConflict(b.Store, r.Terminal, r.Seq)
+		}
+	}
+	return nil
+}
+
+// putDays stores each declaration whose revision is higher than the one held and returns
+// how many it stored.
+func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+	stored := 0
+	ms := at.UnixMilli()
+	for i := range b.Days {
+		d := &b.Days[i]
+		var held int64
+		err := tx.QueryRowContext(ctx, `SELECT revision FROM days WHERE store = ? AND business_date = ?`,
+			b.Store, d.BusinessDate).Scan(&held)
+		found := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+		}
+		if found && !hqstore.DayStored(held, d.Revision) {
+			continue
+		}
+		closed := d.ClosedAt.UTC().Format(time.RFC3339Nano)
+		if found {
+			_, err = tx.ExecContext(ctx, `UPDATE days SET revision = ?, closed_at = ?, batch_id = ?, received_ms = ?
+				WHERE store = ? AND business_date = ?`, d.Revision, closed, b.ID, ms, b.Store, d.BusinessDate)
+			if err == nil {
+				_, err = tx.ExecContext(ctx, `DELETE FROM day_txns WHERE business_date = ? AND store = ?`,
+					d.BusinessDate, b.Store)
+			}
+		} else {
+			_, err = tx.ExecContext(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id,
+				received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, ms)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+		}
+		if err := insertTxns(ctx, tx, b.Store, d); err != nil {
+			return 0, err
+		}
+		stored++
+	}
+	return stored, nil
+}
+
+const (
+	txnsPerInsert  = 64
+	insertTxnsHead = `INSERT INTO day_txns (business_date, store, i, terminal, seq, kind, flow_no, amount,
+	cash, card, qr, methods) VALUES `
+)
+
+func txnParams(b *strings.Builder, _ int) { b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)") }
+
+var insertTxnsFull = multiInsert(insertTxnsHead, txnParams, txnsPerInsert, "")
+
+func insertTxns(ctx context.Context, tx *sql.Tx, store string, d *hq.StoreDay) error {
+	args := make([]any, 0, txnsPerInsert*12)
+	for start := 0; start < len(d.Txns); start += txnsPerInsert {
+		chunk := d.Txns[start:min(start+txnsPerInsert, len(d.Txns))]
+		args = args[:0]
+		for j := range chunk {
+			t := &chunk[j]
+			m, _ := hqstore.Split(t.ByMethod) // checked by hqstore.Check
+			args = append(args, d.BusinessDate, store, start+j, t.Terminal, t.Seq, t.Kind, t.FlowNo,
+				int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask)
+		}
+		q := insertTxnsFull
+		if len(chunk) < txnsPerInsert {
+			q = multiInsert(insertTxnsHead, txnParams, len(chunk), "")
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("put batch: day %s: insert transactions: %w", d.BusinessDate, err)
+		}
+	}
+	return nil
+}
+
+// Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
+// rows carry their Payload.
+//
+// A day of a chain is a million rows, so the rows are read below database/sql (its
+// per-column conversions cost more than SQLite's own work) into one slice sized by a
+// count taken in the same read transaction.
+func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+	filter, args := ` WHERE business_date = ?`, []driver.NamedValue{{Ordinal: 1, Value: date}}
+	if store != "" {
+		filter += ` AND store = ?`
+		args = append(args, driver.NamedValue{Ordinal: 2, Value: store})
+	}
+	var out []hq.StoredRow
+	err := s.read(ctx, func(c *rawConn) error {
+		n, err := c.count(`SELECT count(*) FROM rows`+filter, args)
+		if err != nil {
+			return err
+		}
+		out = make([]hq.StoredRow, 0, n)
+		in := hqstore.Interner{}
+		return c.each(`SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms, payload
+			FROM rows`+filter+` ORDER BY store, terminal, seq`, args, func(v []driver.Value) error {
+			m := hqstore.Methods{Cash: asInt(v[6]), Card: asInt(v[7]), QR: asInt(v[8]), Mask: asInt(v[9])}
+			r := hq.StoredRow{
+				Store: in.String(asString(v[0])), Terminal: in.String(asString(v[1])), Seq: asInt(v[2]),
+				Kind: in.String(asString(v[3])), BusinessDate: date, FlowNo: asInt(v[4]),
+				Amount: money.Fen(asInt(v[5])), ByMethod: m.Map(), ReceivedAt: time.UnixMilli(asInt(v[10])).UTC(),
+			}
+			if p, ok := v[11].([]byte); ok && r.Kind == hq.KindDayClose {
+				r.Payload = json.RawMessage(p) // the driver's own copy
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rows of %s: %w", date, err)
+	}
+	return out, nil
+}
+
+// Days implements hq.Storage. Declarations come in store order.
+func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, error) {
+	filter, args := ` WHERE business_date = ?`, []driver.NamedValue{{Ordinal: 1, Value: date}}
+	if store != "" {
+		filter += ` AND store = ?`
+		args = append(args, driver.NamedValue{Ordinal: 2, Value: store})
+	}
+	var days []hq.StoredDay
+	err := s.read(ctx, func(c *rawConn) error {
+		err := c.each(`SELECT store, revision, closed_at, received_ms, first_ms FROM days`+filter+` ORDER BY store`, args,
+			func(v []driver.Value) error {
+				closed, err := time.Parse(time.RFC3339Nano, asString(v[2]))
+				if err != nil {
+					return fmt.Errorf("store %s: closed_at: %w", v[0], err)
+				}
+				days = append(days, hq.StoredDay{
+					Store:      asString(v[0]),
+					Day:        hq.StoreDay{BusinessDate: date, Revision: asInt(v[1]), ClosedAt: closed},
+					ReceivedAt: time.UnixMilli(asInt(v[3])).UTC(),
+					FirstAt:    time.UnixMilli(asInt(v[4])).UTC(),
+				})
+				return nil
+			})
+		if err != nil || len(days) == 0 {
+			return err
+		}
+		n, err := c.count(`SELECT count(*) FROM day_txns`+filter, args)
+		if err != nil {
+			return err
+		}
+		all := make([]hq.Txn, 0, n) // one allocation; each day gets a capped window of it
+		in := hqstore.Interner{}
+		k, from := 0, 0
+		cut := func(upTo int) { // days[k] is done
+			days[k].Day.Txns = all[from:len(all):len(all)]
+			from = len(all)
+			k = upTo
+		}
+		err = c.each(`SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods
+			FROM day_txns`+filter+` ORDER BY store, i`, args, func(v []driver.Value) error {
+			st := asString(v[0])
+			if days[k].Store != st {
+				j := k + 1
+				for j < len(days) && days[j].Store != st {
+					j++
+				}
+				if j == len(days) {
+					return fmt.Errorf("transactions of store %s without its day", st)
+				}
+				cut(j)
+			}
+			m := hqstore.Methods{Cash: asInt(v[6]), Card: asInt(v[7]), QR: asInt(v[8]), Mask: asInt(v[9])}
+			all = append(all, hq.Txn{Terminal: in.String(asString(v[1])), Seq: asInt(v[2]), Kind: in.String(asString(v[3])),
+				FlowNo: asInt(v[4]), Amount: money.Fen(asInt(v[5])), ByMethod: m.Map()})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		cut(len(days))
+		for i := range days {
+			if days[i].Day.Txns == nil {
+				days[i].Day.Txns = []hq.Txn{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("days of %s: %w", date, err)
+	}
+	return days, nil
+}
+
+// rawConn is a read-only connection used through the driver's own interfaces.
+type rawConn struct {
+	ctx context.Context
+	q   driver.QueryerContext
+}
+
+// read runs f on a connection of the read pool inside one read transaction, so that
+// everything f reads comes from one snapshot.
+func (s *Store) read(ctx context.Context, f func(c *rawConn) error) error {
+	conn, err := s.db.R.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		q, ok := dc.(driver.QueryerContext)
+		ex, ok2 := dc.(driver.ExecerContext)
+		if !ok || !ok2 {
+			return fmt.Errorf("sqlite driver connection %T cannot query", dc)
+		}
+		if _, err := ex.ExecContext(ctx, `BEGIN`, nil); err != nil {
+			return err
+		}
+		err := f(&rawConn{ctx: ctx, q: q})
+		if _, rerr := ex.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`, nil); err == nil && rerr != nil {
+			err = rerr
+		}
+		return err
+	})
+}
+
+// each runs query and calls f with each row's values, which are valid until f returns
+// ([]byte values are f's to keep).
+func (c *rawConn) each(query string, args []driver.NamedValue, f func(v []driver.Value) error) error {
+	rows, err := c.q.QueryContext(c.ctx, query, args)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	v := make([]driver.Value, len(rows.Columns()))
+	for {
+		if err := rows.Next(v); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := f(v); err != nil {
+			return err
+		}
+	}
+}
+
+// count runs a query returning one integer.
+func (c *rawConn) count(query string, args []driver.NamedValue) (int, error) {
+	n := 0
+	err := c.each(query, args, func(v []driver.Value) error {
+		n = int(asInt(v[0]))
+		return nil
+	})
+	return n, err
+}
+
+// asInt returns an INTEGER column's value (0 for NULL).
+func asInt(v driver.Value) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+// asString returns a TEXT column's value.
+func asString(v driver.Value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	return ""
+}

@@ -1,0 +1,138 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Sale returns a valid sale row of one line paid with one method (cash, card or qr), its
+// payload a wire.SalePayload and its hash the wire content hash, as a store uploads it.
+func Sale(store, terminal string, seq int64, date string, at time.Time, amount money.Fen, method string) hq.Row {
+	pm := wire.Payment{Method: method, Amount: amount}
+	if method != wire.MethodCash {
+		pm.Reference = fmt.Sprintf("ref-%s-%d", terminal, seq)
+	}
+	p := wire.SalePayload{
+		SaleID:   fmt.Sprintf("%s-%d", terminal, seq),
+		OpenedAt: at.Add(-time.Minute),
+		Lines:    []wire.Line{{Line: 1, SKU: "SKU-0001", Name: "Mineral water 550ml", Qty: 1, UnitPrice: amount, Amount: amount}},
+		Total:    amount,
+		Payments: []wire.Payment{pm},
+	}
+	return row(wire.KindSale, store, terminal, seq, date, at, seq, amount, map[string]money.Fen{method: amount}, p)
+}
+
+// Refund returns a valid refund row of amount by method of the sale saleSeq.
+func Refund(store, terminal string, seq int64, date string, at time.Time, saleSeq int64, amount money.Fen, method string) hq.Row {
+	p := wire.RefundPayload{
+		RefundID: fmt.Sprintf("r-%s-%d", terminal, seq),
+		SaleID:   fmt.Sprintf("%s-%d", terminal, saleSeq),
+		SaleSeq:  saleSeq,
+		Lines:    []wire.RefundLine{{Line: 1, SKU: "SKU-0001", Qty: 1, Amount: amount}},
+		Amount:   amount,
+		Method:   method,
+	}
+	if method != wire.MethodCash {
+		p.Reference = fmt.Sprintf("ref-%s-%d", terminal, seq)
+	}
+	return row(wire.KindRefund, store, terminal, seq, date, at, seq, amount, map[string]money.Fen{method: amount}, p)
+}
+
+// DayClose returns a terminal's day-close row declaring totals of the sales and refunds
+// among rows (those of its terminal and date).
+func DayClose(store, terminal string, seq int64, date string, at time.Time, rows []hq.Row) hq.Row {
+	p := wire.DayClosePayload{BusinessDate: date, Methods: []wire.MethodTotal{}}
+	per := map[string]*wire.MethodTotal{}
+	for _, r := range rows {
+		if r.Terminal != terminal || r.BusinessDate != date {
+			continue
+		}
+		for m, a := range r.ByMethod {
+			mt := per[m]
+			if mt == nil {
+				mt = &wire.MethodTotal{Method: m}
+				per[m] = mt
+			}
+			switch r.Kind {
+			case hq.KindSale:
+				mt.SaleCount++
+				mt.SaleAmount += a
+			case hq.KindRefund:
+				mt.RefundCount++
+				mt.RefundAmount += a
+			}
+		}
+		switch r.Kind {
+		case hq.KindSale:
+			p.SaleCount++
+			p.SaleAmount += r.Amount
+		case hq.KindRefund:
+			p.RefundCount++
+			p.RefundAmount += r.Amount
+		}
+	}
+	for _, m := range []string{wire.MethodCash, wire.MethodCard, wire.MethodQR} {
+		if mt := per[m]; mt != nil {
+			p.Methods = append(p.Methods, *mt)
+		}
+	}
+	return row(wire.KindDayClose, store, terminal, seq, date, at, 0, 0, nil, p)
+}
+
+func row(kind wire.Kind, store, terminal string, seq int64, date string, at time.Time, flow int64,
+	amount money.Fen, by map[string]money.Fen, payload any) hq.Row {
+	js, err := json.Marshal(payload)
+	if err != nil {
+		panic(err) // the payload types always marshal
+	}
+	return hq.Row{
+		Kind: string(kind), Terminal: terminal, Seq: seq, BusinessDate: date, FlowNo: flow, At: at,
+		Hash:   wire.Hash(kind, store, terminal, seq, at, js),
+		Amount: amount, ByMethod: by, Payload: js,
+	}
+}
+
+// Day returns a store's declaration of a day listing the sales and refunds of rows dated
+// date.
+func Day(date string, revision int64, closedAt time.Time, rows []hq.Row) hq.StoreDay {
+	d := hq.StoreDay{BusinessDate: date, Revision: revision, ClosedAt: closedAt, Txns: []hq.Txn{}}
+	for _, r := range rows {
+		if r.BusinessDate != date || (r.Kind != hq.KindSale && r.Kind != hq.KindRefund) {
+			continue
+		}
+		d.Txns = append(d.Txns, hq.Txn{Terminal: r.Terminal, Seq: r.Seq, Kind: r.Kind, FlowNo: r.FlowNo,
+			Amount: r.Amount, ByMethod: r.ByMethod})
+	}
+	return d
+}
+
+// Sales returns n sales of terminal from seq first on, at + seq seconds, amounts 1.00 to
+// 99.99 and methods cycling through cash, card and qr. A row depends only on its store,
+// terminal, seq, date and at: generating it again resends the same row.
+func Sales(store, terminal string, first int64, n int, date string, at time.Time) []hq.Row {
+	methods := []string{wire.MethodCash, wire.MethodCard, wire.MethodQR}
+	rows := make([]hq.Row, n)
+	for i := range rows {
+		seq := first + int64(i)
+		rows[i] = Sale(store, terminal, seq, date, at.Add(time.Duration(seq)*time.Second),
+			money.Fen(100+seq*37%9900), methods[seq%3])
+	}
+	return rows
+}
+
+// NewBatch returns a batch of rows and days and its content hash (of its JSON encoding,
+// as hq-sync serve hashes the request body).
+func NewBatch(store, id string, rows []hq.Row, days ...hq.StoreDay) (*hq.Batch, string) {
+	b := &hq.Batch{V: hq.Version, Store: store, ID: id, Rows: rows, Days: days,
+		SentAt: time.Date(2025, 3, 2, 3, 0, 0, 0, time.UTC)}
+	js, err := json.Marshal(b)
+	if err != nil {
+		panic(err)
+	}
+	return b, hq.ContentHash(js)
+}

@@ -1,0 +1,285 @@
+// Command hq-sync moves a store's ledger to headquarters and proves it there:
+//
+//	hq-sync upload     at the store: send the ledger's rows to HQ in signed, idempotent batches
+//	hq-sync serve      at HQ: receive batches into SQLite (default) or PostgreSQL
+//	hq-sync reconcile  at HQ, nightly: terminal totals vs store ledger vs HQ rows, by transaction
+//
+// Run "hq-sync COMMAND --help" for each command's flags; each flag can also be set by the
+// POSGATE_* environment variable named in its help.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/reconcile"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
+
+commands:
+  upload     at the store: send the ledger's rows to HQ (a loop, or --once)
+  serve      at HQ: receive batches (SQLite by default, PostgreSQL for a chain)
+  reconcile  at HQ: reconcile a business date transaction by transaction
+
+run "hq-sync COMMAND --help" for its flags
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitDiffers = 1 // reconcile: the day does not reconcile; other commands: they failed
+	exitUsage   = 2
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "upload":
+		err = runUpload(ctx, args[1:], stderr)
+	case "serve":
+		err = runServe(ctx, args[1:], stderr)
+	case "reconcile":
+		var ok bool
+		ok, err = runReconcile(ctx, args[1:], stdout, stderr)
+		if err == nil && !ok {
+			return exitDiffers
+		}
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "hq-sync: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(stderr, "hq-sync:", err)
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "hq-sync:", err)
+		return exitDiffers
+	}
+}
+
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("hq-sync "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "hq-sync %s: %s\n\n", name, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func envStr(fs *flag.FlagSet, p *string, name, envName, def, help string) {
+	if v, ok := os.LookupEnv(envName); ok {
+		def = v
+	}
+	fs.StringVar(p, name, def, help+" (env "+envName+")")
+}
+
+func logger(level string) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("upload", "send the store ledger's rows to HQ in signed, idempotent batches", stderr)
+	var store, ledgerPath, statePath, hqURL, secret, tz, level string
+	var once, progress bool
+	var batchRows int
+	envStr(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
+	envStr(fs, &ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
+	envStr(fs, &statePath, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
+	envStr(fs, &hqURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
+	envStr(fs, &secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
+	envStr(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
+	envStr(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
+	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
+	fs.IntVar(&batchRows, "batch-rows", upload.DefaultBatchRows, "most rows in one batch")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	loc, err := wire.LoadLocation(tz)
+	if err != nil {
+		return usageError{fmt.Errorf("--tz: %w", err)}
+	}
+	cfg := upload.Config{LedgerPath: ledgerPath, StatePath: statePath, Store: store, Location: loc, Secret: []byte(secret),
+		HQURL: hqURL, BatchRows: batchRows, Logger: logger(level)}
+	if progress {
+		cfg.Progress = stderr
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	u, err := upload.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer u.Close()
+	if once {
+		return u.Once(ctx)
+	}
+	if err := u.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// openStorage opens HQ's database: a postgres:// URL, or a SQLite path (optionally
+// "sqlite:" prefixed).
+func openStorage(ctx context.Context, db string) (hq.Storage, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return postgres.Open(ctx, db)
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
+}
+
+// StoreSecret is one line of the serve command's --stores file.
+type StoreSecret struct {
+	Store  string `json:"store"`
+	Secret string `json:"secret"`
+}
+
+func loadSecrets(path string) (map[string][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var list []StoreSecret
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := make(map[string][]byte, len(list))
+	for _, s := range list {
+		if !wire.ValidID(s.Store) || len(s.Secret) < 16 {
+			return nil, fmt.Errorf("%s: store %q needs a valid id and a secret of at least 16 characters", path, s.Store)
+		}
+		out[s.Store] = []byte(s.Secret)
+	}
+	return out, nil
+}
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("serve", "receive store batches at HQ", stderr)
+	var listen, db, stores, level string
+	envStr(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	envStr(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
+	envStr(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
+	envStr(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if stores == "" {
+		return usageError{errors.New("--stores is required")}
+	}
+	secrets, err := loadSecrets(stores)
+	if err != nil {
+		return usageError{err}
+	}
+	st, err := openStorage(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log := logger(level)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: serve.New(st, secrets, serve.Options{Logger: log}), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
+	log.Info("hq-sync serve", "addr", ln.Addr().String(), "stores", len(secrets))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shut)
+}
+
+func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {
+	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", stderr)
+	var db, date, store, format string
+	envStr(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
+	fs.StringVar(&date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
+	fs.StringVar(&store, "store", "", "one store (default: every store)")
+	fs.StringVar(&format, "format", "table", "table, json or csv")
+	if err := fs.Parse(args); err != nil {
+		return false, err
+	}
+	if date == "" {
+		date = time.Now().AddDate(0, 0, -1).Format(wire.BusinessDate)
+	}
+	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
+		return false, usageError{fmt.Errorf("--date %q is not YYYY-MM-DD", date)}
+	}
+	if format != "table" && format != "json" && format != "csv" {
+		return false, usageError{fmt.Errorf("--format %q: want table, json or csv", format)}
+	}
+	st, err := openStorage(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	rep, err := reconcile.Run(ctx, st, date, store)
+	if err != nil {
+		return false, err
+	}
+	switch format {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	case "csv":
+		err = rep.WriteCSV(stdout)
+	default:
+		err = rep.WriteTable(stdout)
+	}
+	return rep.OK(), err
+}

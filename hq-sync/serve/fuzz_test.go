@@ -1,0 +1,46 @@
+package serve_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/perr"
+)
+
+// FuzzDecodeBatch feeds arbitrary bodies to the decoder and the validator: they must never
+// panic, and every refusal is a coded perr.Invalid error.
+// go test -run '^$' -fuzz FuzzDecodeBatch -fuzztime 30s ./hq-sync/serve/
+func FuzzDecodeBatch(f *testing.F) {
+	rows := storetest.Sales("S1", "T1", 1, 3, storetest.D1, storetest.T0)
+	rows = append(rows, storetest.DayClose("S1", "T1", 4, storetest.D1, storetest.T0, rows))
+	b, _ := storetest.NewBatch("S1", "b-1", rows, storetest.Day(storetest.D1, 1, storetest.T0, rows))
+	good, err := json.Marshal(b)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"v":1,"store":"S1","batch_id":"b","rows":[],"sent_at":"2025-03-01T00:00:00Z"}`))
+	f.Add([]byte(`{"v":1,"rows":[{"kind":"sale","amount":"1.00","by_method":{"cash":"1.00"}}]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		b, err := serve.DecodeBatch(body)
+		if err != nil {
+			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeJSONInvalid {
+				t.Fatalf("decode error %v is not json_invalid", err)
+			}
+			return
+		}
+		if err := serve.Validate(b); err != nil {
+			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeBatchInvalid {
+				t.Fatalf("validation error %v is not batch_invalid", err)
+			}
+			return
+		}
+		if b.V != hq.Version || len(b.Rows) > hq.MaxBatchRows {
+			t.Fatalf("accepted batch %+v", b)
+		}
+	})
+}

@@ -1,0 +1,374 @@
+// Package serve is HQ's receiver (hq-sync serve): the HTTP handler that takes a store's
+// signed upload, checks it strictly and stores it idempotently through hq.Storage.
+//
+// POST /v1/batches takes one hq.Batch. The request must carry the store's id, a Unix
+// timestamp within MaxClockSkew of HQ's clock, the batch id as Idempotency-Key and the
+// HMAC-SHA256 signature of hq.Sign over the exact body. The path signed is "/v1/batches"
+// or, for a handler mounted under a prefix with http.StripPrefix, the full path the
+// request was sent to ("/hq/v1/batches"). A stored batch, or a replay of it, is answered 200 with
+// the hq.Receipt; everything else is answered with an RFC 9457 problem document
+// (application/problem+json) whose "code" is one of the Code constants, and changes
+// nothing.
+//
+// The handler never stores a batch it has not fully checked, never trusts a field the
+// signature does not cover, and never logs a client's mistake as an error.
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/perr"
+)
+
+// Paths the handler serves.
+const (
+	BatchesPath = "/v1/batches" // POST: one batch; also the path every signature covers
+	HealthPath  = "/healthz"    // GET: 200 {"status":"ok"}
+)
+
+// Stable error codes of the answers, in the "code" member of the problem document. See
+// Status for the HTTP status of each.
+const (
+	CodeUnauthorized           = "unauthorized"             // 401: a required header is missing or malformed
+	CodeSignatureInvalid       = "signature_invalid"        // 401: the signature is not the store's over this request
+	CodeStoreUnknown           = "store_unknown"            // 401: no secret for the X-Posgate-Store store
+	CodeTimestampSkew          = "timestamp_skew"           // 401: X-Posgate-Timestamp is too far from HQ's clock
+	CodeStoreMismatch          = "store_mismatch"           // 403: the body's store is not the signing store
+	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch" // 400: Idempotency-Key is not the body's batch_id
+	CodeBodyTooLarge           = "body_too_large"           // 413: the body is over hq.MaxBatchBytes
+	CodeJSONInvalid            = "json_invalid"             // 400: not one strict JSON hq.Batch
+	CodeBatchInvalid           = hqstore.CodeBatchInvalid   // 400: a rule of the batch is broken; the detail names the row
+	CodeBatchIDReused          = hqstore.CodeBatchIDReused  // 422: the batch id was stored with other content
+	CodeRowConflict            = hqstore.CodeRowConflict    // 409: a row is stored with another hash
+	CodeMethodNotAllowed       = "method_not_allowed"       // 405
+	CodeNotFound               = "not_found"                // 404: no such path
+	CodeInternal               = "internal"                 // 500: HQ failed; retry later
+)
+
+// statuses is the one table from codes to HTTP statuses. A batch id reused with other
+// content is 422 (IETF Idempotency-Key draft, as in invariant 2). A row conflict is 409:
+// the batch itself is new and well formed but clashes with a row HQ already holds, a
+// conflict with the resource's state that the store must look into; like 422 it must not
+// be retried as is.
+var statuses = map[string]int{
+	CodeUnauthorized:           http.StatusUnauthorized,
+	CodeSignatureInvalid:       http.StatusUnauthorized,
+	CodeStoreUnknown:           http.StatusUnauthorized,
+	CodeTimestampSkew:          http.StatusUnauthorized,
+	CodeStoreMismatch:          http.StatusForbidden,
+	CodeIdempotencyKeyMismatch: http.StatusBadRequest,
+	CodeBodyTooLarge:           http.StatusRequestEntityTooLarge,
+	CodeJSONInvalid:            http.StatusBadRequest,
+	CodeBatchInvalid:           http.StatusBadRequest,
+	CodeBatchIDReused:          http.StatusUnprocessableEntity,
+	CodeRowConflict:            http.StatusConflict,
+	CodeMethodNotAllowed:       http.StatusMethodNotAllowed,
+	CodeNotFound:               http.StatusNotFound,
+	CodeInternal:               http.StatusInternalServerError,
+}
+
+// titles are the problem documents' short, fixed summaries.
+var titles = map[string]string{
+	CodeUnauthorized:           "Missing or malformed authentication headers",
+	CodeSignatureInvalid:       "Invalid signature",
+	CodeStoreUnknown:           "Unknown store",
+	CodeTimestampSkew:          "Request timestamp out of range",
+	CodeStoreMismatch:          "Batch of another store",
+	CodeIdempotencyKeyMismatch: "Idempotency-Key does not match the batch id",
+	CodeBodyTooLarge:           "Request body too large",
+	CodeJSONInvalid:            "Malformed batch JSON",
+	CodeBatchInvalid:           "Invalid batch",
+	CodeBatchIDReused:          "Batch id reused with other content",
+	CodeRowConflict:            "Row conflicts with a stored row",
+	CodeMethodNotAllowed:       "Method not allowed",
+	CodeNotFound:               "Not found",
+	CodeInternal:               "Internal error",
+}
+
+// Status returns the HTTP status of an answer with code: the table above, or the status
+// of kind for a code it does not list.
+func Status(code string, kind perr.Kind) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return perr.HTTPStatus(kind)
+}
+
+// ProblemTypePrefix prefixes the code in a problem document's "type".
+const ProblemTypePrefix = "urn:posgate:hq:problem:"
+
+// Problem is an error answer (RFC 9457).
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// Options configures the handler. The zero value is usable.
+type Options struct {
+	// Now is HQ's clock, for the timestamp check and the receipt; nil means time.Now.
+	Now func() time.Time
+	// Logger receives one line per request refused or stored; nil discards them.
+	Logger *slog.Logger
+	// MaxClockSkew bounds |HQ's clock - X-Posgate-Timestamp|; 0 means hq.MaxClockSkew.
+	MaxClockSkew time.Duration
+}
+
+type handler struct {
+	store   hq.Storage
+	secrets map[string][]byte
+	now     func() time.Time
+	log     *slog.Logger
+	skew    time.Duration
+}
+
+// New returns HQ's handler storing into store. secrets holds each known store's signing
+// secret (a store with an empty secret is unknown); New keeps its own copy.
+func New(store hq.Storage, secrets map[string][]byte, opts Options) http.Handler {
+	h := &handler{store: store, secrets: make(map[string][]byte, len(secrets)), now: opts.Now,
+		log: opts.Logger, skew: opts.MaxClockSkew}
+	for id, s := range secrets {
+		if len(s) > 0 {
+			h.secrets[id] = bytes.Clone(s)
+		}
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.log = h.log.With("component", "hq-serve")
+	if h.skew <= 0 {
+		h.skew = hq.MaxClockSkew
+	}
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case BatchesPath:
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			h.fail(w, r, "", perr.New(perr.Invalid, CodeMethodNotAllowed, "%s %s: use POST", r.Method, BatchesPath))
+			return
+		}
+		h.postBatch(w, r)
+	case HealthPath:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			h.fail(w, r, "", perr.New(perr.Invalid, CodeMethodNotAllowed, "%s %s: use GET", r.Method, HealthPath))
+			return
+		}
+		writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ok"})
+	default:
+		h.fail(w, r, "", perr.New(perr.NotFound, CodeNotFound, "no such path %q", r.URL.Path))
+	}
+}
+
+// postBatch checks, in order: headers, known store, body size, signature, timestamp,
+// strict JSON, store and idempotency key against the body, the batch's rules; then stores.
+func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
+	store := r.Header.Get(hq.HeaderStore)
+	ts := r.Header.Get(hq.HeaderTimestamp)
+	sig := r.Header.Get(hq.HeaderSignature)
+	key := r.Header.Get(hq.HeaderIdemKey)
+	if store == "" || ts == "" || sig == "" {
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeUnauthorized, "the %s, %s and %s headers are required",
+			hq.HeaderStore, hq.HeaderTimestamp, hq.HeaderSignature))
+		return
+	}
+	secret, ok := h.secrets[store]
+	if !ok {
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeStoreUnknown, "store %q is not known to HQ", clip(store)))
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	if !hq.Verify(secret, sig, http.MethodPost, BatchesPath, store, ts, key, body) &&
+		!verifyAsSent(secret, sig, r, store, ts, key, body) {
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeSignatureInvalid,
+			"the signature is not store %s's signature of this request", store))
+		return
+	}
+	now := h.now()
+	secs, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeUnauthorized, "%s %q is not Unix seconds", hq.HeaderTimestamp, clip(ts)))
+		return
+	}
+	if d := now.Sub(time.Unix(secs, 0)); d > h.skew || d < -h.skew {
+		how := fmt.Sprintf("%v behind", d.Round(time.Second))
+		if d < 0 {
+			how = fmt.Sprintf("%v ahead of", (-d).Round(time.Second))
+		}
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeTimestampSkew,
+			"%s is %s HQ's clock; at most %v either way is accepted", hq.HeaderTimestamp, how, h.skew))
+		return
+	}
+	b, err := DecodeBatch(body)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	if b.Store != store {
+		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeStoreMismatch,
+			"the batch is of store %q but was signed by store %s", clip(b.Store), store))
+		return
+	}
+	if key != b.ID {
+		h.fail(w, r, store, perr.New(perr.Invalid, CodeIdempotencyKeyMismatch,
+			"%s %q is not the batch_id %q", hq.HeaderIdemKey, clip(key), clip(b.ID)))
+		return
+	}
+	if err := Validate(b); err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	rc, err := h.store.PutBatch(r.Context(), b, hq.ContentHash(body), now)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	h.log.Info("batch stored", "store", store, "batch", b.ID, "rows", rc.Rows, "new_rows", rc.New,
+		"days", rc.Days, "duplicate", rc.Duplicate)
+	writeJSON(w, http.StatusOK, "application/json", rc)
+}
+
+// verifyAsSent checks the signature over the path of the request line as the client sent
+// it, for a handler mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never
+// r.RequestURI).
+func verifyAsSent(secret []byte, sig string, r *http.Request, store, ts, key string, body []byte) bool {
+	path, _, _ := strings.Cut(r.RequestURI, "?")
+	return path != "" && path != BatchesPath && hq.Verify(secret, sig, http.MethodPost, path, store, ts, key, body)
+}
+
+// readBody reads the whole body, refusing more than hq.MaxBatchBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	tooLarge := func() error {
+		return perr.New(perr.Invalid, CodeBodyTooLarge, "the body is over the %d byte limit", hq.MaxBatchBytes)
+	}
+	if r.ContentLength > hq.MaxBatchBytes {
+		return nil, tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hq.MaxBatchBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge()
+	case err != nil:
+		return nil, perr.Wrap(err, perr.Invalid, CodeJSONInvalid, "reading the body failed")
+	}
+	return body, nil
+}
+
+// DecodeBatch strictly decodes one batch: exactly one JSON object, no unknown field at
+// any depth, no trailing data, money as "12.30" strings. Errors are perr.Invalid with code
+// json_invalid.
+func DecodeBatch(body []byte) (*hq.Batch, error) {
+	var b hq.Batch
+	if err := decodeStrict(body, &b); err != nil {
+		return nil, perr.Wrap(err, perr.Invalid, CodeJSONInvalid, "%s", jsonDetail(err))
+	}
+	return &b, nil
+}
+
+// decodeStrict decodes exactly one JSON value from data into v, refusing unknown fields
+// and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// jsonDetail turns a decoding error into a sentence for the client.
+func jsonDetail(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var pe *perr.Error
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Sprintf("the body must be a JSON object (a batch), not %s", te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be a JSON %s, not %s", te.Field, te.Type, te.Value)
+	case errors.As(err, &pe):
+		return pe.Message
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "empty or truncated JSON"
+	default:
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+}
+
+// fail answers err as a problem document. Internal errors are logged as errors and their
+// cause is never shown; a client's mistake is logged at info.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, store string, err error) {
+	e := perr.As(err)
+	code, status, detail := e.Code, Status(e.Code, e.Kind), e.Message
+	switch {
+	case r.Context().Err() != nil:
+		// The client is gone; nothing was stored unless PutBatch committed, which a retry
+		// of the same batch will tell.
+		h.log.Info("request canceled", "method", r.Method, "path", r.URL.Path, "store", store, "err", err)
+		code, status, detail = CodeInternal, http.StatusServiceUnavailable, "the request was canceled"
+	case e.Kind == perr.Internal || e.Kind == perr.Unavailable:
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "store", store, "err", err)
+		code, status = CodeInternal, http.StatusInternalServerError
+		detail = "HQ could not store the batch; retry later with the same batch id"
+	default:
+		h.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "store", store, "status", status,
+			"code", code, "detail", detail)
+	}
+	title := titles[code]
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	writeJSON(w, status, "application/problem+json", Problem{Type: ProblemTypePrefix + code, Title: title,
+		Status: status, Code: code, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	body, err := json.Marshal(v)
+	if err != nil { // the types answered always marshal
+		body = []byte(`{"code":"internal"}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// clip shortens client-supplied text quoted in a message.
+func clip(s string) string {
+	const limit = 80
+	if len(s) > limit {
+		return s[:limit] + "…"
+	}
+	return s
+}

@@ -1,0 +1,468 @@
+package serve_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+var secrets = map[string][]byte{
+	"S1": []byte("secret-of-store-S1"),
+	"S2": []byte("secret-of-store-S2"),
+}
+
+// env is HQ's handler on a real SQLite database behind an httptest server, with a clock
+// the test sets.
+type env struct {
+	t     *testing.T
+	store *sqlite.Store
+	srv   *httptest.Server
+	now   time.Time
+}
+
+func newEnv(t *testing.T, opts serve.Options) *env {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &env{t: t, store: st, now: time.Date(2025, 3, 2, 1, 0, 0, 0, time.UTC)}
+	opts.Now = func() time.Time { return e.now }
+	opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	e.srv = httptest.NewServer(serve.New(st, secrets, opts))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// request is an upload: its body and the values that go into its headers and signature.
+type request struct {
+	body       []byte
+	bodyReader io.Reader // instead of body, sent chunked (no Content-Length)
+	store      string    // X-Posgate-Store
+	key        string    // Idempotency-Key
+	ts         string    // X-Posgate-Timestamp; "" means the env's clock
+	secret     []byte    // signing secret; nil means the store's
+	path       string    // path signed; "" means serve.BatchesPath
+	sig        string    // X-Posgate-Signature instead of the computed one
+	noSig      bool      // send no signature
+}
+
+// upload returns a request for batch b signed by its store, with its id as key.
+func upload(b *hq.Batch) request {
+	body, err := json.Marshal(b)
+	if err != nil {
+		panic(err)
+	}
+	return request{body: body, store: b.Store, key: b.ID}
+}
+
+func (e *env) send(r request) (*http.Response, []byte) {
+	e.t.Helper()
+	if r.ts == "" {
+		r.ts = strconv.FormatInt(e.now.Unix(), 10)
+	}
+	if r.secret == nil {
+		r.secret = secrets[r.store]
+	}
+	if r.path == "" {
+		r.path = serve.BatchesPath
+	}
+	var body io.Reader = bytes.NewReader(r.body)
+	if r.bodyReader != nil {
+		body = r.bodyReader
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+serve.BatchesPath, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(hq.HeaderStore, r.store)
+	req.Header.Set(hq.HeaderTimestamp, r.ts)
+	req.Header.Set(hq.HeaderIdemKey, r.key)
+	if !r.noSig {
+		sig := r.sig
+		if sig == "" {
+			sig = hq.Sign(r.secret, http.MethodPost, r.path, r.store, r.ts, r.key, r.body)
+		}
+		req.Header.Set(hq.HeaderSignature, sig)
+	}
+	return e.do(req)
+}
+
+func (e *env) do(req *http.Request) (*http.Response, []byte) {
+	e.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, out
+}
+
+func (e *env) mustStore(r request) hq.Receipt {
+	e.t.Helper()
+	resp, body := e.send(r)
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("status %d, want 200: %s", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		e.t.Fatalf("Content-Type %q", ct)
+	}
+	var rc hq.Receipt
+	if err := json.Unmarshal(body, &rc); err != nil {
+		e.t.Fatalf("receipt %s: %v", body, err)
+	}
+	return rc
+}
+
+// mustProblem checks an error answer: status, problem+json with the stable code.
+func mustProblem(t *testing.T, resp *http.Response, body []byte, status int, code string) serve.Problem {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p serve.Problem
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("problem %s: %v", body, err)
+	}
+	if p.Code != code || p.Status != status || p.Type != serve.ProblemTypePrefix+code || p.Title == "" || p.Detail == "" {
+		t.Fatalf("problem %+v, want code %s status %d", p, code, status)
+	}
+	return p
+}
+
+// sales returns n sales of terminal T1 of store from seq first on, dated D1.
+func sales(store string, first int64, n int) []hq.Row {
+	return storetest.Sales(store, "T1", first, n, storetest.D1, storetest.T0)
+}
+
+func batch(store, id string, rows []hq.Row, days ...hq.StoreDay) *hq.Batch {
+	return &hq.Batch{V: hq.Version, Store: store, ID: id, Rows: rows, Days: days,
+		SentAt: time.Date(2025, 3, 2, 0, 59, 0, 0, time.UTC)}
+}
+
+// TestBatches stores a good batch and its replay, refuses each bad request with its
+// stable code while the database stays as it was, and still stores the next good batch.
+func TestBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{})
+
+	first := sales("S1", 1, 10)
+	first = append(first, storetest.Refund("S1", "T1", 11, storetest.D1, storetest.T0.Add(time.Hour), 2, first[1].Amount, wire.MethodCard))
+	first = append(first, storetest.DayClose("S1", "T1", 12, storetest.D1, storetest.T0.Add(2*time.Hour), first))
+	good := batch("S1", "b-1", first, storetest.Day(storetest.D1, 1, storetest.T0.Add(3*time.Hour), first))
+	rc := e.mustStore(upload(good))
+	if rc.Store != "S1" || rc.BatchID != "b-1" || rc.Rows != 12 || rc.New != 12 || rc.Days != 1 || rc.Duplicate ||
+		!rc.StoredAt.Equal(e.now) {
+		t.Fatalf("receipt %+v", rc)
+	}
+	storetest.CheckRows(t, rowsOf(t, e, storetest.D1, "S1"), storedAll("S1", first, e.now))
+
+	// The replay, later, is answered with the original receipt.
+	e.now = e.now.Add(time.Minute)
+	again := e.mustStore(upload(good))
+	if !again.Duplicate || again.New != rc.New || again.Rows != rc.Rows || !again.StoredAt.Equal(rc.StoredAt) {
+		t.Fatalf("replay receipt %+v, want a duplicate of %+v", again, rc)
+	}
+
+	next := func(id string, mod func(b *hq.Batch)) request { // a new good batch, modified
+		b := batch("S1", id, sales("S1", 100, 3))
+		if mod != nil {
+			mod(b)
+		}
+		return upload(b)
+	}
+	raw := func(body string) request { // a raw body, correctly signed by S1
+		return request{body: []byte(body), store: "S1", key: "b-raw"}
+	}
+	goodJSON := string(upload(batch("S1", "b-raw", sales("S1", 100, 2))).body)
+
+	cases := []struct {
+		name   string
+		req    func() request
+		status int
+		code   string
+		detail string // a part the detail must contain
+	}{
+		{"malformed JSON", func() request { return raw(`{"v":1,"store":"S1",`) }, 400, serve.CodeJSONInvalid, ""},
+		{"not an object", func() request { return raw(`[1,2]`) }, 400, serve.CodeJSONInvalid, ""},
+		{"empty body", func() request { return raw(``) }, 400, serve.CodeJSONInvalid, ""},
+		{"unknown field", func() request {
+			return raw(strings.Replace(goodJSON, `"v":1`, `"v":1,"extra":true`, 1))
+		}, 400, serve.CodeJSONInvalid, "extra"},
+		{"unknown field in a row", func() request {
+			return raw(strings.Replace(goodJSON, `"kind":"sale"`, `"kind":"sale","discount":"1.00"`, 1))
+		}, 400, serve.CodeJSONInvalid, "discount"},
+		{"trailing data", func() request { return raw(goodJSON + `{}`) }, 400, serve.CodeJSONInvalid, "trailing"},
+		{"amount as a JSON number", func() request {
+			return raw(strings.Replace(goodJSON, `"amount":"`, `"amount":1`+`,"x":"`, 1))
+		}, 400, serve.CodeJSONInvalid, ""},
+		{"sub-fen amount", func() request {
+			b := batch("S1", "b-raw", sales("S1", 100, 1))
+			body := string(upload(b).body)
+			a := b.Rows[0].Amount.String()
+			return raw(strings.Replace(body, `"amount":"`+a+`"`, `"amount":"`+a+`1"`, 1))
+		}, 400, serve.CodeJSONInvalid, "decimal places"},
+		{"oversize", func() request {
+			return raw(`{"v":1,"pad":"` + strings.Repeat("x", hq.MaxBatchBytes) + `"}`)
+		}, 413, serve.CodeBodyTooLarge, ""},
+		{"oversize without Content-Length", func() request {
+			r := raw(`{"v":1,"pad":"` + strings.Repeat("x", hq.MaxBatchBytes) + `"}`)
+			r.bodyReader = struct{ io.Reader }{bytes.NewReader(r.body)} // hides the length
+			return r
+		}, 413, serve.CodeBodyTooLarge, ""},
+		{"no signature", func() request { r := next("b-2", nil); r.noSig = true; return r }, 401, serve.CodeUnauthorized, ""},
+		{"no timestamp", func() request { r := next("b-2", nil); r.ts = " "; return r }, 401, serve.CodeUnauthorized, ""},
+		{"no store header", func() request { r := next("b-2", nil); r.store = ""; r.secret = secrets["S1"]; return r }, 401, serve.CodeUnauthorized, ""},
+		{"wrong signature", func() request { r := next("b-2", nil); r.sig = strings.Repeat("0", 64); return r }, 401, serve.CodeSignatureInvalid, ""},
+		{"signature with another store's secret", func() request {
+			r := next("b-2", nil)
+			r.secret = secrets["S2"]
+			return r
+		}, 401, serve.CodeSignatureInvalid, ""},
+		{"signature of another path", func() request { r := next("b-2", nil); r.path = "/v1/other"; return r }, 401, serve.CodeSignatureInvalid, ""},
+		{"signature of other content", func() request {
+			r := next("b-2", nil)
+			r.sig = hq.Sign(secrets["S1"], http.MethodPost, serve.BatchesPath, "S1", strconv.FormatInt(e.now.Unix(), 10), "b-2", []byte(`{}`))
+			return r
+		}, 401, serve.CodeSignatureInvalid, ""},
+		{"unknown store", func() request {
+			r := upload(batch("S9", "b-2", sales("S9", 1, 2)))
+			r.secret = []byte("a guess")
+			return r
+		}, 401, serve.CodeStoreUnknown, "S9"},
+		{"store header is not the body's store", func() request {
+			r := next("b-2", nil) // body of S1, signed by S2 as S2
+			r.store = "S2"
+			return r
+		}, 403, serve.CodeStoreMismatch, "S1"},
+		{"stale timestamp", func() request {
+			r := next("b-2", nil)
+			r.ts = strconv.FormatInt(e.now.Add(-hq.MaxClockSkew-time.Minute).Unix(), 10)
+			return r
+		}, 401, serve.CodeTimestampSkew, ""},
+		{"timestamp in the future", func() request {
+			r := next("b-2", nil)
+			r.ts = strconv.FormatInt(e.now.Add(hq.MaxClockSkew+time.Minute).Unix(), 10)
+			return r
+		}, 401, serve.CodeTimestampSkew, ""},
+		{"timestamp not a number", func() request { r := next("b-2", nil); r.ts = "yesterday"; return r }, 401, serve.CodeUnauthorized, ""},
+		{"key is not the batch id", func() request { r := next("b-2", nil); r.key = "b-3"; return r }, 400, serve.CodeIdempotencyKeyMismatch, "b-3"},
+		{"no key", func() request { r := next("b-2", nil); r.key = ""; return r }, 400, serve.CodeIdempotencyKeyMismatch, ""},
+		{"wrong version", func() request { return next("b-2", func(b *hq.Batch) { b.V = 2 }) }, 400, serve.CodeBatchInvalid, "version 2"},
+		{"bad batch id", func() request { return next("b/2", nil) }, 400, serve.CodeBatchInvalid, "batch_id"},
+		{"too many rows", func() request {
+			return next("b-2", func(b *hq.Batch) { b.Rows = sales("S1", 100, hq.MaxBatchRows+1) })
+		}, 400, serve.CodeBatchInvalid, "limit"},
+		{"bad row kind", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[1].Kind = "scan" }) }, 400, serve.CodeBatchInvalid, "rows[1]"},
+		{"bad terminal id", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[2].Terminal = "T 1" }) }, 400, serve.CodeBatchInvalid, "rows[2]"},
+		{"seq 0", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].Seq = 0 }) }, 400, serve.CodeBatchInvalid, "rows[0]"},
+		{"by_method does not add up", func() request {
+			return next("b-2", func(b *hq.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"cash": b.Rows[1].Amount + 1} })
+		}, 400, serve.CodeBatchInvalid, "rows[1]"},
+		{"unknown method", func() request {
+			return next("b-2", func(b *hq.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"voucher": b.Rows[1].Amount} })
+		}, 400, serve.CodeBatchInvalid, "voucher"},
+		{"negative amount", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				b.Rows[2].Amount = -500
+				b.Rows[2].ByMethod = map[string]money.Fen{"cash": -500}
+			})
+		}, 400, serve.CodeBatchInvalid, "rows[2]"},
+		{"bad business date", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].BusinessDate = "2025-02-30" }) }, 400, serve.CodeBatchInvalid, "rows[0]"},
+		{"no hash", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].Hash = "" }) }, 400, serve.CodeBatchInvalid, "hash"},
+		{"duplicate row in batch", func() request {
+			return next("b-2", func(b *hq.Batch) { b.Rows = append(b.Rows, b.Rows[0]) })
+		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+		{"day close with a bad payload", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				dc := storetest.DayClose("S1", "T1", 200, storetest.D1, storetest.T0, b.Rows)
+				dc.Payload = json.RawMessage(`{"business_date":"2025-03-01","sale_count":-1,"sale_amount":"0.00","refund_count":0,"refund_amount":"0.00","methods":[]}`)
+				b.Rows = append(b.Rows, dc)
+			})
+		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+		{"day close of another date", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				dc := storetest.DayClose("S1", "T1", 200, storetest.D2, storetest.T0, b.Rows)
+				dc.BusinessDate = storetest.D1
+				b.Rows = append(b.Rows, dc)
+			})
+		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+		{"day without revision", func() request {
+			return next("b-2", func(b *hq.Batch) { b.Days = []hq.StoreDay{storetest.Day(storetest.D1, 0, storetest.T0, b.Rows)} })
+		}, 400, serve.CodeBatchInvalid, "days[0]"},
+		{"day transaction that does not add up", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
+				d.Txns[1].Amount++
+				b.Days = []hq.StoreDay{d}
+			})
+		}, 400, serve.CodeBatchInvalid, "txns[1]"},
+		{"day declared twice", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
+				b.Days = []hq.StoreDay{d, d}
+			})
+		}, 400, serve.CodeBatchInvalid, "days[1]"},
+		{"batch id replayed with other content", func() request {
+			return upload(batch("S1", "b-1", sales("S1", 100, 3)))
+		}, 422, serve.CodeBatchIDReused, "b-1"},
+		{"row resent with other content", func() request {
+			changed := storetest.Sale("S1", "T1", 3, storetest.D1, storetest.T0, 12345, wire.MethodQR)
+			return next("b-2", func(b *hq.Batch) { b.Rows = append(b.Rows, changed) })
+		}, 409, serve.CodeRowConflict, "S1/T1/3"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.t = t
+			before := storetest.Take(t, e.store, storetest.D1, storetest.D2)
+			resp, body := e.send(c.req())
+			p := mustProblem(t, resp, body, c.status, c.code)
+			if !strings.Contains(p.Detail, c.detail) {
+				t.Errorf("detail %q does not mention %q", p.Detail, c.detail)
+			}
+			before.MustEqual(t, storetest.Take(t, e.store, storetest.D1, storetest.D2), "after "+c.name)
+		})
+	}
+	e.t = t
+
+	// The next good batch, which resends rows 9-10, is stored.
+	rows := append(sales("S1", 9, 2), sales("S1", 13, 5)...)
+	rc2 := e.mustStore(upload(batch("S1", "b-2", rows)))
+	if rc2.Duplicate || rc2.Rows != 7 || rc2.New != 5 {
+		t.Fatalf("next batch: %+v, want 5 new of 7", rc2)
+	}
+	if n := len(rowsOf(t, e, storetest.D1, "S1")); n != 17 {
+		t.Fatalf("%d rows stored, want 17", n)
+	}
+}
+
+func rowsOf(t *testing.T, e *env, date, store string) []hq.StoredRow {
+	t.Helper()
+	rows, err := e.store.Rows(context.Background(), date, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func storedAll(store string, rows []hq.Row, at time.Time) []hq.StoredRow {
+	out := make([]hq.StoredRow, len(rows))
+	for i, r := range rows {
+		out[i] = storetest.Stored(store, r, at)
+	}
+	return out
+}
+
+// TestSkewOption checks a configured MaxClockSkew.
+func TestSkewOption(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{MaxClockSkew: 30 * time.Second})
+	r := upload(batch("S1", "b-1", sales("S1", 1, 2)))
+	r.ts = strconv.FormatInt(e.now.Add(-time.Minute).Unix(), 10)
+	resp, body := e.send(r)
+	mustProblem(t, resp, body, 401, serve.CodeTimestampSkew)
+	r.ts = strconv.FormatInt(e.now.Add(-20*time.Second).Unix(), 10)
+	if rc := e.mustStore(r); rc.New != 2 {
+		t.Fatalf("receipt %+v", rc)
+	}
+}
+
+// TestRouting checks the health endpoint, methods and unknown paths.
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{})
+	get := func(method, path string) (*http.Response, []byte) {
+		req, err := http.NewRequest(method, e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.do(req)
+	}
+	resp, body := get(http.MethodGet, serve.HealthPath)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"ok"`) {
+		t.Fatalf("healthz: %d %s", resp.StatusCode, body)
+	}
+	resp, body = get(http.MethodGet, serve.BatchesPath)
+	mustProblem(t, resp, body, 405, serve.CodeMethodNotAllowed)
+	if resp.Header.Get("Allow") != http.MethodPost {
+		t.Errorf("Allow %q", resp.Header.Get("Allow"))
+	}
+	resp, body = get(http.MethodPost, serve.HealthPath)
+	mustProblem(t, resp, body, 405, serve.CodeMethodNotAllowed)
+	resp, body = get(http.MethodGet, "/v1/nothing")
+	mustProblem(t, resp, body, 404, serve.CodeNotFound)
+}
+
+// TestStatus checks the code table.
+func TestStatus(t *testing.T) {
+	for code, want := range map[string]int{
+		serve.CodeBatchIDReused: 422, serve.CodeRowConflict: 409, serve.CodeStoreMismatch: 403,
+		serve.CodeBodyTooLarge: 413, serve.CodeSignatureInvalid: 401, serve.CodeBatchInvalid: 400,
+	} {
+		if got := serve.Status(code, ""); got != want {
+			t.Errorf("Status(%s) = %d, want %d", code, got, want)
+		}
+	}
+}
+
+// TestMountedUnderPrefix signs over the full path the uploader posts to, with the handler
+// mounted under a prefix.
+func TestMountedUnderPrefix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{})
+	mux := http.NewServeMux()
+	mux.Handle("/hq/", http.StripPrefix("/hq", e.srv.Config.Handler))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	b := batch("S1", "b-1", sales("S1", 1, 2))
+	r := upload(b)
+	ts := strconv.FormatInt(e.now.Unix(), 10)
+	for _, path := range []string{"/hq/v1/batches", serve.BatchesPath} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/hq"+serve.BatchesPath, bytes.NewReader(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(hq.HeaderStore, "S1")
+		req.Header.Set(hq.HeaderTimestamp, ts)
+		req.Header.Set(hq.HeaderIdemKey, b.ID)
+		req.Header.Set(hq.HeaderSignature, hq.Sign(secrets["S1"], http.MethodPost, path, "S1", ts, b.ID, r.body))
+		resp, body := e.do(req)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("signed over %s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package serve
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// MaxHashLen bounds a row's hash (internal/wire writes 64 hex digits).
+const MaxHashLen = 128
+
+// Validate checks a decoded batch against the upload protocol's rules and returns a
+// perr.Invalid error with code batch_invalid whose message names the offending row, day
+// or transaction:
+//
+//   - v is hq.Version; store and batch_id are ids as wire.ValidID defines them; at most
+//     hq.MaxBatchRows rows;
+//   - each row: a known kind, a valid terminal id, seq > 0, business_date YYYY-MM-DD, a
+//     time, a hash of 1 to MaxHashLen bytes, flow_no ≥ 0, and no other row of the batch
+//     with the same (terminal, seq);
+//   - a sale or refund: amount ≥ 0, by_method naming only cash, card and qr, each ≥ 0,
+//     adding up to amount exactly;
+//   - a day close: amount 0, no by_method, a payload that strictly decodes as a
+//     wire.DayClosePayload, passes its Validate and names the row's business date;
+//   - each day: business_date YYYY-MM-DD, not declared twice in the batch, revision > 0,
+//     a closed_at time, and transactions checked as sales and refunds are (terminal, seq
+//     > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq) listed twice.
+func Validate(b *hq.Batch) error {
+	switch {
+	case b.V != hq.Version:
+		return invalid("protocol version %d is not supported (HQ speaks %d)", b.V, hq.Version)
+	case !wire.ValidID(b.Store):
+		return invalid("store %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.Store), wire.MaxIDLen)
+	case !wire.ValidID(b.ID):
+		return invalid("batch_id %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.ID), wire.MaxIDLen)
+	case len(b.Rows) > hq.MaxBatchRows:
+		return invalid("%d rows are over the %d row limit of a batch", len(b.Rows), hq.MaxBatchRows)
+	}
+	type key struct {
+		terminal string
+		seq      int64
+	}
+	seen := make(map[key]int, len(b.Rows))
+	for i := range b.Rows {
+		r := &b.Rows[i]
+		if err := checkRow(r); err != nil {
+			return invalid("rows[%d] (terminal %q seq %d): %s", i, clip(r.Terminal), r.Seq, err)
+		}
+		k := key{r.Terminal, r.Seq}
+		if j, dup := seen[k]; dup {
+			return invalid("rows[%d] (terminal %q seq %d): the same row as rows[%d]", i, r.Terminal, r.Seq, j)
+		}
+		seen[k] = i
+	}
+	days := make(map[string]int, len(b.Days))
+	for i := range b.Days {
+		d := &b.Days[i]
+		if err := checkDay(d); err != nil {
+			return invalid("days[%d] (business_date %q): %s", i, clip(d.BusinessDate), err)
+		}
+		if j, dup := days[d.BusinessDate]; dup {
+			return invalid("days[%d] (business_date %s): the day is declared in days[%d] too", i, d.BusinessDate, j)
+		}
+		days[d.BusinessDate] = i
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return perr.New(perr.Invalid, CodeBatchInvalid, format, args...)
+}
+
+func checkRow(r *hq.Row) error {
+	switch {
+	case r.Kind != hq.KindSale && r.Kind != hq.KindRefund && r.Kind != hq.KindDayClose:
+		return fmt.Errorf("kind %q is not sale, refund or day_close", clip(r.Kind))
+	case !wire.ValidID(r.Terminal):
+		return fmt.Errorf("terminal %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(r.Terminal), wire.MaxIDLen)
+	case r.Seq <= 0:
+		return fmt.Errorf("seq %d is not positive", r.Seq)
+	case !validDate(r.BusinessDate):
+		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(r.BusinessDate))
+	case r.At.IsZero():
+		return fmt.Errorf("at is missing")
+	case r.Hash == "" || len(r.Hash) > MaxHashLen:
+		return fmt.Errorf("hash must be 1 to %d characters", MaxHashLen)
+	case r.FlowNo < 0:
+		return fmt.Errorf("flow_no %d is negative", r.FlowNo)
+	}
+	if r.Kind == hq.KindDayClose {
+		return checkDayClose(r)
+	}
+	return checkAmounts(r.Amount, r.ByMethod)
+}
+
+// checkAmounts checks a sale's or refund's amount against its split by method.
+func checkAmounts(amount money.Fen, by map[string]money.Fen) error {
+	if amount < 0 {
+		return fmt.Errorf("amount %s is negative", amount)
+	}
+	parts := make([]money.Fen, 0, len(by))
+	for m, a := range by {
+		if !wire.ValidMethod(m) {
+			return fmt.Errorf("by_method names %q, not cash, card or qr", clip(m))
+		}
+		if a < 0 {
+			return fmt.Errorf("by_method %s amount %s is negative", m, a)
+		}
+		parts = append(parts, a)
+	}
+	sum, err := money.Sum(parts...)
+	if err != nil {
+		return fmt.Errorf("by_method amounts overflow")
+	}
+	if sum != amount {
+		return fmt.Errorf("by_method adds up to %s, not the amount %s", sum, amount)
+	}
+	return nil
+}
+
+func checkDayClose(r *hq.Row) error {
+	if r.Amount != 0 || len(r.ByMethod) != 0 {
+		return fmt.Errorf("a day close carries its totals in its payload: amount must be 0.00 and by_method empty")
+	}
+	var p wire.DayClosePayload
+	if err := decodeStrict(r.Payload, &p); err != nil {
+		return fmt.Errorf("payload is not a day close: %s", jsonDetail(err))
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("payload: %s", perr.As(err).Message)
+	}
+	if p.BusinessDate != r.BusinessDate {
+		return fmt.Errorf("payload closes %s, not the row's business_date", p.BusinessDate)
+	}
+	return nil
+}
+
+func checkDay(d *hq.StoreDay) error {
+	switch {
+	case !validDate(d.BusinessDate):
+		return fmt.Errorf("business_date is not YYYY-MM-DD")
+	case d.Revision <= 0:
+		return fmt.Errorf("revision %d is not positive", d.Revision)
+	case d.ClosedAt.IsZero():
+		return fmt.Errorf("closed_at is missing")
+	}
+	type key struct {
+		terminal string
+		seq      int64
+	}
+	seen := make(map[key]int, len(d.Txns))
+	for i := range d.Txns {
+		t := &d.Txns[i]
+		if err := checkTxn(t); err != nil {
+			return fmt.Errorf("txns[%d] (terminal %q seq %d): %w", i, clip(t.Terminal), t.Seq, err)
+		}
+		k := key{t.Terminal, t.Seq}
+		if j, dup := seen[k]; dup {
+			return fmt.Errorf("txns[%d] (terminal %q seq %d): the same transaction as txns[%d]", i, t.Terminal, t.Seq, j)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+func checkTxn(t *hq.Txn) error {
+	switch {
+	case t.Kind != hq.KindSale && t.Kind != hq.KindRefund:
+		return fmt.Errorf("kind %q is not sale or refund", clip(t.Kind))
+	case !wire.ValidID(t.Terminal):
+		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
+	case t.Seq <= 0:
+		return fmt.Errorf("seq %d is not positive", t.Seq)
+	case t.FlowNo < 0:
+		return fmt.Errorf("flow_no %d is negative", t.FlowNo)
+	}
+	return checkAmounts(t.Amount, t.ByMethod)
+}
+
+// validDate reports whether s is a calendar date written YYYY-MM-DD.
+func validDate(s string) bool {
+	if len(s) != len(wire.BusinessDate) {
+		return false
+	}
+	d, err := time.Parse(wire.BusinessDate, s)
+	return err == nil && d.Format(wire.BusinessDate) == s
+}

@@ -1,0 +1,138 @@
+package upload
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/serve"
+)
+
+// flaky wraps HQ's handler with faults: a 503 before HQ sees the request, or HQ stores the
+// batch and the connection drops before the answer.
+type flaky struct {
+	h    http.Handler
+	mu   sync.Mutex
+	rng  *rand.Rand
+	on   bool
+	seen int
+	lost int
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	x := f.rng.IntN(100)
+	on := f.on
+	f.seen++
+	f.mu.Unlock()
+	switch {
+	case on && x < 15:
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	case on && x < 35:
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, r)
+		f.mu.Lock()
+		f.lost++
+		f.mu.Unlock()
+		drop(w)
+	default:
+		f.h.ServeHTTP(w, r)
+	}
+}
+
+// TestUploadToServe uploads a store's ledger to hq-sync serve on the SQLite engine through
+// a flaky network, with the uploader cancelled at random points and restarted, and checks
+// what HQ's database holds: every ledger row once, with its hash and amounts, and the
+// day's declaration listing the ledger's manifest.
+func TestUploadToServe(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "hq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clk := newClock(day0.Add(time.Hour))
+	f := &flaky{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}),
+		rng: rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano()))), on: true}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	cfg.BatchRows = 60
+
+	s.Sales(400, day0)
+	s.Refund("T1", day0.Add(2*time.Hour))
+	for i := 0; i < 15; i++ {
+		u, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(40))*time.Millisecond)
+		u.Run(c)
+		cancel()
+		u.Close()
+		s.Sales(10, day0.Add(3*time.Hour))
+	}
+	s.DayClose(date0, day1.Add(-8*time.Hour), "T1", "T2", "T3")
+	clk.Set(day1.Add(time.Hour)) // the day is over
+	f.mu.Lock()
+	f.on = false
+	f.mu.Unlock()
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s.Outbox()
+	if len(rows) != len(want) {
+		t.Fatalf("HQ holds %d rows, the ledger %d", len(rows), len(want))
+	}
+	got := map[string]hq.StoredRow{}
+	for _, r := range rows {
+		got[r.Terminal+"/"+itoa(r.Seq)] = r
+	}
+	for _, o := range want {
+		r, ok := got[o.Row.Terminal+"/"+itoa(o.Row.Seq)]
+		if !ok || r.Kind != o.Row.Kind || r.Amount != o.Row.Amount || !sameMap(r.ByMethod, o.Row.ByMethod) ||
+			r.FlowNo != o.Row.FlowNo {
+			t.Errorf("row %s: HQ %+v, ledger %+v", o.Row.Key(testStore), r, o.Row)
+		}
+	}
+	days, err := st.Days(ctx, date0, testStore)
+	if err != nil || len(days) != 1 {
+		t.Fatalf("days %+v %v", days, err)
+	}
+	manifest, err := s.l.DayManifest(ctx, date0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if days[0].Day.Revision != 1 || len(days[0].Day.Txns) != len(manifest) {
+		t.Errorf("declaration revision %d with %d txns, the ledger has %d", days[0].Day.Revision,
+			len(days[0].Day.Txns), len(manifest))
+	}
+	for i, tx := range days[0].Day.Txns {
+		m := manifest[i]
+		if tx.Terminal != m.Terminal || tx.Seq != m.Seq || tx.Amount != m.Amount || !sameMap(tx.ByMethod, m.ByMethod) {
+			t.Errorf("declared txn %d %+v, ledger %+v", i, tx, m)
+		}
+	}
+	n, err := st.BatchCount(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, pending := stateBatches(t, u)
+	if pending != "" || int64(len(sent)) != n {
+		t.Errorf("HQ stored %d batches, the uploader recorded %d (pending %q)", n, len(sent), pending)
+	}
+	t.Logf("%d rows in %d batches; %d requests, %d answers lost after HQ stored the batch", len(rows), n, f.seen, f.lost)
+}

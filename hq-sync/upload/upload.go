@@ -1,0 +1,884 @@
+// Package upload is hq-sync's store side: it reads the store ledger's hq_outbox in id order
+// and sends it to headquarters in signed batches with stable ids, retrying with backoff for
+// as long as HQ is away, and declares each business day closed (hq.StoreDay) once the day is
+// over and all its rows are sent.
+//
+// It must never write the store's ledger (the store-server is its only writer; the ledger
+// is opened with ledger.OpenReader), never send the same batch id with other content, and
+// never skip a row: a batch HQ refuses stays pending and blocks the rows after it until an
+// operator fixes the cause. Its own progress lives in its state database (see
+// schema/001_state.sql).
+package upload
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+//go:embed schema/*.sql
+var schemaFiles embed.FS
+
+// Defaults of Config.
+const (
+	DefaultBatchRows      = 1000
+	DefaultBatchAge       = 2 * time.Second
+	DefaultPollInterval   = 250 * time.Millisecond
+	DefaultRetryBase      = 500 * time.Millisecond
+	DefaultRetryCap       = 30 * time.Second
+	DefaultRefusedRetry   = 5 * time.Minute
+	DefaultRequestTimeout = 2 * time.Minute
+)
+
+// batchBudget is how many body bytes the rows and days of one batch may take: the protocol
+// limit less room for the envelope fields.
+const batchBudget = hq.MaxBatchBytes - 64<<10
+
+// Codes of the errors Once returns when HQ refuses a batch.
+const (
+	// CodeRefused (perr.Refused): HQ answered a 4xx other than 408 and 429 for a batch; the
+	// batch stays pending and the rows after it wait.
+	CodeRefused = "hq_refused_batch"
+)
+
+// Config configures an Uploader.
+type Config struct {
+	LedgerPath string         // the store ledger (read only)
+	StatePath  string         // the uploader's own SQLite database (created if missing)
+	Store      string         // the store id
+	Location   *time.Location // the store's time zone: when a business date is over
+	Secret     []byte         // the store's HMAC secret shared with HQ
+	// HQURL is the full URL of HQ's batch endpoint (hq-sync serve), e.g.
+	// "https://hq.example/v1/batches". Requests are POSTed there and signed over its path.
+	HQURL string
+	// BatchRows is the most rows in one batch (default 1000, at most hq.MaxBatchRows).
+	// A batch is also cut so that its body stays under hq.MaxBatchBytes.
+	BatchRows int
+	// BatchAge is how long Run lets fewer than BatchRows rows wait before it sends them
+	// (default 2 s, measured on the machine's clock, not Now).
+	BatchAge time.Duration
+	// PollInterval is how often Run looks for new ledger rows when idle (default 250 ms).
+	PollInterval time.Duration
+	// RetryBase and RetryCap shape the backoff after a failed send: attempt n waits a
+	// uniformly random time in [0, min(RetryCap, RetryBase·2ⁿ)] ("full jitter"; defaults
+	// 500 ms and 30 s). A Retry-After from HQ lengthens the wait.
+	RetryBase, RetryCap time.Duration
+	// RefusedRetry is how long Run waits before it sends a batch HQ refused (a 4xx other
+	// than 408 and 429) again (default 5 min).
+	RefusedRetry time.Duration
+	// Client sends the requests (default: a client with a 2 min timeout that does not
+	// follow redirects).
+	Client   *http.Client
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger     // default slog.Default()
+	Progress io.Writer        // if set, catch-up progress lines, at most one a second
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchRows <= 0 {
+		c.BatchRows = DefaultBatchRows
+	}
+	c.BatchRows = min(c.BatchRows, hq.MaxBatchRows)
+	if c.BatchAge <= 0 {
+		c.BatchAge = DefaultBatchAge
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryCap <= 0 {
+		c.RetryCap = DefaultRetryCap
+	}
+	if c.RefusedRetry <= 0 {
+		c.RefusedRetry = DefaultRefusedRetry
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{
+			Timeout: DefaultRequestTimeout,
+			// A redirected POST would turn into a GET: surface the 3xx instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.LedgerPath == "" || c.StatePath == "":
+		return errors.New("upload: the ledger and state paths are required")
+	case !wire.ValidID(c.Store):
+		return fmt.Errorf("upload: store id %q is not valid", c.Store)
+	case c.Location == nil:
+		return errors.New("upload: the store's time zone is required")
+	case len(c.Secret) == 0:
+		return errors.New("upload: the store's secret is required")
+	}
+	u, err := url.Parse(c.HQURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("upload: HQ URL %q is not an http(s) URL", c.HQURL)
+	}
+	return nil
+}
+
+// Uploader sends a store's ledger to HQ. Run and Once must not be called concurrently, and
+// one state database serves one uploader at a time.
+type Uploader struct {
+	cfg    Config
+	log    *slog.Logger
+	ledger *ledger.Ledger
+	state  *sqlitedb.DB
+	path   string // the signed request path
+
+	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
+	budget    int       // body bytes the rows and days of a batch may take
+	prog      progress
+
+	// Test hooks: a non-nil error ends the step as if the process had died there.
+	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
+	afterSend   func(batchID string) error // after HQ's receipt, before the batch is marked sent
+}
+
+// New opens the ledger (read only) and the state database, and checks that they belong
+// together: the state is this store's, and the ledger still holds the last row HQ
+// acknowledged (a ledger restored from an older backup, or another store's, is refused).
+func New(ctx context.Context, cfg Config) (*Uploader, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	hqURL, _ := url.Parse(cfg.HQURL)
+	l, err := ledger.OpenReader(ctx, cfg.LedgerPath, cfg.Store, cfg.Location)
+	if err != nil {
+		return nil, fmt.Errorf("upload: %w", err)
+	}
+	migrations, err := fs.Sub(schemaFiles, "schema")
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	st, err := sqlitedb.Open(ctx, cfg.StatePath, migrations)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("upload: open state: %w", err)
+	}
+	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
+		state: st, path: hqURL.EscapedPath(), budget: batchBudget}
+	if u.path == "" {
+		u.path = "/"
+	}
+	if err := u.claim(ctx); err != nil {
+		u.Close()
+		return nil, fmt.Errorf("upload: %w", err)
+	}
+	return u, nil
+}
+
+// Close closes the ledger and the state database.
+func (u *Uploader) Close() error {
+	err := u.ledger.Close()
+	if serr := u.state.Close(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// claim records the store in a new state and checks an existing one against the ledger.
+func (u *Uploader) claim(ctx context.Context) error {
+	if _, err := u.state.W.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('store_id', ?) ON CONFLICT (k) DO NOTHING`,
+		u.cfg.Store); err != nil {
+		return fmt.Errorf("claim state: %w", err)
+	}
+	kv, err := u.kv(ctx)
+	if err != nil {
+		return err
+	}
+	if kv["store_id"] != u.cfg.Store {
+		return fmt.Errorf("%s is the upload state of store %q, not %q", u.cfg.StatePath, kv["store_id"], u.cfg.Store)
+	}
+	through := atoi(kv["sent_through"])
+	if through == 0 {
+		return nil
+	}
+	var rows []ledger.OutboxRow
+	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		var err error
+		rows, err = r.OutboxAfter(ctx, through-1, 1)
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(rows) == 0 || rows[0].ID != through || rowKey(&rows[0]) != kv["sent_key"] {
+		return fmt.Errorf("the ledger %s does not hold the last row HQ acknowledged (id %d, %s): "+
+			"an older or another ledger; refusing to upload", u.cfg.LedgerPath, through, kv["sent_key"])
+	}
+	return nil
+}
+
+func (u *Uploader) kv(ctx context.Context) (map[string]string, error) {
+	rows, err := u.state.R.QueryContext(ctx, `SELECT k, v FROM kv`)
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	defer rows.Close()
+	m := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, fmt.Errorf("read state: %w", err)
+		}
+		m[k] = v
+	}
+	return m, rows.Err()
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func rowKey(o *ledger.OutboxRow) string {
+	return o.Row.Terminal + ":" + strconv.FormatInt(o.Row.Seq, 10) + ":" + o.Row.Hash
+}
+
+// Once sends everything the ledger holds now (and every declaration that is due), then
+// returns. It waits out HQ being unreachable for as long as ctx allows; a batch HQ refuses
+// ends it with a *perr.Error of kind perr.Refused (code "hq_refused_batch"), the batch still
+// pending.
+func (u *Uploader) Once(ctx context.Context) error {
+	for {
+		did, err := u.step(ctx, true)
+		if err != nil {
+			return err
+		}
+		if !did {
+			u.prog.final(u)
+			return nil
+		}
+	}
+}
+
+// Run uploads until ctx is cancelled, then returns nil; it never gives up. Rows are sent
+// when BatchRows of them wait or the first has waited BatchAge; HQ being away, for however
+// long, only delays them; a batch HQ refuses is logged as an error and tried again every
+// RefusedRetry; a failure to read the ledger or to write the state is logged and retried
+// with backoff.
+func (u *Uploader) Run(ctx context.Context) error {
+	failures := 0
+	for ctx.Err() == nil {
+		did, err := u.step(ctx, false)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			// The ledger or the state could not be read or written (a busy or full disk):
+			// nothing was lost; try again.
+			u.log.Error("upload step failed", "err", err)
+			if !sleep(ctx, u.backoff(failures)) {
+				return nil
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		if !did {
+			sleep(ctx, u.cfg.PollInterval)
+		}
+	}
+	return nil
+}
+
+// step sends the pending batch, or builds, records and sends the next one. It reports
+// whether there was anything to send.
+func (u *Uploader) step(ctx context.Context, force bool) (bool, error) {
+	b, err := u.pending(ctx)
+	if err != nil {
+		return false, err
+	}
+	if b == nil {
+		if b, err = u.build(ctx, force); err != nil || b == nil {
+			return false, err
+		}
+		if err := u.record(ctx, b); err != nil {
+			return false, err
+		}
+		if u.afterRecord != nil {
+			if err := u.afterRecord(b.id); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, u.deliver(ctx, b, force)
+}
+
+// batch is a recorded batch as the state holds it.
+type batch struct {
+	id          string
+	firstID     int64
+	lastID      int64
+	rows        int
+	dates       map[string]int   // business date → rows of that date in the batch
+	days        map[string]int64 // business date → revision declared
+	lastKey     string
+	body        []byte
+	contentHash string
+	attempts    int
+}
+
+// pending returns the recorded batch HQ has not acknowledged, if any.
+func (u *Uploader) pending(ctx context.Context) (*batch, error) {
+	var b batch
+	var dates, days string
+	err := u.state.R.QueryRowContext(ctx, `SELECT batch_id, first_id, last_id, rows, dates, days, last_key,
+		content_hash, body, attempts FROM batches WHERE state = 'pending'`).Scan(&b.id, &b.firstID, &b.lastID,
+		&b.rows, &dates, &days, &b.lastKey, &b.contentHash, &b.body, &b.attempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read pending batch: %w", err)
+	}
+	if err := json.Unmarshal([]byte(dates), &b.dates); err != nil {
+		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
+	}
+	if err := json.Unmarshal([]byte(days), &b.days); err != nil {
+		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
+	}
+	if hq.ContentHash(b.body) != b.contentHash {
+		return nil, fmt.Errorf("pending batch %s: the stored body does not match its hash", b.id)
+	}
+	return &b, nil
+}
+
+// build makes the next batch from the ledger rows after the watermark and the declarations
+// that are due, or returns nil when there is nothing to send yet.
+func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
+	kv, err := u.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	through := atoi(kv["sent_through"])
+	now := u.cfg.Now()
+	today := now.In(u.cfg.Location).Format(wire.BusinessDate)
+	candidates, err := u.undeclared(ctx, today)
+	if err != nil {
+		return nil, err
+	}
+	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, atoi(kv["next_batch"])+1),
+		SentAt: now.UTC()}
+	var rows []ledger.OutboxRow
+	used := 0 // body bytes taken by the days and rows so far
+	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		for _, c := range candidates {
+			// Due once no row of the date is left after the watermark; the manifest comes
+			// from the same snapshot, so it lists exactly the rows HQ acknowledged.
+			more, err := r.HasOutboxAfter(ctx, c.date, through)
+			if err != nil {
+				return err
+			}
+			if more {
+				continue
+			}
+			txns, err := r.DayManifest(ctx, c.date)
+			if err != nil {
+				return err
+			}
+			d := hq.StoreDay{BusinessDate: c.date, Revision: c.revision + 1, ClosedAt: now.UTC(), Txns: txns}
+			n, err := jsonSize(&d)
+			if err != nil {
+				return err
+			}
+			if len(out.Days) > 0 && used+n > u.budget {
+				break // the next batch declares the rest
+			}
+			if n > u.budget {
+				u.log.Error("a day declaration is larger than an HQ batch may be; sending it alone anyway",
+					"business_date", d.BusinessDate, "bytes", n, "txns", len(d.Txns))
+			}
+			used += n
+			out.Days = append(out.Days, d)
+		}
+		maxID, err := r.OutboxMaxID(ctx)
+		if err != nil {
+			return err
+		}
+		if maxID <= through {
+			u.firstSeen = time.Time{}
+			return nil
+		}
+		if u.firstSeen.IsZero() {
+			u.firstSeen = time.Now()
+		}
+		if !force && len(out.Days) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
+			time.Since(u.firstSeen) < u.cfg.BatchAge {
+			return nil
+		}
+		rows, err = r.OutboxAfter(ctx, through, u.cfg.BatchRows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build batch: %w", err)
+	}
+	if len(out.Days) == 0 && len(rows) == 0 {
+		return nil, nil
+	}
+
+	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}}
+	for _, d := range out.Days {
+		b.days[d.BusinessDate] = d.Revision
+	}
+	// Each row is encoded once: its size decides whether it fits, and the body is put
+	// together from the encodings.
+	rowsJSON := bytes.NewBuffer(make([]byte, 0, 64<<10))
+	rowsJSON.WriteByte('[')
+	for i := range rows {
+		js, err := json.Marshal(&rows[i].Row)
+		if err != nil {
+			return nil, fmt.Errorf("hq_outbox row %d: %w", rows[i].ID, err)
+		}
+		n := len(js) + 1
+		if used+n > u.budget && (len(out.Rows) > 0 || len(out.Days) > 0) {
+			break // the rest go in the next batch
+		}
+		if n > u.budget {
+			u.log.Error("a row is larger than an HQ batch may be; sending it alone",
+				"terminal", rows[i].Row.Terminal, "seq", rows[i].Row.Seq, "bytes", n)
+		}
+		used += n
+		if len(out.Rows) > 0 {
+			rowsJSON.WriteByte(',')
+		}
+		rowsJSON.Write(js)
+		out.Rows = append(out.Rows, rows[i].Row)
+		if b.firstID == 0 {
+			b.firstID = rows[i].ID
+		}
+		b.lastID = rows[i].ID
+		b.lastKey = rowKey(&rows[i])
+		b.dates[rows[i].Row.BusinessDate]++
+	}
+	b.rows = len(out.Rows)
+	if b.rows > 0 {
+		u.firstSeen = time.Time{} // rows left behind start waiting now
+	}
+	rowsJSON.WriteByte(']')
+	if b.body, err = encodeBatch(&out, rowsJSON.Bytes()); err != nil {
+		return nil, fmt.Errorf("encode batch %s: %w", out.ID, err)
+	}
+	b.contentHash = hq.ContentHash(b.body)
+	return b, nil
+}
+
+// encodeBatch returns the JSON of b whose rows are already encoded as rowsJSON (a JSON
+// array): b is encoded without its rows, and the array takes the place of "rows":null.
+// The rows field comes first among the fields that can hold text, so the first
+// occurrence is the field itself.
+func encodeBatch(b *hq.Batch, rowsJSON []byte) ([]byte, error) {
+	head := *b
+	head.Rows = nil
+	js, err := json.Marshal(&head)
+	if err != nil {
+		return nil, err
+	}
+	const null = `"rows":null`
+	i := bytes.Index(js, []byte(null))
+	if i < 0 {
+		return nil, errors.New(`no "rows":null in the encoded batch`)
+	}
+	body := make([]byte, 0, len(js)+len(rowsJSON))
+	body = append(body, js[:i+len(`"rows":`)]...)
+	body = append(body, rowsJSON...)
+	return append(body, js[i+len(null):]...), nil
+}
+
+func jsonSize(v any) (int, error) {
+	b, err := json.Marshal(v)
+	return len(b) + 1, err // and a comma
+}
+
+// batchID returns the id of the n-th batch of a store: "S1-000000042".
+func batchID(store string, n int64) string {
+	return fmt.Sprintf("%s-%09d", store, n)
+}
+
+type undeclaredDay struct {
+	date     string
+	revision int64 // the last revision HQ acknowledged
+}
+
+// undeclared returns the business dates before today with rows HQ acknowledged since the
+// date's last declaration (or that were never declared).
+func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDay, error) {
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision FROM days
+		WHERE business_date < ? AND sent_rows > declared_rows ORDER BY business_date`, today)
+	if err != nil {
+		return nil, fmt.Errorf("read days: %w", err)
+	}
+	defer rows.Close()
+	var out []undeclaredDay
+	for rows.Next() {
+		var d undeclaredDay
+		if err := rows.Scan(&d.date, &d.revision); err != nil {
+			return nil, fmt.Errorf("read days: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// record stores a batch before it is first sent, and advances the batch counter.
+func (u *Uploader) record(ctx context.Context, b *batch) error {
+	dates, _ := json.Marshal(b.dates)
+	days, _ := json.Marshal(b.days)
+	tx, err := u.state.W.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("record batch %s: %w", b.id, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (batch_id, first_id, last_id, rows, dates, days, last_key,
+		content_hash, body, state, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)`, b.id, b.firstID,
+		b.lastID, b.rows, string(dates), string(days), b.lastKey, b.contentHash, b.body, u.stamp()); err != nil {
+		return fmt.Errorf("record batch %s: %w", b.id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('next_batch', '1')
+		ON CONFLICT (k) DO UPDATE SET v = CAST(v AS INTEGER) + 1`); err != nil {
+		return fmt.Errorf("record batch %s: %w", b.id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("record batch %s: %w", b.id, err)
+	}
+	return nil
+}
+
+func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339Nano) }
+
+// markSent records HQ's receipt: the batch is sent, the watermark moves to its last row,
+// its rows count for their dates, and its declarations are acknowledged.
+func (u *Uploader) markSent(ctx context.Context, b *batch, receipt []byte) error {
+	tx, err := u.state.W.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
+	}
+	defer tx.Rollback()
+	now := u.stamp()
+	exec := func(query string, args ...any) {
+		if err == nil {
+			_, err = tx.ExecContext(ctx, query, args...)
+		}
+	}
+	exec(`UPDATE batches SET state = 'sent', sent_at = ?, receipt = ?, body = NULL WHERE batch_id = ? AND state = 'pending'`,
+		now, string(receipt), b.id)
+	if b.rows > 0 {
+		exec(`INSERT INTO kv (k, v) VALUES ('sent_through', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
+			strconv.FormatInt(b.lastID, 10))
+		exec(`INSERT INTO kv (k, v) VALUES ('sent_key', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, b.lastKey)
+	}
+	for date, n := range b.dates {
+		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, ?)
+			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
+	}
+	for date, rev := range b.days {
+		exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
+			rev, now, date)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
+	}
+	return nil
+}
+
+// deliver sends a recorded batch until HQ acknowledges it. In once mode a refusal ends it
+// with an error; otherwise a refusal is retried every RefusedRetry.
+func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
+	log := u.log.With("batch", b.id)
+	for attempt := 0; ; attempt++ {
+		receipt, raw, err := u.post(ctx, b)
+		if err == nil {
+			if u.afterSend != nil {
+				if err := u.afterSend(b.id); err != nil {
+					return err
+				}
+			}
+			if err := u.markSent(ctx, b, raw); err != nil {
+				return err
+			}
+			if attempt > 0 || b.attempts > 0 {
+				log.Info("HQ acknowledged the batch after retries", "attempts", b.attempts+attempt+1)
+			}
+			log.Debug("batch sent", "rows", b.rows, "new", receipt.New, "duplicate", receipt.Duplicate,
+				"days", len(b.days))
+			u.prog.sent(u, ctx, b)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var wait time.Duration
+		var se *sendError
+		errors.As(err, &se)
+		if _, uerr := u.state.W.ExecContext(ctx, `UPDATE batches SET attempts = attempts + 1, last_error = ?
+			WHERE batch_id = ?`, err.Error(), b.id); uerr != nil && ctx.Err() == nil {
+			log.Warn("cannot count the failed attempt", "err", uerr)
+		}
+		if se != nil && se.refused {
+			// Never skip the batch: its rows would be missing at HQ and the day could not be
+			// declared. It stays pending and the rows after it wait for an operator.
+			log.Error("HQ REFUSED THE BATCH; it stays pending and every later row waits until the cause is fixed",
+				"status", se.status, "answer", se.body, "attempts", b.attempts+attempt+1)
+			if once {
+				return perr.Wrap(err, perr.Refused, CodeRefused, "HQ refused batch %s (status %d)", b.id, se.status)
+			}
+			wait = u.cfg.RefusedRetry/2 + jitter(u.cfg.RefusedRetry/2)
+		} else {
+			wait = u.backoff(attempt)
+			if se != nil && se.retryAfter > wait {
+				wait = min(se.retryAfter, max(u.cfg.RetryCap, wait))
+			}
+			lvl := slog.LevelWarn
+			if se != nil && se.badReceipt {
+				lvl = slog.LevelError
+			}
+			log.Log(ctx, lvl, "send failed; will retry", "err", err, "attempt", attempt+1, "wait", wait)
+		}
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+// backoff returns the wait after the n-th failure in a row (from 0): full jitter over an
+// exponentially growing window, capped.
+func (u *Uploader) backoff(n int) time.Duration {
+	window := u.cfg.RetryCap
+	if n < 40 {
+		if w := u.cfg.RetryBase << n; w > 0 && w < window {
+			window = w
+		}
+	}
+	return jitter(window)
+}
+
+// jitter returns a uniformly random duration in [0, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// sleep waits d or until ctx is done; it reports whether the wait ran to its end.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// sendError is a failed send that reached HQ and got an answer that is not a receipt.
+type sendError struct {
+	status     int
+	body       string
+	refused    bool // a 4xx other than 408 and 429: sending it again as it is fails again
+	badReceipt bool // 200 without a receipt for this batch
+	retryAfter time.Duration
+}
+
+func (e *sendError) Error() string {
+	switch {
+	case e.badReceipt:
+		return fmt.Sprintf("HQ answered 200 without a receipt for the batch: %s", e.body)
+	case e.refused:
+		return fmt.Sprintf("HQ refused the batch: %d %s", e.status, e.body)
+	}
+	return fmt.Sprintf("HQ answered %d %s", e.status, e.body)
+}
+
+// post sends a batch once, signed, and returns HQ's receipt for it.
+func (u *Uploader) post(ctx context.Context, b *batch) (hq.Receipt, []byte, error) {
+	var rec hq.Receipt
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.cfg.HQURL, bytes.NewReader(b.body))
+	if err != nil {
+		return rec, nil, err
+	}
+	ts := strconv.FormatInt(u.cfg.Now().Unix(), 10)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(hq.HeaderStore, u.cfg.Store)
+	req.Header.Set(hq.HeaderTimestamp, ts)
+	req.Header.Set(hq.HeaderIdemKey, b.id)
+	req.Header.Set(hq.HeaderSignature, hq.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
+	resp, err := u.cfg.Client.Do(req)
+	if err != nil {
+		return rec, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return rec, nil, fmt.Errorf("read HQ's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		// 5xx, 408 and 429 are worth retrying as they are. Any other 4xx will be answered
+		// the same way again, and so will a 2xx or 3xx that is not 200 with a receipt (an
+		// endpoint that is not hq-sync serve's).
+		se := &sendError{status: resp.StatusCode, body: short(raw), refused: resp.StatusCode < 500 &&
+			resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			se.retryAfter = time.Duration(s) * time.Second
+		}
+		return rec, nil, se
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.BatchID != b.id || (rec.Store != "" && rec.Store != u.cfg.Store) {
+		return rec, nil, &sendError{status: resp.StatusCode, body: short(raw), badReceipt: true}
+	}
+	return rec, raw, nil
+}
+
+func short(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// Status is what the uploader's state says, for operators.
+type Status struct {
+	SentThrough int64     `json:"sent_through"` // highest hq_outbox id HQ acknowledged
+	Backlog     int64     `json:"backlog"`      // ledger rows not yet acknowledged
+	Pending     string    `json:"pending,omitempty"`
+	Attempts    int       `json:"attempts,omitempty"` // failed sends of the pending batch
+	LastError   string    `json:"last_error,omitempty"`
+	LastSentAt  time.Time `json:"last_sent_at,omitzero"`
+	Batches     int64     `json:"batches"` // batches recorded so far
+	// Declared is the last revision HQ acknowledged per business date.
+	Declared map[string]int64 `json:"declared"`
+}
+
+// Status reads the uploader's progress.
+func (u *Uploader) Status(ctx context.Context) (Status, error) {
+	var s Status
+	kv, err := u.kv(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.SentThrough, s.Batches = atoi(kv["sent_through"]), atoi(kv["next_batch"])
+	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		var err error
+		s.Backlog, err = r.OutboxCountAfter(ctx, s.SentThrough)
+		return err
+	})
+	if err != nil {
+		return s, err
+	}
+	var last sql.NullString
+	err = u.state.R.QueryRowContext(ctx, `SELECT max(sent_at) FROM batches WHERE state = 'sent'`).Scan(&last)
+	if err != nil {
+		return s, fmt.Errorf("status: %w", err)
+	}
+	if last.Valid {
+		s.LastSentAt, _ = time.Parse(time.RFC3339Nano, last.String)
+	}
+	err = u.state.R.QueryRowContext(ctx, `SELECT batch_id, attempts, last_error FROM batches WHERE state = 'pending'`).
+		Scan(&s.Pending, &s.Attempts, &s.LastError)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("status: %w", err)
+	}
+	s.Declared = map[string]int64{}
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision FROM days WHERE revision > 0`)
+	if err != nil {
+		return s, fmt.Errorf("status: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		var rev int64
+		if err := rows.Scan(&d, &rev); err != nil {
+			return s, fmt.Errorf("status: %w", err)
+		}
+		s.Declared[d] = rev
+	}
+	return s, rows.Err()
+}
+
+// progress prints catch-up lines: "sent 12000 rows, 88000 left, 9500 rows/s".
+type progress struct {
+	total     int64     // rows sent since the uploader started
+	lastAt    time.Time // when the last line was printed (or counting started)
+	lastTotal int64
+	printed   bool
+}
+
+func (p *progress) sent(u *Uploader, ctx context.Context, b *batch) {
+	if u.cfg.Progress == nil || b.rows == 0 {
+		return
+	}
+	now := u.cfg.Now()
+	if p.lastAt.IsZero() {
+		p.lastAt = now
+	}
+	p.total += int64(b.rows)
+	if now.Sub(p.lastAt) < time.Second {
+		return
+	}
+	p.print(u, ctx, now)
+}
+
+// final prints the last line of a catch-up that printed any.
+func (p *progress) final(u *Uploader) {
+	if u.cfg.Progress == nil || !p.printed || p.total == p.lastTotal {
+		return
+	}
+	now := u.cfg.Now()
+	if now.Sub(p.lastAt) < time.Second {
+		return
+	}
+	p.print(u, context.Background(), now)
+}
+
+func (p *progress) print(u *Uploader, ctx context.Context, now time.Time) {
+	var left int64
+	if kv, err := u.kv(ctx); err == nil {
+		_ = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+			left, _ = r.OutboxCountAfter(ctx, atoi(kv["sent_through"]))
+			return nil
+		})
+	}
+	rate := float64(p.total-p.lastTotal) / now.Sub(p.lastAt).Seconds()
+	fmt.Fprintf(u.cfg.Progress, "sent %d rows, %d left, %.0f rows/s\n", p.total, left, rate)
+	p.lastAt, p.lastTotal, p.printed = now, p.total, true
+}

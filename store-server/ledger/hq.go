@@ -1,0 +1,324 @@
+package ledger
+
+// The read side of the ledger that hq-sync upload uses: the hq_outbox queue as hq.Rows, in
+// commit (id) order, and a business date's manifest (every sale and refund as an hq.Txn).
+// The uploader opens the ledger with OpenReader: it never writes the ledger (the
+// store-server is its only writer) and keeps its own progress in its own database.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// OpenReader opens the existing ledger of store storeID at path for reading only: both of
+// its connection pools are query-only, so every write method of the returned Ledger fails,
+// and no migration is run. It refuses a missing file and a ledger of another store.
+//
+// SQLite may still checkpoint the ledger's write-ahead log when the last connection to it
+// closes; that moves committed pages and changes no row.
+func OpenReader(ctx context.Context, path, storeID string, loc *time.Location) (*Ledger, error) {
+	if !wire.ValidID(storeID) {
+		return nil, fmt.Errorf("open ledger reader: store id %q is not valid", storeID)
+	}
+	if loc == nil {
+		return nil, errors.New("open ledger reader: the store's time zone is missing")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open ledger reader: %w", err)
+	}
+	q := url.Values{}
+	q.Set("mode", "rw") // never create the file
+	q.Set("_busy_timeout", "10000")
+	q.Set("_query_only", "true")
+	open := func(conns int) (*sql.DB, error) {
+		db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(conns)
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+		return db, nil
+	}
+	w, err := open(1)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger reader %s: %w", path, err)
+	}
+	r, err := open(4)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open ledger reader %s: %w", path, err)
+	}
+	l := &Ledger{Now: time.Now, db: &sqlitedb.DB{W: w, R: r, Path: path}, storeID: storeID, loc: loc,
+		prep: map[string]*sql.Stmt{}}
+	var id string
+	if err := r.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'store_id'`).Scan(&id); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("open ledger reader %s: %w", path, err)
+	}
+	if id != storeID {
+		l.Close()
+		return nil, fmt.Errorf("open ledger reader: %s is the ledger of store %q, not %q", path, id, storeID)
+	}
+	return l, nil
+}
+
+// Location returns the store's time zone, in which business dates are taken.
+func (l *Ledger) Location() *time.Location { return l.loc }
+
+// OutboxRow is one row of the ledger's hq_outbox queue, as HQ receives it.
+type OutboxRow struct {
+	// ID is the row's hq_outbox id: rows are committed in id order, and a snapshot of the
+	// ledger always holds every id up to its highest.
+	ID  int64
+	Row hq.Row
+}
+
+// HQReader reads the ledger for the uploader inside one read transaction: everything it
+// returns comes from the same consistent snapshot.
+type HQReader struct {
+	l  *Ledger
+	tx *sql.Tx
+}
+
+// ViewHQ runs fn with a reader over one consistent snapshot of the ledger.
+func (l *Ledger) ViewHQ(ctx context.Context, fn func(r *HQReader) error) error {
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	defer tx.Rollback()
+	return fn(&HQReader{l: l, tx: tx})
+}
+
+// OutboxAfter returns up to limit rows of hq_outbox with an id above afterID, in id order,
+// with the amounts of their sales and refunds from the ledger's tables: a sale's Amount is
+// its total and its ByMethod its tenders per method with the change taken off cash
+// (store.SaleByMethod); a refund's Amount is its amount, all of it by its method; a day
+// close has neither. Payload is the event's payload as the terminal sent it.
+func (l *Ledger) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]OutboxRow, error) {
+	var out []OutboxRow
+	err := l.ViewHQ(ctx, func(r *HQReader) error {
+		var err error
+		out, err = r.OutboxAfter(ctx, afterID, limit)
+		return err
+	})
+	return out, err
+}
+
+// OutboxMaxID returns the highest hq_outbox id (0 when the queue has never held a row).
+func (l *Ledger) OutboxMaxID(ctx context.Context) (int64, error) {
+	var id int64
+	err := l.ViewHQ(ctx, func(r *HQReader) error {
+		var err error
+		id, err = r.OutboxMaxID(ctx)
+		return err
+	})
+	return id, err
+}
+
+// DayManifest returns every accepted sale and refund of a business date as hq.Txns, by
+// terminal and seq.
+func (l *Ledger) DayManifest(ctx context.Context, date string) ([]hq.Txn, error) {
+	var out []hq.Txn
+	err := l.ViewHQ(ctx, func(r *HQReader) error {
+		var err error
+		out, err = r.DayManifest(ctx, date)
+		return err
+	})
+	return out, err
+}
+
+// OutboxAfter is Ledger.OutboxAfter inside the reader's snapshot.
+func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]OutboxRow, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	out := make([]OutboxRow, 0, min(limit, 4096))
+	sales := map[txnKey]int{}     // (terminal, seq) of a sale → its index in out
+	change := map[int]money.Fen{} // index in out → the sale's change, when it gave any
+	err := each(ctx, r.tx, `SELECT o.id, o.kind, o.terminal, o.seq, o.business_date, coalesce(o.flow_no, 0),
+			o.at, o.hash, o.payload, s.total, s.change, f.amount, f.method
+		FROM hq_outbox o
+		LEFT JOIN sales s ON o.kind = 'sale' AND s.terminal = o.terminal AND s.seq = o.seq
+		LEFT JOIN refunds f ON o.kind = 'refund' AND f.terminal = o.terminal AND f.seq = o.seq
+		WHERE o.id > ? ORDER BY o.id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
+		var o OutboxRow
+		var at string
+		var payload []byte
+		var total, chg, refund sql.NullInt64
+		var method sql.NullString
+		if err := rows.Scan(&o.ID, &o.Row.Kind, &o.Row.Terminal, &o.Row.Seq, &o.Row.BusinessDate, &o.Row.FlowNo,
+			&at, &o.Row.Hash, &payload, &total, &chg, &refund, &method); err != nil {
+			return err
+		}
+		t, err := time.Parse(timeFormat, at)
+		if err != nil {
+			return fmt.Errorf("hq_outbox row %d: time %q: %w", o.ID, at, err)
+		}
+		o.Row.At = t
+		o.Row.Payload = payload
+		switch o.Row.Kind {
+		case hq.KindSale:
+			if !total.Valid {
+				return fmt.Errorf("hq_outbox row %d: sale %s is not in the sales table", o.ID, wire.Key(o.Row.Terminal, o.Row.Seq))
+			}
+			o.Row.Amount = money.Fen(total.Int64)
+			o.Row.ByMethod = map[string]money.Fen{}
+			sales[txnKey{o.Row.Terminal, o.Row.Seq}] = len(out)
+			if chg.Int64 != 0 {
+				change[len(out)] = money.Fen(chg.Int64)
+			}
+		case hq.KindRefund:
+			if !refund.Valid {
+				return fmt.Errorf("hq_outbox row %d: refund %s is not in the refunds table", o.ID, wire.Key(o.Row.Terminal, o.Row.Seq))
+			}
+			o.Row.Amount = money.Fen(refund.Int64)
+			o.Row.ByMethod = map[string]money.Fen{method.String: money.Fen(refund.Int64)}
+		}
+		out = append(out, o)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hq outbox after %d: %w", afterID, err)
+	}
+	if len(sales) == 0 {
+		return out, nil
+	}
+	last := out[len(out)-1].ID
+	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
+		FROM hq_outbox o JOIN payments p ON p.terminal = o.terminal AND p.seq = o.seq
+		WHERE o.id > ? AND o.id <= ? AND o.kind = 'sale'`, []any{afterID, last}, func(rows *sql.Rows) error {
+		var k txnKey
+		var method string
+		var amt money.Fen
+		if err := rows.Scan(&k.terminal, &k.seq, &method, &amt); err != nil {
+			return err
+		}
+		if i, ok := sales[k]; ok {
+			out[i].Row.ByMethod[method] += amt
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hq outbox after %d: payments: %w", afterID, err)
+	}
+	for i, c := range change { // change is given in cash
+		out[i].Row.ByMethod[wire.MethodCash] -= c
+	}
+	return out, nil
+}
+
+// OutboxMaxID is Ledger.OutboxMaxID inside the reader's snapshot.
+func (r *HQReader) OutboxMaxID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := r.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM hq_outbox`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("hq outbox max id: %w", err)
+	}
+	return id, nil
+}
+
+// OutboxCountAfter returns how many hq_outbox rows have an id above afterID.
+func (r *HQReader) OutboxCountAfter(ctx context.Context, afterID int64) (int64, error) {
+	var n int64
+	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM hq_outbox WHERE id > ?`, afterID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("hq outbox count after %d: %w", afterID, err)
+	}
+	return n, nil
+}
+
+// HasOutboxAfter reports whether hq_outbox holds a row of a business date with an id above
+// afterID: whether the date has rows beyond an upload watermark.
+func (r *HQReader) HasOutboxAfter(ctx context.Context, date string, afterID int64) (bool, error) {
+	var n int
+	err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM hq_outbox
+		WHERE business_date = ? AND id > ? LIMIT 1)`, date, afterID).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("hq outbox of %s after %d: %w", date, afterID, err)
+	}
+	return n > 0, nil
+}
+
+// DayManifest is Ledger.DayManifest inside the reader's snapshot.
+func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, error) {
+	out := []hq.Txn{}
+	sales := map[txnKey]int{}
+	var change []money.Fen
+	err := each(ctx, r.tx, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
+		[]any{date}, func(rows *sql.Rows) error {
+			t := hq.Txn{Kind: hq.KindSale, ByMethod: map[string]money.Fen{}}
+			var chg money.Fen
+			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &chg); err != nil {
+				return err
+			}
+			sales[txnKey{t.Terminal, t.Seq}] = len(out)
+			change = append(change, chg)
+			out = append(out, t)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: sales: %w", date, err)
+	}
+	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
+		FROM sales s JOIN payments p ON p.terminal = s.terminal AND p.seq = s.seq
+		WHERE s.business_date = ?`, []any{date}, func(rows *sql.Rows) error {
+		var k txnKey
+		var method string
+		var amt money.Fen
+		if err := rows.Scan(&k.terminal, &k.seq, &method, &amt); err != nil {
+			return err
+		}
+		if i, ok := sales[k]; ok {
+			out[i].ByMethod[method] += amt
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: payments: %w", date, err)
+	}
+	for i, c := range change { // sales are out[0:len(change)]
+		if c != 0 {
+			out[i].ByMethod[wire.MethodCash] -= c
+		}
+	}
+	err = each(ctx, r.tx, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
+		[]any{date}, func(rows *sql.Rows) error {
+			t := hq.Txn{Kind: hq.KindRefund}
+			var method string
+			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &method); err != nil {
+				return err
+			}
+			t.ByMethod = map[string]money.Fen{method: t.Amount}
+			out = append(out, t)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: refunds: %w", date, err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Terminal != out[j].Terminal {
+			return out[i].Terminal < out[j].Terminal
+		}
+		return out[i].Seq < out[j].Seq
+	})
+	return out, nil
+}
+
+// txnKey is an event's idempotency key.
+type txnKey struct {
+	terminal string
+	seq      int64
+}
