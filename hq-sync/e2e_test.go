@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/reconcile"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+const (
+	e2eStore  = "S1"
+	e2eSecret = "s1-secret-for-the-e2e-test"
+	e2eTZ     = "Asia/Shanghai"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// runCmd runs an hq-sync command in-process, as the binary would.
+func runCmd(ctx context.Context, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// startServe runs "hq-sync serve" on db until the test ends and returns its batch URL.
+func startServe(t *testing.T, db, stores string) string {
+	t.Helper()
+	addr := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--db", db, "--stores", stores, "--log-level", "warn"); code != 0 {
+			t.Errorf("serve exited %d: %s", code, errs)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	if err := harness.WaitListening(wctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + addr + "/v1/batches"
+}
+
+// TestChainReconciles runs agents → store-server → hq-sync upload → hq-sync serve →
+// hq-sync reconcile, on SQLite and on PostgreSQL at HQ, and expects one identical report
+// that reconciles the day exactly.
+func TestChainReconciles(t *testing.T) {
+	ctx := context.Background()
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := harness.Build(ctx, root, t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stack.Run(t, stack.Options{Redis: true, MQTT: true, Postgres: true})
+	dir := t.TempDir()
+	cat := filepath.Join(dir, "catalog.csv")
+	os.WriteFile(cat, []byte("sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\nTEA,Green tea,0.30\n"), 0o600)
+	sdir := filepath.Join(dir, "store")
+	os.MkdirAll(sdir, 0o700)
+	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
+		RedisAddr: st.Redis[0].Addr(), MQTTURL: st.MQTTURL(), Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Kill() })
+	for _, sku := range []string{"MILK", "BREAD", "EGGS", "TEA"} {
+		body := fmt.Sprintf(`{"id":"open-%s","sku":%q,"delta":500,"reason":"opening"}`, sku, sku)
+		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cashiers := map[string]*harness.Cashier{}
+	for _, term := range []string{"T01", "T02"} {
+		adir := filepath.Join(dir, "agent-"+term)
+		os.MkdirAll(adir, 0o700)
+		a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: e2eStore, Terminal: term,
+			Broker: st.MQTTURL(), DataDir: adir, TZ: e2eTZ, Extra: []string{"--offline-refunds"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Kill() })
+		c := harness.NewCashier(a.API)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := c.WaitCatalog(wctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		cashiers[term] = c
+	}
+	// A short day of trading: mixed baskets and tenders, some refunds.
+	loc, _ := wire.LoadLocation(e2eTZ)
+	date := time.Now().In(loc).Format(wire.BusinessDate)
+	var wg sync.WaitGroup
+	for i, term := range []string{"T01", "T02"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cashiers[term]
+			baskets := [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"TEA", "MILK"}}
+			for n := i; n < i+30; n++ {
+				if err := c.Sale(baskets[n%3], []string{"cash", "card", "qr"}[n%3]); err != nil {
+					t.Error(err)
+					return
+				}
+				if n%7 == 0 {
+					c.RefundOne(n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if now := time.Now().In(loc).Format(wire.BusinessDate); now != date {
+		t.Skipf("the business day changed during the test (%s → %s); run it again", date, now)
+	}
+	// Each terminal closes its day; the close travels to the store like any event.
+	for term, c := range cashiers {
+		if st, body, err := c.Call("POST", "/v1/day-close", fmt.Sprintf(`{"business_date":%q}`, date)); err != nil || st != 200 {
+			t.Fatalf("%s day close: %d %s %v", term, st, body, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if _, err := c.WaitDrained(wctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+
+	stores := filepath.Join(dir, "stores.json")
+	os.WriteFile(stores, []byte(fmt.Sprintf(`[{"store":%q,"secret":%q}]`, e2eStore, e2eSecret)), 0o600)
+	engines := map[string]string{"sqlite": filepath.Join(dir, "hq.db"), "postgres": st.PostgresURL()}
+	reports := map[string]reconcile.Report{}
+	for name, db := range engines {
+		url := startServe(t, db, stores)
+		state := filepath.Join(dir, "upload-"+name+".db")
+		os.Setenv("POSGATE_HQ_SECRET", e2eSecret)
+		// The CLI sends every row; the day is not over yet, so it is not declared.
+		code, _, errs := runCmd(ctx, "upload", "--once", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
+			"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn")
+		if code != 0 {
+			t.Fatalf("%s: upload exited %d: %s", name, code, errs)
+		}
+		if code, out, _ := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json"); code != 1 {
+			t.Fatalf("%s: a day the store has not declared reconciled (exit %d): %s", name, code, out)
+		}
+		// The next morning the uploader declares the day (to an HQ whose clock has moved on
+		// too, or it would refuse the request's timestamp).
+		tomorrow := func() time.Time { return time.Now().Add(24 * time.Hour) }
+		hqStore, err := openStorage(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hqNext := httptest.NewServer(serve.New(hqStore, map[string][]byte{e2eStore: []byte(e2eSecret)}, serve.Options{Now: tomorrow}))
+		u, err := upload.New(ctx, upload.Config{LedgerPath: filepath.Join(sdir, "ledger.db"), StatePath: state, Store: e2eStore,
+			Location: loc, Secret: []byte(e2eSecret), HQURL: hqNext.URL + "/v1/batches", Now: tomorrow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Once(ctx); err != nil {
+			t.Fatalf("%s: declaring the day: %v", name, err)
+		}
+		u.Close()
+		hqNext.Close()
+		hqStore.Close()
+		code, out, errs := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json")
+		var rep reconcile.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%s: reconcile output: %v\n%s\n%s", name, err, out, errs)
+		}
+		if code != 0 || !rep.OK() {
+			_, table, _ := runCmd(ctx, "reconcile", "--db", db, "--date", date)
+			t.Errorf("%s: the day does not reconcile (exit %d):\n%s", name, code, table)
+		}
+		if rep.HQTxns == 0 || rep.HQTxns != rep.LedgerTxns || rep.DayCloses != 2 {
+			t.Errorf("%s: report %+v", name, rep)
+		}
+		reports[name] = rep
+	}
+	a, _ := json.Marshal(reports["sqlite"])
+	b, _ := json.Marshal(reports["postgres"])
+	if !bytes.Equal(a, b) {
+		t.Errorf("SQLite and PostgreSQL reports differ:\n%s\n%s", a, b)
+	}
+	_, table, _ := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date)
+	t.Logf("reconcile %s:\n%s", date, table)
+}
