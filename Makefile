@@ -7,7 +7,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
 APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3
-BINS      := terminal-agent store-server
+BINS      := terminal-agent store-server hq-sync
 
 .PHONY: all build deps demo test test-short vet fmt bench fuzz clean
 
