@@ -14,14 +14,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
@@ -32,22 +31,7 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	m := NewMain()
-	if err := m.ParseFlags(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "store-server:", err)
-		os.Exit(2)
-	}
-	if err := m.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "store-server:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("store-server", NewMain()) }
 
 // Main is the store-server program.
 type Main struct {
@@ -82,12 +66,7 @@ func NewMain() *Main { return &Main{Ready: make(chan Addrs, 1)} }
 // ParseFlags reads flags, falling back to POSGATE_* environment variables, then defaults.
 func (m *Main) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("store-server", flag.ContinueOnError)
-	str := func(p *string, name, envName, def, usage string) {
-		if v, ok := os.LookupEnv(envName); ok {
-			def = v
-		}
-		fs.StringVar(p, name, def, usage+" (env "+envName+")")
-	}
+	str := func(p *string, name, envName, def, usage string) { cli.String(fs, p, name, envName, def, usage) }
 	str(&m.Store, "store", "POSGATE_STORE", "", "this store's id, e.g. S001 (required)")
 	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the ledger and catalog")
 	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai, or a fixed offset such as UTC+08:00")

@@ -12,12 +12,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
@@ -25,22 +24,7 @@ import (
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	m := NewMain()
-	if err := m.ParseFlags(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "terminal-agent:", err)
-		os.Exit(2)
-	}
-	if err := m.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "terminal-agent:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("terminal-agent", NewMain()) }
 
 // Main is the terminal-agent program.
 type Main struct {
@@ -77,17 +61,9 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 		return def
 	}
-	str := func(p *string, name, envName, def, usage string) {
-		fs.StringVar(p, name, env(envName, def), usage+" (env "+envName+")")
-	}
+	str := func(p *string, name, envName, def, usage string) { cli.String(fs, p, name, envName, def, usage) }
 	dur := func(p *time.Duration, name, envName string, def time.Duration, usage string) {
-		d := def
-		if v := env(envName, ""); v != "" {
-			if parsed, err := time.ParseDuration(v); err == nil {
-				d = parsed
-			}
-		}
-		fs.DurationVar(p, name, d, usage+" (env "+envName+")")
+		cli.Duration(fs, p, name, envName, def, usage)
 	}
 	str(&m.Store, "store", "POSGATE_STORE", "", "store id, e.g. S001 (required)")
 	str(&m.Terminal, "terminal", "POSGATE_TERMINAL", "", "this terminal's id, e.g. T01 (required)")
