@@ -10,7 +10,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,9 +107,14 @@ type Stats struct {
 	CommitError int64 `json:"commit_errors"`
 }
 
+// upMsg is an up message decoded by Handle, off the ingest loop: decoding needs no state,
+// so the MQTT client's goroutine does it while the loop decides and commits.
 type upMsg struct {
-	topic   string
-	payload []byte
+	topic    string
+	up       wire.Up
+	err      error          // the message as a whole could not be decoded
+	payloads []wire.Payload // per item: its decoded payload (nil if it did not decode)
+	perrs    []error        // per item: why its payload did not decode
 }
 
 // New returns an Ingest. Run starts it.
@@ -151,7 +155,18 @@ func New(cfg Config) *Ingest {
 
 // Handle queues an up message; it blocks when the queue is full (back-pressure to the broker).
 func (in *Ingest) Handle(topic string, payload []byte) {
-	in.queue <- upMsg{topic: topic, payload: payload}
+	m := upMsg{topic: topic}
+	m.up, m.err = wire.DecodeUp(payload)
+	if m.err == nil {
+		m.payloads = make([]wire.Payload, len(m.up.Items))
+		m.perrs = make([]error, len(m.up.Items))
+		for i, it := range m.up.Items {
+			if it.Err == nil {
+				m.payloads[i], m.perrs[i] = wire.DecodePayload(it.Env)
+			}
+		}
+	}
+	in.queue <- m
 }
 
 // Rebuild asks ingest to pause, rebuild the Redis projection from the ledger, and resume
@@ -222,27 +237,19 @@ func (in *Ingest) Run(ctx context.Context) error {
 			group = append(group[:0], m)
 		}
 		// Take whatever else is waiting: one gate round trip and one commit for all of it.
-		events := countEvents(group[0].payload)
+		events := len(group[0].up.Items)
 	fill:
 		for events < in.cfg.MaxGroup {
 			select {
 			case m := <-in.queue:
 				group = append(group, m)
-				events += countEvents(m.payload)
+				events += len(m.up.Items)
 			default:
 				break fill
 			}
 		}
 		in.process(ctx, group)
 	}
-}
-
-// countEvents estimates the events in a message without decoding it (for group sizing).
-func countEvents(b []byte) int {
-	if bytes.Contains(b[:min(len(b), 64)], []byte(`"batch"`)) {
-		return 250
-	}
-	return 1
 }
 
 // tryRebuild rebuilds the Redis projection from the ledger and closes the breaker; if Redis
@@ -313,7 +320,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 	for i, m := range group {
 		gm := &msgs[i]
 		_, topicTerminal, ok := wire.ParseUpTopic(m.topic)
-		up, err := wire.DecodeUp(m.payload)
+		up, err := m.up, m.err
 		if !ok || err != nil {
 			gm.skip = true
 			in.count(func(s *Stats) { s.Bad++ })
@@ -321,7 +328,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			continue
 		}
 		gm.store, gm.terminal = in.cfg.Store, topicTerminal
-		for _, it := range up.Items {
+		for k, it := range up.Items {
 			x := &item{msg: i, op: -1, env: it.Env}
 			x.ack = wire.Ack{Seq: it.Seq, Key: wire.Key(topicTerminal, it.Seq)}
 			gm.items = append(gm.items, x)
@@ -349,7 +356,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 				x.dupOf = f // a resend that arrived in the same group
 				continue
 			}
-			if err := in.order(ctx, x, it, topicTerminal, nextOf(topicTerminal)); err != nil {
+			if err := in.order(ctx, x, it, m.payloads[k], m.perrs[k], topicTerminal, nextOf(topicTerminal)); err != nil {
 				in.log.Error("ledger lookup", "err", err)
 				x.done, x.ack.Status = true, "" // no ack: the terminal resends
 				continue
@@ -379,7 +386,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 
 // order places one event in its terminal's sequence: a replay of a final record is answered
 // from the ledger; a new event (or a live refusal resent offline) gets a ledger record.
-func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, terminal string, next int64) error {
+func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Payload, payloadErr error, terminal string, next int64) error {
 	switch {
 	case it.Seq > next:
 		x.ack.Status, x.ack.Expect = wire.AckOutOfOrder, next
@@ -410,9 +417,8 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, terminal str
 		reject(x, perr.New(perr.Invalid, CodeStoreMismatch, "event for store %q reached store %q", it.Env.Store, in.cfg.Store))
 		return nil
 	}
-	p, err := wire.DecodePayload(it.Env)
-	if err != nil {
-		reject(x, err)
+	if payloadErr != nil {
+		reject(x, payloadErr)
 		return nil
 	}
 	if sku, ok := in.unknownSKU(p); !ok {
