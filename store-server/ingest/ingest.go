@@ -82,9 +82,14 @@ type Ingest struct {
 	queue chan upMsg
 	kick  chan struct{} // asks the loop to rebuild (failover seen)
 
+	// commits carries decided groups to the committer; committing counts the groups sent
+	// and not yet acked (the loop waits for none before a rebuild).
+	commits    chan *decided
+	committing sync.WaitGroup
+
 	mu      sync.Mutex
 	mode    Mode
-	next    map[string]int64 // terminal → next expected seq (loop-owned; guarded for Stats)
+	next    map[string]int64 // terminal → next expected seq; owned by the loop
 	stats   Stats
 	limiter *localLimiter
 
@@ -135,7 +140,7 @@ func New(cfg Config) *Ingest {
 		cfg.BreakerErrors = 3
 	}
 	if cfg.BreakerSlow <= 0 {
-		cfg.BreakerSlow = 500 * time.Millisecond
+		cfg.BreakerSlow = 2 * time.Second
 	}
 	if cfg.ProbeEvery <= 0 {
 		cfg.ProbeEvery = time.Second
@@ -148,7 +153,7 @@ func New(cfg Config) *Ingest {
 	}
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
-		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{},
+		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided, 1),
 		limiter: newLocalLimiter(*cfg.DegradedLimits),
 	}
 }
@@ -217,6 +222,16 @@ func (in *Ingest) Run(ctx context.Context) error {
 	}
 	in.next = next
 	in.tryRebuild(ctx)
+	// The committer writes and acks group N while the loop decides group N+1.
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		for d := range in.commits {
+			in.finish(ctx, d)
+			in.committing.Done()
+		}
+	}()
+	defer func() { close(in.commits); <-committed }()
 	probe := time.NewTicker(in.cfg.ProbeEvery)
 	defer probe.Stop()
 	group := make([]upMsg, 0, 256)
@@ -255,6 +270,9 @@ func (in *Ingest) Run(ctx context.Context) error {
 // tryRebuild rebuilds the Redis projection from the ledger and closes the breaker; if Redis
 // is unreachable it leaves (or puts) the gate in degraded mode.
 func (in *Ingest) tryRebuild(ctx context.Context) {
+	// A group the gate decided must reach the ledger before the snapshot is taken, or the
+	// rebuilt projection would miss it.
+	in.committing.Wait()
 	if err := in.rebuild(ctx); err != nil {
 		if ctx.Err() == nil {
 			in.log.Warn("redis unavailable, selling on the ledger alone", "err", err)
@@ -304,7 +322,7 @@ type groupMsg struct {
 func (in *Ingest) process(ctx context.Context, group []upMsg) {
 	msgs := make([]groupMsg, len(group))
 	var items []*item
-	// Per terminal: the next seq as this group advances it (committed only on success).
+	// Per terminal: the next seq as this group advances it.
 	next := map[string]int64{}
 	nextOf := func(t string) int64 {
 		if n, ok := next[t]; ok {
@@ -362,12 +380,33 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 				continue
 			}
 			if x.rec != nil {
-				next[topicTerminal] = it.Seq + 1
+				// max: a live refusal resent offline has a seq below next; it must not
+				// pull next back for the events after it.
+				next[topicTerminal] = max(nextOf(topicTerminal), it.Seq+1)
 				first[x.ack.Key] = x
 			}
 		}
 	}
+	for t, n := range next {
+		in.next[t] = max(in.next[t], n)
+	}
 	in.decide(ctx, items)
+	in.committing.Add(1)
+	in.commits <- &decided{items: items, msgs: msgs}
+}
+
+// decided is a group whose events the gate has decided, on its way to the ledger.
+type decided struct {
+	items []*item
+	msgs  []groupMsg
+}
+
+// finish commits a decided group and acks it. It runs on the committer goroutine, in group
+// order. The loop has already moved each terminal's next seq past the group's events: an
+// event that does not commit here is not acked, and its resend (a seq below next that the
+// ledger does not hold) is decided again.
+func (in *Ingest) finish(ctx context.Context, d *decided) {
+	items, msgs := d.items, d.msgs
 	in.commit(ctx, items)
 	for _, x := range items {
 		// A copy of an event that came twice in this group gets the first copy's answer,
@@ -643,7 +682,6 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 			x.done, x.ack.Status = true, ""
 			continue
 		}
-		in.next[t] = max(in.next[t], x.rec.Seq+1)
 		x.ack.Status, x.ack.Code, x.ack.Message = o.Status, o.Code, o.Message
 		switch o.Status {
 		case wire.AckAccepted:
