@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -108,33 +108,18 @@ func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func envStr(fs *flag.FlagSet, p *string, name, envName, def, help string) {
-	if v, ok := os.LookupEnv(envName); ok {
-		def = v
-	}
-	fs.StringVar(p, name, def, help+" (env "+envName+")")
-}
-
-func logger(level string) *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-}
-
 func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("upload", "send the store ledger's rows to HQ in signed, idempotent batches", stderr)
 	var store, ledgerPath, statePath, hqURL, secret, tz, level string
 	var once, progress bool
 	var batchRows int
-	envStr(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
-	envStr(fs, &ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
-	envStr(fs, &statePath, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
-	envStr(fs, &hqURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
-	envStr(fs, &secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
-	envStr(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
-	envStr(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	cli.String(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
+	cli.String(fs, &ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
+	cli.String(fs, &statePath, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
+	cli.String(fs, &hqURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
+	cli.String(fs, &secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
+	cli.String(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
+	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
 	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
 	fs.IntVar(&batchRows, "batch-rows", upload.DefaultBatchRows, "most rows in one batch")
@@ -146,7 +131,7 @@ func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--tz: %w", err)}
 	}
 	cfg := upload.Config{LedgerPath: ledgerPath, StatePath: statePath, Store: store, Location: loc, Secret: []byte(secret),
-		HQURL: hqURL, BatchRows: batchRows, Logger: logger(level)}
+		HQURL: hqURL, BatchRows: batchRows, Logger: cli.Logger(level)}
 	if progress {
 		cfg.Progress = stderr
 	}
@@ -204,10 +189,10 @@ func loadSecrets(path string) (map[string][]byte, error) {
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve", "receive store batches at HQ", stderr)
 	var listen, db, stores, level string
-	envStr(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
-	envStr(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
-	envStr(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
-	envStr(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	cli.String(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
+	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
+	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -223,7 +208,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	log := logger(level)
+	log := cli.Logger(level)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -246,7 +231,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {
 	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", stderr)
 	var db, date, store, format string
-	envStr(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
+	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
 	fs.StringVar(&date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
 	fs.StringVar(&store, "store", "", "one store (default: every store)")
 	fs.StringVar(&format, "format", "table", "table, json or csv")

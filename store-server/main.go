@@ -123,11 +123,7 @@ func (m *Main) redisClient() redis.UniversalClient {
 
 // Run runs the store-server until ctx ends.
 func (m *Main) Run(ctx context.Context) error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(m.LogLevel)); err != nil {
-		lvl = slog.LevelInfo
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("store", m.Store)
+	log := cli.Logger(m.LogLevel).With("store", m.Store)
 	loc, _ := wire.LoadLocation(m.TZ)
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return err

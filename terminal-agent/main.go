@@ -123,12 +123,7 @@ func (m *Main) Validate() error {
 }
 
 func (m *Main) logger() *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(m.LogLevel)); err != nil {
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).
-		With("store", m.Store, "terminal", m.Terminal)
+	return cli.Logger(m.LogLevel).With("store", m.Store, "terminal", m.Terminal)
 }
 
 // Run runs the agent until ctx ends.

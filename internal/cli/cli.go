@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -61,4 +62,14 @@ func Duration(fs *flag.FlagSet, p *time.Duration, name, envName string, def time
 		}
 	}
 	fs.DurationVar(p, name, def, usage+" (env "+envName+")")
+}
+
+// Logger returns the text logger on stderr that every posgate binary uses, at level
+// ("debug", "info", "warn" or "error"; anything else is info).
+func Logger(level string) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
