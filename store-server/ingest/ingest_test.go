@@ -1,0 +1,128 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/redis/go-redis/v9"
+)
+
+// Ingest runs here against a real Redis and a real SQLite ledger; only the outgoing side is
+// a recorder, because what is under test is which acks messages ingest sends.
+
+const testStore = "S1"
+
+// sent records the down messages ingest publishes.
+type sent struct {
+	mu   sync.Mutex
+	msgs []wire.Acks
+	got  chan struct{}
+}
+
+func (s *sent) Publish(topic string, payload []byte) error {
+	a, err := wire.DecodeAcks(payload)
+	if err != nil {
+		return err
+	}
+	if topic != wire.DownTopic(a.Store, a.Terminal) {
+		return fmt.Errorf("acks for %s published on %s", a.Terminal, topic)
+	}
+	s.mu.Lock()
+	s.msgs = append(s.msgs, a)
+	s.mu.Unlock()
+	s.got <- struct{}{}
+	return nil
+}
+
+func testSale(terminal string, seq int64, at time.Time, offline bool) []byte {
+	p := wire.SalePayload{SaleID: fmt.Sprintf("%s-%d", terminal, seq), OpenedAt: at.Add(-time.Minute),
+		Lines:    []wire.Line{{Line: 1, SKU: "A", Name: "A", Qty: 1, UnitPrice: 250, Amount: 250}},
+		Payments: []wire.Payment{{Method: wire.MethodCash, Amount: 250}}, Total: 250}
+	body, err := json.Marshal(&p)
+	if err != nil {
+		panic(err)
+	}
+	env := wire.NewEnvelope(wire.KindSale, testStore, terminal, seq, at, body)
+	env.Offline = offline
+	out, err := json.Marshal(env)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// TestOneAcksMessagePerTerminalPerGroup queues several single-event up messages of two
+// terminals before ingest runs, so that one group decides them all: each terminal gets one
+// acks message answering its events in seq order.
+func TestOneAcksMessagePerTerminalPerGroup(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	loc, err := wire.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	led, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	if _, _, err := led.Adjust(ctx, "open-A", "A", 1000, "opening"); err != nil {
+		t.Fatal(err)
+	}
+	out := &sent{got: make(chan struct{}, 100)}
+	in := New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out})
+
+	at := time.Now()
+	const perTerminal = 5
+	for seq := int64(1); seq <= perTerminal; seq++ {
+		for _, term := range []string{"T1", "T2"} {
+			in.Handle(wire.UpTopic(testStore, term), testSale(term, seq, at, seq%2 == 0))
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	for range 2 {
+		select {
+		case <-out.got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no acks within 20s")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a third message would be a failure
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if len(out.msgs) != 2 {
+		t.Fatalf("%d acks messages for one group of two terminals, want 2: %+v", len(out.msgs), out.msgs)
+	}
+	for i, term := range []string{"T1", "T2"} {
+		m := out.msgs[i]
+		if m.Terminal != term || len(m.Acks) != perTerminal {
+			t.Fatalf("message %d: terminal %s with %d acks, want %s with %d", i, m.Terminal, len(m.Acks), term, perTerminal)
+		}
+		for j, a := range m.Acks {
+			if a.Seq != int64(j+1) || a.Status != wire.AckAccepted || a.Live != (a.Seq%2 == 1) || a.Result == nil {
+				t.Errorf("%s ack %d: %+v", term, j, a)
+			}
+		}
+	}
+	if st := in.Stats(); st.Groups != 1 || st.Accepted != 2*perTerminal {
+		t.Errorf("stats %+v: want 1 group, %d accepted", st, 2*perTerminal)
+	}
+}
