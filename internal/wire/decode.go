@@ -164,11 +164,15 @@ func DecodeUp(b []byte) (Up, error) {
 	if len(b) > MaxMessageBytes {
 		return up, invalid(CodeOversize, "message of %d bytes is over the %d byte limit", len(b), MaxMessageBytes)
 	}
-	var head map[string]json.RawMessage
+	// Only the kind is read here (the other members are skipped, not copied): it says
+	// whether the message is one event or a batch.
+	var head struct {
+		Kind json.RawMessage `json:"kind"`
+	}
 	if err := json.Unmarshal(b, &head); err != nil {
 		return up, jsonError(err)
 	}
-	if string(head["kind"]) != `"`+KindBatch+`"` {
+	if string(head.Kind) != `"`+KindBatch+`"` {
 		it := decodeItem(b)
 		up.Store, up.Terminal = it.Env.Store, it.Env.Terminal
 		up.Items = []Item{it}

@@ -88,6 +88,9 @@ func Hash(kind Kind, store, terminal string, seq int64, at time.Time, payload []
 // canonical returns payload compacted and HTML-escaped, as json.Marshal emits a RawMessage;
 // payloads already in that form (everything posgate encodes) are returned as they are.
 func canonical(payload []byte) []byte {
+	if isCanonical(payload) {
+		return payload
+	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, payload); err != nil {
 		return payload // not JSON: hashed as is, and rejected by the decoder anyway
@@ -95,6 +98,34 @@ func canonical(payload []byte) []byte {
 	var out bytes.Buffer
 	json.HTMLEscape(&out, compact.Bytes())
 	return out.Bytes()
+}
+
+// isCanonical reports whether payload, if it is valid JSON, is already in canonical form:
+// no whitespace outside strings and nothing json.HTMLEscape would escape (<, >, &, U+2028,
+// U+2029). It is a fast path only: for anything else canonical does the full work.
+func isCanonical(payload []byte) bool {
+	inString := false
+	for i := 0; i < len(payload); i++ {
+		switch c := payload[i]; c {
+		case '"':
+			inString = !inString
+		case '\\':
+			if inString {
+				i++ // the escaped character cannot end the string
+			}
+		case ' ', '\t', '\n', '\r':
+			if !inString {
+				return false
+			}
+		case '<', '>', '&':
+			return false
+		case 0xE2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
+			if i+2 < len(payload) && payload[i+1] == 0x80 && (payload[i+2] == 0xA8 || payload[i+2] == 0xA9) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NewEnvelope builds a sealed envelope (key and hash filled in) for a payload already encoded.
