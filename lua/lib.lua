@@ -1,6 +1,5 @@
--- lib.lua: the limiter and reply helpers shared by allow.lua and the op scripts (scan,
--- sale, refund). lua.go prepends this file to each of them; it only defines locals and
--- touches no key by itself.
+-- lib.lua: the limiter and reply helpers shared by allow.lua and exec.lua. lua.go
+-- prepends this file to both; it only defines locals and touches no key by itself.
 --
 -- Numbers: Redis runs Lua 5.1, whose numbers are doubles. Every value here is an integer
 -- far below 2^53 (microseconds since 1970 are ~1.8e15), so arithmetic on them is exact.
@@ -87,7 +86,7 @@ local function remaining(lim, counts, n)
   return r
 end
 
--- The reply of op scripts and allow.lua, one array:
+-- The reply of an op (exec.lua) and of allow.lua, one array:
 --   1 status  accepted | duplicate | conflict | rejected | rate_limited
 --   2 code    "" | idempotency_conflict | out_of_stock | rate_limited
 --   3 flow    store flow number (sale, refund; original one for a duplicate)

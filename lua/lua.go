@@ -20,12 +20,9 @@ var FS embed.FS
 
 // The scripts as run by Redis. See each file's header for its KEYS, ARGV and reply.
 var (
-	// Scan is the verdict on one scanned line: lib.lua + ops.lua + scan.lua.
-	Scan = source("lib.lua", "ops.lua", "scan.lua")
-	// Sale applies one completed sale: lib.lua + ops.lua + sale.lua.
-	Sale = source("lib.lua", "ops.lua", "sale.lua")
-	// Refund applies one refund: lib.lua + ops.lua + refund.lua.
-	Refund = source("lib.lua", "ops.lua", "refund.lua")
+	// Exec decides a group of scans, sales and refunds in order, in one atomic call:
+	// lib.lua + ops.lua + exec.lua.
+	Exec = source("lib.lua", "ops.lua", "exec.lua")
 	// Allow is the three-layer limiter alone: lib.lua + allow.lua.
 	Allow = source("lib.lua", "allow.lua")
 	// Adjust applies a stock adjustment once per id: adjust.lua.

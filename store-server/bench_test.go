@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,9 +39,9 @@ import (
 // POSGATE_BENCH_INPROC=1 it runs in this process instead, for -cpuprofile) → Redis gate →
 // SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
 // client adds nothing to the steady state). Every benchmark also runs redis-benchmark on
-// EVALSHA of the sale script, with the keys and arguments the store-server sent for the
-// same kind of sale (captured with MONITOR), against the same Redis in the same run, and
-// reports the ratio: the machine is shared, so only ratios travel.
+// EVALSHA of the gate script (lua/exec.lua) for one sale, with the keys and arguments the
+// store-server sent for the same kind of sale (captured with MONITOR), against the same
+// Redis in the same run, and reports the ratio: the machine is shared, so only ratios travel.
 
 const (
 	benchStoreID    = "S1"
@@ -341,7 +342,11 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 	opts := mqtt.NewClientOptions().AddBroker(e.broker).SetClientID("bench-" + terminal).SetCleanSession(true).
 		SetOrderMatters(true).SetAutoReconnect(false).SetKeepAlive(30 * time.Second).SetWriteTimeout(10 * time.Second)
 	c := mqtt.NewClient(opts)
-	if t := c.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
+	// The client's goroutines carry the label role=bench, so that an in-process profile can
+	// leave the load generator out: go tool pprof -tagignore role=bench.
+	var connect mqtt.Token
+	pprof.Do(context.Background(), pprof.Labels("role", "bench"), func(context.Context) { connect = c.Connect() })
+	if t := connect; !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		b.Fatalf("connect %s: %v", terminal, t.Error())
 	}
 	b.Cleanup(func() { c.Disconnect(100) })
@@ -361,11 +366,11 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 }
 
 // captureSale sends one sale (live or offline) from terminal REF while MONITOR watches Redis,
-// waits for its ack, and returns the EVALSHA of the sale script the store-server sent for it:
+// waits for its ack, and returns the EVALSHA of the gate script the store-server sent for it:
 // the exact keys and arguments of one sale, for redis-benchmark.
 func (e *benchEnv) captureSale(b *testing.B, live bool) []string {
 	b.Helper()
-	sha := redis.NewScript(lua.Sale).Hash()
+	sha := redis.NewScript(lua.Exec).Hash()
 	mon, err := net.Dial("tcp", e.stack.Redis[0].Addr())
 	if err != nil {
 		b.Fatal(err)
@@ -408,7 +413,7 @@ func (e *benchEnv) captureSale(b *testing.B, live bool) []string {
 		c.Disconnect(100)
 		return args
 	case <-time.After(5 * time.Second):
-		b.Fatal("MONITOR saw no EVALSHA of the sale script")
+		b.Fatal("MONITOR saw no EVALSHA of the gate script")
 	}
 	return nil
 }
@@ -459,7 +464,11 @@ func (e *benchEnv) redisBenchmark(b *testing.B, evalsha []string, n int64) (rps,
 	}
 	nkeys, _ := strconv.Atoi(evalsha[2])
 	keys := slices.Clone(evalsha[3 : 3+nkeys])
-	keys[0] = keys[0][:strings.LastIndexByte(keys[0], ':')+1] + "__rand_int__" // the idempotency key
+	idem := slices.IndexFunc(keys, func(k string) bool { return strings.Contains(k, ":idem:") })
+	if idem < 0 || !strings.Contains(keys[len(keys)-1], ":flow:") {
+		b.Fatalf("captured keys %q: no idempotency key, or not a sale's flow key last", keys)
+	}
+	keys[idem] = keys[idem][:strings.LastIndexByte(keys[idem], ':')+1] + "__rand_int__"
 	flowKey := keys[len(keys)-1]
 	rdb := redis.NewClient(&redis.Options{Addr: e.stack.Redis[0].Addr()})
 	defer rdb.Close()
@@ -722,12 +731,16 @@ func BenchmarkE2ELiveAckLatency(b *testing.B) {
 	evalsha := e.captureSale(b, true)
 	for _, rate := range []int{1000, 2500, 5000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				e.liveRun(b, fmt.Sprintf("L%d-%d", rate, i), rate, evalsha)
+			for b.Loop() {
+				e.liveRun(b, fmt.Sprintf("L%d-%d", rate, liveRuns.Add(1)), rate, evalsha)
 			}
 		})
 	}
 }
+
+// liveRuns numbers the runs of BenchmarkE2ELiveAckLatency in this process (with -count, the
+// store is new but Redis is not: terminal ids must not repeat).
+var liveRuns atomic.Int64
 
 // liveRun is one run of BenchmarkE2ELiveAckLatency; its terminals are prefix-0 … prefix-19.
 func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []string) {

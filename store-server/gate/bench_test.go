@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/posgate/posgate/internal/money"
@@ -72,7 +73,7 @@ func BenchmarkSale(b *testing.B) {
 }
 
 // BenchmarkExecBatch100 measures a backlog drain: 100 offline sales of one terminal per
-// Exec, pipelined in one round trip with the order guard.
+// Exec, one script call.
 func BenchmarkExecBatch100(b *testing.B) {
 	g, _, _ := benchGate(b)
 	var term atomic.Int64
@@ -155,8 +156,8 @@ func BenchmarkRedisRate3Calls(b *testing.B) {
 const redisBenchmark = "/usr/bin/redis-benchmark"
 
 // BenchmarkRedisBenchmarkSale runs redis-benchmark (the C client, 50 connections, no Go in
-// the loop) on EVALSHA of the sale script with the exact KEYS and ARGV of a live
-// three-line sale, each request with a fresh idempotency key (__rand_int__), and reports
+// the loop) on EVALSHA of the gate's script (lua/exec.lua) with the exact KEYS and ARGV of
+// one live three-line sale, each request with a fresh idempotency key (__rand_int__), and reports
 // its requests per second: the server-side ceiling of the sale script on this machine.
 // It runs once, whatever b.N.
 func BenchmarkRedisBenchmarkSale(b *testing.B) {
@@ -165,19 +166,15 @@ func BenchmarkRedisBenchmarkSale(b *testing.B) {
 	}
 	g, rdb, s := benchGate(b)
 	ctx := context.Background()
-	if err := saleScript.Load(ctx, rdb).Err(); err != nil {
+	if err := execScript.Load(ctx, rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
-	op := benchSale("T1", 1)
-	c, err := g.call(&op)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.keys[0] = strings.TrimSuffix(c.keys[0], ":1") + ":__rand_int__" // idempotency key
+	keys, cargs := g.execCall([]Op{benchSale("T1", 1)})
+	keys[5] = strings.TrimSuffix(keys[5], ":1") + ":__rand_int__" // the sale's idempotency key
 	args := []string{"-p", strconv.Itoa(s.Redis[0].Port), "-n", "100000", "-c", "50", "-r", "1000000000", "-q",
-		"EVALSHA", saleScript.Hash(), strconv.Itoa(len(c.keys))}
-	args = append(args, c.keys...)
-	for _, a := range c.args {
+		"EVALSHA", execScript.Hash(), strconv.Itoa(len(keys))}
+	args = append(args, keys...)
+	for _, a := range cargs {
 		args = append(args, fmt.Sprint(a))
 	}
 	b.Logf("%s %s", redisBenchmark, strings.Join(args, " "))
@@ -198,4 +195,60 @@ func BenchmarkRedisBenchmarkSale(b *testing.B) {
 		b.Fatalf("flow after 100000 sales = %d, %v", n, err)
 	}
 	b.ReportMetric(rps, "sales/s")
+}
+
+// redisCPU returns the CPU time the Redis server has used (INFO cpu: user + system).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// BenchmarkExecGroup measures what the store's ingest sends for a group of events: 100
+// sales of 20 terminals (three lines each) in one pipelined Exec, live (limits, stock check)
+// or offline. ns/op is per group; redis-µs/sale is the Redis server's own CPU time per
+// sale (INFO cpu), the cost that competes with the store-server for the machine's cores.
+func BenchmarkExecGroup(b *testing.B) {
+	for _, live := range []bool{true, false} {
+		b.Run(fmt.Sprintf("live=%v", live), func(b *testing.B) {
+			g, rdb, _ := benchGate(b)
+			ctx := context.Background()
+			seq := map[string]int64{}
+			ops := make([]Op, 100)
+			cpu0 := redisCPU(b, rdb)
+			for b.Loop() {
+				for i := range ops {
+					t := fmt.Sprintf("T%d", i%20)
+					seq[t]++
+					ops[i] = benchSale(t, seq[t])
+					ops[i].Live = live
+				}
+				v, err := g.Exec(ctx, ops)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, x := range v {
+					if x.Status != wire.AckAccepted {
+						b.Fatalf("sale: %+v", x)
+					}
+				}
+			}
+			sales := float64(b.N * len(ops))
+			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Microseconds())/sales, "redis-µs/sale")
+			b.ReportMetric(sales/b.Elapsed().Seconds(), "sales/s")
+		})
+	}
 }

@@ -2,20 +2,15 @@ package gate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is the kind of an Op.
@@ -95,82 +90,43 @@ const (
 	CodeConflict    = "idempotency_conflict"
 )
 
-// Exec decides ops in order, in one pipelined round trip with one EVALSHA per op: an op
-// sees the effects of the ops before it. It returns one verdict per op, or an error (a
-// *perr.Error) when Redis could not decide them all; ops before the failing one may have
-// been applied, and running them again is safe (they are then duplicates).
-//
-// Order holds even when Redis lost its scripts (failover, restart): each op of a pipeline
-// runs only after the one before it (an order guard key), and the ops from the first
-// NOSCRIPT on are sent again once the scripts are loaded.
+// execChunk bounds the ops of one script call. Redis runs a call atomically and serves no
+// other client meanwhile: 250 live sales take a few milliseconds.
+const execChunk = 250
+
+// Exec decides ops in order and returns one verdict per op: an op sees the effects of the
+// ops before it. The ops go to Redis in one script call (lua/exec.lua) per 250, which reads
+// what they share once (limits, promo, time, each window's count) and runs them atomically;
+// a script Redis lost (failover, restart) is sent again in full, which is safe because a
+// call that failed did nothing. On an error (a *perr.Error) the calls before the failing
+// one have been applied; running their ops again is safe (they are then duplicates).
 func (g *Gate) Exec(ctx context.Context, ops []Op) ([]Verdict, error) {
-	calls := make([]call, len(ops))
 	for i := range ops {
-		c, err := g.call(&ops[i])
-		if err != nil {
+		if err := checkOp(&ops[i]); err != nil {
 			return nil, err
 		}
-		calls[i] = c
 	}
-	verdicts := make([]Verdict, len(ops))
-	switch len(ops) {
-	case 0:
-		return verdicts, nil
-	case 1:
-		c := &calls[0]
-		c.args[8], c.args[9] = "0", "1"
-		res, err := c.script.Run(ctx, g.rdb, c.keys, c.args...).Slice()
+	verdicts := make([]Verdict, 0, len(ops))
+	for from := 0; from < len(ops); from += execChunk {
+		chunk := ops[from:min(len(ops), from+execChunk)]
+		keys, args := g.execCall(chunk)
+		res, err := execScript.Run(ctx, g.rdb, keys, args...).Slice()
 		if err != nil {
-			return nil, g.fail("exec "+c.op.Kind.String(), err)
+			return nil, g.fail(fmt.Sprintf("exec ops %d-%d", from, from+len(chunk)-1), err)
 		}
-		if verdicts[0], err = g.verdict(res, c.op); err != nil {
-			return nil, err
+		if len(res) != len(chunk) {
+			return nil, perr.New(perr.Internal, CodeRedis, "gate script answered %d verdicts for %d ops", len(res), len(chunk))
 		}
-		return verdicts, nil
-	}
-	guard := g.k.guard(g.exec.next())
-	for i := range calls {
-		c := &calls[i]
-		c.keys = append(c.keys, guard)
-		c.args[8] = strconv.Itoa(i)
-		c.args[9] = "0"
-		if i == len(calls)-1 {
-			c.args[9] = "1"
-		}
-	}
-	from := 0
-	for attempt := 0; ; attempt++ {
-		pipe := g.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, 0, len(calls)-from)
-		for _, c := range calls[from:] {
-			cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		failed := -1
-		for j, cmd := range cmds {
-			i := from + j
-			res, err := cmd.Slice()
-			if isNoScript(err) && attempt < 2 {
-				failed = i
-				break
-			}
+		for j, r := range res {
+			arr, _ := r.([]any)
+			v, err := g.verdict(arr, &chunk[j])
 			if err != nil {
-				return nil, g.fail(fmt.Sprintf("exec op %d (%s)", i, calls[i].op.Kind), err)
-			}
-			if verdicts[i], err = g.verdict(res, calls[i].op); err != nil {
 				return nil, err
 			}
+			verdicts = append(verdicts, v)
 		}
-		if failed < 0 {
-			return verdicts, nil
-		}
-		// Redis lost its scripts: the op at failed did nothing and the ops after it refused
-		// (the order guard). Load every script, then send them again from there.
-		if err := g.loadScripts(ctx); err != nil {
-			return nil, err
-		}
-		from = failed
 	}
+	return verdicts, nil
 }
 
 // Allow checks n (1 to MaxAllowN) events of an action (store.ActionScan, ActionPay or
@@ -200,42 +156,31 @@ func (g *Gate) limiterKeys(terminal, action string) []string {
 		g.k.rlSeq(), g.k.limits(), g.k.promo()}
 }
 
-// call is one op ready for its script.
-type call struct {
-	op     *Op
-	script *redis.Script
-	keys   []string
-	args   []any // args[8] and args[9] (ARGV 9, 10: guard position, last op) are set by Exec
-}
-
-// call validates op and builds its script call (see lua/ops.lua for the layout).
-func (g *Gate) call(op *Op) (call, error) {
-	if err := checkOp(op); err != nil {
-		return call{}, err
-	}
-	t, action := op.Terminal, op.Kind.action()
-	keys := make([]string, 0, 12)
-	keys = append(keys, g.k.idem(g.epoch.Load(), t, op.Seq), g.k.stock(), g.k.rlStore(), g.k.rlTerminal(t),
-		g.k.rlAction(t, action), g.k.rlSeq(), g.k.limits(), g.k.promo())
-	live := "0"
-	if op.Live {
-		live = "1"
-	}
+// execCall builds the keys and arguments of one exec.lua call for ops, already checked
+// (see lua/exec.lua for the layout).
+func (g *Gate) execCall(ops []Op) (keys []string, args []any) {
 	d := store.DefaultLimits
-	args := make([]any, 0, 16+2*len(op.Lines)+2*len(op.ByMethod))
-	args = append(args, op.Hash, live, g.o.IdemTTL.Milliseconds(), d.WindowMs, d.Store, d.Terminal,
-		d.Action(action), action, "0", "1")
-	c := call{op: op}
-	switch op.Kind {
-	case OpScan:
-		c.script = scanScript
-		args = append(args, op.Lines[0].SKU, op.Lines[0].Qty)
-	case OpSale, OpRefund:
-		c.script = saleScript
+	keys = make([]string, 0, 5+6*len(ops))
+	keys = append(keys, g.k.stock(), g.k.rlStore(), g.k.rlSeq(), g.k.limits(), g.k.promo())
+	args = make([]any, 0, 8+20*len(ops))
+	args = append(args, g.o.IdemTTL.Milliseconds(), d.WindowMs, d.Store, d.Terminal, d.Scan, d.Pay, d.Refund, len(ops))
+	epoch := g.epoch.Load()
+	for i := range ops {
+		op := &ops[i]
+		t := op.Terminal
+		live := "0"
+		if op.Live {
+			live = "1"
+		}
+		args = append(args, op.Kind.String(), len(keys)+1, op.Hash, live) // Lua counts keys from 1
+		keys = append(keys, g.k.idem(epoch, t, op.Seq), g.k.rlTerminal(t), g.k.rlAction(t, op.Kind.action()))
+		if op.Kind == OpScan {
+			args = append(args, op.Lines[0].SKU, op.Lines[0].Qty)
+			continue
+		}
 		keys = append(keys, g.k.counters(op.BusinessDate, t), g.k.counterIndex(op.BusinessDate), g.k.flow(op.BusinessDate))
 		args = append(args, t)
 		if op.Kind == OpRefund {
-			c.script = refundScript
 			restock := "0"
 			if op.Restock {
 				restock = "1"
@@ -252,8 +197,7 @@ func (g *Gate) call(op *Op) (call, error) {
 			}
 		}
 	}
-	c.keys, c.args = keys, args
-	return c, nil
+	return keys, args
 }
 
 // appendLines appends the line count and (sku, qty) pairs, one per SKU in the order of
@@ -361,7 +305,7 @@ func (g *Gate) verdict(res []any, op *Op) (Verdict, error) {
 }
 
 // loadScripts loads every script of the gate (SCRIPT LOAD; on a cluster client, into every
-// master).
+// master), so that the first calls after a rebuild need not send a script's text.
 func (g *Gate) loadScripts(ctx context.Context) error {
 	for _, s := range allScripts {
 		if err := s.Load(ctx, g.rdb).Err(); err != nil {
@@ -369,25 +313,4 @@ func (g *Gate) loadScripts(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
-}
-
-// execIDs hands out the tokens of pipelined Execs' order guards: a random prefix per
-// Gate and a counter, unique across processes and restarts.
-type execIDs struct {
-	prefix string
-	n      *atomic.Uint64
-}
-
-func newExecIDs() execIDs {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return execIDs{prefix: hex.EncodeToString(b), n: new(atomic.Uint64)}
-}
-
-func (e execIDs) next() string {
-	return e.prefix + "-" + strconv.FormatUint(e.n.Add(1), 36)
 }

@@ -23,7 +23,6 @@
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
-//	pg:{S}:x:token            STRING order guard of one pipelined Exec, deleted by its last op
 package gate
 
 import (
@@ -47,14 +46,12 @@ import (
 
 // The scripts, wrapped once: Run and EvalSha send their SHA-1, EVAL only on NOSCRIPT.
 var (
-	scanScript    = redis.NewScript(lua.Scan)
-	saleScript    = redis.NewScript(lua.Sale)
-	refundScript  = redis.NewScript(lua.Refund)
+	execScript    = redis.NewScript(lua.Exec)
 	allowScript   = redis.NewScript(lua.Allow)
 	adjustScript  = redis.NewScript(lua.Adjust)
 	rebuildScript = redis.NewScript(lua.Rebuild)
 
-	allScripts = []*redis.Script{scanScript, saleScript, refundScript, allowScript, adjustScript, rebuildScript}
+	allScripts = []*redis.Script{execScript, allowScript, adjustScript, rebuildScript}
 )
 
 // Client is the part of go-redis the gate uses. *redis.Client (also as returned by
@@ -112,7 +109,6 @@ type Gate struct {
 	store string
 	k     keys
 	o     Options
-	exec  execIDs
 	// epoch namespaces idempotency records: every Rebuild starts a new one, so that an event
 	// whose effects the rebuild discarded (it never reached the ledger) is applied again
 	// instead of being answered as a duplicate of effects that no longer exist.
@@ -131,7 +127,7 @@ func New(rdb Client, storeID string, o Options) *Gate {
 	if o.PromoTTL <= 0 {
 		o.PromoTTL = DefaultPromoTTL
 	}
-	return &Gate{rdb: rdb, store: storeID, k: keys("pg:{" + storeID + "}:"), o: o, exec: newExecIDs()}
+	return &Gate{rdb: rdb, store: storeID, k: keys("pg:{" + storeID + "}:"), o: o}
 }
 
 // keys builds the key names of one store; its value is the prefix "pg:{S}:".
@@ -152,7 +148,6 @@ func (k keys) rlSeq() string                   { return string(k) + "rl:seq" }
 func (k keys) limits() string                  { return string(k) + "limits" }
 func (k keys) promo() string                   { return string(k) + "promo" }
 func (k keys) adjustment(id string) string     { return string(k) + "adj:" + id }
-func (k keys) guard(token string) string       { return string(k) + "x:" + token }
 
 // Ping checks that Redis answers.
 func (g *Gate) Ping(ctx context.Context) error {

@@ -524,9 +524,9 @@ func (in *Ingest) unknownSKU(p wire.Payload) (string, bool) {
 	return "", true
 }
 
-// decide runs the gate for every new scan, sale and refund of the group in one pipelined
-// call; in degraded mode (or when the call fails) it applies the local limiter and leaves
-// stock and flow numbers to the ledger.
+// decide runs the gate for every new scan, sale and refund of the group in one Exec (one
+// script call per 250 events); in degraded mode (or when the call fails) it applies the
+// local limiter and leaves stock and flow numbers to the ledger.
 func (in *Ingest) decide(ctx context.Context, items []*item) {
 	var ops []gate.Op
 	var opItems []*item
