@@ -252,9 +252,10 @@ func drawRecord(rt *rapid.T, skus, terminals []string, next map[string]int64, se
 	return r
 }
 
-// TestStagedCommitFallsBack makes a write of the staged commit fail (an hq_outbox row the
-// ledger holds without its event, which only SQLite's UNIQUE sees) and wants the outcomes
-// of the record-by-record commit: that record refused with CodeConstraint, the others stored.
+// TestStagedCommitFallsBack makes a write of the staged commit fail (a payments row the
+// ledger holds without its sale, which only SQLite's PRIMARY KEY sees) and wants the
+// outcomes of the record-by-record commit: that record refused with CodeConstraint, the
+// others stored.
 func TestStagedCommitFallsBack(t *testing.T) {
 	group := []Record{
 		withFlow(accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 100}})), 1),
@@ -265,8 +266,7 @@ func TestStagedCommitFallsBack(t *testing.T) {
 	var wantRows, gotRows map[string][]string
 	for _, staged := range []bool{false, true} {
 		l := MustOpen(t, day)
-		if _, err := l.db.W.Exec(`INSERT INTO hq_outbox (kind, terminal, seq, business_date, at, hash, payload)
-			VALUES ('sale', 'T1', 2, ?, '', '', '')`, dayDate); err != nil {
+		if _, err := l.db.W.Exec(`INSERT INTO payments (terminal, seq, n, method, amount) VALUES ('T1', 2, 1, 'cash', 1)`); err != nil {
 			t.Fatal(err)
 		}
 		before := stagedFallbacks.Load()
