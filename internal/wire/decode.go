@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/posgate/posgate/internal/perr"
+	segjson "github.com/segmentio/encoding/json"
 )
 
 // Codes of the decoding errors. Each is a perr.Invalid error.
@@ -35,7 +37,24 @@ func invalid(code, format string, args ...any) *perr.Error {
 
 // decodeStrict decodes exactly one JSON value from b into v, refusing unknown fields and
 // trailing data, and translates json errors into coded errors.
+//
+// Valid JSON is decoded by segmentio/encoding/json, about twice as fast as encoding/json.
+// Whatever it refuses goes through encoding/json again, which says why: with several
+// defects in one document the two can name different ones, and the codes are encoding/
+// json's. A fuzz target holds the two to the same results.
 func decodeStrict(b []byte, v any) error {
+	if segjson.Valid(b) {
+		rest, err := segjson.Parse(b, v, segjson.DisallowUnknownFields)
+		if err == nil && len(rest) == 0 {
+			return nil
+		}
+		reflect.ValueOf(v).Elem().SetZero()
+	}
+	return stdStrict(b, v)
+}
+
+// stdStrict is decodeStrict with encoding/json.
+func stdStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -169,8 +188,10 @@ func DecodeUp(b []byte) (Up, error) {
 	var head struct {
 		Kind json.RawMessage `json:"kind"`
 	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return up, jsonError(err)
+	if !segjson.Valid(b) || segjson.Unmarshal(b, &head) != nil {
+		if err := json.Unmarshal(b, &head); err != nil { // encoding/json says why
+			return up, jsonError(err)
+		}
 	}
 	if string(head.Kind) != `"`+KindBatch+`"` {
 		it := decodeItem(b)
