@@ -352,8 +352,8 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 	b.Cleanup(func() { c.Disconnect(100) })
 	t := c.Subscribe(wire.DownTopic(benchStoreID, terminal), 1, func(_ mqtt.Client, m mqtt.Message) {
 		now := time.Now()
-		var a wire.Acks
-		if err := json.Unmarshal(m.Payload(), &a); err != nil {
+		a, err := wire.DecodeAcks(m.Payload()) // as the agent reads them
+		if err != nil {
 			b.Errorf("acks for %s: %v", terminal, err)
 			return
 		}
