@@ -494,8 +494,8 @@ func (e *benchEnv) redisBenchmark(b *testing.B, evalsha []string, n int64) (rps,
 	rps, _ = strconv.ParseFloat(row[1], 64)
 	p99ms, _ = strconv.ParseFloat(row[6], 64)
 	if after, _ := rdb.Get(ctx, flowKey).Int64(); after-before < n*9/10 {
-		b.Fatalf("redis-benchmark: the flow number moved by %d for %d requests: not every request was a sale\n%s %s",
-			after-before, n, benchRedisBench, strings.Join(args, " "))
+		b.Fatalf("redis-benchmark: the flow number moved by %d for %d requests: not every request was a sale\n%s %s\n%s",
+			after-before, n, benchRedisBench, strings.Join(args, " "), out)
 	}
 	return rps, p99ms
 }
