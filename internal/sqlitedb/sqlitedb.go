@@ -1,7 +1,8 @@
 // Package sqlitedb opens posgate's SQLite databases the one way they are opened everywhere:
 // WAL, synchronous=FULL (a commit survives power loss), foreign keys on, a busy timeout, one
-// writer connection and a small pool of read-only connections, and applies the numbered
-// migrations embedded by package schema.
+// writer connection and a small pool of read-only connections, WAL checkpoints in the
+// background rather than inside a commit, and applies the numbered migrations embedded by
+// package schema.
 //
 // It never opens a database with a weaker durability setting.
 package sqlitedb
@@ -14,8 +15,10 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
-	_ "github.com/mattn/go-sqlite3" // the SQLite driver
+	"github.com/mattn/go-sqlite3"
 )
 
 // DB is a SQLite database with one writer connection and a pool of readers.
@@ -26,6 +29,68 @@ type DB struct {
 	R *sql.DB
 	// Path is the database file.
 	Path string
+
+	ckpt *checkpointer // nil for a DB built by hand (no background checkpoints)
+}
+
+// driverName is mattn/go-sqlite3 with every connection's automatic WAL checkpoint turned
+// off: a commit that crosses the WAL's 1000-page mark would otherwise copy the whole log
+// into the database file and fsync it before returning, a stall of several milliseconds
+// on the writer's path. Open checkpoints in the background instead.
+const driverName = "sqlite3_posgate"
+
+func init() {
+	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+		_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
+		return err
+	}})
+}
+
+// CheckpointEvery is how often Open's background checkpointer copies the write-ahead log
+// into the database file (PRAGMA wal_checkpoint(PASSIVE): it never blocks the writer or a
+// reader, and copies what no reader still needs).
+var CheckpointEvery = 250 * time.Millisecond
+
+// checkpointer runs PASSIVE checkpoints on a connection of its own.
+type checkpointer struct {
+	db    *sql.DB
+	every time.Duration
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func startCheckpointer(path string) (*checkpointer, error) {
+	db, err := sql.Open(driverName, dsn(path, false))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	c := &checkpointer{db: db, every: CheckpointEvery, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
+	return c, nil
+}
+
+func (c *checkpointer) run() {
+	defer close(c.done)
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			// A failure (busy, I/O) leaves the frames in the log: the next tick tries again,
+			// and the log only grows meanwhile.
+			_, _ = c.db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		}
+	}
+}
+
+func (c *checkpointer) close() error {
+	c.once.Do(func() { close(c.stop) })
+	<-c.done
+	return c.db.Close()
 }
 
 func dsn(path string, readonly bool) string {
@@ -45,7 +110,7 @@ func dsn(path string, readonly bool) string {
 // Open opens (creating if needed) the database at path and applies the migrations in
 // migrations (files named NNN_name.sql, applied in name order), if it is not nil.
 func Open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
-	w, err := sql.Open("sqlite3", dsn(path, false))
+	w, err := sql.Open(driverName, dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -63,19 +128,30 @@ func Open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
 			return nil, err
 		}
 	}
-	r, err := sql.Open("sqlite3", dsn(path, true))
+	r, err := sql.Open(driverName, dsn(path, true))
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
 	db.R = r
+	if db.ckpt, err = startCheckpointer(path); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	return db, nil
 }
 
-// Close closes both pools.
+// Close stops the checkpointer and closes both pools (the last connection to close
+// checkpoints what is left in the log).
 func (db *DB) Close() error {
-	err := db.W.Close()
+	var err error
+	if db.ckpt != nil {
+		err = db.ckpt.close()
+	}
+	if werr := db.W.Close(); err == nil {
+		err = werr
+	}
 	if db.R != nil {
 		if rerr := db.R.Close(); err == nil {
 			err = rerr
