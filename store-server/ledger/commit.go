@@ -403,8 +403,9 @@ func (w *writer) sale(ctx context.Context, r *Record, d *decision) error {
 		}
 	}
 	for i, pm := range p.Payments {
-		if err := w.exec(ctx, `INSERT INTO payments (terminal, seq, n, method, amount, reference)
-			VALUES (?, ?, ?, ?, ?, ?)`, r.Terminal, r.Seq, i+1, pm.Method, int64(pm.Amount), pm.Reference); err != nil {
+		if err := w.exec(ctx, `INSERT INTO payments (business_date, flow_no, n, terminal, seq, method, amount, reference)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, d.date, d.flowNo, i+1, r.Terminal, r.Seq, pm.Method, int64(pm.Amount),
+			pm.Reference); err != nil {
 			return err
 		}
 	}
@@ -653,7 +654,7 @@ var (
 	insFlows       = newInsert("flow_numbers", "business_date, flow_no, terminal, seq, kind", "")
 	insSales       = newInsert("sales", "terminal, seq, sale_id, at, business_date, flow_no, total, change, offline, oversold", "")
 	insSaleLines   = newInsert("sale_lines", "terminal, seq, n, line, sku, name, qty, unit_price, amount", "")
-	insPayments    = newInsert("payments", "terminal, seq, n, method, amount, reference", "")
+	insPayments    = newInsert("payments", "business_date, flow_no, n, terminal, seq, method, amount, reference", "")
 	insRefunds     = newInsert("refunds", "terminal, seq, refund_id, sale_id, sale_seq, at, business_date, flow_no, amount, method, reference, restock", "")
 	insRefundLines = newInsert("refund_lines", "terminal, seq, n, line, sku, qty, amount", "")
 	insMoves       = newInsert("stock_moves", "sku, delta, reason, ref, at", "")
@@ -985,7 +986,7 @@ func (s *stage) sale(ctx context.Context, x *staged, d *decision) error {
 			int64(ln.Amount))
 	}
 	for i, pm := range p.Payments {
-		s.add1(insPayments, r.Terminal, r.Seq, i+1, pm.Method, int64(pm.Amount), pm.Reference)
+		s.add1(insPayments, d.date, d.flowNo, i+1, r.Terminal, r.Seq, pm.Method, int64(pm.Amount), pm.Reference)
 	}
 	s.outbox(r, d, d.date)
 	return nil

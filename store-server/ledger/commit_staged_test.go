@@ -253,7 +253,7 @@ func drawRecord(rt *rapid.T, skus, terminals []string, next map[string]int64, se
 }
 
 // TestStagedCommitFallsBack makes a write of the staged commit fail (a payments row the
-// ledger holds without its sale, which only SQLite's PRIMARY KEY sees) and wants the
+// ledger holds under flow number 2 without its sale, which only SQLite's PRIMARY KEY sees) and wants the
 // outcomes of the record-by-record commit: that record refused with CodeConstraint, the
 // others stored.
 func TestStagedCommitFallsBack(t *testing.T) {
@@ -266,7 +266,8 @@ func TestStagedCommitFallsBack(t *testing.T) {
 	var wantRows, gotRows map[string][]string
 	for _, staged := range []bool{false, true} {
 		l := MustOpen(t, day)
-		if _, err := l.db.W.Exec(`INSERT INTO payments (terminal, seq, n, method, amount) VALUES ('T1', 2, 1, 'cash', 1)`); err != nil {
+		if _, err := l.db.W.Exec(`INSERT INTO payments (business_date, flow_no, n, terminal, seq, method, amount)
+			VALUES (?, 2, 1, 'T0', 1, 'cash', 1)`, dayDate); err != nil {
 			t.Fatal(err)
 		}
 		before := stagedFallbacks.Load()

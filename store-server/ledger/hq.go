@@ -153,7 +153,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 	err := each(ctx, r.tx, `SELECT o.id, o.kind, o.terminal, o.seq, o.business_date, coalesce(o.flow_no, 0),
 			o.at, o.hash, o.payload, s.total, s.change, f.amount, f.method
 		FROM hq_outbox o
-		LEFT JOIN sales s ON o.kind = 'sale' AND s.terminal = o.terminal AND s.seq = o.seq
+		LEFT JOIN sales s ON o.kind = 'sale' AND s.business_date = o.business_date AND s.flow_no = o.flow_no
 		LEFT JOIN refunds f ON o.kind = 'refund' AND f.terminal = o.terminal AND f.seq = o.seq
 		WHERE o.id > ? ORDER BY o.id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
 		var o OutboxRow
@@ -200,7 +200,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 	}
 	last := out[len(out)-1].ID
 	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
-		FROM hq_outbox o JOIN payments p ON p.terminal = o.terminal AND p.seq = o.seq
+		FROM hq_outbox o JOIN payments p ON p.business_date = o.business_date AND p.flow_no = o.flow_no
 		WHERE o.id > ? AND o.id <= ? AND o.kind = 'sale'`, []any{afterID, last}, func(rows *sql.Rows) error {
 		var k txnKey
 		var method string
@@ -273,7 +273,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, erro
 		return nil, fmt.Errorf("manifest %s: sales: %w", date, err)
 	}
 	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
-		FROM sales s JOIN payments p ON p.terminal = s.terminal AND p.seq = s.seq
+		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
 		WHERE s.business_date = ?`, []any{date}, func(rows *sql.Rows) error {
 		var k txnKey
 		var method string

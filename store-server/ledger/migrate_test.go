@@ -11,10 +11,11 @@ import (
 	"github.com/posgate/posgate/schema"
 )
 
-// TestMigrate003KeepsRows opens a ledger written before migration 003 (which re-creates
-// sale_lines and hq_outbox without their (terminal, seq) keys): every row is kept, the
-// outbox's ids go on from where they were, and new sales commit.
-func TestMigrate003KeepsRows(t *testing.T) {
+// TestMigrationsKeepRows opens a ledger written before migrations 003 (which re-creates
+// sale_lines and hq_outbox without their (terminal, seq) keys) and 004 (sales and payments
+// keyed by flow number): every row is kept, the outbox's ids go on from where they were,
+// payments still belong to their sales, and new sales commit.
+func TestMigrationsKeepRows(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	old := fstest.MapFS{}
@@ -34,6 +35,8 @@ func TestMigrate003KeepsRows(t *testing.T) {
 		`INSERT INTO hq_outbox (kind, terminal, seq, business_date, flow_no, at, hash, payload, batch_id, sent_ms)
 			VALUES ('sale', 'T1', 1, '2026-11-29', 1, 'x', 'h1', '{}', 'b1', 5), ('sale', 'T1', 2, '2026-11-29', 2, 'x', 'h2', '{}', NULL, NULL)`,
 		`DELETE FROM hq_outbox WHERE seq = 2`, // the AUTOINCREMENT counter stays at 2
+		`INSERT INTO sales VALUES ('T1', 1, 's1', 'x', '2026-11-29', 1, 320, 0, 0, 0), ('T3', 7, 's7', 'x', '2026-11-28', 4, 100, 0, 1, 0)`,
+		`INSERT INTO payments VALUES ('T1', 1, 1, 'cash', 300, ''), ('T1', 1, 2, 'card', 20, 'ref'), ('T3', 7, 1, 'qr', 100, 'q')`,
 	} {
 		if _, err := db.W.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -52,6 +55,11 @@ func TestMigrate003KeepsRows(t *testing.T) {
 	}
 	if err := l.db.R.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'hq_outbox'`).Scan(&seqv); err != nil || seqv != 2 {
 		t.Fatalf("hq_outbox's id counter after the migration: %d, %v", seqv, err)
+	}
+	var paid, n int
+	if err := l.db.R.QueryRow(`SELECT sum(p.amount), count(*) FROM sales s JOIN payments p
+		ON p.business_date = s.business_date AND p.flow_no = s.flow_no AND p.terminal = s.terminal AND p.seq = s.seq`).Scan(&paid, &n); err != nil || paid != 420 || n != 3 {
+		t.Errorf("payments joined to their sales after the migration: %d fen in %d rows (%v), want 420 in 3", paid, n, err)
 	}
 	MustCommit(t, l, withFlow(accepted("T2", 1, day, salePayload("s1", []item{{"A", 1, 100}})), 1))
 	var id int

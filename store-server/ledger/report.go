@@ -62,7 +62,7 @@ func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[
 		return nil, err
 	}
 	err = each(ctx, q, `SELECT s.business_date, s.terminal, p.method, sum(p.amount)
-		FROM sales s JOIN payments p ON p.terminal = s.terminal AND p.seq = s.seq
+		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
 		WHERE s.business_date `+cond+` GROUP BY s.business_date, s.terminal, p.method`, []any{arg}, func(rows *sql.Rows) error {
 		var date, terminal, method string
 		var amt money.Fen
