@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -32,6 +34,10 @@ type Client struct {
 	log *slog.Logger
 }
 
+// coalesceWindow is the longest a write to the broker waits to go out with others (see
+// coalescingConn): a PUBACK or an ack a terminal waits for is late by at most this.
+const coalesceWindow = 500 * time.Microsecond
+
 // Connect connects (retrying in the background until ctx ends) and subscribes.
 func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	log := cfg.Logger
@@ -48,6 +54,15 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
 		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
 		SetMessageChannelDepth(10000)
+	if u, err := url.Parse(cfg.URL); err == nil && (u.Scheme == "tcp" || u.Scheme == "mqtt") {
+		opts.SetCustomOpenConnectionFn(func(uri *url.URL, o mqtt.ClientOptions) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", uri.Host, o.ConnectTimeout)
+			if err != nil {
+				return nil, err
+			}
+			return newCoalescingConn(c, coalesceWindow), nil
+		})
+	}
 	opts.SetOnConnectHandler(func(c mqtt.Client) {
 		t := c.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
 			cfg.OnUp(m.Topic(), m.Payload())
