@@ -1,7 +1,7 @@
 // Package gate is the store's fast gate on Redis: the layered live rate limits, stock
 // checked and decremented for all lines at once, fen counters per terminal and business
-// date, the store flow number and idempotency records, each event decided by one Lua
-// script (package lua) run atomically by Redis.
+// date, the store flow number and idempotency records: a group of events is decided in
+// order by one Lua script call (package lua, exec.lua) that Redis runs atomically.
 //
 // Redis is a projection here, never the judge: the store ledger is. After any doubt
 // (failover, restart, degraded mode) the caller rebuilds the projection from the ledger
@@ -12,7 +12,7 @@
 // Key layout, for store S, terminal T, business date D (YYYY-MM-DD):
 //
 //	pg:{S}:stock              HASH   sku → quantity (may be negative after offline sales)
-//	pg:{S}:idem:T:seq         STRING "hash|status|flow|oversold", expires after Options.IdemTTL
+//	pg:{S}:idem:E:T:seq       STRING "hash|status|flow|oversold" in rebuild epoch E, expires after Options.IdemTTL
 //	pg:{S}:cnt:D:T            HASH   sales amount m:<method> refunds refund_amount rm:<method> (fen)
 //	pg:{S}:cntidx:D           SET    the terminals that have counters for D
 //	pg:{S}:flow:D             STRING the last store flow number given out for D
@@ -23,6 +23,7 @@
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
+//	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
 package gate
 
 import (
