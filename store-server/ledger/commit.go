@@ -497,9 +497,8 @@ func (w *writer) dayClose(ctx context.Context, r *Record, d *decision) error {
 
 // outbox queues an accepted event for headquarters.
 func (w *writer) outbox(ctx context.Context, r *Record, d *decision, date string) error {
-	return w.exec(ctx, `INSERT INTO hq_outbox (kind, terminal, seq, business_date, flow_no, at, hash, payload)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, string(r.Kind), r.Terminal, r.Seq, date,
-		sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0}, d.at, r.Hash, r.Payload)
+	return w.exec(ctx, `INSERT INTO hq_outbox (kind, terminal, seq, business_date, flow_no) VALUES (?, ?, ?, ?, ?)`,
+		string(r.Kind), r.Terminal, r.Seq, date, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0})
 }
 
 // writer runs the statements of one write transaction. A group commit runs the same few
@@ -659,7 +658,7 @@ var (
 	insRefundLines = newInsert("refund_lines", "terminal, seq, n, line, sku, qty, amount", "")
 	insMoves       = newInsert("stock_moves", "sku, delta, reason, ref, at", "")
 	insOversells   = newInsert("oversells", "terminal, seq, sku, qty_short, at, business_date", "")
-	insOutbox      = newInsert("hq_outbox", "kind, terminal, seq, business_date, flow_no, at, hash, payload", "")
+	insOutbox      = newInsert("hq_outbox", "kind, terminal, seq, business_date, flow_no", "")
 	// Σ deltas per SKU, as commitOne's one upsert per move adds them up.
 	upsStock = newInsert("stock", "sku, qty", " ON CONFLICT (sku) DO UPDATE SET qty = qty + excluded.qty")
 
@@ -1070,8 +1069,7 @@ func (s *stage) move(sku string, delta int64, reason, ref, at string) int64 {
 
 // outbox stages the record's hq_outbox row.
 func (s *stage) outbox(r *Record, d *decision, date string) {
-	s.add1(insOutbox, string(r.Kind), r.Terminal, r.Seq, date, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0},
-		d.at, r.Hash, r.Payload)
+	s.add1(insOutbox, string(r.Kind), r.Terminal, r.Seq, date, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0})
 }
 
 // add1 stages one row of m.

@@ -151,23 +151,28 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 	sales := map[txnKey]int{}     // (terminal, seq) of a sale → its index in out
 	change := map[int]money.Fen{} // index in out → the sale's change, when it gave any
 	err := each(ctx, r.tx, `SELECT o.id, o.kind, o.terminal, o.seq, o.business_date, coalesce(o.flow_no, 0),
-			o.at, o.hash, o.payload, s.total, s.change, f.amount, f.method
+			e.at, e.hash, e.payload, s.total, s.change, f.amount, f.method
 		FROM hq_outbox o
+		LEFT JOIN events e ON e.terminal = o.terminal AND e.seq = o.seq
 		LEFT JOIN sales s ON o.kind = 'sale' AND s.business_date = o.business_date AND s.flow_no = o.flow_no
 		LEFT JOIN refunds f ON o.kind = 'refund' AND f.terminal = o.terminal AND f.seq = o.seq
 		WHERE o.id > ? ORDER BY o.id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
 		var o OutboxRow
-		var at string
+		var at, hash sql.NullString
 		var payload []byte
 		var total, chg, refund sql.NullInt64
 		var method sql.NullString
 		if err := rows.Scan(&o.ID, &o.Row.Kind, &o.Row.Terminal, &o.Row.Seq, &o.Row.BusinessDate, &o.Row.FlowNo,
-			&at, &o.Row.Hash, &payload, &total, &chg, &refund, &method); err != nil {
+			&at, &hash, &payload, &total, &chg, &refund, &method); err != nil {
 			return err
 		}
-		t, err := time.Parse(timeFormat, at)
+		if !hash.Valid {
+			return fmt.Errorf("hq_outbox row %d: event %s is not in the events table", o.ID, wire.Key(o.Row.Terminal, o.Row.Seq))
+		}
+		o.Row.Hash = hash.String
+		t, err := time.Parse(timeFormat, at.String)
 		if err != nil {
-			return fmt.Errorf("hq_outbox row %d: time %q: %w", o.ID, at, err)
+			return fmt.Errorf("hq_outbox row %d: time %q: %w", o.ID, at.String, err)
 		}
 		o.Row.At = t
 		o.Row.Payload = payload

@@ -13,8 +13,9 @@ import (
 
 // TestMigrationsKeepRows opens a ledger written before migrations 003 (which re-creates
 // sale_lines and hq_outbox without their (terminal, seq) keys) and 004 (sales and payments
-// keyed by flow number): every row is kept, the outbox's ids go on from where they were,
-// payments still belong to their sales, and new sales commit.
+// keyed by flow number), 005 (the outbox reads time, hash and payload from the event): every
+// row is kept, the outbox's ids go on from where they were, payments still belong to their
+// sales, and new sales commit and reach the outbox whole.
 func TestMigrationsKeepRows(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -65,6 +66,14 @@ func TestMigrationsKeepRows(t *testing.T) {
 	var id int
 	if err := l.db.R.QueryRow(`SELECT id FROM hq_outbox WHERE terminal = 'T2'`).Scan(&id); err != nil || id != 3 {
 		t.Errorf("the first outbox row after the migration has id %d (%v), want 3", id, err)
+	}
+	rows, err := l.OutboxAfter(ctx, 2, 10) // the sale committed after the migrations
+	if err != nil || len(rows) != 1 || rows[0].Row.Terminal != "T2" || len(rows[0].Row.Payload) == 0 || rows[0].Row.Hash == "" {
+		t.Errorf("outbox after the migrations: %+v, %v", rows, err)
+	}
+	var payloadCols int
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM pragma_table_info('hq_outbox') WHERE name IN ('at', 'hash', 'payload')`).Scan(&payloadCols); err != nil || payloadCols != 0 {
+		t.Errorf("hq_outbox still has %d of at, hash, payload (%v)", payloadCols, err)
 	}
 	for _, idx := range []string{"sales_sale_id", "sqlite_autoindex_hq_outbox_1", "sqlite_autoindex_sale_lines_1"} {
 		var n int
