@@ -261,3 +261,23 @@ func TestOutboxDateIndex(t *testing.T) {
 		t.Errorf("plan %q does not use the date index", plan)
 	}
 }
+
+// TestFlowQueriesSeek: the flow-number lookups of every group commit seek in the partial
+// index events_flow instead of scanning a business date's events.
+func TestFlowQueriesSeek(t *testing.T) {
+	l := MustOpen(t, day)
+	for q, want := range map[string]string{
+		selMaxFlow:        "USING COVERING INDEX events_flow (business_date=? AND flow_no>?)",
+		selFlowTaken:      "USING COVERING INDEX events_flow (business_date=? AND flow_no=?)",
+		selFlows.shape(3): "USING COVERING INDEX events_flow (business_date=? AND flow_no=?)",
+	} {
+		args := []any{dayDate, 1, 2, 3}[:strings.Count(q, "?")]
+		var plan string
+		if err := l.db.R.QueryRow(`EXPLAIN QUERY PLAN `+q, args...).Scan(new(int), new(int), new(int), &plan); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan, want) {
+			t.Errorf("%s\nplan %q, want %q", q, plan, want)
+		}
+	}
+}

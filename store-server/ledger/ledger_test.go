@@ -157,7 +157,7 @@ func withFlow(r Record, flow int64) Record { r.FlowNo = flow; return r }
 func offline(r Record) Record              { r.Offline = true; return r }
 func checkStock(r Record) Record           { r.CheckStock = true; return r }
 
-var tables = []string{"events", "flow_numbers", "sales", "sale_lines", "payments", "refunds", "refund_lines",
+var tables = []string{"events", "sales", "sale_lines", "payments", "refunds", "refund_lines",
 	"stock", "stock_moves", "adjustments", "oversells", "parked", "day_closes", "hq_outbox"}
 
 // counts returns the number of rows of every ledger table.
@@ -228,7 +228,7 @@ func TestCommitMixedGroup(t *testing.T) {
 	if !reflect.DeepEqual(out, want) {
 		t.Fatalf("outcomes\n got %+v\nwant %+v", out, want)
 	}
-	wantCounts := map[string]int{"events": 7, "flow_numbers": 3, "sales": 1, "sale_lines": 2, "payments": 1,
+	wantCounts := map[string]int{"events": 7, "sales": 1, "sale_lines": 2, "payments": 1,
 		"refunds": 2, "refund_lines": 2, "stock": 2, "stock_moves": 5, "adjustments": 2, "oversells": 0,
 		"parked": 1, "day_closes": 1, "hq_outbox": 4}
 	if got := counts(t, l); !reflect.DeepEqual(got, wantCounts) {
@@ -330,7 +330,7 @@ func TestNonFinalRecordIsReplaced(t *testing.T) {
 			first:  live,
 			second: offline(live),
 			want:   Outcome{Status: wire.AckAccepted, FlowNo: 1, BusinessDate: dayDate, Oversold: true},
-			rows: map[string]int{"events": 1, "flow_numbers": 1, "sales": 1, "sale_lines": 1, "payments": 1,
+			rows: map[string]int{"events": 1, "sales": 1, "sale_lines": 1, "payments": 1,
 				"stock": 1, "stock_moves": 2, "adjustments": 1, "oversells": 1, "hq_outbox": 1},
 		},
 		{

@@ -13,7 +13,8 @@ import (
 
 // TestMigrationsKeepRows opens a ledger written before migrations 003 (which re-creates
 // sale_lines and hq_outbox without their (terminal, seq) keys) and 004 (sales and payments
-// keyed by flow number), 005 (the outbox reads time, hash and payload from the event): every
+// keyed by flow number), 005 (the outbox reads time, hash and payload from the event), 006
+// (flow numbers unique through events): every
 // row is kept, the outbox's ids go on from where they were, payments still belong to their
 // sales, and new sales commit and reach the outbox whole.
 func TestMigrationsKeepRows(t *testing.T) {
@@ -37,6 +38,9 @@ func TestMigrationsKeepRows(t *testing.T) {
 			VALUES ('sale', 'T1', 1, '2026-11-29', 1, 'x', 'h1', '{}', 'b1', 5), ('sale', 'T1', 2, '2026-11-29', 2, 'x', 'h2', '{}', NULL, NULL)`,
 		`DELETE FROM hq_outbox WHERE seq = 2`, // the AUTOINCREMENT counter stays at 2
 		`INSERT INTO sales VALUES ('T1', 1, 's1', 'x', '2026-11-29', 1, 320, 0, 0, 0), ('T3', 7, 's7', 'x', '2026-11-28', 4, 100, 0, 1, 0)`,
+		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, flow_no, received_ms, payload)
+			VALUES ('T1', 1, 'sale', 'h1', 'x', '2026-11-29', 'accepted', 1, 1, 0, '{}'), ('T3', 7, 'sale', 'h7', 'x', '2026-11-28', 'accepted', 1, 4, 0, '{}')`,
+		`INSERT INTO flow_numbers VALUES ('2026-11-29', 1, 'T1', 1, 'sale'), ('2026-11-28', 4, 'T3', 7, 'sale')`,
 		`INSERT INTO payments VALUES ('T1', 1, 1, 'cash', 300, ''), ('T1', 1, 2, 'card', 20, 'ref'), ('T3', 7, 1, 'qr', 100, 'q')`,
 	} {
 		if _, err := db.W.Exec(q); err != nil {
@@ -66,6 +70,9 @@ func TestMigrationsKeepRows(t *testing.T) {
 	var id int
 	if err := l.db.R.QueryRow(`SELECT id FROM hq_outbox WHERE terminal = 'T2'`).Scan(&id); err != nil || id != 3 {
 		t.Errorf("the first outbox row after the migration has id %d (%v), want 3", id, err)
+	}
+	if snap, err := l.Snapshot(ctx); err != nil || snap.MaxFlow["2026-11-28"] != 4 {
+		t.Errorf("snapshot's flow numbers after the migrations: %v, %v", snap.MaxFlow, err)
 	}
 	rows, err := l.OutboxAfter(ctx, 2, 10) // the sale committed after the migrations
 	if err != nil || len(rows) != 1 || rows[0].Row.Terminal != "T2" || len(rows[0].Row.Payload) == 0 || rows[0].Row.Hash == "" {

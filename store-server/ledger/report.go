@@ -122,7 +122,8 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 		return s, fmt.Errorf("snapshot: %w", err)
 	}
 	s.MaxFlow = map[string]int64{}
-	err = each(ctx, tx, `SELECT business_date, max(flow_no) FROM flow_numbers GROUP BY business_date`, nil,
+	err = each(ctx, tx, `SELECT business_date, max(flow_no) FROM events WHERE flow_no IS NOT NULL
+		GROUP BY business_date`, nil,
 		func(rows *sql.Rows) error {
 			var date string
 			var flow int64
