@@ -69,23 +69,13 @@ end
 -- still to be added has this call's time, so it leaves the window a whole window from now.
 local function check(rk, lims)
   local win = win_ms * 1000
-  local counts, worst, wait = {}, 0, 0
+  local counts, logged = {}, {}
   for j = 1, 3 do
     local w = window(rk[j])
-    local c = w.n + #w.added
-    counts[j] = c
-    local over = c + 1 - lims[j]
-    if over > 0 then
-      local t = win
-      if over <= w.n then
-        local e = redis.call('ZRANGE', rk[j], over - 1, over - 1, 'WITHSCORES')
-        t = tonumber(e[2]) + win - now
-        if t > win then t = win end -- the clock went back
-        if t < 1 then t = 1 end
-      end
-      if t > wait then worst, wait = j, t end
-    end
+    logged[j] = w.n
+    counts[j] = w.n + #w.added
   end
+  local worst, wait = rl_wait(rk, lims, win, now, 1, counts, logged)
   return worst == 0, worst, wait, counts
 end
 

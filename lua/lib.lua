@@ -33,22 +33,20 @@ local function load_limits(lkey, pkey, d, action)
   return win, lim
 end
 
--- rl_check checks n more events against the three sliding-window logs rk (ZSETs scored by
--- microseconds) without recording anything. It drops entries that left the window, and
--- returns whether all layers allow, the refusing layer with the longest wait (1 store,
--- 2 terminal, 3 action; 0 when allowed), that wait in microseconds (time until enough
--- of that layer's oldest entries leave the window: in [1, window]) and the counts.
-local function rl_check(rk, lim, win_ms, now, n)
-  local win = win_ms * 1000
-  local counts, worst, wait = {}, 0, 0
+-- rl_wait returns the refusing layer with the longest wait (1 store, 2 terminal, 3 action;
+-- 0 when all three allow) and that wait in microseconds, for n more events against the
+-- three sliding-window logs rk (ZSETs scored by microseconds) that hold counts[i] events
+-- each, logged[i] of them in the ZSET already (exec.lua adds the rest, with time now, at
+-- the end of its call). The wait is the time until enough of that layer's oldest entries
+-- leave the window, in [1, window]; a whole window when those entries are not in the ZSET
+-- yet, or when n alone exceeds the limit.
+local function rl_wait(rk, lim, win, now, n, counts, logged)
+  local worst, wait = 0, 0
   for i = 1, 3 do
-    redis.call('ZREMRANGEBYSCORE', rk[i], '-inf', fmt(now - win))
-    local c = redis.call('ZCARD', rk[i])
-    counts[i] = c
-    local over = c + n - lim[i]
+    local over = counts[i] + n - lim[i]
     if over > 0 then
-      local w = win -- n alone exceeds the limit: no wait is enough; report a window
-      if over <= c then
+      local w = win
+      if over <= logged[i] then
         local e = redis.call('ZRANGE', rk[i], over - 1, over - 1, 'WITHSCORES')
         w = tonumber(e[2]) + win - now
         if w > win then w = win end -- the clock went back
@@ -57,6 +55,20 @@ local function rl_check(rk, lim, win_ms, now, n)
       if w > wait then worst, wait = i, w end
     end
   end
+  return worst, wait
+end
+
+-- rl_check checks n more events against the three logs rk without recording anything. It
+-- drops entries that left the window, and returns whether all layers allow, rl_wait's layer
+-- and wait, and the counts.
+local function rl_check(rk, lim, win_ms, now, n)
+  local win = win_ms * 1000
+  local counts = {}
+  for i = 1, 3 do
+    redis.call('ZREMRANGEBYSCORE', rk[i], '-inf', fmt(now - win))
+    counts[i] = redis.call('ZCARD', rk[i])
+  end
+  local worst, wait = rl_wait(rk, lim, win, now, n, counts, counts)
   return worst == 0, worst, wait, counts
 end
 
