@@ -83,7 +83,10 @@ type Ingest struct {
 	kick  chan struct{} // asks the loop to rebuild (failover seen)
 
 	// commits carries decided groups to the committer; committing counts the groups sent
-	// and not yet acked (the loop waits for none before a rebuild).
+	// and not yet acked (the loop waits for none before a rebuild). It is unbuffered: a
+	// group decided while the committer is busy is handed over when it is free, and the
+	// loop meanwhile lets new messages gather for the next group. A buffered group would
+	// wait one whole commit more, and add nothing when the committer is the slower stage.
 	commits    chan *decided
 	committing sync.WaitGroup
 
@@ -153,7 +156,7 @@ func New(cfg Config) *Ingest {
 	}
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
-		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided, 1),
+		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
 		limiter: newLocalLimiter(*cfg.DegradedLimits),
 	}
 }
