@@ -158,9 +158,11 @@ func (f *Fen) UnmarshalJSON(data []byte) error {
 	if len(data) == 0 || data[0] != '"' {
 		return perr.New(perr.Invalid, CodeSyntax, "amount %s must be a JSON string like \"12.30\"", quote(string(data)))
 	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return perr.Wrap(err, perr.Invalid, CodeSyntax, "amount %s is not a valid JSON string", quote(string(data)))
+	s, ok := plainString(data)
+	if !ok {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return perr.Wrap(err, perr.Invalid, CodeSyntax, "amount %s is not a valid JSON string", quote(string(data)))
+		}
 	}
 	v, err := Parse(s)
 	if err != nil {
@@ -168,6 +170,22 @@ func (f *Fen) UnmarshalJSON(data []byte) error {
 	}
 	*f = v
 	return nil
+}
+
+// plainString returns the text of a JSON string that has no escapes and no control
+// characters ("12.30" as every amount is written): its bytes between the quotes. Anything
+// else is left to encoding/json.
+func plainString(data []byte) (string, bool) {
+	if len(data) < 2 || data[len(data)-1] != '"' {
+		return "", false
+	}
+	body := data[1 : len(data)-1]
+	for _, c := range body {
+		if c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+			return "", false
+		}
+	}
+	return string(body), true
 }
 
 // Add returns a+b, or an error with Code "amount_overflow" if it does not fit in a Fen.

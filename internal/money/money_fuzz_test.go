@@ -1,6 +1,7 @@
 package money_test
 
 import (
+	"encoding/json"
 	"regexp"
 	"testing"
 
@@ -34,6 +35,34 @@ func FuzzParse(f *testing.F) {
 		back, err := money.Parse(v.String())
 		if err != nil || back != v {
 			t.Fatalf("Parse(%q) = %d; String %q re-parses to %d, %v", s, v, v.String(), back, err)
+		}
+	})
+}
+
+// FuzzUnmarshalJSON holds UnmarshalJSON to its definition: the JSON string's value, as
+// encoding/json reads it, parsed with Parse (same amount, same error code).
+func FuzzUnmarshalJSON(f *testing.F) {
+	for _, s := range []string{`"12.30"`, `"-0.5"`, `"1\u0030"`, `"1\"`, `"\n1"`, `"１"`, `12.30`, `null`, `"1.234"`, `"`, `""`, `"a"b"`} {
+		f.Add([]byte(s))
+	}
+	for _, tc := range parseCases {
+		f.Add([]byte(`"` + tc.in + `"`))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got money.Fen
+		err := got.UnmarshalJSON(data)
+		var want money.Fen
+		var wantErr error
+		var s string
+		if len(data) == 0 || data[0] != '"' {
+			wantErr = perr.New(perr.Invalid, money.CodeSyntax, "not a string")
+		} else if jerr := json.Unmarshal(data, &s); jerr != nil {
+			wantErr = perr.New(perr.Invalid, money.CodeSyntax, "not a JSON string")
+		} else {
+			want, wantErr = money.Parse(s)
+		}
+		if (err == nil) != (wantErr == nil) || perr.CodeOf(err) != perr.CodeOf(wantErr) || got != want && err == nil {
+			t.Fatalf("UnmarshalJSON(%q) = %d, %v; want %d, %v", data, got, err, want, wantErr)
 		}
 	})
 }
