@@ -75,9 +75,9 @@ type Outcome struct {
 //
 // For each record: a key stored final is not touched (the same hash returns the stored
 // result with Duplicate set; another hash returns AckConflict "idempotency_conflict"); a key
-// stored non-final is replaced. An accepted sale writes the sale, its lines and payments, the
-// stock decrements with their moves (an oversell row for every SKU taken below zero), its flow
-// number and an hq_outbox row; an accepted refund writes the refund, its restock moves if it
+// stored non-final is replaced. An accepted sale writes the sale, its lines (which are its
+// stock movement) and payments, the stock decrements (an oversell row for every SKU taken
+// below zero), its flow number and an hq_outbox row; an accepted refund writes the refund, its restock moves if it
 // restocks, its flow number and an hq_outbox row; an accepted day close writes the terminal's
 // declared totals and an hq_outbox row; an accepted scan or heartbeat only its events row; a
 // final rejection or conflict also parks the event. Business dates come from Record.At.
@@ -375,9 +375,8 @@ func (w *writer) sale(ctx context.Context, r *Record, d *decision) error {
 	if err := w.takeFlow(ctx, r, d); err != nil {
 		return err
 	}
-	ref := wire.Key(r.Terminal, r.Seq)
-	for _, ln := range need {
-		after, err := w.move(ctx, ln.SKU, -ln.Qty, ReasonSale, ref, d.at)
+	for _, ln := range need { // the sale's lines are its stock movement (view stock_flow)
+		after, err := w.stock(ctx, ln.SKU, -ln.Qty)
 		if err != nil {
 			return err
 		}
@@ -565,14 +564,22 @@ func (w *writer) lookup(ctx context.Context, terminal string, seq int64) (Stored
 	return scanStored(s.QueryRowContext(ctx, terminal, seq))
 }
 
-// move changes a SKU's stock by delta with its stock move, and returns the new quantity.
-func (w *writer) move(ctx context.Context, sku string, delta int64, reason, ref, at string) (int64, error) {
+// stock changes a SKU's stock by delta and returns the new quantity.
+func (w *writer) stock(ctx context.Context, sku string, delta int64) (int64, error) {
 	var qty int64
-	if err := w.scan(ctx, `INSERT INTO stock (sku, qty) VALUES (?, ?)
-		ON CONFLICT (sku) DO UPDATE SET qty = qty + excluded.qty RETURNING qty`, []any{sku, delta}, &qty); err != nil {
+	err := w.scan(ctx, `INSERT INTO stock (sku, qty) VALUES (?, ?)
+		ON CONFLICT (sku) DO UPDATE SET qty = qty + excluded.qty RETURNING qty`, []any{sku, delta}, &qty)
+	return qty, err
+}
+
+// move changes a SKU's stock by delta with its stock move (not a sale: a sale's lines are
+// its movement), and returns the new quantity.
+func (w *writer) move(ctx context.Context, sku string, delta int64, reason, ref, at string) (int64, error) {
+	qty, err := w.stock(ctx, sku, delta)
+	if err != nil {
 		return 0, err
 	}
-	err := w.exec(ctx, `INSERT INTO stock_moves (sku, delta, reason, ref, at) VALUES (?, ?, ?, ?, ?)`,
+	err = w.exec(ctx, `INSERT INTO stock_moves (sku, delta, reason, ref, at) VALUES (?, ?, ?, ?, ?)`,
 		sku, delta, reason, ref, at)
 	return qty, err
 }
@@ -972,9 +979,8 @@ func (s *stage) sale(ctx context.Context, x *staged, d *decision) error {
 	if err := s.takeFlow(ctx, r, d); err != nil {
 		return err
 	}
-	ref := wire.Key(r.Terminal, r.Seq)
-	for _, ln := range need {
-		if after := s.move(ln.SKU, -ln.Qty, ReasonSale, ref, d.at); after < 0 {
+	for _, ln := range need { // the sale's lines are its stock movement (view stock_flow)
+		if after := s.take(ln.SKU, -ln.Qty); after < 0 {
 			d.oversold = true
 			s.add1(insOversells, r.Terminal, r.Seq, ln.SKU, min(ln.Qty, -after), d.at, d.date)
 		}
@@ -1057,15 +1063,20 @@ func (s *stage) takeFlow(ctx context.Context, r *Record, d *decision) error {
 	return nil
 }
 
-// move stages a stock move and returns the SKU's quantity after it.
-func (s *stage) move(sku string, delta int64, reason, ref, at string) int64 {
+// take stages a change of a SKU's stock and returns the SKU's quantity after it.
+func (s *stage) take(sku string, delta int64) int64 {
 	if _, ok := s.delta[sku]; !ok {
 		s.skus = append(s.skus, sku)
 	}
 	s.delta[sku] += delta
 	s.stock[sku] += delta
-	s.add1(insMoves, sku, delta, reason, ref, at)
 	return s.stock[sku]
+}
+
+// move stages a stock move (not a sale's) and returns the SKU's quantity after it.
+func (s *stage) move(sku string, delta int64, reason, ref, at string) int64 {
+	s.add1(insMoves, sku, delta, reason, ref, at)
+	return s.take(sku, delta)
 }
 
 // outbox stages the record's hq_outbox row.

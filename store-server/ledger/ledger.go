@@ -44,7 +44,8 @@ const (
 	CodeAdjustmentInvalid = "adjustment_invalid"
 )
 
-// Stock move and adjustment reasons.
+// Stock movement and adjustment reasons (a sale's movement is its lines: no stock_moves
+// row has reason sale since migration 007; the view stock_flow names them so).
 const (
 	ReasonOpening = "opening"
 	ReasonAdjust  = "adjust"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"testing/fstest"
 
@@ -14,9 +15,11 @@ import (
 // TestMigrationsKeepRows opens a ledger written before migrations 003 (which re-creates
 // sale_lines and hq_outbox without their (terminal, seq) keys) and 004 (sales and payments
 // keyed by flow number), 005 (the outbox reads time, hash and payload from the event), 006
-// (flow numbers unique through events): every
-// row is kept, the outbox's ids go on from where they were, payments still belong to their
-// sales, and new sales commit and reach the outbox whole.
+// (flow numbers unique through events) and 007 (a sale's lines are its stock movement; the
+// outbox without the columns only the uploader's own state uses): every row is kept (a
+// sale's stock_moves rows give way to its lines, with the same proof of stock), the
+// outbox's ids go on from where they were, payments still belong to their sales, and new
+// sales commit and reach the outbox whole.
 func TestMigrationsKeepRows(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -42,6 +45,9 @@ func TestMigrationsKeepRows(t *testing.T) {
 			VALUES ('T1', 1, 'sale', 'h1', 'x', '2026-11-29', 'accepted', 1, 1, 0, '{}'), ('T3', 7, 'sale', 'h7', 'x', '2026-11-28', 'accepted', 1, 4, 0, '{}')`,
 		`INSERT INTO flow_numbers VALUES ('2026-11-29', 1, 'T1', 1, 'sale'), ('2026-11-28', 4, 'T3', 7, 'sale')`,
 		`INSERT INTO payments VALUES ('T1', 1, 1, 'cash', 300, ''), ('T1', 1, 2, 'card', 20, 'ref'), ('T3', 7, 1, 'qr', 100, 'q')`,
+		`INSERT INTO stock VALUES ('A', 8), ('B', 4)`,
+		`INSERT INTO stock_moves (sku, delta, reason, ref, at) VALUES ('A', 10, 'opening', 'o-A', 'x'),
+			('B', 5, 'opening', 'o-B', 'x'), ('A', -2, 'sale', 'T1:1', 'x'), ('B', -1, 'sale', 'T1:1', 'x')`,
 	} {
 		if _, err := db.W.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -51,12 +57,18 @@ func TestMigrationsKeepRows(t *testing.T) {
 
 	l := mustOpenAt(t, path, day)
 	var lines, outbox, seqv int
-	var batch string
 	if err := l.db.R.QueryRow(`SELECT count(*) FROM sale_lines WHERE terminal = 'T1' AND seq = 1`).Scan(&lines); err != nil || lines != 2 {
 		t.Fatalf("sale_lines after the migration: %d, %v", lines, err)
 	}
-	if err := l.db.R.QueryRow(`SELECT count(*), max(batch_id) FROM hq_outbox WHERE id = 1 AND sent_ms = 5`).Scan(&outbox, &batch); err != nil || outbox != 1 || batch != "b1" {
-		t.Fatalf("hq_outbox after the migration: %d %q, %v", outbox, batch, err)
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM hq_outbox WHERE id = 1 AND terminal = 'T1' AND seq = 1`).Scan(&outbox); err != nil || outbox != 1 {
+		t.Fatalf("hq_outbox after the migration: %d, %v", outbox, err)
+	}
+	if proven, err := l.ProvenStock(ctx); err != nil || !reflect.DeepEqual(proven, map[string]int64{"A": 8, "B": 4}) {
+		t.Errorf("proven stock after the migration: %v, %v; want A 8, B 4 as before", proven, err)
+	}
+	var saleMoves int
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM stock_moves WHERE reason = 'sale'`).Scan(&saleMoves); err != nil || saleMoves != 0 {
+		t.Errorf("%d stock_moves rows of sales after the migration (%v)", saleMoves, err)
 	}
 	if err := l.db.R.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'hq_outbox'`).Scan(&seqv); err != nil || seqv != 2 {
 		t.Fatalf("hq_outbox's id counter after the migration: %d, %v", seqv, err)
@@ -79,10 +91,13 @@ func TestMigrationsKeepRows(t *testing.T) {
 		t.Errorf("outbox after the migrations: %+v, %v", rows, err)
 	}
 	var payloadCols int
-	if err := l.db.R.QueryRow(`SELECT count(*) FROM pragma_table_info('hq_outbox') WHERE name IN ('at', 'hash', 'payload')`).Scan(&payloadCols); err != nil || payloadCols != 0 {
-		t.Errorf("hq_outbox still has %d of at, hash, payload (%v)", payloadCols, err)
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM pragma_table_info('hq_outbox') WHERE name IN ('at', 'hash', 'payload', 'batch_id', 'sent_ms')`).Scan(&payloadCols); err != nil || payloadCols != 0 {
+		t.Errorf("hq_outbox still has %d of at, hash, payload, batch_id, sent_ms (%v)", payloadCols, err)
 	}
-	for _, idx := range []string{"sales_sale_id", "sqlite_autoindex_hq_outbox_1", "sqlite_autoindex_sale_lines_1"} {
+	if proven, err := l.ProvenStock(ctx); err != nil || !reflect.DeepEqual(proven, map[string]int64{"A": 7, "B": 4}) {
+		t.Errorf("proven stock after a sale of one A: %v, %v; want A 7, B 4", proven, err)
+	}
+	for _, idx := range []string{"sales_sale_id", "hq_outbox_unsent", "sqlite_autoindex_hq_outbox_1", "sqlite_autoindex_sale_lines_1"} {
 		var n int
 		if err := l.db.R.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = ?`, idx).Scan(&n); err != nil || n != 0 {
 			t.Errorf("index %s still there (%d, %v)", idx, n, err)

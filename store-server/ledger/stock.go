@@ -79,10 +79,11 @@ func (l *Ledger) Stock(ctx context.Context) (map[string]int64, error) {
 	return m, nil
 }
 
-// ProvenStock returns stock as the stock moves prove it: per SKU, opening + adjustments −
-// sold + restocked by refunds (invariant 4). It always equals Stock.
+// ProvenStock returns stock as the movements prove it (view stock_flow: stock_moves and
+// the lines of accepted sales): per SKU, opening + adjustments − sold + restocked by
+// refunds (invariant 4). It always equals Stock.
 func (l *Ledger) ProvenStock(ctx context.Context) (map[string]int64, error) {
-	m, err := skuQuantities(ctx, l.db.R, `SELECT sku, sum(delta) FROM stock_moves GROUP BY sku`)
+	m, err := skuQuantities(ctx, l.db.R, `SELECT sku, sum(delta) FROM stock_flow GROUP BY sku`)
 	if err != nil {
 		return nil, fmt.Errorf("proven stock: %w", err)
 	}
