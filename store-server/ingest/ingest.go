@@ -225,16 +225,27 @@ func (in *Ingest) Run(ctx context.Context) error {
 	}
 	in.next = next
 	in.tryRebuild(ctx)
-	// The committer writes and acks group N while the loop decides group N+1.
+	// The committer writes group N while the loop decides group N+1, and the acker publishes
+	// the acks of group N-1: publishing (encoding, one message per terminal) is off the
+	// committer's cycle, which is what paces the groups. One acker keeps the groups' order.
+	acking := make(chan []groupMsg, 64)
+	acked := make(chan struct{})
+	go func() {
+		defer close(acked)
+		for msgs := range acking {
+			in.ackAll(msgs)
+		}
+	}()
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
+		defer close(acking)
 		for d := range in.commits {
-			in.finish(ctx, d)
+			acking <- in.finish(ctx, d)
 			in.committing.Done()
 		}
 	}()
-	defer func() { close(in.commits); <-committed }()
+	defer func() { close(in.commits); <-committed; <-acked }()
 	probe := time.NewTicker(in.cfg.ProbeEvery)
 	defer probe.Stop()
 	group := make([]upMsg, 0, 256)
@@ -404,11 +415,11 @@ type decided struct {
 	msgs  []groupMsg
 }
 
-// finish commits a decided group and acks it. It runs on the committer goroutine, in group
-// order. The loop has already moved each terminal's next seq past the group's events: an
-// event that does not commit here is not acked, and its resend (a seq below next that the
-// ledger does not hold) is decided again.
-func (in *Ingest) finish(ctx context.Context, d *decided) {
+// finish commits a decided group and returns its messages with their acks, ready to send. It
+// runs on the committer goroutine, in group order. The loop has already moved each
+// terminal's next seq past the group's events: an event that does not commit here is not
+// acked, and its resend (a seq below next that the ledger does not hold) is decided again.
+func (in *Ingest) finish(ctx context.Context, d *decided) []groupMsg {
 	items, msgs := d.items, d.msgs
 	in.commit(ctx, items)
 	for _, x := range items {
@@ -423,7 +434,7 @@ func (in *Ingest) finish(ctx context.Context, d *decided) {
 			}
 		}
 	}
-	in.ackAll(msgs)
+	return msgs
 }
 
 // order places one event in its terminal's sequence: a replay of a final record is answered
