@@ -83,7 +83,7 @@ type Ingest struct {
 	kick  chan struct{} // asks the loop to rebuild (failover seen)
 
 	// commits carries decided groups to the committer; committing counts the groups sent
-	// and not yet acked (the loop waits for none before a rebuild). It is unbuffered: a
+	// and not yet committed (the loop waits for none before a rebuild). It is unbuffered: a
 	// group decided while the committer is busy is handed over when it is free, and the
 	// loop meanwhile lets new messages gather for the next group. A buffered group would
 	// wait one whole commit more, and add nothing when the committer is the slower stage.
