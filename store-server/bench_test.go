@@ -27,6 +27,7 @@ import (
 
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
@@ -341,6 +342,7 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 	b.Helper()
 	opts := mqtt.NewClientOptions().AddBroker(e.broker).SetClientID("bench-" + terminal).SetCleanSession(true).
 		SetOrderMatters(true).SetAutoReconnect(false).SetKeepAlive(30 * time.Second).SetWriteTimeout(10 * time.Second)
+	mqttconn.Use(opts, e.broker, nil) // as the agent connects
 	c := mqtt.NewClient(opts)
 	// The client's goroutines carry the label role=bench, so that an in-process profile can
 	// leave the load generator out: go tool pprof -tagignore role=bench.

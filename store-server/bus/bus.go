@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -54,15 +54,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
 		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
 		SetMessageChannelDepth(10000)
-	if u, err := url.Parse(cfg.URL); err == nil && (u.Scheme == "tcp" || u.Scheme == "mqtt") {
-		opts.SetCustomOpenConnectionFn(func(uri *url.URL, o mqtt.ClientOptions) (net.Conn, error) {
-			c, err := net.DialTimeout("tcp", uri.Host, o.ConnectTimeout)
-			if err != nil {
-				return nil, err
-			}
-			return newCoalescingConn(c, coalesceWindow), nil
-		})
-	}
+	mqttconn.Use(opts, cfg.URL, func(c net.Conn) net.Conn { return newCoalescingConn(c, coalesceWindow) })
 	opts.SetOnConnectHandler(func(c mqtt.Client) {
 		t := c.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
 			cfg.OnUp(m.Topic(), m.Payload())

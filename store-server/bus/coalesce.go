@@ -1,24 +1,21 @@
 package bus
 
 import (
-	"bufio"
 	"net"
 	"sync"
 	"time"
 )
 
-// coalescingConn gathers a busy connection's writes into fewer write system calls, and reads
-// through a buffer. paho writes every packet on its own: a PUBACK for each up message, then
+// coalescingConn gathers a busy connection's writes into fewer write system calls. paho
+// writes every packet on its own: a PUBACK for each up message, then
 // an acks message per terminal at the end of each group, thousands a second on a busy store,
 // and on a virtualized machine the system calls cost more than the bytes. A write to an idle
 // connection (nothing written for window) goes out at once; under load, writes wait at
 // most window and go out together, so the connection makes at most one write call per
-// window (and one per 64 KiB). paho reads each packet's header a byte at a time (four read
-// calls for an up message); through the buffer one read call takes whatever has arrived.
+// window (and one per 64 KiB). (Reads go through mqttconn's buffer, underneath.)
 type coalescingConn struct {
 	net.Conn
 	window time.Duration
-	r      *bufio.Reader // only paho's reader goroutine reads
 
 	mu      sync.Mutex
 	buf     []byte
@@ -28,14 +25,8 @@ type coalescingConn struct {
 }
 
 func newCoalescingConn(c net.Conn, window time.Duration) *coalescingConn {
-	return &coalescingConn{Conn: c, window: window, r: bufio.NewReaderSize(c, readBuffer)}
+	return &coalescingConn{Conn: c, window: window}
 }
-
-// readBuffer is the most one read call takes.
-const readBuffer = 64 << 10
-
-// Read reads through the buffer.
-func (c *coalescingConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // maxPending is how much waits before a write call is made at once.
 const maxPending = 64 << 10

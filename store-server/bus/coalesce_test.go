@@ -3,7 +3,6 @@ package bus
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -104,50 +103,5 @@ func mustWrite(t *testing.T, c net.Conn, s string) {
 	t.Helper()
 	if n, err := c.Write([]byte(s)); err != nil || n != len(s) {
 		t.Fatalf("Write(%q) = %d, %v", s, n, err)
-	}
-}
-
-// countConn counts the read calls made on it.
-type countConn struct {
-	net.Conn
-	reads int
-}
-
-func (c *countConn) Read(p []byte) (int, error) { c.reads++; return c.Conn.Read(p) }
-
-// TestCoalescingConnReads reads packets the way paho does (a byte, a byte, then the rest) and
-// gets every byte in order from one read call per burst that arrived together.
-func TestCoalescingConnReads(t *testing.T) {
-	client, server := net.Pipe()
-	defer client.Close()
-	cc := &countConn{Conn: server}
-	c := newCoalescingConn(cc, time.Millisecond)
-	defer c.Close()
-	var burst []byte
-	for i := range 50 {
-		burst = append(burst, 0x30, 3, 'a'+byte(i%26), 'b', 'c') // header, length, 3 bytes
-	}
-	go func() { _, _ = client.Write(burst) }() // net.Pipe: one Write is one Read's worth
-	var got []byte
-	for range 50 {
-		one := make([]byte, 1)
-		if _, err := io.ReadFull(c, one); err != nil {
-			t.Fatal(err)
-		}
-		n := make([]byte, 1)
-		if _, err := io.ReadFull(c, n); err != nil {
-			t.Fatal(err)
-		}
-		body := make([]byte, n[0])
-		if _, err := io.ReadFull(c, body); err != nil {
-			t.Fatal(err)
-		}
-		got = append(append(append(got, one...), n...), body...)
-	}
-	if !bytes.Equal(got, burst) {
-		t.Fatalf("read %q, want %q", got, burst)
-	}
-	if cc.reads != 1 {
-		t.Errorf("%d read calls for 150 reads of one burst, want 1", cc.reads)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 )
@@ -243,6 +244,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 		SetWill(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), string(will), 1, true).
 		SetOnConnectHandler(func(c mqtt.Client) { u.onConnect(ctx, c) }).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { u.onLost(ctx, err) })
+	mqttconn.Use(opts, u.cfg.BrokerURL, nil)
 	u.client = mqtt.NewClient(opts)
 	u.client.Connect() // retries in the background (SetConnectRetry)
 
