@@ -38,18 +38,17 @@ func invalid(code, format string, args ...any) *perr.Error {
 // decodeStrict decodes exactly one JSON value from b into v, refusing unknown fields and
 // trailing data, and translates json errors into coded errors.
 //
-// Valid JSON is decoded by segmentio/encoding/json, about twice as fast as encoding/json.
-// Whatever it refuses goes through encoding/json again, which says why: with several
+// segmentio/encoding/json decodes first, about twice as fast as encoding/json, and checks
+// the syntax as it goes (a separate validation pass first cost a seventh of decoding a
+// sale). Whatever it refuses goes through encoding/json again, which says why: with several
 // defects in one document the two can name different ones, and the codes are encoding/
-// json's. A fuzz target holds the two to the same results.
+// json's. A fuzz target holds the two to the same results, invalid documents included.
 func decodeStrict(b []byte, v any) error {
-	if segjson.Valid(b) {
-		rest, err := segjson.Parse(b, v, segjson.DisallowUnknownFields)
-		if err == nil && len(rest) == 0 {
-			return nil
-		}
-		reflect.ValueOf(v).Elem().SetZero()
+	rest, err := segjson.Parse(b, v, segjson.DisallowUnknownFields)
+	if err == nil && len(rest) == 0 {
+		return nil
 	}
+	reflect.ValueOf(v).Elem().SetZero()
 	return stdStrict(b, v)
 }
 

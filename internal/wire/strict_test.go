@@ -16,6 +16,11 @@ var strictSeeds = []string{
 	`[]`, `null`, `{"offline":1}`, `{"offline":"true"}`,
 	`{"sale_id":"s","opened_at":"2026-11-29T10:00:00Z","lines":[{"line":1,"sku":"A","qty":2,"unit_price":"1.50","amount":"3.00"}],"total":"3.00","payments":[{"method":"cash","amount":"5"}],"change":"2.00"}`,
 	`{"total":"1.001"}`, `{"total":1.5}`, `{"total":"-0.01"}`, `{"total":"1e3"}`, `{"lines":[{"qty":1.5}]}`, `{"lines":{}}`,
+	// Invalid documents, inside the raw payload too: refused both ways with the same code.
+	`{"v":1,}`, `{'v':1}`, `{v:1}`, `{"v":NaN}`, `{"v":tru}`, `{"store":"\x41"}`, "{\"store\":\"a\tb\"}",
+	`{"payload":{"a":[1,]}}`, `{"payload":{"a":1,}}`, `{"payload":{"a":.5}}`, `{"payload":{"a":1.}}`,
+	`{"payload":{"a":+1}}`, `{"payload":{"a":"\u12"}}`, `{"payload":[1 2]}`, `{"payload":{"a":1 "b":2}}`,
+	`{"payload":nul}`, `{"payload":{"a":1e+}}`,
 }
 
 // checkSameStrict decodes b into a new *T both ways and fails unless both refuse it with
