@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -151,8 +149,14 @@ func (m *Main) Run(ctx context.Context) error {
 	defer rdb.Close()
 	g := gate.New(rdb, m.Store, gate.Options{})
 
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &lateOut{}
+	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log})
+	// The embedded broker hands up messages to ingest inside the process; an external broker
+	// is reached over a client connection.
+	var pub publisher
 	brokerURL := m.MQTTURL
-	server := broker.User{}
 	if brokerURL == "" {
 		var users []broker.User
 		if m.MQTTUsers != "" {
@@ -160,34 +164,30 @@ func (m *Main) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		server = broker.User{Username: "posgate-store-server", Password: randomHex(16)}
-		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, Server: server, Logger: log})
+		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, OnUp: in.Handle, Logger: log})
 		if err != nil {
 			return err
 		}
 		defer b.Close()
+		pub = b
 		brokerURL = "tcp://" + loopback(b.Addr())
 		log.Info("embedded MQTT broker", "addr", b.Addr())
+	} else {
+		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, OnUp: in.Handle, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		pub = client
 	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := &lateOut{}
-	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log})
-	client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: server.Username,
-		Password: server.Password, OnUp: in.Handle, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	out.c = client // before in.Run: only Run publishes
+	out.p = pub // before in.Run: only Run publishes
 
 	if m.CatalogFile != "" {
-		if err := m.importCatalog(cat, client); err != nil {
+		if err := m.importCatalog(cat, pub); err != nil {
 			return err
 		}
 	}
-	if err := cat.Publish(client); err != nil {
+	if err := cat.Publish(pub); err != nil {
 		log.Warn("publish catalog", "err", err)
 	}
 	if m.Sentinels != "" {
@@ -199,7 +199,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: client, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -292,13 +292,14 @@ func loopback(addr string) string {
 	return addr
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+// publisher is what the store-server sends through: the embedded broker or a client of an
+// external one.
+type publisher interface {
+	Publish(topic string, payload []byte) error
+	PublishRetained(topic string, payload []byte) error
 }
 
-// lateOut lets ingest exist (and queue messages) before the client it publishes through.
-type lateOut struct{ c *bus.Client }
+// lateOut lets ingest exist (and queue messages) before what it publishes through.
+type lateOut struct{ p publisher }
 
-func (o *lateOut) Publish(topic string, payload []byte) error { return o.c.Publish(topic, payload) }
+func (o *lateOut) Publish(topic string, payload []byte) error { return o.p.Publish(topic, payload) }

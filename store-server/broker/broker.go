@@ -1,5 +1,7 @@
 // Package broker is the store-server's embedded MQTT broker (mochi-mqtt), the default for a
-// single store: terminals connect to it directly and no separate broker runs.
+// single store: terminals connect to it directly and no separate broker runs. The
+// store-server itself is inside it: up messages reach ingest through an inline subscription
+// and acks and the catalog go out through Publish, with no client connection of its own.
 //
 // Its limits are raised above mochi's defaults (which silently dropped most of a 100k-message
 // burst to a slow subscriber), and, when given a credentials file, it enforces that each
@@ -19,6 +21,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // User is a terminal's MQTT credentials, bound to its terminal id.
@@ -35,8 +39,11 @@ type Config struct {
 	// Users, if not nil, are the only terminals allowed in, each confined to its own topics.
 	// Nil allows anonymous clients (a store LAN without credentials set up).
 	Users []User
-	// Server is the store-server's own account, allowed everything.
-	Server User
+	// OnUp, if not nil, gets every message on the store's up topics, inside the broker: the
+	// store-server's ingest reads them without a client connection of its own. It runs on
+	// the publishing terminal's connection goroutine, after the broker's PUBACK, so a slow
+	// OnUp holds back that terminal's next messages and no other's.
+	OnUp   func(topic string, payload []byte)
 	Logger *slog.Logger
 }
 
@@ -75,9 +82,17 @@ func Start(cfg Config) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: false})
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: true})
 	if err := srv.AddHook(&authHook{cfg: cfg}, nil); err != nil {
 		return nil, err
+	}
+	if cfg.OnUp != nil { // before Serve: no up message can come before it
+		err := srv.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+			cfg.OnUp(pk.TopicName, pk.Payload)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mqtt inline subscription: %w", err)
+		}
 	}
 	tcp := listeners.NewTCP(listeners.Config{Type: "tcp", ID: "posgate", Address: cfg.Addr})
 	if err := srv.AddListener(tcp); err != nil {
@@ -96,6 +111,17 @@ func (b *Broker) Addr() string { return b.tcp.Address() }
 // URL returns the broker URL for clients.
 func (b *Broker) URL() string { return "tcp://" + b.tcp.Address() }
 
+// Publish sends a message (QoS 1, not retained) to the topic's subscribers from inside the
+// broker. Like a client's PUBACK, its return means only that the broker has taken it.
+func (b *Broker) Publish(topic string, payload []byte) error {
+	return b.srv.Publish(topic, payload, false, 1)
+}
+
+// PublishRetained publishes a retained message (QoS 1) from inside the broker.
+func (b *Broker) PublishRetained(topic string, payload []byte) error {
+	return b.srv.Publish(topic, payload, true, 1)
+}
+
 // Close stops the broker.
 func (b *Broker) Close() error { return b.srv.Close() }
 
@@ -112,9 +138,6 @@ func (h *authHook) Provides(b byte) bool {
 }
 
 func (h *authHook) user(name []byte) (User, bool) {
-	if h.cfg.Server.Username != "" && string(name) == h.cfg.Server.Username {
-		return h.cfg.Server, true
-	}
 	for _, u := range h.cfg.Users {
 		if u.Username == string(name) {
 			return u, true
@@ -135,9 +158,6 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	u, ok := h.user(cl.Properties.Username)
 	if !ok {
 		return h.cfg.Users == nil
-	}
-	if u.Username == h.cfg.Server.Username && h.cfg.Server.Username != "" {
-		return true
 	}
 	base := "pos/" + h.cfg.Store + "/" + u.Terminal + "/"
 	if write {
