@@ -36,7 +36,8 @@ import (
 )
 
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
-// does) → mosquitto → the store-server binary (built by internal/harness; with
+// does) → the broker (mosquitto, or the store-server's embedded one where a benchmark says
+// broker=embedded) → the store-server binary (built by internal/harness; with
 // POSGATE_BENCH_INPROC=1 it runs in this process instead, for -cpuprofile) → Redis gate →
 // SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
 // client adds nothing to the steady state). Every benchmark also runs redis-benchmark on
@@ -72,11 +73,12 @@ type benchEnv struct {
 	refSeq int64 // the last seq terminal REF sent (captureSale)
 }
 
-// benchStart starts redis and mosquitto, a store-server with the bench catalog, opening stock
-// of 10 million per SKU and every live limit at its maximum, and waits for the Redis gate.
-func benchStart(b *testing.B) *benchEnv {
+// benchStart starts redis, mosquitto unless embedded (then terminals connect to the
+// store-server's own broker), a store-server with the bench catalog, opening stock of 10
+// million per SKU and every live limit at its maximum, and waits for the Redis gate.
+func benchStart(b *testing.B, embedded bool) *benchEnv {
 	b.Helper()
-	s := stack.Run(b, stack.Options{Redis: true, MQTT: true, Logf: func(string, ...any) {}})
+	s := stack.Run(b, stack.Options{Redis: true, MQTT: !embedded, Logf: func(string, ...any) {}})
 	dir := b.TempDir()
 	var csv strings.Builder
 	csv.WriteString("sku,name,price\n")
@@ -89,12 +91,26 @@ func benchStart(b *testing.B) *benchEnv {
 	}
 	data := filepath.Join(dir, "store")
 	loc, _ := wire.LoadLocation(benchTZ)
-	e := &benchEnv{stack: s, broker: s.MQTTURL(), loc: loc}
+	e := &benchEnv{stack: s, loc: loc}
+	mqttURL, mqttListen := "", ""
+	if embedded {
+		addr, err := harness.FreeAddr()
+		if err != nil {
+			b.Fatal(err)
+		}
+		mqttListen, e.broker = addr, "tcp://"+addr
+	} else {
+		mqttURL, e.broker = s.MQTTURL(), s.MQTTURL()
+	}
 	if os.Getenv(benchInProcEnv) != "" {
 		m := NewMain()
-		err := m.ParseFlags([]string{"--store", benchStoreID, "--data-dir", data, "--redis-addr", s.Redis[0].Addr(),
-			"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token", benchToken, "--tz", benchTZ,
-			"--catalog", catalog, "--log-level", "warn"})
+		broker := []string{"--mqtt-url", mqttURL}
+		if embedded {
+			broker = []string{"--mqtt-listen", mqttListen}
+		}
+		err := m.ParseFlags(append([]string{"--store", benchStoreID, "--data-dir", data, "--redis-addr", s.Redis[0].Addr(),
+			"--api-listen", "127.0.0.1:0", "--api-token", benchToken, "--tz", benchTZ,
+			"--catalog", catalog, "--log-level", "warn"}, broker...))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,8 +140,8 @@ func benchStart(b *testing.B) *benchEnv {
 			b.Fatal(err)
 		}
 		srv, err := harness.StartStore(context.Background(), bins.StoreServer, harness.StoreOptions{
-			Store: benchStoreID, DataDir: data, TZ: benchTZ, RedisAddr: s.Redis[0].Addr(), MQTTURL: s.MQTTURL(),
-			Token: benchToken, Catalog: catalog, LogLevel: "warn"})
+			Store: benchStoreID, DataDir: data, TZ: benchTZ, RedisAddr: s.Redis[0].Addr(), MQTTURL: mqttURL,
+			MQTTListen: mqttListen, Token: benchToken, Catalog: catalog, LogLevel: "warn"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -205,11 +221,14 @@ type cpuMeter struct {
 }
 
 func (e *benchEnv) meter() *cpuMeter {
-	m := &cpuMeter{names: []string{"store", "redis", "mosquitto", "bench"},
-		pids: []int{e.pid, e.stack.Redis[0].Pid(), e.stack.Mosquitto.Pid(), os.Getpid()}}
+	m := &cpuMeter{names: []string{"store", "redis"}, pids: []int{e.pid, e.stack.Redis[0].Pid()}}
+	if e.stack.Mosquitto != nil {
+		m.names, m.pids = append(m.names, "mosquitto"), append(m.pids, e.stack.Mosquitto.Pid())
+	}
 	if e.pid == os.Getpid() {
-		m.names, m.pids = m.names[:3], m.pids[:3] // in-process: store and bench are one process
-		m.names[0] = "store+bench"
+		m.names[0] = "store+bench" // in-process: store and bench are one process
+	} else {
+		m.names, m.pids = append(m.names, "bench"), append(m.pids, os.Getpid())
 	}
 	for _, p := range m.pids {
 		m.start = append(m.start, cpuOf(p))
@@ -647,7 +666,7 @@ func (d *drainTerm) run(ctx context.Context, c mqtt.Client) {
 // events/s.
 func BenchmarkE2EDrain(b *testing.B) {
 	const terminals, perTerminal = 4, 25_000
-	e := benchStart(b)
+	e := benchStart(b, false)
 	evalsha := e.captureSale(b, false)
 	at := time.Now().Add(-2 * time.Hour) // sold offline two hours ago, one event per ms
 	date := at.In(e.loc).Format(wire.BusinessDate)
@@ -727,14 +746,20 @@ func BenchmarkE2EDrain(b *testing.B) {
 // the time until the last one came), the store's average group, each process's CPU, events
 // per CPU second of the three servers, and redis-benchmark EVALSHA of the same live sale on
 // the same Redis right after (rate, p99 at 50 connections) and the offered rate as a
-// fraction of it ("load"). The ledger must hold every acked sale, with Redis agreeing.
+// fraction of it ("load"). The ledger must hold every acked sale, with Redis agreeing. It
+// runs twice: with the store-server's embedded broker (its default for a single store) and
+// with mosquitto (--mqtt-url).
 func BenchmarkE2ELiveAckLatency(b *testing.B) {
-	e := benchStart(b)
-	evalsha := e.captureSale(b, true)
-	for _, rate := range []int{1000, 2500, 5000} {
-		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			for b.Loop() {
-				e.liveRun(b, fmt.Sprintf("L%d-%d", rate, liveRuns.Add(1)), rate, evalsha)
+	for _, broker := range []string{"embedded", "mosquitto"} {
+		b.Run("broker="+broker, func(b *testing.B) {
+			e := benchStart(b, broker == "embedded")
+			evalsha := e.captureSale(b, true)
+			for _, rate := range []int{1000, 2500, 5000} {
+				b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+					for b.Loop() {
+						e.liveRun(b, fmt.Sprintf("L%d-%d", rate, liveRuns.Add(1)), rate, evalsha)
+					}
+				})
 			}
 		})
 	}
