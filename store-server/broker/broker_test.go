@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// upLog records what the broker hands to OnUp.
+type upLog struct {
+	mu   sync.Mutex
+	msgs []string // "topic payload"
+}
+
+func (l *upLog) add(topic string, payload []byte) {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, topic+" "+string(payload))
+	l.mu.Unlock()
+}
+
+func (l *upLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.msgs...)
+}
+
+func startBroker(t *testing.T, users []User) (*Broker, *upLog) {
+	t.Helper()
+	ups := &upLog{}
+	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: ups.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, ups
+}
+
+// connect connects a terminal's client (QoS 1, as the agent does); it returns the error of
+// the connection attempt.
+func connect(t *testing.T, b *Broker, id, user, pass string) (paho.Client, error) {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(id).SetUsername(user).
+		SetPassword(pass).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
+	tok := c.Connect()
+	if !tok.WaitTimeout(5 * time.Second) {
+		t.Fatalf("connect %s: timed out", id)
+	}
+	if tok.Error() != nil {
+		return nil, tok.Error()
+	}
+	t.Cleanup(func() { c.Disconnect(50) })
+	return c, nil
+}
+
+func wait(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestInlineIngest holds the embedded broker's side of the protocol: each terminal's up
+// messages reach OnUp in order, and only from its own up topic; what the store publishes
+// reaches only the terminal it is for; the catalog is retained; a wrong password is refused.
+func TestInlineIngest(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	b, ups := startBroker(t, users)
+	if _, err := connect(t, b, "x", "t1", "wrong"); err == nil {
+		t.Fatal("a wrong password was let in")
+	}
+	t1, err := connect(t, b, "T1", "t1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := connect(t, b, "T2", "t2", "p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var want []string
+	for i := range 50 {
+		msg := fmt.Sprintf("e%d", i)
+		if tok := t1.Publish(wire.UpTopic("S1", "T1"), 1, false, msg); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", msg, tok.Error())
+		}
+		want = append(want, wire.UpTopic("S1", "T1")+" "+msg)
+	}
+	// T1's credentials on T2's up topic: refused (mochi drops an MQTT 3.1.1 client that
+	// publishes where it may not), never handed to ingest.
+	forger, err := connect(t, b, "T1-forger", "t1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger.Publish(wire.UpTopic("S1", "T2"), 1, false, "forged").WaitTimeout(time.Second)
+	t2.Publish(wire.UpTopic("S1", "T2"), 1, false, "own").WaitTimeout(5 * time.Second)
+	want = append(want, wire.UpTopic("S1", "T2")+" own")
+	wait(t, "51 up messages", func() bool { return len(ups.get()) >= 51 })
+	time.Sleep(50 * time.Millisecond) // anything forged would have come by now
+	if got := ups.get(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("OnUp got\n%q\nwant\n%q", got, want)
+	}
+
+	// Down messages go to their terminal only: T2 may not read T1's down topic.
+	var mu sync.Mutex
+	got := map[string][]string{}
+	on := func(who string) paho.MessageHandler {
+		return func(_ paho.Client, m paho.Message) {
+			mu.Lock()
+			got[who] = append(got[who], m.Topic()+" "+string(m.Payload()))
+			mu.Unlock()
+		}
+	}
+	t1.Subscribe(wire.DownTopic("S1", "T1"), 1, on("T1")).WaitTimeout(5 * time.Second)
+	t2.Subscribe(wire.DownTopic("S1", "T1"), 1, on("T2")).WaitTimeout(5 * time.Second)
+	if err := b.Publish(wire.DownTopic("S1", "T1"), []byte("acks")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishRetained(wire.CatalogTopic("S1"), []byte("catalog v1")); err != nil {
+		t.Fatal(err)
+	}
+	t2.Subscribe(wire.CatalogTopic("S1"), 1, on("T2")).WaitTimeout(5 * time.Second) // after: retained
+	wait(t, "the acks and the catalog", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got["T1"]) == 1 && len(got["T2"]) == 1
+	})
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got["T1"]) != "[pos/S1/T1/down acks]" || fmt.Sprint(got["T2"]) != "[pos/S1/catalog catalog v1]" {
+		t.Fatalf("delivered %q", got)
+	}
+}
