@@ -169,6 +169,7 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 		defer b.Close()
+		defer in.Stop() // before b.Close: a connection blocked in Handle must be let go
 		pub = b
 		brokerURL = "tcp://" + loopback(b.Addr())
 		log.Info("embedded MQTT broker", "addr", b.Addr())

@@ -97,6 +97,9 @@ type Ingest struct {
 	limiter *localLimiter
 
 	failures int
+
+	stopped  chan struct{} // closed by Stop: Handle no longer waits for room in the queue
+	stopOnce sync.Once
 }
 
 // Stats counts what ingest has done.
@@ -157,11 +160,12 @@ func New(cfg Config) *Ingest {
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
 		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
-		limiter: newLocalLimiter(*cfg.DegradedLimits),
+		limiter: newLocalLimiter(*cfg.DegradedLimits), stopped: make(chan struct{}),
 	}
 }
 
-// Handle queues an up message; it blocks when the queue is full (back-pressure to the broker).
+// Handle queues an up message; it blocks when the queue is full (back-pressure to the broker)
+// until ingest is stopped.
 func (in *Ingest) Handle(topic string, payload []byte) {
 	m := upMsg{topic: topic}
 	m.up, m.err = wire.DecodeUp(payload)
@@ -174,8 +178,19 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 			}
 		}
 	}
-	in.queue <- m
+	select {
+	case in.queue <- m:
+	case <-in.stopped:
+		// Nothing will take it: dropped unacked, and its terminal sends it again to the next
+		// run. Handle returns, so the broker's connection goroutine can end.
+	}
 }
+
+// Stop makes Handle drop what it is given from now on instead of waiting for the queue,
+// which nothing takes once Run has returned (Run stops ingest when it returns). The
+// embedded broker waits for its connections' goroutines when it closes, and one of them may
+// be inside Handle.
+func (in *Ingest) Stop() { in.stopOnce.Do(func() { close(in.stopped) }) }
 
 // Rebuild asks ingest to pause, rebuild the Redis projection from the ledger, and resume
 // (on +switch-master).
@@ -219,6 +234,7 @@ func (in *Ingest) count(f func(*Stats)) {
 // Run processes messages until ctx ends. It first loads each terminal's next seq from the
 // ledger and rebuilds the Redis projection (or starts degraded if Redis is down).
 func (in *Ingest) Run(ctx context.Context) error {
+	defer in.Stop()
 	next, err := in.cfg.Ledger.Next(ctx)
 	if err != nil {
 		return err

@@ -126,3 +126,29 @@ func TestOneAcksMessagePerTerminalPerGroup(t *testing.T) {
 		t.Errorf("stats %+v: want 1 group, %d accepted", st, 2*perTerminal)
 	}
 }
+
+// TestHandleAfterStop: once ingest is stopped, Handle returns even with the queue full, so
+// that the embedded broker's connection goroutines can end when it closes.
+func TestHandleAfterStop(t *testing.T) {
+	in := New(Config{Store: testStore, QueueLen: 1})
+	msg := testSale("T1", 1, time.Now(), false)
+	in.Handle(wire.UpTopic(testStore, "T1"), msg) // fills the queue
+	done := make(chan struct{})
+	go func() {
+		in.Handle(wire.UpTopic(testStore, "T1"), msg)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("Handle returned with the queue full and ingest running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	in.Stop()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Handle still waits after Stop")
+	}
+	in.Stop() // twice is fine
+	in.Handle(wire.UpTopic(testStore, "T1"), msg)
+}
