@@ -1,6 +1,7 @@
-// Package bus is the store-server's MQTT client (paho, QoS 1, persistent session): it
-// subscribes to every terminal's up topic of the store, hands each message to ingest in
-// arrival order, and publishes acks and the retained catalog.
+// Package bus is the store-server's MQTT client (paho, QoS 1, persistent session) of an
+// external broker (--mqtt-url; the embedded broker needs none): it subscribes to every
+// terminal's up topic of the store, hands each message to ingest in arrival order, and
+// publishes acks and the retained catalog.
 package bus
 
 import (
@@ -20,15 +21,13 @@ import (
 type Config struct {
 	URL      string
 	ClientID string
-	Username string
-	Password string
 	Store    string
 	// OnUp receives every up message in arrival order; it may block (back-pressure).
 	OnUp   func(topic string, payload []byte)
 	Logger *slog.Logger
 }
 
-// Client is the store-server's connection to its broker.
+// Client is the store-server's connection to an external broker.
 type Client struct {
 	c   mqtt.Client
 	log *slog.Logger
@@ -49,7 +48,6 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.ClientID = "posgate-store-" + cfg.Store
 	}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.URL).SetClientID(cfg.ClientID).
-		SetUsername(cfg.Username).SetPassword(cfg.Password).
 		SetCleanSession(false).SetOrderMatters(true).SetAutoReconnect(true).
 		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
 		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
