@@ -36,7 +36,7 @@ import (
 )
 
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
-// does) → the broker (mosquitto, or the store-server's embedded one where a benchmark says
+// does; the live benchmark's are leaner, see leanTerm) → the broker (mosquitto, or the store-server's embedded one where a benchmark says
 // broker=embedded) → the store-server binary (built by internal/harness; with
 // POSGATE_BENCH_INPROC=1 it runs in this process instead, for -cpuprofile) → Redis gate →
 // SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
@@ -785,7 +785,7 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		sent []atomic.Int64 // publish time (UnixNano) per seq-1
 		lat  []atomic.Int64 // ack latency (ns) per seq-1, 0 until acked
 		bad  atomic.Int64
-		c    mqtt.Client
+		c    *leanTerm
 	}
 	at := time.Now()
 	terms := make([]*term, terminals)
@@ -794,10 +794,14 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 	var bad []string
 	for t := range terms {
 		x := &term{id: fmt.Sprintf("%s-%d", prefix, t), sent: make([]atomic.Int64, perTerminal), lat: make([]atomic.Int64, perTerminal)}
-		for seq := 1; seq <= perTerminal; seq++ {
-			x.msgs = append(x.msgs, benchSale(x.id, int64(seq), at.Add(time.Duration(seq)*interval), false))
+		topic := wire.UpTopic(benchStoreID, x.id)
+		if perTerminal > 65535 {
+			b.Fatalf("%d sales per terminal: more than MQTT packet ids", perTerminal)
 		}
-		x.c = e.benchConnect(b, x.id, func(a *wire.Acks, now time.Time) {
+		for seq := 1; seq <= perTerminal; seq++ { // packet id = seq
+			x.msgs = append(x.msgs, encodePublish(topic, uint16(seq), benchSale(x.id, int64(seq), at.Add(time.Duration(seq)*interval), false)))
+		}
+		x.c = dialLeanTerm(b, e.broker, x.id, func(a *wire.Acks, now time.Time) {
 			for _, k := range a.Acks {
 				if k.Seq < 1 || int(k.Seq) > perTerminal {
 					continue
@@ -826,7 +830,6 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			topic := wire.UpTopic(benchStoreID, x.id)
 			offset := time.Duration(t) * interval / terminals // spread the terminals over the interval
 			for j, msg := range x.msgs {
 				due := start.Add(offset + time.Duration(j)*interval)
@@ -834,7 +837,10 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 					time.Sleep(d)
 				}
 				x.sent[j].Store(time.Now().UnixNano())
-				x.c.Publish(topic, 1, false, msg)
+				if err := x.c.write(msg); err != nil {
+					b.Errorf("publish %s: %v", x.id, err)
+					return
+				}
 			}
 		}()
 	}
@@ -867,7 +873,9 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 				lats = append(lats, time.Duration(l))
 			}
 		}
-		x.c.Disconnect(100)
+		if err := x.c.close(); err != nil {
+			b.Errorf("%s: the connection broke: %v", x.id, err)
+		}
 	}
 	if refused > 0 {
 		b.Errorf("%d live sales were not accepted, e.g. %q", refused, bad)
