@@ -186,7 +186,9 @@ func TestSyncExactlyOnce(t *testing.T) {
 	// A live refusal is an answer to the cashier, and the event is never delivered.
 	st, b, _ := c.Call("POST", "/v1/sales", "")
 	var sa api.SaleAnswer
-	json.Unmarshal(b, &sa)
+	if err := json.Unmarshal(b, &sa); st != 201 || err != nil {
+		t.Fatalf("open a sale: %d %s (%v)", st, b, err)
+	}
 	st, b, _ = c.Call("POST", "/v1/sales/"+sa.Sale.ID+"/lines", `{"sku":"LIMITED","qty":1}`)
 	if st != 429 {
 		t.Fatalf("live rate limit: %d %s", st, b)

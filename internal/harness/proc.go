@@ -121,21 +121,6 @@ func (p *Proc) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Running reports whether the process is running.
-func (p *Proc) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
 // WaitListening waits until addr accepts TCP connections.
 func WaitListening(ctx context.Context, addr string) error {
 	for {
