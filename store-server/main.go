@@ -51,6 +51,8 @@ type Main struct {
 	RedisAddr     string
 	RedisPassword string
 	MQTTURL       string
+	MQTTUsername  string
+	MQTTPassword  string
 	MQTTListen    string
 	MQTTUsers     string
 	APIListen     string
@@ -83,6 +85,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
 	str(&m.RedisPassword, "redis-password", "POSGATE_REDIS_PASSWORD", "", "Redis password; prefer the environment variable")
 	str(&m.MQTTURL, "mqtt-url", "POSGATE_MQTT_URL", "", "an external MQTT broker (e.g. tcp://127.0.0.1:1883); empty runs the embedded broker")
+	str(&m.MQTTUsername, "mqtt-username", "POSGATE_MQTT_USERNAME", "", "the store's account on the external broker (--mqtt-url), if it asks for one")
+	str(&m.MQTTPassword, "mqtt-password", "POSGATE_MQTT_PASSWORD", "", "that account's password; prefer the environment variable")
 	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
 	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); empty allows anonymous")
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
@@ -108,6 +112,10 @@ func (m *Main) Validate() error {
 		return errors.New("give --redis-sentinels (production) or --redis-addr")
 	case m.APIToken == "":
 		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
+	case (m.MQTTUsername != "" || m.MQTTPassword != "") && m.MQTTURL == "":
+		return errors.New("--mqtt-username and --mqtt-password are for an external broker (--mqtt-url); the embedded broker's accounts are --mqtt-users")
+	case m.MQTTPassword != "" && m.MQTTUsername == "":
+		return errors.New("--mqtt-password needs --mqtt-username")
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -174,7 +182,8 @@ func (m *Main) Run(ctx context.Context) error {
 		brokerURL = "tcp://" + loopback(b.Addr())
 		log.Info("embedded MQTT broker", "addr", b.Addr())
 	} else {
-		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, OnUp: in.Handle, Logger: log})
+		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
+			Password: m.MQTTPassword, OnUp: in.Handle, Logger: log})
 		if err != nil {
 			return err
 		}

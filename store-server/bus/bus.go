@@ -22,6 +22,8 @@ type Config struct {
 	URL      string
 	ClientID string
 	Store    string
+	// Username and Password are the store's account on the broker, when it asks for one.
+	Username, Password string
 	// OnUp receives every up message in arrival order; it may block (back-pressure).
 	OnUp   func(topic string, payload []byte)
 	Logger *slog.Logger
@@ -52,6 +54,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
 		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
 		SetMessageChannelDepth(10000)
+	if cfg.Username != "" {
+		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
+	}
 	mqttconn.Use(opts, cfg.URL, func(c net.Conn) net.Conn { return newCoalescingConn(c, coalesceWindow) })
 	opts.SetOnConnectHandler(func(c mqtt.Client) {
 		t := c.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
@@ -72,6 +77,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("mqtt connect %s: %w", cfg.URL, t.Error())
 		}
 	case <-ctx.Done():
+		c.Disconnect(0) // stops the retries
 		return nil, ctx.Err()
 	}
 	return &Client{c: c, log: log}, nil

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestMQTTAccountFlags: the store's account is for an external broker only, and a password
+// needs a user name.
+func TestMQTTAccountFlags(t *testing.T) {
+	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token", "x"}
+	for _, c := range []struct {
+		args []string
+		bad  string // a part of the error, "" when the flags are valid
+	}{
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-username", "store-S1", "--mqtt-password", "p"}, ""},
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
+		{[]string{"--mqtt-username", "store-S1"}, "external broker"},
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-password", "p"}, "needs --mqtt-username"},
+	} {
+		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("%v: error %v, want one about %q", c.args, err, c.bad)
+		}
+	}
+}
