@@ -1,11 +1,9 @@
 -- exec.lua: a group of ops (scans, sales, refunds) decided in order in one atomic call
 -- (lib.lua and ops.lua come first). Each op sees the effects of the ops before it, exactly
 -- as if they ran one by one; what the ops share is read once per call: the limits, the
--- promo coefficient, the time (one Redis TIME for the whole call), per sliding-window log
--- the entries that left the window and the count, and (ops.lua) the ops' idempotency
--- records, the stock of their SKUs and each date's flow counter. Accepted live ops are
--- added to the logs at the end, one ZADD per log; stock, flow counters and counter indexes
--- are written back at the end too, one command per key.
+-- promo coefficient, the time (one Redis TIME for the whole call) and, per sliding-window
+-- log, the entries that left the window and the count. Accepted live ops are added to the
+-- logs at the end, one ZADD per log.
 --
 -- Per op: idempotency first (duplicate or conflict: its original result). Live: the three
 -- limiter layers (store, terminal, the op's action), all or nothing; then
@@ -118,7 +116,7 @@ end
 local function sale(b, live, terminal, ls, ti)
   if live then
     for _, l in ipairs(ls) do
-      local short = stock_short(l.sku, l.qty)
+      local short = stock_short(STOCK, l.sku, l.qty)
       if short then
         return short
       end
@@ -126,64 +124,45 @@ local function sale(b, live, terminal, ls, ti)
   end
   local over = 0
   for _, l in ipairs(ls) do
-    if stock_add(l.sku, -l.qty) < 0 then
+    if redis.call('HINCRBY', STOCK, l.sku, fmt(-l.qty)) < 0 then
       over = 1
     end
   end
   counts_add(KEYS[b + 3], KEYS[b + 4], terminal, 'sales', 'amount', 'm:', ti)
-  return { status = 'accepted', flow = flow_next(KEYS[b + 5]), oversold = over }
+  return { status = 'accepted', flow = redis.call('INCR', KEYS[b + 5]), oversold = over }
 end
 
 local function refund(b, terminal, restock, ls, ti)
   if restock then
     for _, l in ipairs(ls) do
-      stock_add(l.sku, l.qty)
+      redis.call('HINCRBY', STOCK, l.sku, fmt(l.qty))
     end
   end
   counts_add(KEYS[b + 3], KEYS[b + 4], terminal, 'refunds', 'refund_amount', 'rm:', ti)
-  return { status = 'accepted', flow = flow_next(KEYS[b + 5]) }
+  return { status = 'accepted', flow = redis.call('INCR', KEYS[b + 5]) }
 end
-
--- Read every op first: the idempotency records and the stock levels the call reads once
--- are those of all its ops.
-local ops, idem_keys, skus, named = {}, {}, {}, {}
-local function name_sku(sku)
-  if not named[sku] then
-    named[sku] = true
-    skus[#skus + 1] = sku
-  end
-end
-local i = 9
-for o = 1, tonumber(ARGV[8]) do
-  local op = { kind = ARGV[i], b = tonumber(ARGV[i + 1]), hash = ARGV[i + 2], live = ARGV[i + 3] == '1' }
-  i = i + 4
-  if op.kind == 'scan' then
-    op.sku, op.qty = ARGV[i], tonumber(ARGV[i + 1])
-    i = i + 2
-    name_sku(op.sku)
-  else
-    op.terminal = ARGV[i]
-    i = i + 1
-    if op.kind == 'refund' then
-      op.restock = ARGV[i] == '1'
-      i = i + 1
-    end
-    op.ls, i = lines(i)
-    op.ti = i
-    i = i + 2 + 2 * tonumber(ARGV[i + 1]) -- total, method count, (method, fen) pairs
-    for _, l in ipairs(op.ls) do
-      name_sku(l.sku)
-    end
-  end
-  ops[o] = op
-  idem_keys[o] = KEYS[op.b]
-end
-ops_load(STOCK, idem_keys, skus)
 
 local out = {}
-for o, op in ipairs(ops) do
-  local kind, b, live = op.kind, op.b, op.live
-  local r = idem_check(KEYS[b], op.hash)
+local i = 9
+for o = 1, tonumber(ARGV[8]) do
+  local kind, b, hash, live = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3] == '1'
+  i = i + 4
+  local sku, qty, terminal, restock, ls, ti
+  if kind == 'scan' then
+    sku, qty = ARGV[i], tonumber(ARGV[i + 1])
+    i = i + 2
+  else
+    terminal = ARGV[i]
+    i = i + 1
+    if kind == 'refund' then
+      restock = ARGV[i] == '1'
+      i = i + 1
+    end
+    ls, i = lines(i)
+    ti = i
+    i = i + 2 + 2 * tonumber(ARGV[i + 1]) -- total, method count, (method, fen) pairs
+  end
+  local r = idem_check(KEYS[b], hash)
   if not r then
     local rk, lims, counts
     if live then
@@ -199,14 +178,14 @@ for o, op in ipairs(ops) do
     if not r then
       local res
       if kind == 'scan' then
-        res = (live and stock_short(op.sku, op.qty)) or { status = 'accepted' }
+        res = (live and stock_short(STOCK, sku, qty)) or { status = 'accepted' }
       elseif kind == 'sale' then
-        res = sale(b, live, op.terminal, op.ls, op.ti)
+        res = sale(b, live, terminal, ls, ti)
       else
-        res = refund(b, op.terminal, op.restock, op.ls, op.ti)
+        res = refund(b, terminal, restock, ls, ti)
       end
       if res.status == 'accepted' then
-        idem_record(KEYS[b], op.hash, res.flow or 0, res.oversold or 0, ttl)
+        idem_record(KEYS[b], hash, res.flow or 0, res.oversold or 0, ttl)
         if live then
           record(rk)
           res.rem = remaining(lims, counts, 1)
@@ -220,5 +199,4 @@ for o, op in ipairs(ops) do
   out[o] = r
 end
 flush()
-ops_flush(STOCK)
 return out
