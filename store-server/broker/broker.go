@@ -88,7 +88,7 @@ func Start(cfg Config) (*Broker, error) {
 		log = slog.Default()
 	}
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: true})
-	if err := srv.AddHook(&authHook{cfg: cfg}, nil); err != nil {
+	if err := srv.AddHook(&authHook{cfg: cfg, log: log.With("component", "broker")}, nil); err != nil {
 		return nil, err
 	}
 	if cfg.OnUp != nil { // before Serve: no up message can come before it
@@ -130,10 +130,13 @@ func (b *Broker) PublishRetained(topic string, payload []byte) error {
 // Close stops the broker.
 func (b *Broker) Close() error { return b.srv.Close() }
 
-// authHook authenticates terminals and confines each to its own topics.
+// authHook authenticates terminals and confines each to its own topics. Every refusal is
+// logged: a terminal set up with the wrong account is otherwise only a client that keeps
+// reconnecting (mochi drops an MQTT 3.1.1 client that publishes where it may not).
 type authHook struct {
 	mqtt.HookBase
 	cfg Config
+	log *slog.Logger
 }
 
 func (h *authHook) ID() string { return "posgate-auth" }
@@ -154,9 +157,19 @@ func (h *authHook) user(name []byte) (User, bool) {
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	u, ok := h.user(pk.Connect.Username)
 	if !ok {
-		return h.cfg.Users == nil // anonymous store LAN
+		if h.cfg.Users == nil {
+			return true // anonymous store LAN
+		}
+		h.log.Warn("connection refused: unknown user", "client", pk.Connect.ClientIdentifier,
+			"user", string(pk.Connect.Username), "remote", cl.Net.Remote)
+		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(u.Password), pk.Connect.Password) == 1
+	if subtle.ConstantTimeCompare([]byte(u.Password), pk.Connect.Password) != 1 {
+		h.log.Warn("connection refused: wrong password", "client", pk.Connect.ClientIdentifier,
+			"user", u.Username, "terminal", u.Terminal, "remote", cl.Net.Remote)
+		return false
+	}
+	return true
 }
 
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
@@ -166,7 +179,17 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	base := "pos/" + h.cfg.Store + "/" + u.Terminal + "/"
 	if write {
-		return topic == base+"up" || topic == base+"status"
+		if topic == base+"up" || topic == base+"status" {
+			return true
+		}
+		h.log.Warn("publish refused: not this terminal's topic", "client", cl.ID, "user", u.Username,
+			"terminal", u.Terminal, "topic", topic)
+		return false
 	}
-	return topic == base+"down" || topic == "pos/"+h.cfg.Store+"/catalog"
+	if topic == base+"down" || topic == "pos/"+h.cfg.Store+"/catalog" {
+		return true
+	}
+	h.log.Warn("subscription refused: not this terminal's topic", "client", cl.ID, "user", u.Username,
+		"terminal", u.Terminal, "topic", topic)
+	return false
 }

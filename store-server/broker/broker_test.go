@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,10 +32,14 @@ func (l *upLog) get() []string {
 	return append([]string(nil), l.msgs...)
 }
 
-func startBroker(t *testing.T, users []User) (*Broker, *upLog) {
+func startBroker(t *testing.T, users []User, log ...*slog.Logger) (*Broker, *upLog) {
 	t.Helper()
 	ups := &upLog{}
-	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: ups.add})
+	cfg := Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: ups.add}
+	if len(log) > 0 {
+		cfg.Logger = log[0]
+	}
+	b, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +143,52 @@ func TestInlineIngest(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(got["T1"]) != "[pos/S1/T1/down acks]" || fmt.Sprint(got["T2"]) != "[pos/S1/catalog catalog v1]" {
 		t.Fatalf("delivered %q", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from the broker's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestRefusalsAreLogged: a terminal set up with the wrong account shows in the store's log,
+// not only as a client that keeps reconnecting.
+func TestRefusalsAreLogged(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}}
+	b, _ := startBroker(t, users, log)
+	if _, err := connect(t, b, "T1", "t1", "wrong"); err == nil {
+		t.Fatal("a wrong password was let in")
+	}
+	if _, err := connect(t, b, "T9", "t9", "p9"); err == nil {
+		t.Fatal("an unknown user was let in")
+	}
+	c, err := connect(t, b, "T1", "t1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Subscribe(wire.DownTopic("S1", "T2"), 1, nil).WaitTimeout(5 * time.Second)
+	c.Publish(wire.UpTopic("S1", "T2"), 1, false, "forged").WaitTimeout(time.Second)
+	for _, want := range []string{
+		"connection refused: wrong password", "user=t1",
+		"connection refused: unknown user", "user=t9",
+		"subscription refused", "topic=pos/S1/T2/down",
+		"publish refused", "topic=pos/S1/T2/up",
+	} {
+		wait(t, "log "+want, func() bool { return strings.Contains(out.String(), want) })
 	}
 }
