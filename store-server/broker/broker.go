@@ -87,8 +87,9 @@ func Start(cfg Config) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log.With("component", "broker"), InlineClient: true})
-	if err := srv.AddHook(&authHook{cfg: cfg, log: log.With("component", "broker")}, nil); err != nil {
+	log = log.With("component", "broker")
+	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log, InlineClient: true})
+	if err := srv.AddHook(newAuthHook(cfg, log), nil); err != nil {
 		return nil, err
 	}
 	if cfg.OnUp != nil { // before Serve: no up message can come before it
@@ -135,8 +136,26 @@ func (b *Broker) Close() error { return b.srv.Close() }
 // reconnecting (mochi drops an MQTT 3.1.1 client that publishes where it may not).
 type authHook struct {
 	mqtt.HookBase
-	cfg Config
-	log *slog.Logger
+	open     bool                // no users configured: anonymous store LAN, every topic
+	accounts map[string]*account // by username
+	catalog  string
+	log      *slog.Logger
+}
+
+// account is a terminal's credentials and the topics it may use, worked out once: the ACL
+// check runs for every message a terminal publishes.
+type account struct {
+	User
+	up, status, down string
+}
+
+func newAuthHook(cfg Config, log *slog.Logger) *authHook {
+	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store), log: log}
+	for _, u := range cfg.Users {
+		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
+			status: wire.StatusTopic(cfg.Store, u.Terminal), down: wire.DownTopic(cfg.Store, u.Terminal)}
+	}
+	return h
 }
 
 func (h *authHook) ID() string { return "posgate-auth" }
@@ -145,51 +164,44 @@ func (h *authHook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
 }
 
-func (h *authHook) user(name []byte) (User, bool) {
-	for _, u := range h.cfg.Users {
-		if u.Username == string(name) {
-			return u, true
-		}
-	}
-	return User{}, false
-}
-
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	u, ok := h.user(pk.Connect.Username)
+	if h.open {
+		return true
+	}
+	a, ok := h.accounts[string(pk.Connect.Username)]
 	if !ok {
-		if h.cfg.Users == nil {
-			return true // anonymous store LAN
-		}
 		h.log.Warn("connection refused: unknown user", "client", pk.Connect.ClientIdentifier,
 			"user", string(pk.Connect.Username), "remote", cl.Net.Remote)
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(u.Password), pk.Connect.Password) != 1 {
+	if subtle.ConstantTimeCompare([]byte(a.Password), pk.Connect.Password) != 1 {
 		h.log.Warn("connection refused: wrong password", "client", pk.Connect.ClientIdentifier,
-			"user", u.Username, "terminal", u.Terminal, "remote", cl.Net.Remote)
+			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
 	return true
 }
 
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	u, ok := h.user(cl.Properties.Username)
-	if !ok {
-		return h.cfg.Users == nil
-	}
-	base := "pos/" + h.cfg.Store + "/" + u.Terminal + "/"
-	if write {
-		if topic == base+"up" || topic == base+"status" {
-			return true
-		}
-		h.log.Warn("publish refused: not this terminal's topic", "client", cl.ID, "user", u.Username,
-			"terminal", u.Terminal, "topic", topic)
-		return false
-	}
-	if topic == base+"down" || topic == "pos/"+h.cfg.Store+"/catalog" {
+	if h.open {
 		return true
 	}
-	h.log.Warn("subscription refused: not this terminal's topic", "client", cl.ID, "user", u.Username,
-		"terminal", u.Terminal, "topic", topic)
+	a, ok := h.accounts[string(cl.Properties.Username)]
+	if !ok {
+		return false // not authenticated by this hook
+	}
+	if write {
+		if topic == a.up || topic == a.status {
+			return true
+		}
+		h.log.Warn("publish refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
+			"terminal", a.Terminal, "topic", topic)
+		return false
+	}
+	if topic == a.down || topic == h.catalog {
+		return true
+	}
+	h.log.Warn("subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
+		"terminal", a.Terminal, "topic", topic)
 	return false
 }

@@ -53,10 +53,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		SetCleanSession(false).SetOrderMatters(true).SetAutoReconnect(true).
 		SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).SetMaxReconnectInterval(2 * time.Second).
 		SetKeepAlive(5 * time.Second).SetPingTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).
-		SetMessageChannelDepth(10000)
-	if cfg.Username != "" {
-		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
-	}
+		SetMessageChannelDepth(10000).SetUsername(cfg.Username).SetPassword(cfg.Password) // sent only if a user is set
 	mqttconn.Use(opts, cfg.URL, func(c net.Conn) net.Conn { return newCoalescingConn(c, coalesceWindow) })
 	opts.SetOnConnectHandler(func(c mqtt.Client) {
 		t := c.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
