@@ -95,6 +95,12 @@ type Receipt struct {
 	Days      int       `json:"days"`      // day declarations stored
 	Duplicate bool      `json:"duplicate"` // the batch was stored before; this is the original receipt
 	StoredAt  time.Time `json:"stored_at"`
+
+	// DaysHeld lists the declarations of the batch HQ did not store because it already holds
+	// the day at a revision at least as high: business date → the revision it holds. An
+	// uploader whose state was lost starts again from revision 1; this is how it learns to
+	// declare above what HQ holds.
+	DaysHeld map[string]int64 `json:"days_held,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

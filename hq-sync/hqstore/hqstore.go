@@ -144,3 +144,13 @@ func (in Interner) String(s string) string {
 // (held 0: none yet). The highest revision stands; an equal revision is a resend and
 // changes nothing.
 func DayStored(held, rev int64) bool { return rev > held }
+
+// Held records in m (allocated when nil) that HQ kept its revision held of date instead of
+// a declaration in the batch, for hq.Receipt.DaysHeld.
+func Held(m map[string]int64, date string, held int64) map[string]int64 {
+	if m == nil {
+		m = map[string]int64{}
+	}
+	m[date] = max(m[date], held)
+	return m
+}

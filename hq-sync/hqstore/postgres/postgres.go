@@ -188,7 +188,7 @@ func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
-	if rc.Days, err = putDays(ctx, tx, b, at); err != nil {
+	if rc.Days, rc.DaysHeld, err = putDays(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -354,11 +354,13 @@ func hasTwins(rows []hq.Row) bool {
 	return false
 }
 
-// putDays stores each declaration whose revision is higher than the one held and returns
-// how many it stored. The upsert locks the day's row, so concurrent declarations of one
-// day are applied one after the other.
-func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+// putDays stores each declaration whose revision is higher than the one held. It returns
+// how many it stored and, for the others, the revision held (hq.Receipt.DaysHeld). The
+// upsert locks the day's row, so concurrent declarations of one day are applied one after
+// the other.
+func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, map[string]int64, error) {
 	stored := 0
+	var kept map[string]int64
 	for i := range b.Days {
 		d := &b.Days[i]
 		tag, err := tx.Exec(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id, received_ms, first_ms)
@@ -368,14 +370,21 @@ func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, er
 			WHERE days.revision < EXCLUDED.revision`,
 			b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, at.UnixMilli())
 		if err != nil {
-			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
 		if tag.RowsAffected() == 0 {
-			continue // an equal or lower revision: the one held stands
+			// An equal or lower revision: the one held stands (the upsert locked its row).
+			var held int64
+			if err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
+				b.Store, d.BusinessDate).Scan(&held); err != nil {
+				return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			}
+			kept = hqstore.Held(kept, d.BusinessDate, held)
+			continue
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM day_txns WHERE business_date = $1 AND store = $2`,
 			d.BusinessDate, b.Store); err != nil {
-			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
 		if len(d.Txns) > 0 {
 			src := pgx.CopyFromSlice(len(d.Txns), func(j int) ([]any, error) {
@@ -385,12 +394,12 @@ func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, er
 					int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask}, nil
 			})
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"day_txns"}, txnCols, src); err != nil {
-				return 0, fmt.Errorf("put batch: day %s: copy transactions: %w", d.BusinessDate, err)
+				return 0, nil, fmt.Errorf("put batch: day %s: copy transactions: %w", d.BusinessDate, err)
 			}
 		}
 		stored++
 	}
-	return stored, nil
+	return stored, kept, nil
 }
 
 // Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close

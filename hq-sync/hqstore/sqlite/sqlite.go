@@ -76,7 +76,7 @@ func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, a
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
-	if rc.Days, err = putDays(ctx, tx, b, at); err != nil {
+	if rc.Days, rc.DaysHeld, err = putDays(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -228,10 +228,11 @@ func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
 	return nil
 }
 
-// putDays stores each declaration whose revision is higher than the one held and returns
-// how many it stored.
-func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+// putDays stores each declaration whose revision is higher than the one held. It returns
+// how many it stored and, for the others, the revision held (hq.Receipt.DaysHeld).
+func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, map[string]int64, error) {
 	stored := 0
+	var kept map[string]int64
 	ms := at.UnixMilli()
 	for i := range b.Days {
 		d := &b.Days[i]
@@ -240,9 +241,10 @@ func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, e
 			b.Store, d.BusinessDate).Scan(&held)
 		found := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
 		if found && !hqstore.DayStored(held, d.Revision) {
+			kept = hqstore.Held(kept, d.BusinessDate, held)
 			continue
 		}
 		closed := d.ClosedAt.UTC().Format(time.RFC3339Nano)
@@ -258,14 +260,14 @@ func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, e
 				received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, ms)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
 		if err := insertTxns(ctx, tx, b.Store, d); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		stored++
 	}
-	return stored, nil
+	return stored, kept, nil
 }
 
 const (

@@ -390,7 +390,7 @@ func testDayRevisions(t *testing.T, s hq.Storage) {
 	rows := Sales("S1", "T1", 1, 6, D1, t0)
 	rev1 := Day(D1, 1, t0.Add(time.Hour), rows[:4])
 	b1, h1 := NewBatch("S1", "b-1", rows[:4], rev1)
-	if rc := MustPut(t, s, b1, h1, at1); rc.Days != 1 {
+	if rc := MustPut(t, s, b1, h1, at1); rc.Days != 1 || rc.DaysHeld != nil {
 		t.Fatalf("first declaration: %+v", rc)
 	}
 	CheckDay(t, daysOf(t, s, D1, "S1")[0], "S1", rev1, at1, at1)
@@ -409,13 +409,18 @@ func testDayRevisions(t *testing.T, s hq.Storage) {
 	before := Take(t, s, D1)
 	rev2 := Day(D1, 2, t0.Add(90*time.Minute), rows[:5])
 	b3, h3 := NewBatch("S1", "b-3", nil, rev2)
-	if rc := MustPut(t, s, b3, h3, at3); rc.Days != 0 {
-		t.Fatalf("revision 2 after 3: %+v, want 0 days stored", rc)
+	// Each receipt says which revision HQ kept, and a replay gives the same answer.
+	held := map[string]int64{D1: 3}
+	if rc := MustPut(t, s, b3, h3, at3); rc.Days != 0 || !maps.Equal(rc.DaysHeld, held) {
+		t.Fatalf("revision 2 after 3: %+v, want 0 days stored and %v held", rc, held)
+	}
+	if rc := MustPut(t, s, b3, h3, at3); !rc.Duplicate || !maps.Equal(rc.DaysHeld, held) {
+		t.Fatalf("revision 2 after 3 replayed: %+v, want the original receipt", rc)
 	}
 	rev3b := Day(D1, 3, t0, rows[:1])
 	b4, h4 := NewBatch("S1", "b-4", nil, rev3b)
-	if rc := MustPut(t, s, b4, h4, at3); rc.Days != 0 {
-		t.Fatalf("revision 3 again: %+v, want 0 days stored", rc)
+	if rc := MustPut(t, s, b4, h4, at3); rc.Days != 0 || !maps.Equal(rc.DaysHeld, held) {
+		t.Fatalf("revision 3 again: %+v, want 0 days stored and %v held", rc, held)
 	}
 	after := Take(t, s, D1)
 	before.Batches += 2
