@@ -610,6 +610,16 @@ func stateBatches(tb testing.TB, u *Uploader) (map[string]string, string) {
 	return m, pending
 }
 
+// nthBatch returns the id of u's n-th batch (in its state's series).
+func nthBatch(tb testing.TB, u *Uploader, n int64) string {
+	tb.Helper()
+	kv, err := u.kv(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return batchID(u.cfg.Store, kv["batch_series"], n)
+}
+
 // checkBatches fails unless every batch HQ stored is the state's batch of that id, with
 // the same content, and every batch the state holds as sent is at HQ.
 func checkBatches(tb testing.TB, h *testHQ, u *Uploader) {

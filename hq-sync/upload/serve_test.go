@@ -2,9 +2,12 @@ package upload
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -135,4 +138,94 @@ func TestUploadToServe(t *testing.T) {
 		t.Errorf("HQ stored %d batches, the uploader recorded %d (pending %q)", n, len(sent), pending)
 	}
 	t.Logf("%d rows in %d batches; %d requests, %d answers lost after HQ stored the batch", len(rows), n, f.seen, f.lost)
+}
+
+// TestLostStateStartsAgain loses the uploader's state after HQ holds the store's rows and
+// two declarations of a day, and starts a new state on the same ledger, against hq-sync
+// serve on the SQLite engine: its batch ids never collide with the old ones (HQ would
+// refuse them as batch_id_reused), the rows are resent and HQ keeps one of each, and the
+// day, which HQ holds at revision 2, is declared again above it with the ledger's manifest,
+// as is a late sale of the day after that.
+func TestLostStateStartsAgain(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "hq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clk := newClock(day1.Add(time.Hour)) // date0 is over
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	cfg.BatchRows = 50
+
+	// The first state: 120 sales and the day close declared (revision 1), then a late
+	// offline sale of the day declared again (revision 2).
+	s.Sales(120, day0)
+	s.DayClose(date0, day1.Add(-8*time.Hour), "T1", "T2", "T3")
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	s.Sales(1, day0.Add(5*time.Hour))
+	MustOnce(t, u)
+	oldIDs, _ := stateBatches(t, u)
+	u.Close()
+	checkHQDay(t, st, s, 2)
+
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(cfg.StatePath + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	n0, err := st.BatchCount(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u = MustNew(t, cfg)
+	MustOnce(t, u)
+	newIDs, pending := stateBatches(t, u)
+	if pending != "" {
+		t.Fatalf("batch %s still pending", pending)
+	}
+	for id := range newIDs {
+		if _, ok := oldIDs[id]; ok {
+			t.Errorf("the new state used batch id %s again", id)
+		}
+	}
+	if n, err := st.BatchCount(ctx); err != nil || n != n0+int64(len(newIDs)) {
+		t.Errorf("HQ holds %d batches, %d before and %d new (%v)", n, n0, len(newIDs), err)
+	}
+	checkHQDay(t, st, s, 3)
+
+	// The new state goes on: a late sale of the day leads to revision 4.
+	s.Sales(1, day0.Add(6*time.Hour))
+	MustOnce(t, u)
+	checkHQDay(t, st, s, 4)
+}
+
+// checkHQDay fails unless HQ holds every ledger row of date0 once and the day declared at
+// revision rev listing the ledger's manifest.
+func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) {
+	tb.Helper()
+	ctx := context.Background()
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if want := len(s.Outbox()); len(rows) != want {
+		tb.Errorf("HQ holds %d rows of %s, the ledger %d", len(rows), date0, want)
+	}
+	days, err := st.Days(ctx, date0, testStore)
+	if err != nil || len(days) != 1 {
+		tb.Fatalf("days %+v %v", days, err)
+	}
+	manifest, err := s.l.DayManifest(ctx, date0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if d := days[0].Day; d.Revision != rev || len(d.Txns) != len(manifest) {
+		tb.Errorf("%s declared at revision %d with %d txns; want revision %d with the ledger's %d",
+			date0, d.Revision, len(d.Txns), rev, len(manifest))
+	}
 }

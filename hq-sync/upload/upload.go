@@ -390,7 +390,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, atoi(kv["next_batch"])+1),
+	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	var rows []ledger.OutboxRow
 	used := 0 // body bytes taken by the days and rows so far
@@ -522,9 +522,10 @@ func jsonSize(v any) (int, error) {
 	return len(b) + 1, err // and a comma
 }
 
-// batchID returns the id of the n-th batch of a store: "S1-000000042".
-func batchID(store string, n int64) string {
-	return fmt.Sprintf("%s-%09d", store, n)
+// batchID returns the id of the n-th batch of a store in a series: "S1-9f86d081-000000042"
+// in series 9f86d081.
+func batchID(store, series string, n int64) string {
+	return fmt.Sprintf("%s-%s-%09d", store, series, n)
 }
 
 type undeclaredDay struct {
@@ -580,7 +581,7 @@ func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339
 
 // markSent records HQ's receipt: the batch is sent, the watermark moves to its last row,
 // its rows count for their dates, and its declarations are acknowledged.
-func (u *Uploader) markSent(ctx context.Context, b *batch, receipt []byte) error {
+func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, receipt []byte) error {
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
@@ -604,6 +605,14 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, receipt []byte) error
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
 	}
 	for date, rev := range b.days {
+		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
+			// HQ holds the day at this revision or a later one, declared by a state this one
+			// replaced: the day stays due, and its next declaration goes above HQ's.
+			u.log.Warn("HQ holds a later declaration of the day than this upload state knows; declaring it again",
+				"batch", b.id, "business_date", date, "revision", rev, "hq_revision", held)
+			exec(`UPDATE days SET revision = ? WHERE business_date = ?`, held, date)
+			continue
+		}
 		exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
 			rev, now, date)
 	}
@@ -628,7 +637,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 					return err
 				}
 			}
-			if err := u.markSent(ctx, b, raw); err != nil {
+			if err := u.markSent(ctx, b, &receipt, raw); err != nil {
 				return err
 			}
 			if attempt > 0 || b.attempts > 0 {
