@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -117,15 +118,44 @@ func lookupRequest(tx txStmts, token, fingerprint string) (*Prior, error) {
 }
 
 // Answer records the answer given for a client token, so that a retry gets it again.
+//
+// The record is committed without an fsync of its own (synchronous=NORMAL for this one
+// transaction): the next commit's fsync, or the next checkpoint, carries it to the disk.
+// Losing it to a power cut loses nothing: the request's own commit (Do) was durable, and a
+// retry that finds no recorded answer is answered from the stored state, as after an agent
+// that stopped before answering. A cashier's request thus waits for one fsync, not two.
 func (s *Store) Answer(ctx context.Context, token string, status int, body []byte) error {
 	if token == "" {
 		return nil
 	}
-	_, err := s.db.W.ExecContext(ctx, `UPDATE requests SET status = ?, body = ? WHERE token = ?`, status, body, token)
-	if err != nil {
+	if err := s.execUnsynced(ctx, `UPDATE requests SET status = ?, body = ? WHERE token = ?`, status, body, token); err != nil {
 		return fmt.Errorf("record answer: %w", err)
 	}
 	return nil
+}
+
+// execUnsynced runs one statement in its own transaction on the writer connection at
+// synchronous=NORMAL, and puts the connection back to FULL before anyone else may use it. A
+// connection that cannot be put back is closed (the pool opens a new one, at FULL).
+func (s *Store) execUnsynced(ctx context.Context, query string, args ...any) (err error) {
+	c, err := s.db.W.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = FULL"); rerr != nil {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+			if err == nil {
+				err = rerr
+			}
+		}
+	}()
+	_, err = c.ExecContext(ctx, query, args...)
+	return err
 }
 
 // enqueue appends an event to the queue and returns its seq. The seq is the AUTOINCREMENT
