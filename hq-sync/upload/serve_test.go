@@ -58,11 +58,7 @@ func TestUploadToServe(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "hq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := mustOpenHQ(t, dir)
 	clk := newClock(day0.Add(time.Hour))
 	f := &flaky{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}),
 		rng: rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano()))), on: true}
@@ -111,19 +107,8 @@ func TestUploadToServe(t *testing.T) {
 			t.Errorf("row %s: HQ %+v, ledger %+v", o.Row.Key(testStore), r, o.Row)
 		}
 	}
-	days, err := st.Days(ctx, date0, testStore)
-	if err != nil || len(days) != 1 {
-		t.Fatalf("days %+v %v", days, err)
-	}
-	manifest, err := s.l.DayManifest(ctx, date0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if days[0].Day.Revision != 1 || len(days[0].Day.Txns) != len(manifest) {
-		t.Errorf("declaration revision %d with %d txns, the ledger has %d", days[0].Day.Revision,
-			len(days[0].Day.Txns), len(manifest))
-	}
-	for i, tx := range days[0].Day.Txns {
+	day, manifest := checkHQDay(t, st, s, 1)
+	for i, tx := range day.Txns {
 		m := manifest[i]
 		if tx.Terminal != m.Terminal || tx.Seq != m.Seq || tx.Amount != m.Amount || !sameMap(tx.ByMethod, m.ByMethod) {
 			t.Errorf("declared txn %d %+v, ledger %+v", i, tx, m)
@@ -150,11 +135,7 @@ func TestLostStateStartsAgain(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "hq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := mustOpenHQ(t, dir)
 	clk := newClock(day1.Add(time.Hour)) // date0 is over
 	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
 	defer srv.Close()
@@ -204,9 +185,20 @@ func TestLostStateStartsAgain(t *testing.T) {
 	checkHQDay(t, st, s, 4)
 }
 
+// mustOpenHQ opens HQ's SQLite database in dir, closed when the test ends.
+func mustOpenHQ(tb testing.TB, dir string) *sqlite.Store {
+	tb.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hq.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
 // checkHQDay fails unless HQ holds every ledger row of date0 once and the day declared at
-// revision rev listing the ledger's manifest.
-func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) {
+// revision rev with as many transactions as the ledger's manifest; it returns both.
+func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreDay, []hq.Txn) {
 	tb.Helper()
 	ctx := context.Background()
 	rows, err := st.Rows(ctx, date0, testStore)
@@ -224,8 +216,10 @@ func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if d := days[0].Day; d.Revision != rev || len(d.Txns) != len(manifest) {
+	d := days[0].Day
+	if d.Revision != rev || len(d.Txns) != len(manifest) {
 		tb.Errorf("%s declared at revision %d with %d txns; want revision %d with the ledger's %d",
 			date0, d.Revision, len(d.Txns), rev, len(manifest))
 	}
+	return d, manifest
 }
