@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		l.Close()
 		return nil, err
 	}
-	st, err := sqlitedb.Open(ctx, cfg.StatePath, migrations)
+	st, err := sqlitedb.OpenExclusive(ctx, cfg.StatePath, migrations)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("upload: open state: %w", err)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ type DB struct {
 	Path string
 
 	ckpt *checkpointer // nil for a DB built by hand (no background checkpoints)
+	lock *os.File      // the flock that makes Open's DB the database's only writer; nil by hand
 }
 
 // driverName is mattn/go-sqlite3 with every connection's automatic WAL checkpoint turned
@@ -110,6 +112,30 @@ func dsn(path string, readonly bool) string {
 // Open opens (creating if needed) the database at path and applies the migrations in
 // migrations (files named NNN_name.sql, applied in name order), if it is not nil.
 func Open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
+	return open(ctx, path, migrations)
+}
+
+// OpenExclusive is Open for a database that one process owns (a terminal's outbox, a store's
+// ledger, an uploader's state): the returned DB is its only user until it is closed, and
+// while it is open another OpenExclusive of the same path, in any process, fails with
+// ErrInUse (a flock on path+".lock"; readers that open the file themselves are not
+// stopped). Two agents, store-servers or uploaders started on one data directory would
+// each believe it decides alone.
+func OpenExclusive(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := open(ctx, path, migrations)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	db.lock = lock
+	return db, nil
+}
+
+func open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
 	w, err := sql.Open(driverName, dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -156,6 +182,9 @@ func (db *DB) Close() error {
 		if rerr := db.R.Close(); err == nil {
 			err = rerr
 		}
+	}
+	if db.lock != nil {
+		db.lock.Close() // after the connections: the next writer may open it now
 	}
 	return err
 }

@@ -84,7 +84,7 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 	if loc == nil {
 		return nil, errors.New("open ledger: the store's time zone is missing")
 	}
-	db, err := sqlitedb.Open(ctx, path, schema.Store())
+	db, err := sqlitedb.OpenExclusive(ctx, path, schema.Store())
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}

@@ -62,7 +62,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	db, err := sqlitedb.Open(ctx, path, schema.Terminal())
+	db, err := sqlitedb.OpenExclusive(ctx, path, schema.Terminal())
 	if err != nil {
 		return nil, fmt.Errorf("open outbox: %w", err)
 	}
