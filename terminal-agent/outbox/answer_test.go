@@ -2,8 +2,11 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
+
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // TestAnswerLeavesWriterDurable records an answer (committed without its own fsync) and
@@ -45,10 +48,68 @@ func TestAnswerLeavesWriterDurable(t *testing.T) {
 	}
 
 	// A statement that fails leaves the writer at FULL too.
-	if err := s.execUnsynced(ctx, "UPDATE no_such_table SET x = 1"); err == nil {
+	err = s.unsynced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE no_such_table SET x = 1")
+		return err
+	})
+	if err == nil {
 		t.Fatal("a bad statement succeeded")
 	}
 	if v := synchronous(); v != 2 {
 		t.Fatalf("writer at synchronous=%d after a failed unsynced statement, want 2 (FULL)", v)
 	}
+}
+
+// TestApplyLeavesWriterDurable applies an ack-only batch (committed without its own fsync)
+// and a refusal (durable), and checks each event's state and that the writer connection is
+// at synchronous=FULL after each.
+func TestApplyLeavesWriterDurable(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
+		t.Fatal(err)
+	}
+	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func() int64 {
+		t.Helper()
+		_, seq, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) {
+			_, err := tx.AddLine(sale, "MILK", "", 1)
+			return sale, err
+		})
+		if err != nil || seq == 0 {
+			t.Fatalf("scan: seq %d, %v", seq, err)
+		}
+		return seq
+	}
+	check := func(seq int64, state string) {
+		t.Helper()
+		var got string
+		if err := s.db.R.QueryRowContext(ctx, `SELECT state FROM events WHERE seq = ?`, seq).Scan(&got); err != nil || got != state {
+			t.Fatalf("event %d: state %q (%v), want %q", seq, got, err, state)
+		}
+		var v int
+		if err := s.db.W.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&v); err != nil || v != 2 {
+			t.Fatalf("writer at synchronous=%d (%v), want 2 (FULL)", v, err)
+		}
+	}
+	a, b := scan(), scan()
+	done, err := s.Apply(ctx, []Transition{{Seq: a, Action: Ack, Ack: wire.Ack{Seq: a, Status: wire.AckAccepted}}})
+	if err != nil || len(done) != 1 {
+		t.Fatalf("apply ack: %v, %d changed", err, len(done))
+	}
+	check(a, "acked")
+	done, err = s.Apply(ctx, []Transition{{Seq: b, Action: Refuse,
+		Ack: wire.Ack{Seq: b, Status: wire.AckRejected, Code: "out_of_stock", Live: true}}})
+	if err != nil || len(done) != 1 {
+		t.Fatalf("apply refusal: %v, %d changed", err, len(done))
+	}
+	check(b, "refused")
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -219,35 +220,93 @@ const (
 )
 
 // Apply applies transitions in one transaction and returns those that changed a pending event.
+//
+// Transitions that are all deliveries (Ack) commit without an fsync of their own (the next
+// commit's fsync or checkpoint carries them): if a power cut loses them, their events are
+// pending again, are resent, and the store answers each as a duplicate with its original
+// result. A refusal, a park or a switch to offline is made durable before Apply returns: the
+// cashier is told of it, and losing it could bring a refused sale back as an offline one.
 func (s *Store) Apply(ctx context.Context, ts []Transition) ([]Transition, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
-	tx, err := s.db.W.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("apply acks: %w", err)
+	durable := false
+	for _, t := range ts {
+		durable = durable || t.Action != Ack
 	}
-	defer tx.Rollback()
 	nowMs := s.cfg.Now().UnixMilli()
 	var done []Transition
-	st := txStmts{ctx: ctx, tx: tx, cache: s.wstmts}
-	for _, t := range ts {
-		changed, err := applyOne(st, t, nowMs)
-		if err != nil {
-			return nil, fmt.Errorf("apply ack %d: %w", t.Seq, err)
+	apply := func(tx *sql.Tx) error {
+		done = done[:0]
+		st := txStmts{ctx: ctx, tx: tx, cache: s.wstmts}
+		for _, t := range ts {
+			changed, err := applyOne(st, t, nowMs)
+			if err != nil {
+				return fmt.Errorf("apply ack %d: %w", t.Seq, err)
+			}
+			if changed {
+				done = append(done, t)
+			}
 		}
-		if changed {
-			done = append(done, t)
-		}
+		_, err := st.exec(setKVSQL, KVLastAck, nowMs)
+		return err
 	}
-	if _, err := st.exec(setKVSQL, KVLastAck, nowMs); err != nil {
-		return nil, err
+	var err error
+	if durable {
+		err = s.durable(ctx, apply)
+	} else {
+		err = s.unsynced(ctx, apply)
 	}
-	if err := tx.Commit(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("apply acks: %w", err)
 	}
 	s.wstmts.warm(ctx)
 	return done, nil
+}
+
+// durable runs fn in a write transaction and commits it (synchronous=FULL: durable on return).
+func (s *Store) durable(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// unsynced is durable at synchronous=NORMAL: the commit is atomic and in the write-ahead
+// log, on the disk with the next fsync. The writer connection is put back to FULL before
+// anyone else may use it; one that cannot be put back is closed (the pool opens a new one,
+// at FULL). Only what may be lost to a power cut without harm goes this way.
+func (s *Store) unsynced(ctx context.Context, fn func(*sql.Tx) error) (err error) {
+	c, err := s.db.W.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = FULL"); rerr != nil {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+			if err == nil {
+				err = rerr
+			}
+		}
+	}()
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func applyOne(tx txStmts, t Transition, nowMs int64) (bool, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -128,34 +127,14 @@ func (s *Store) Answer(ctx context.Context, token string, status int, body []byt
 	if token == "" {
 		return nil
 	}
-	if err := s.execUnsynced(ctx, `UPDATE requests SET status = ?, body = ? WHERE token = ?`, status, body, token); err != nil {
+	err := s.unsynced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE requests SET status = ?, body = ? WHERE token = ?`, status, body, token)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("record answer: %w", err)
 	}
 	return nil
-}
-
-// execUnsynced runs one statement in its own transaction on the writer connection at
-// synchronous=NORMAL, and puts the connection back to FULL before anyone else may use it. A
-// connection that cannot be put back is closed (the pool opens a new one, at FULL).
-func (s *Store) execUnsynced(ctx context.Context, query string, args ...any) (err error) {
-	c, err := s.db.W.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
-		return err
-	}
-	defer func() {
-		if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = FULL"); rerr != nil {
-			_ = c.Raw(func(any) error { return driver.ErrBadConn })
-			if err == nil {
-				err = rerr
-			}
-		}
-	}()
-	_, err = c.ExecContext(ctx, query, args...)
-	return err
 }
 
 // enqueue appends an event to the queue and returns its seq. The seq is the AUTOINCREMENT
