@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -57,7 +59,41 @@ func Fingerprint(method, path string, body []byte) string {
 // Do runs fn in one transaction. With a client token, the token is recorded in the same
 // transaction; a token seen before returns its Prior instead of running fn again, and a
 // token reused for another request is a perr.Conflict. If fn fails nothing is stored.
+//
+// A full or failing disk is a *perr.Error of kind perr.Unavailable, code CodeStorageFull or
+// CodeStorageError, with a message a cashier can act on; nothing of the request is stored.
 func (s *Store) Do(ctx context.Context, token, fingerprint string, mode Mode,
+	fn func(*Tx) (ref string, err error)) (ref string, seq int64, prior *Prior, err error) {
+	ref, seq, prior, err = s.do(ctx, token, fingerprint, mode, fn)
+	return ref, seq, prior, storageError(err)
+}
+
+// The codes of the storage errors (Do).
+const (
+	CodeStorageFull  = "storage_full"
+	CodeStorageError = "storage_error"
+)
+
+// storageError turns SQLite's verdicts on the device's storage into coded errors: without
+// them a full disk reads as "internal error; try again", and trying again cannot help.
+func storageError(err error) error {
+	var pe *perr.Error
+	var se sqlite3.Error
+	if err == nil || errors.As(err, &pe) || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code {
+	case sqlite3.ErrFull:
+		return perr.Wrap(err, perr.Unavailable, CodeStorageFull,
+			"the terminal's storage is full: this step was not recorded; free space on the device or call support")
+	case sqlite3.ErrIoErr, sqlite3.ErrCorrupt, sqlite3.ErrNotADB, sqlite3.ErrCantOpen, sqlite3.ErrReadonly:
+		return perr.Wrap(err, perr.Unavailable, CodeStorageError,
+			"the terminal cannot write to its storage: this step was not recorded; call support")
+	}
+	return err
+}
+
+func (s *Store) do(ctx context.Context, token, fingerprint string, mode Mode,
 	fn func(*Tx) (ref string, err error)) (ref string, seq int64, prior *Prior, err error) {
 	tx, err := s.db.W.BeginTx(ctx, nil)
 	if err != nil {

@@ -3,9 +3,11 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
 
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -112,4 +114,69 @@ func TestApplyLeavesWriterDurable(t *testing.T) {
 		t.Fatalf("apply refusal: %v, %d changed", err, len(done))
 	}
 	check(b, "refused")
+}
+
+// TestStorageFull fills the outbox up to a page limit (SQLite answers SQLITE_FULL, as for a
+// full disk): the request that does not fit fails with perr.Unavailable "storage_full" and
+// leaves nothing behind, and once there is room again the next one is recorded.
+func TestStorageFull(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
+		t.Fatal(err)
+	}
+	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func() error {
+		_, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) {
+			_, err := tx.AddLine(sale, "MILK", "", 1)
+			return sale, err
+		})
+		return err
+	}
+	events := func() int {
+		var n int
+		if err := s.db.R.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var pages int
+	if err := s.db.W.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.W.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		before := events()
+		err := scan()
+		if err == nil {
+			if i > 10_000 {
+				t.Fatal("the outbox never filled up")
+			}
+			continue
+		}
+		if perr.KindOf(err) != perr.Unavailable || perr.CodeOf(err) != CodeStorageFull {
+			t.Fatalf("scan into a full outbox: %v (kind %s, code %s), want unavailable/%s", err,
+				perr.KindOf(err), perr.CodeOf(err), CodeStorageFull)
+		}
+		if after := events(); after != before {
+			t.Fatalf("the failed scan left %d events, %d before", after, before)
+		}
+		break
+	}
+	if _, err := s.db.W.ExecContext(ctx, "PRAGMA max_page_count = 1000000"); err != nil {
+		t.Fatal(err)
+	}
+	if err := scan(); err != nil {
+		t.Fatalf("scan once there is room again: %v", err)
+	}
 }
