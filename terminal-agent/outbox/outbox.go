@@ -266,7 +266,15 @@ func (s *Store) Apply(ctx context.Context, ts []Transition) ([]Transition, error
 
 // durable runs fn in a write transaction and commits it (synchronous=FULL: durable on return).
 func (s *Store) durable(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.W.BeginTx(ctx, nil)
+	return inTx(ctx, s.db.W, fn)
+}
+
+// inTx runs fn in a transaction of b (the writer pool or one of its connections) and
+// commits it; if fn fails, nothing is stored.
+func inTx(ctx context.Context, b interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, fn func(*sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -298,15 +306,7 @@ func (s *Store) unsynced(ctx context.Context, fn func(*sql.Tx) error) (err error
 			}
 		}
 	}()
-	tx, err := c.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return inTx(ctx, c, fn)
 }
 
 func applyOne(tx txStmts, t Transition, nowMs int64) (bool, error) {

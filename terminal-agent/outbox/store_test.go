@@ -67,25 +67,10 @@ func TestAnswerLeavesWriterDurable(t *testing.T) {
 // at synchronous=FULL after each.
 func TestApplyLeavesWriterDurable(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
-		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
-		t.Fatal(err)
-	}
-	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, scanOnce := openSale(t)
 	scan := func() int64 {
 		t.Helper()
-		_, seq, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) {
-			_, err := tx.AddLine(sale, "MILK", "", 1)
-			return sale, err
-		})
+		seq, err := scanOnce()
 		if err != nil || seq == 0 {
 			t.Fatalf("scan: seq %d, %v", seq, err)
 		}
@@ -121,24 +106,9 @@ func TestApplyLeavesWriterDurable(t *testing.T) {
 // leaves nothing behind, and once there is room again the next one is recorded.
 func TestStorageFull(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
-		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
-		t.Fatal(err)
-	}
-	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, scanOnce := openSale(t)
 	scan := func() error {
-		_, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) {
-			_, err := tx.AddLine(sale, "MILK", "", 1)
-			return sale, err
-		})
+		_, err := scanOnce()
 		return err
 	}
 	events := func() int {
@@ -178,5 +148,33 @@ func TestStorageFull(t *testing.T) {
 	}
 	if err := scan(); err != nil {
 		t.Fatalf("scan once there is room again: %v", err)
+	}
+}
+
+// openSale opens a fresh outbox (closed when the test ends) with one SKU and an open sale,
+// and returns it with a function that scans that SKU into the sale offline and returns the
+// scan event's seq.
+func openSale(t *testing.T) (*Store, func() (int64, error)) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
+		t.Fatal(err)
+	}
+	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, func() (int64, error) {
+		_, seq, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) {
+			_, err := tx.AddLine(sale, "MILK", "", 1)
+			return sale, err
+		})
+		return seq, err
 	}
 }
