@@ -116,6 +116,10 @@ type Stats struct {
 	Rebuilds    int64 `json:"rebuilds"`
 	GateErrors  int64 `json:"gate_errors"`
 	CommitError int64 `json:"commit_errors"`
+	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
+	// when. While commits fail nothing is acked; the terminals keep their events and resend.
+	LastCommitError   string    `json:"last_commit_error,omitempty"`
+	LastCommitErrorAt time.Time `json:"last_commit_error_at,omitzero"`
 }
 
 // upMsg is an up message decoded by Handle, off the ingest loop: decoding needs no state,
@@ -689,7 +693,11 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 	}
 	outs, err := in.cfg.Ledger.Commit(context.WithoutCancel(ctx), recs)
 	if err != nil {
-		in.count(func(s *Stats) { s.CommitError++ })
+		at := in.cfg.Now()
+		in.count(func(s *Stats) {
+			s.CommitError++
+			s.LastCommitError, s.LastCommitErrorAt = err.Error(), at.UTC()
+		})
 		in.log.Error("ledger commit failed; no acks sent, terminals will resend", "err", err)
 		for _, x := range owners {
 			x.done, x.ack.Status = true, ""

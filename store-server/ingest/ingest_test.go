@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,4 +152,59 @@ func TestHandleAfterStop(t *testing.T) {
 	}
 	in.Stop() // twice is fine
 	in.Handle(wire.UpTopic(testStore, "T1"), msg)
+}
+
+// TestCommitFailureIsVisible: when the ledger cannot commit (here it is closed under a
+// running ingest), the event is not acked, and the stats say that commits fail, with what
+// SQLite answered and when.
+func TestCommitFailureIsVisible(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	loc, err := wire.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	led, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := led.Adjust(ctx, "open-A", "A", 1000, "opening"); err != nil {
+		t.Fatal(err)
+	}
+	out := &sent{got: make(chan struct{}, 100)}
+	in := New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out})
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); in.Mode() != ModeRedis; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mode %s, want %s", in.Mode(), ModeRedis)
+		}
+	}
+	if err := led.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UTC()
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, time.Now(), false))
+	for deadline := time.Now().Add(20 * time.Second); in.Stats().CommitError == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit error counted: %+v", in.Stats())
+		}
+	}
+	st := in.Stats()
+	if !strings.Contains(st.LastCommitError, "closed") || st.LastCommitErrorAt.Before(before) {
+		t.Errorf("stats %+v: want the closed ledger's error, at or after %v", st, before)
+	}
+	select {
+	case <-out.got:
+		t.Fatalf("an ack was sent for an event the ledger did not commit: %+v", out.msgs)
+	case <-time.After(200 * time.Millisecond):
+	}
 }
