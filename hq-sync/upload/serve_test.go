@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -222,4 +223,85 @@ func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreD
 			date0, d.Revision, len(d.Txns), rev, len(manifest))
 	}
 	return d, manifest
+}
+
+// TestDayTooLargeToDeclare: a day whose declaration is larger than an HQ batch may carry is
+// left undeclared (and reported) while its rows and the other days still go, instead of
+// being sent to an HQ that must refuse it and holding back every batch after it. A late
+// row of the day tries again; with room, the day is declared.
+func TestDayTooLargeToDeclare(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s.Sales(60, day0)
+	s.Sales(5, day1)
+	u := MustNew(t, cfg)
+	u.dayLimit = 3000 // date0's 60 transactions take more, date1's 5 less
+
+	declared := func(date string) int64 {
+		t.Helper()
+		days, err := st.Days(ctx, date, testStore)
+		if err != nil || len(days) > 1 {
+			t.Fatalf("days of %s: %+v %v", date, days, err)
+		}
+		if len(days) == 0 {
+			return 0
+		}
+		return days[0].Day.Revision
+	}
+	atHQ := func(date string) int {
+		t.Helper()
+		rows, err := st.Rows(ctx, date, testStore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	status := func(want ...string) {
+		t.Helper()
+		got, err := u.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.TooLarge, want) || got.Pending != "" || got.Backlog != 0 {
+			t.Fatalf("status %+v: want nothing pending or left and %v too large to declare", got, want)
+		}
+	}
+
+	MustOnce(t, u)
+	if atHQ(date0) != 60 || atHQ(date1) != 5 || declared(date0) != 0 || declared(date1) != 1 {
+		t.Fatalf("HQ: %d and %d rows, %s declared at %d, %s at %d; want 60 and 5, %s undeclared, %s at 1",
+			atHQ(date0), atHQ(date1), date0, declared(date0), date1, declared(date1), date0, date1)
+	}
+	status(date0)
+	n0, err := st.BatchCount(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u) // nothing new: no batch
+	if n, err := st.BatchCount(ctx); err != nil || n != n0 {
+		t.Fatalf("HQ holds %d batches after an idle pass, %d before (%v)", n, n0, err)
+	}
+
+	// A late sale of date0: its row goes, the day is tried again and is still too large.
+	s.Sales(1, day0.Add(5*time.Hour))
+	MustOnce(t, u)
+	if atHQ(date0) != 61 || declared(date0) != 0 {
+		t.Fatalf("after a late sale: %d rows of %s at HQ, declared at %d; want 61, undeclared", atHQ(date0), date0, declared(date0))
+	}
+	status(date0)
+
+	// With room for it, the next late sale gets the day declared.
+	u.dayLimit = batchBudget
+	s.Sales(1, day0.Add(6*time.Hour))
+	MustOnce(t, u)
+	if atHQ(date0) != 62 || declared(date0) != 1 {
+		t.Fatalf("with room: %d rows of %s at HQ, declared at %d; want 62, revision 1", atHQ(date0), date0, declared(date0))
+	}
+	status()
 }

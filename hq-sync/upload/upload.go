@@ -158,6 +158,7 @@ type Uploader struct {
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
+	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit)
 	prog      progress
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
@@ -189,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		return nil, fmt.Errorf("upload: open state: %w", err)
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
-		state: st, path: hqURL.EscapedPath(), budget: batchBudget}
+		state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget}
 	if u.path == "" {
 		u.path = "/"
 	}
@@ -393,7 +394,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	var rows []ledger.OutboxRow
-	used := 0 // body bytes taken by the days and rows so far
+	var tooLarge []string // due days whose declaration HQ could not take
+	used := 0             // body bytes taken by the days and rows so far
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		for _, c := range candidates {
 			// Due once no row of the date is left after the watermark; the manifest comes
@@ -414,12 +416,16 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
+			if n > u.dayLimit {
+				// HQ would refuse it, and a refused batch holds back every row after it.
+				u.log.Error("a day declaration is larger than an HQ batch may be: the day is left undeclared "+
+					"(HQ's reconcile shows it as no_store_day); its rows are sent", "business_date", d.BusinessDate,
+					"bytes", n, "limit", u.dayLimit, "txns", len(d.Txns))
+				tooLarge = append(tooLarge, d.BusinessDate)
+				continue
+			}
 			if len(out.Days) > 0 && used+n > u.budget {
 				break // the next batch declares the rest
-			}
-			if n > u.budget {
-				u.log.Error("a day declaration is larger than an HQ batch may be; sending it alone anyway",
-					"business_date", d.BusinessDate, "bytes", n, "txns", len(d.Txns))
 			}
 			used += n
 			out.Days = append(out.Days, d)
@@ -444,6 +450,12 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build batch: %w", err)
+	}
+	for _, date := range tooLarge {
+		if _, err := u.state.W.ExecContext(ctx, `UPDATE days SET skipped_rows = sent_rows WHERE business_date = ?`,
+			date); err != nil {
+			return nil, fmt.Errorf("build batch: %w", err)
+		}
 	}
 	if len(out.Days) == 0 && len(rows) == 0 {
 		return nil, nil
@@ -537,7 +549,8 @@ type undeclaredDay struct {
 // date's last declaration (or that were never declared).
 func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDay, error) {
 	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision FROM days
-		WHERE business_date < ? AND sent_rows > declared_rows ORDER BY business_date`, today)
+		WHERE business_date < ? AND sent_rows > declared_rows AND sent_rows <> skipped_rows
+		ORDER BY business_date`, today)
 	if err != nil {
 		return nil, fmt.Errorf("read days: %w", err)
 	}
@@ -796,6 +809,9 @@ type Status struct {
 	Batches     int64     `json:"batches"` // batches recorded so far
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
+	// TooLarge lists the business dates left undeclared because their declaration is
+	// larger than an HQ batch may carry.
+	TooLarge []string `json:"too_large_to_declare,omitempty"`
 }
 
 // Status reads the uploader's progress.
@@ -841,7 +857,23 @@ func (u *Uploader) Status(ctx context.Context) (Status, error) {
 		}
 		s.Declared[d] = rev
 	}
-	return s, rows.Err()
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("status: %w", err)
+	}
+	large, err := u.state.R.QueryContext(ctx, `SELECT business_date FROM days
+		WHERE skipped_rows > 0 AND skipped_rows = sent_rows AND sent_rows > declared_rows ORDER BY business_date`)
+	if err != nil {
+		return s, fmt.Errorf("status: %w", err)
+	}
+	defer large.Close()
+	for large.Next() {
+		var d string
+		if err := large.Scan(&d); err != nil {
+			return s, fmt.Errorf("status: %w", err)
+		}
+		s.TooLarge = append(s.TooLarge, d)
+	}
+	return s, large.Err()
 }
 
 // progress prints catch-up lines: "sent 12000 rows, 88000 left, 9500 rows/s".
