@@ -65,24 +65,7 @@ func testSale(terminal string, seq int64, at time.Time, offline bool) []byte {
 // terminals before ingest runs, so that one group decides them all: each terminal gets one
 // acks message answering its events in seq order.
 func TestOneAcksMessagePerTerminalPerGroup(t *testing.T) {
-	s := stack.Run(t, stack.Options{Redis: true})
-	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	loc, err := wire.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	led, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { led.Close() })
-	if _, _, err := led.Adjust(ctx, "open-A", "A", 1000, "opening"); err != nil {
-		t.Fatal(err)
-	}
-	out := &sent{got: make(chan struct{}, 100)}
-	in := New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out})
+	in, _, out := newIngest(t)
 
 	at := time.Now()
 	const perTerminal = 5
@@ -91,14 +74,7 @@ func TestOneAcksMessagePerTerminalPerGroup(t *testing.T) {
 			in.Handle(wire.UpTopic(testStore, term), testSale(term, seq, at, seq%2 == 0))
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runIngest(t, in)
 	for range 2 {
 		select {
 		case <-out.got:
@@ -158,31 +134,8 @@ func TestHandleAfterStop(t *testing.T) {
 // running ingest), the event is not acked, and the stats say that commits fail, with what
 // SQLite answered and when.
 func TestCommitFailureIsVisible(t *testing.T) {
-	s := stack.Run(t, stack.Options{Redis: true})
-	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	loc, err := wire.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	led, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := led.Adjust(ctx, "open-A", "A", 1000, "opening"); err != nil {
-		t.Fatal(err)
-	}
-	out := &sent{got: make(chan struct{}, 100)}
-	in := New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out})
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	in, led, out := newIngest(t)
+	runIngest(t, in)
 	for deadline := time.Now().Add(20 * time.Second); in.Mode() != ModeRedis; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("mode %s, want %s", in.Mode(), ModeRedis)
@@ -207,4 +160,42 @@ func TestCommitFailureIsVisible(t *testing.T) {
 		t.Fatalf("an ack was sent for an event the ledger did not commit: %+v", out.msgs)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// newIngest returns an Ingest (not running) on a real Redis and a fresh ledger holding
+// 1000 of SKU "A", with the ledger (closed when the test ends) and the recorder of what it
+// publishes.
+func newIngest(t *testing.T) (*Ingest, *ledger.Ledger, *sent) {
+	t.Helper()
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	loc, err := wire.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	if _, _, err := led.Adjust(context.Background(), "open-A", "A", 1000, "opening"); err != nil {
+		t.Fatal(err)
+	}
+	out := &sent{got: make(chan struct{}, 100)}
+	return New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out}), led, out
+}
+
+// runIngest runs in until the test ends, and fails the test if Run fails.
+func runIngest(t *testing.T, in *Ingest) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
