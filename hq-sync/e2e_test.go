@@ -185,10 +185,24 @@ func TestChainReconciles(t *testing.T) {
 		if err := u.Once(ctx); err != nil {
 			t.Fatalf("%s: declaring the day: %v", name, err)
 		}
+		// The status command reads the state the uploader holds; a second uploader may not.
+		code, out, errs := runCmd(ctx, "upload", "--status", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
+			"--state", state, "--tz", e2eTZ)
+		var st upload.Status
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+			t.Fatalf("%s: upload --status exited %d (%v): %s%s", name, code, err, out, errs)
+		}
+		if want, _ := u.Status(ctx); fmt.Sprint(st) != fmt.Sprint(want) || st.Backlog != 0 || st.Pending != "" || st.Declared[date] != 1 {
+			t.Errorf("%s: upload --status %+v, the uploader's own %+v; want no backlog, nothing pending, %s declared", name, st, want, date)
+		}
+		if code, _, errs := runCmd(ctx, "upload", "--once", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
+			"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn"); code == 0 || !strings.Contains(errs, "in use") {
+			t.Errorf("%s: a second uploader on a held state exited %d: %s", name, code, errs)
+		}
 		u.Close()
 		hqNext.Close()
 		hqStore.Close()
-		code, out, errs := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json")
+		code, out, errs = runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json")
 		var rep reconcile.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%s: reconcile output: %v\n%s\n%s", name, err, out, errs)

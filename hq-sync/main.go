@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "upload":
-		err = runUpload(ctx, args[1:], stderr)
+		err = runUpload(ctx, args[1:], stdout, stderr)
 	case "serve":
 		err = runServe(ctx, args[1:], stderr)
 	case "reconcile":
@@ -108,10 +108,10 @@ func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
+func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("upload", "send the store ledger's rows to HQ in signed, idempotent batches", stderr)
 	var store, ledgerPath, statePath, hqURL, secret, tz, level string
-	var once, progress bool
+	var once, progress, status bool
 	var batchRows int
 	cli.String(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
 	cli.String(fs, &ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
@@ -122,6 +122,7 @@ func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
 	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
 	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
+	fs.BoolVar(&status, "status", false, "print the uploader's status as JSON and exit (works while an uploader runs)")
 	fs.IntVar(&batchRows, "batch-rows", upload.DefaultBatchRows, "most rows in one batch")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -129,6 +130,18 @@ func runUpload(ctx context.Context, args []string, stderr io.Writer) error {
 	loc, err := wire.LoadLocation(tz)
 	if err != nil {
 		return usageError{fmt.Errorf("--tz: %w", err)}
+	}
+	if status {
+		if !wire.ValidID(store) {
+			return usageError{fmt.Errorf("--store %q is not a valid store id", store)}
+		}
+		st, err := upload.ReadStatus(ctx, ledgerPath, statePath, store, loc)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
 	}
 	cfg := upload.Config{LedgerPath: ledgerPath, StatePath: statePath, Store: store, Location: loc, Secret: []byte(secret),
 		HQURL: hqURL, BatchRows: batchRows, Logger: cli.Logger(level)}

@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -242,8 +243,10 @@ func (u *Uploader) claim(ctx context.Context) error {
 	return nil
 }
 
-func (u *Uploader) kv(ctx context.Context) (map[string]string, error) {
-	rows, err := u.state.R.QueryContext(ctx, `SELECT k, v FROM kv`)
+func (u *Uploader) kv(ctx context.Context) (map[string]string, error) { return readKV(ctx, u.state.R) }
+
+func readKV(ctx context.Context, state *sql.DB) (map[string]string, error) {
+	rows, err := state.QueryContext(ctx, `SELECT k, v FROM kv`)
 	if err != nil {
 		return nil, fmt.Errorf("read state: %w", err)
 	}
@@ -816,13 +819,48 @@ type Status struct {
 
 // Status reads the uploader's progress.
 func (u *Uploader) Status(ctx context.Context) (Status, error) {
+	return readStatus(ctx, u.state.R, u.ledger)
+}
+
+// ReadStatus reads the progress of the uploader of store whose state is at statePath, with
+// its ledger at ledgerPath, while that uploader may be running: both are opened read-only
+// and the state is not taken.
+func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (Status, error) {
+	if _, err := os.Stat(statePath); err != nil {
+		return Status{}, fmt.Errorf("upload status: %w", err)
+	}
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Set("_query_only", "true")
+	q.Set("_busy_timeout", "10000")
+	state, err := sql.Open("sqlite3", "file:"+statePath+"?"+q.Encode())
+	if err != nil {
+		return Status{}, fmt.Errorf("upload status: %w", err)
+	}
+	defer state.Close()
+	l, err := ledger.OpenReader(ctx, ledgerPath, store, loc)
+	if err != nil {
+		return Status{}, fmt.Errorf("upload status: %w", err)
+	}
+	defer l.Close()
+	kv, err := readKV(ctx, state)
+	if err != nil {
+		return Status{}, fmt.Errorf("upload status: %w", err)
+	}
+	if kv["store_id"] != store {
+		return Status{}, fmt.Errorf("upload status: %s is the upload state of store %q, not %q", statePath, kv["store_id"], store)
+	}
+	return readStatus(ctx, state, l)
+}
+
+func readStatus(ctx context.Context, state *sql.DB, l *ledger.Ledger) (Status, error) {
 	var s Status
-	kv, err := u.kv(ctx)
+	kv, err := readKV(ctx, state)
 	if err != nil {
 		return s, err
 	}
 	s.SentThrough, s.Batches = atoi(kv["sent_through"]), atoi(kv["next_batch"])
-	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
 		s.Backlog, err = r.OutboxCountAfter(ctx, s.SentThrough)
 		return err
@@ -831,20 +869,20 @@ func (u *Uploader) Status(ctx context.Context) (Status, error) {
 		return s, err
 	}
 	var last sql.NullString
-	err = u.state.R.QueryRowContext(ctx, `SELECT max(sent_at) FROM batches WHERE state = 'sent'`).Scan(&last)
+	err = state.QueryRowContext(ctx, `SELECT max(sent_at) FROM batches WHERE state = 'sent'`).Scan(&last)
 	if err != nil {
 		return s, fmt.Errorf("status: %w", err)
 	}
 	if last.Valid {
 		s.LastSentAt, _ = time.Parse(time.RFC3339Nano, last.String)
 	}
-	err = u.state.R.QueryRowContext(ctx, `SELECT batch_id, attempts, last_error FROM batches WHERE state = 'pending'`).
+	err = state.QueryRowContext(ctx, `SELECT batch_id, attempts, last_error FROM batches WHERE state = 'pending'`).
 		Scan(&s.Pending, &s.Attempts, &s.LastError)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return s, fmt.Errorf("status: %w", err)
 	}
 	s.Declared = map[string]int64{}
-	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision FROM days WHERE revision > 0`)
+	rows, err := state.QueryContext(ctx, `SELECT business_date, revision FROM days WHERE revision > 0`)
 	if err != nil {
 		return s, fmt.Errorf("status: %w", err)
 	}
@@ -860,7 +898,7 @@ func (u *Uploader) Status(ctx context.Context) (Status, error) {
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("status: %w", err)
 	}
-	large, err := u.state.R.QueryContext(ctx, `SELECT business_date FROM days
+	large, err := state.QueryContext(ctx, `SELECT business_date FROM days
 		WHERE skipped_rows > 0 AND skipped_rows = sent_rows AND sent_rows > declared_rows ORDER BY business_date`)
 	if err != nil {
 		return s, fmt.Errorf("status: %w", err)
