@@ -538,9 +538,14 @@ func jsonSize(v any) (int, error) {
 }
 
 // batchID returns the id of the n-th batch of a store in a series: "S1-9f86d081-000000042"
-// in series 9f86d081.
+// in series 9f86d081. HQ keys batches by store and id, so the store's name is there only
+// for people reading logs: with a store id too long for it to fit in an id
+// (wire.MaxIDLen), the id is "9f86d081-000000042".
 func batchID(store, series string, n int64) string {
-	return fmt.Sprintf("%s-%s-%09d", store, series, n)
+	if id := fmt.Sprintf("%s-%s-%09d", store, series, n); len(id) <= wire.MaxIDLen {
+		return id
+	}
+	return fmt.Sprintf("%s-%09d", series, n)
 }
 
 type undeclaredDay struct {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -660,6 +661,13 @@ func TestBackoffIsFullJitterCapped(t *testing.T) {
 func TestBatchIDFormat(t *testing.T) {
 	if got := batchID("S1", "9f86d081", 42); got != "S1-9f86d081-000000042" {
 		t.Errorf("batch id %q", got)
+	}
+	// Every valid store id gives a valid batch id, however long.
+	for _, store := range []string{strings.Repeat("S", wire.MaxIDLen-19), strings.Repeat("S", wire.MaxIDLen-18),
+		strings.Repeat("S", wire.MaxIDLen)} {
+		if got := batchID(store, "9f86d081", 1_000_000_000); !wire.ValidID(got) || !strings.Contains(got, "9f86d081-1000000000") {
+			t.Errorf("batch id of a %d-character store: %q", len(store), got)
+		}
 	}
 }
 
