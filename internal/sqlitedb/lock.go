@@ -6,16 +6,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // ErrInUse is wrapped by OpenExclusive's error when another DB (in this process or another)
 // holds the database.
 var ErrInUse = errors.New("the database is in use by another process")
 
-// lockFile takes an exclusive, non-blocking flock on path+".lock" (created if needed) and
+// errLocked is what tryLock returns when another open file holds the lock.
+var errLocked = errors.New("locked")
+
+// lockFile takes an exclusive, non-blocking lock on path+".lock" (created if needed) and
 // writes this process's id into it. The lock lives as long as the returned file is open;
-// the kernel drops it when the process dies, so a crash leaves no stale lock.
+// the operating system drops it when the process dies, so a crash leaves no stale lock.
 //
 // The lock is on a file of its own, never on the database: SQLite locks the database with
 // fcntl locks, which a process loses when it closes any descriptor of that file.
@@ -25,10 +27,10 @@ func lockFile(path string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := tryLock(f); err != nil {
 		holder, _ := os.ReadFile(name)
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errLocked) {
 			who := "another process"
 			if pid := strings.TrimSpace(string(holder)); pid != "" {
 				who = "process " + pid
