@@ -145,8 +145,8 @@ func (in Interner) String(s string) string {
 // changes nothing.
 func DayStored(held, rev int64) bool { return rev > held }
 
-// Held records in m (allocated when nil) that HQ kept its revision held of date instead of
-// a declaration in the batch, for hq.Receipt.DaysHeld.
+// Held notes in m (made when nil), for hq.Receipt.DaysHeld, that HQ kept the revision held
+// of date rather than the batch's declaration of it.
 func Held(m map[string]int64, date string, held int64) map[string]int64 {
 	if m == nil {
 		m = map[string]int64{}
