@@ -132,9 +132,6 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{fmt.Errorf("--tz: %w", err)}
 	}
 	if status {
-		if !wire.ValidID(store) {
-			return usageError{fmt.Errorf("--store %q is not a valid store id", store)}
-		}
 		st, err := upload.ReadStatus(ctx, ledgerPath, statePath, store, loc)
 		if err != nil {
 			return err

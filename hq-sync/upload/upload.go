@@ -24,7 +24,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -221,8 +220,8 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if kv["store_id"] != u.cfg.Store {
-		return fmt.Errorf("%s is the upload state of store %q, not %q", u.cfg.StatePath, kv["store_id"], u.cfg.Store)
+	if err := stateOf(kv, u.cfg.StatePath, u.cfg.Store); err != nil {
+		return err
 	}
 	through := atoi(kv["sent_through"])
 	if through == 0 {
@@ -824,23 +823,20 @@ type Status struct {
 
 // Status reads the uploader's progress.
 func (u *Uploader) Status(ctx context.Context) (Status, error) {
-	return readStatus(ctx, u.state.R, u.ledger)
+	kv, err := u.kv(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return readStatus(ctx, u.state.R, kv, u.ledger)
 }
 
 // ReadStatus reads the progress of the uploader of store whose state is at statePath, with
 // its ledger at ledgerPath, while that uploader may be running: both are opened read-only
 // and the state is not taken.
 func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (Status, error) {
-	if _, err := os.Stat(statePath); err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
-	}
-	q := url.Values{}
-	q.Set("mode", "ro")
-	q.Set("_query_only", "true")
-	q.Set("_busy_timeout", "10000")
-	state, err := sql.Open("sqlite3", "file:"+statePath+"?"+q.Encode())
+	state, err := sqlitedb.OpenQueryOnly(ctx, statePath, 1)
 	if err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
+		return Status{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
 	}
 	defer state.Close()
 	l, err := ledger.OpenReader(ctx, ledgerPath, store, loc)
@@ -852,20 +848,25 @@ func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *t
 	if err != nil {
 		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
-	if kv["store_id"] != store {
-		return Status{}, fmt.Errorf("upload status: %s is the upload state of store %q, not %q", statePath, kv["store_id"], store)
+	if err := stateOf(kv, statePath, store); err != nil {
+		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
-	return readStatus(ctx, state, l)
+	return readStatus(ctx, state, kv, l)
 }
 
-func readStatus(ctx context.Context, state *sql.DB, l *ledger.Ledger) (Status, error) {
-	var s Status
-	kv, err := readKV(ctx, state)
-	if err != nil {
-		return s, err
+// stateOf checks that the state whose kv is kv, at path, belongs to store.
+func stateOf(kv map[string]string, path, store string) error {
+	if kv["store_id"] != store {
+		return fmt.Errorf("%s is the upload state of store %q, not %q", path, kv["store_id"], store)
 	}
+	return nil
+}
+
+// readStatus reads the progress held in state (whose kv is kv) and l.
+func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (Status, error) {
+	var s Status
 	s.SentThrough, s.Batches = atoi(kv["sent_through"]), atoi(kv["next_batch"])
-	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
 		s.Backlog, err = r.OutboxCountAfter(ctx, s.SentThrough)
 		return err

@@ -32,7 +32,7 @@ type DB struct {
 	Path string
 
 	ckpt *checkpointer // nil for a DB built by hand (no background checkpoints)
-	lock *os.File      // the flock that makes Open's DB the database's only writer; nil by hand
+	lock *os.File      // OpenExclusive's lock on path+".lock"; nil otherwise
 }
 
 // driverName is mattn/go-sqlite3 with every connection's automatic WAL checkpoint turned
@@ -112,30 +112,6 @@ func dsn(path string, readonly bool) string {
 // Open opens (creating if needed) the database at path and applies the migrations in
 // migrations (files named NNN_name.sql, applied in name order), if it is not nil.
 func Open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
-	return open(ctx, path, migrations)
-}
-
-// OpenExclusive is Open for a database that one process owns (a terminal's outbox, a store's
-// ledger, an uploader's state): the returned DB is its only user until it is closed, and
-// while it is open another OpenExclusive of the same path, in any process, fails with
-// ErrInUse (a flock on path+".lock"; readers that open the file themselves are not
-// stopped). Two agents, store-servers or uploaders started on one data directory would
-// each believe it decides alone.
-func OpenExclusive(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
-	lock, err := lockFile(path)
-	if err != nil {
-		return nil, err
-	}
-	db, err := open(ctx, path, migrations)
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
-	db.lock = lock
-	return db, nil
-}
-
-func open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
 	w, err := sql.Open(driverName, dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -164,6 +140,50 @@ func open(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
 	if db.ckpt, err = startCheckpointer(path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// OpenExclusive is Open for a database that one process owns (a terminal's outbox, a store's
+// ledger, an uploader's state): the returned DB is its only user until it is closed, and
+// while it is open another OpenExclusive of the same path, in any process, fails with
+// ErrInUse (a lock on path+".lock"; readers that open the file themselves are not
+// stopped). Two agents, store-servers or uploaders started on one data directory would
+// each believe it decides alone.
+func OpenExclusive(ctx context.Context, path string, migrations fs.FS) (*DB, error) {
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := Open(ctx, path, migrations)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	db.lock = lock
+	return db, nil
+}
+
+// OpenQueryOnly opens an existing database (never creating it) for reading only, with at
+// most conns connections, for a process that reads a database another one writes (the
+// uploader reading the store's ledger, a status command reading a running uploader's
+// state). It takes no lock and runs no migration.
+func OpenQueryOnly(ctx context.Context, path string, conns int) (*sql.DB, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Set("mode", "rw") // never create the file; rw so that SQLite can open the log's index
+	q.Set("_busy_timeout", "10000")
+	q.Set("_query_only", "true")
+	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return db, nil
 }

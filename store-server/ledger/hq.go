@@ -10,8 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"sort"
 	"time"
 
@@ -34,30 +32,11 @@ func OpenReader(ctx context.Context, path, storeID string, loc *time.Location) (
 	if loc == nil {
 		return nil, errors.New("open ledger reader: the store's time zone is missing")
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("open ledger reader: %w", err)
-	}
-	q := url.Values{}
-	q.Set("mode", "rw") // never create the file
-	q.Set("_busy_timeout", "10000")
-	q.Set("_query_only", "true")
-	open := func(conns int) (*sql.DB, error) {
-		db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
-		if err != nil {
-			return nil, err
-		}
-		db.SetMaxOpenConns(conns)
-		if err := db.PingContext(ctx); err != nil {
-			db.Close()
-			return nil, err
-		}
-		return db, nil
-	}
-	w, err := open(1)
+	w, err := sqlitedb.OpenQueryOnly(ctx, path, 1)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger reader %s: %w", path, err)
 	}
-	r, err := open(4)
+	r, err := sqlitedb.OpenQueryOnly(ctx, path, 4)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open ledger reader %s: %w", path, err)
