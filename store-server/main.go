@@ -305,8 +305,8 @@ func loopback(addr string) string {
 // publisher is what the store-server sends through: the embedded broker or a client of an
 // external one.
 type publisher interface {
-	Publish(topic string, payload []byte) error
-	PublishRetained(topic string, payload []byte) error
+	ingest.Publisher
+	catalog.Publisher
 }
 
 // lateOut lets ingest exist (and queue messages) before what it publishes through.
