@@ -36,10 +36,10 @@ import (
 )
 
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
-// does; the live benchmark's are leaner, see leanTerm) → the broker (mosquitto, or the store-server's embedded one where a benchmark says
-// broker=embedded) → the store-server binary (built by internal/harness; with
-// POSGATE_BENCH_INPROC=1 it runs in this process instead, for -cpuprofile) → Redis gate →
-// SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
+// does; the live benchmark's are leaner, see leanTerm) → the broker (mosquitto, or the
+// store-server's embedded one where a benchmark says broker=embedded) → the store-server
+// binary (built by internal/harness; with POSGATE_BENCH_INPROC=1 it runs in this process
+// instead, for -cpuprofile) → Redis gate → SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
 // client adds nothing to the steady state). Every benchmark also runs redis-benchmark on
 // EVALSHA of the gate script (lua/exec.lua) for one sale, with the keys and arguments the
 // store-server sent for the same kind of sale (captured with MONITOR), against the same
