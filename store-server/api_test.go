@@ -40,6 +40,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/totals"},
 	{"GET", "/v1/oversells"},
 	{"GET", "/v1/parked"},
+	{"GET", "/v1/terminals"},
 	{"GET", "/v1/limits"},
 	{"PUT", "/v1/limits"},
 	{"POST", "/v1/promo"},

@@ -28,6 +28,7 @@ import (
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/presence"
 )
 
 func main() {
@@ -161,6 +162,7 @@ func (m *Main) Run(ctx context.Context) error {
 	defer cancel()
 	out := &lateOut{}
 	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log})
+	seen := presence.New(m.Store, nil, log)
 	// The embedded broker hands up messages to ingest inside the process; an external broker
 	// is reached over a client connection.
 	var pub publisher
@@ -172,7 +174,8 @@ func (m *Main) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, OnUp: in.Handle, Logger: log})
+		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, OnUp: in.Handle,
+			OnStatus: seen.Handle, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -183,7 +186,7 @@ func (m *Main) Run(ctx context.Context) error {
 		log.Info("embedded MQTT broker", "addr", b.Addr())
 	} else {
 		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
-			Password: m.MQTTPassword, OnUp: in.Handle, Logger: log})
+			Password: m.MQTTPassword, OnUp: in.Handle, OnStatus: seen.Handle, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -209,7 +212,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Presence: seen, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

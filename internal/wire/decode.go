@@ -243,6 +243,27 @@ func decodeItem(b []byte) Item {
 	return it
 }
 
+// MaxPresenceBytes bounds a status message (a presence is under 200 bytes).
+const MaxPresenceBytes = 4 << 10
+
+// DecodePresence strictly decodes a terminal's status message.
+func DecodePresence(b []byte) (Presence, error) {
+	var p Presence
+	if len(b) > MaxPresenceBytes {
+		return p, invalid(CodeOversize, "status message of %d bytes is over the %d byte limit", len(b), MaxPresenceBytes)
+	}
+	if err := decodeStrict(b, &p); err != nil {
+		return p, err
+	}
+	switch {
+	case p.V != Version:
+		return p, invalid(CodeVersion, "protocol version %d is not supported", p.V)
+	case !ValidID(p.Terminal):
+		return p, invalid(CodeID, "status terminal id %q is not valid", p.Terminal)
+	}
+	return p, nil
+}
+
 // DecodeAcks strictly decodes a down message.
 func DecodeAcks(b []byte) (Acks, error) {
 	var a Acks

@@ -228,10 +228,23 @@ func CatalogTopic(store string) string { return "pos/" + store + "/catalog" }
 // UpWildcard subscribes to every terminal's up topic of a store.
 func UpWildcard(store string) string { return "pos/" + store + "/+/up" }
 
+// StatusWildcard subscribes to every terminal's status topic of a store.
+func StatusWildcard(store string) string { return "pos/" + store + "/+/status" }
+
 // ParseUpTopic returns the store and terminal of an up topic.
 func ParseUpTopic(topic string) (store, terminal string, ok bool) {
+	return parseTerminalTopic(topic, "up")
+}
+
+// ParseStatusTopic returns the store and terminal of a status topic.
+func ParseStatusTopic(topic string) (store, terminal string, ok bool) {
+	return parseTerminalTopic(topic, "status")
+}
+
+// parseTerminalTopic splits pos/{store}/{terminal}/{leaf}.
+func parseTerminalTopic(topic, leaf string) (store, terminal string, ok bool) {
 	p := strings.Split(topic, "/")
-	if len(p) != 4 || p[0] != "pos" || p[3] != "up" || p[1] == "" || p[2] == "" {
+	if len(p) != 4 || p[0] != "pos" || p[3] != leaf || p[1] == "" || p[2] == "" {
 		return "", "", false
 	}
 	return p[1], p[2], true

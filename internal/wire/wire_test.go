@@ -404,6 +404,7 @@ func TestKeyAndTopics(t *testing.T) {
 		{"status", wire.StatusTopic("s1", "t1"), "pos/s1/t1/status"},
 		{"catalog", wire.CatalogTopic("s1"), "pos/s1/catalog"},
 		{"up wildcard", wire.UpWildcard("s1"), "pos/s1/+/up"},
+		{"status wildcard", wire.StatusWildcard("s1"), "pos/s1/+/status"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {
@@ -438,6 +439,60 @@ func TestParseUpTopic(t *testing.T) {
 			s, term, ok := wire.ParseUpTopic(tc.topic)
 			if s != tc.store || term != tc.terminal || ok != tc.ok {
 				t.Fatalf("ParseUpTopic(%q) = %q, %q, %v; want %q, %q, %v", tc.topic, s, term, ok, tc.store, tc.terminal, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseStatusTopic(t *testing.T) {
+	for _, tc := range []struct {
+		name, topic     string
+		store, terminal string
+		ok              bool
+	}{
+		{"good", "pos/s1/t1/status", "s1", "t1", true},
+		{"good from StatusTopic", wire.StatusTopic(testStore, testTerm), testStore, testTerm, true},
+		{"up topic", "pos/s1/t1/up", "", "", false},
+		{"empty terminal", "pos/s1//status", "", "", false},
+		{"too many levels", "pos/s1/t1/status/x", "", "", false},
+		{"catalog topic", "pos/s1/catalog", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, term, ok := wire.ParseStatusTopic(tc.topic)
+			if s != tc.store || term != tc.terminal || ok != tc.ok {
+				t.Fatalf("ParseStatusTopic(%q) = %q, %q, %v; want %q, %q, %v", tc.topic, s, term, ok, tc.store, tc.terminal, tc.ok)
+			}
+		})
+	}
+}
+
+func TestDecodePresence(t *testing.T) {
+	at := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	good, err := json.Marshal(wire.Presence{V: wire.Version, Terminal: testTerm, Online: true, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := wire.DecodePresence(good)
+	if err != nil || p.Terminal != testTerm || !p.Online || !p.At.Equal(at) {
+		t.Fatalf("DecodePresence(%s) = %+v, %v", good, p, err)
+	}
+	// The last will an agent leaves has no time.
+	if p, err := wire.DecodePresence([]byte(`{"v":1,"terminal":"T1","online":false}`)); err != nil || p.Online || !p.At.IsZero() {
+		t.Fatalf("will: %+v, %v", p, err)
+	}
+	for _, tc := range []struct{ name, body, code string }{
+		{"wrong version", `{"v":2,"terminal":"T1","online":true}`, wire.CodeVersion},
+		{"bad terminal", `{"v":1,"terminal":"T 1","online":true}`, wire.CodeID},
+		{"no terminal", `{"v":1,"online":true}`, wire.CodeID},
+		{"unknown field", `{"v":1,"terminal":"T1","online":true,"x":1}`, wire.CodeUnknownField},
+		{"online as text", `{"v":1,"terminal":"T1","online":"yes"}`, wire.CodeType},
+		{"not JSON", `online`, wire.CodeSyntax},
+		{"oversize", `{"v":1,"terminal":"T1","online":true,"at":"` + strings.Repeat("x", wire.MaxPresenceBytes) + `"}`, wire.CodeOversize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := wire.DecodePresence([]byte(tc.body))
+			if got := perr.CodeOf(err); got != tc.code {
+				t.Fatalf("DecodePresence(%.60s) code %q (%v), want %q", tc.body, got, err, tc.code)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 // Package api is the store-server's local API for store managers (token auth): the gate
 // mode, stock and adjustments, catalog import, day totals per terminal from the ledger, from
 // Redis and as the terminals declared them with the differences, oversell exceptions, parked
-// events, limits and the promo coefficient. Errors are application/problem+json with a stable
+// events, the terminals (presence, last event, reported backlog), limits and the promo
+// coefficient. Errors are application/problem+json with a stable
 // code. It never writes the ledger except through its own idempotent methods.
 package api
 
@@ -24,6 +25,7 @@ import (
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/presence"
 	"github.com/posgate/posgate/store-server/store"
 )
 
@@ -36,8 +38,10 @@ type Server struct {
 	Ingest  *ingest.Ingest
 	Catalog *catalog.Catalog
 	Pub     catalog.Publisher
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// Presence, if not nil, is the terminals' presence from their status topics.
+	Presence *presence.Board
+	Now      func() time.Time
+	Logger   *slog.Logger
 
 	mux *http.ServeMux
 }
@@ -62,6 +66,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/totals", s.totals)
 	s.route("GET /v1/oversells", s.oversells)
 	s.route("GET /v1/parked", s.parked)
+	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
@@ -343,6 +348,56 @@ func (s *Server) parked(r *http.Request) (any, error) {
 		p = []ledger.Parked{}
 	}
 	return map[string]any{"parked": p}, err
+}
+
+// TerminalRow is one terminal as the store knows it: connected or not (its status topic),
+// what the ledger last recorded from it and the backlog it last reported.
+type TerminalRow struct {
+	ledger.TerminalSeen
+	// Online is nil when no status message was heard since the store-server started.
+	Online      *bool     `json:"online,omitempty"`
+	OnlineSince time.Time `json:"online_since,omitzero"`
+	StatusHeard time.Time `json:"status_heard,omitzero"`
+	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
+	CatalogBehind bool `json:"catalog_behind"`
+}
+
+// TerminalsAnswer is the answer of GET /v1/terminals.
+type TerminalsAnswer struct {
+	Now            time.Time     `json:"now"`
+	CatalogVersion int64         `json:"catalog_version"`
+	Terminals      []TerminalRow `json:"terminals"`
+}
+
+func (s *Server) terminals(r *http.Request) (any, error) {
+	seen, err := s.Ledger.Terminals(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	var live map[string]presence.Seen
+	if s.Presence != nil {
+		live = s.Presence.All()
+	}
+	version := s.Catalog.Current().Version
+	rows := make([]TerminalRow, 0, len(seen)+len(live))
+	add := func(row TerminalRow) {
+		if p, ok := live[row.Terminal]; ok {
+			row.Online, row.OnlineSince, row.StatusHeard = &p.Online, p.Since, p.Heard
+			delete(live, row.Terminal)
+		}
+		if hb := row.Heartbeat; hb != nil && hb.CatalogVersion < version {
+			row.CatalogBehind = true
+		}
+		rows = append(rows, row)
+	}
+	for _, ts := range seen {
+		add(TerminalRow{TerminalSeen: ts})
+	}
+	for t := range live { // connected, nothing recorded yet
+		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+	}
+	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
+	return TerminalsAnswer{Now: s.Now(), CatalogVersion: version, Terminals: rows}, nil
 }
 
 func (s *Server) limits(r *http.Request) (any, error) {

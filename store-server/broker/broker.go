@@ -43,8 +43,11 @@ type Config struct {
 	// store-server's ingest reads them without a client connection of its own. It runs on
 	// the publishing terminal's connection goroutine, after the broker's PUBACK, so a slow
 	// OnUp holds back that terminal's next messages and no other's.
-	OnUp   func(topic string, payload []byte)
-	Logger *slog.Logger
+	OnUp func(topic string, payload []byte)
+	// OnStatus, if not nil, gets every message on the store's status topics (the terminals'
+	// presence and last wills), inside the broker.
+	OnStatus func(topic string, payload []byte)
+	Logger   *slog.Logger
 }
 
 // LoadUsers reads a JSON array of User from path.
@@ -95,6 +98,14 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.OnUp != nil { // before Serve: no up message can come before it
 		err := srv.Subscribe(wire.UpWildcard(cfg.Store), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 			cfg.OnUp(pk.TopicName, pk.Payload)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mqtt inline subscription: %w", err)
+		}
+	}
+	if cfg.OnStatus != nil {
+		err := srv.Subscribe(wire.StatusWildcard(cfg.Store), 2, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+			cfg.OnStatus(pk.TopicName, pk.Payload)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mqtt inline subscription: %w", err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -197,5 +199,51 @@ func TestRefusalsAreLogged(t *testing.T) {
 		"publish refused", "topic=pos/S1/T2/up",
 	} {
 		wait(t, "log "+want, func() bool { return strings.Contains(out.String(), want) })
+	}
+}
+
+// TestStatusReachesOnStatus: a terminal's presence and, when its connection drops, its last
+// will reach OnStatus inside the broker; another terminal may not speak for it.
+func TestStatusReachesOnStatus(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	status := &upLog{}
+	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: func(string, []byte) {}, OnStatus: status.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+
+	var mu sync.Mutex
+	var conn net.Conn
+	t1 := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("T1").SetUsername("t1").
+		SetPassword("p1").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
+		SetWill(wire.StatusTopic("S1", "T1"), "offline", 1, true).
+		SetCustomOpenConnectionFn(func(u *url.URL, _ paho.ClientOptions) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+			mu.Lock()
+			conn = c
+			mu.Unlock()
+			return c, err
+		}))
+	if tok := t1.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	if tok := t1.Publish(wire.StatusTopic("S1", "T1"), 1, true, "online"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	forger, err := connect(t, b, "T2", "t2", "p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger.Publish(wire.StatusTopic("S1", "T1"), 1, true, "forged").WaitTimeout(time.Second)
+
+	mu.Lock()
+	conn.Close() // no DISCONNECT: the broker publishes the will
+	mu.Unlock()
+	wait(t, "the will", func() bool { return len(status.get()) >= 2 })
+	time.Sleep(50 * time.Millisecond) // anything forged would have come by now
+	want := []string{"pos/S1/T1/status online", "pos/S1/T1/status offline"}
+	if got := status.get(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("OnStatus got %q, want %q", got, want)
 	}
 }

@@ -25,8 +25,10 @@ type Config struct {
 	// Username and Password are the store's account on the broker, when it asks for one.
 	Username, Password string
 	// OnUp receives every up message in arrival order; it may block (back-pressure).
-	OnUp   func(topic string, payload []byte)
-	Logger *slog.Logger
+	OnUp func(topic string, payload []byte)
+	// OnStatus, if not nil, receives every message on the store's status topics.
+	OnStatus func(topic string, payload []byte)
+	Logger   *slog.Logger
 }
 
 // Client is the store-server's connection to an external broker.
@@ -62,6 +64,14 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		if t.Wait() && t.Error() != nil {
 			log.Error("subscribe", "err", t.Error())
 			return
+		}
+		if cfg.OnStatus != nil {
+			t := c.Subscribe(wire.StatusWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
+				cfg.OnStatus(m.Topic(), m.Payload())
+			})
+			if t.Wait() && t.Error() != nil {
+				log.Error("subscribe", "err", t.Error())
+			}
 		}
 		log.Info("connected", "broker", cfg.URL)
 	})

@@ -1,0 +1,124 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// TerminalSeen is what the ledger last heard from one terminal.
+type TerminalSeen struct {
+	Terminal string `json:"terminal"`
+	// The last event recorded (by seq, final or not), its business time and when the store
+	// received it.
+	LastSeq      int64          `json:"last_seq"`
+	LastKind     wire.Kind      `json:"last_kind"`
+	LastStatus   wire.AckStatus `json:"last_status"`
+	LastAt       time.Time      `json:"last_at,omitzero"`
+	LastReceived time.Time      `json:"last_received"`
+	// Heartbeat is the terminal's last accepted heartbeat among its HeartbeatLookback latest
+	// events, if any: its backlog as the terminal counted it then.
+	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
+	// Parked counts the terminal's events parked as bad input.
+	Parked int64 `json:"parked"`
+}
+
+// Heartbeat is a terminal's report of its own backlog.
+type Heartbeat struct {
+	Seq      int64     `json:"seq"`
+	At       time.Time `json:"at"`       // when the terminal took the figures
+	Received time.Time `json:"received"` // when the store received them
+	wire.HeartbeatPayload
+}
+
+// HeartbeatLookback bounds how many of a terminal's latest events Terminals reads to find
+// its last heartbeat (an agent sends one a minute while online; one that sends none costs
+// this many rows, not its whole history).
+const HeartbeatLookback = 5000
+
+// Terminals' queries; each seeks in the events' (terminal, seq) key (TestTerminalsSeek).
+const (
+	// selTerminals lists the distinct terminals, one seek each.
+	selTerminals = `WITH RECURSIVE t(terminal) AS (
+			SELECT min(terminal) FROM events
+			UNION ALL
+			SELECT (SELECT min(terminal) FROM events WHERE terminal > t.terminal) FROM t WHERE t.terminal IS NOT NULL)
+		SELECT terminal FROM t WHERE terminal IS NOT NULL`
+	selLastEvent = `SELECT seq, kind, status, at, received_ms FROM events
+		WHERE terminal = ? ORDER BY seq DESC LIMIT 1`
+	selLastHeartbeat = `SELECT seq, at, received_ms, payload FROM
+			(SELECT seq, kind, status, at, received_ms, payload FROM events WHERE terminal = ? ORDER BY seq DESC LIMIT ?)
+		WHERE kind = 'heartbeat' AND status = 'accepted' ORDER BY seq DESC LIMIT 1`
+)
+
+// Terminals returns, for every terminal the ledger holds an event of, the last event, the
+// last heartbeat and the parked count, by terminal id. Each lookup walks the events'
+// (terminal, seq) key, so the cost grows with the number of terminals, not of events.
+func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("terminals: %w", err)
+	}
+	defer tx.Rollback()
+
+	// The distinct terminals, one index seek each.
+	var out []TerminalSeen
+	err = each(ctx, tx, selTerminals, nil, func(rows *sql.Rows) error {
+		var ts TerminalSeen
+		if err := rows.Scan(&ts.Terminal); err != nil {
+			return err
+		}
+		out = append(out, ts)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("terminals: %w", err)
+	}
+	parked := map[string]int64{}
+	err = each(ctx, tx, `SELECT terminal, count(*) FROM parked GROUP BY terminal`, nil, func(rows *sql.Rows) error {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return err
+		}
+		parked[t] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("terminals: %w", err)
+	}
+	for i := range out {
+		ts := &out[i]
+		ts.Parked = parked[ts.Terminal]
+		var at string
+		var recv int64
+		err := tx.QueryRowContext(ctx, selLastEvent, ts.Terminal).
+			Scan(&ts.LastSeq, &ts.LastKind, &ts.LastStatus, &at, &recv)
+		if err != nil {
+			return nil, fmt.Errorf("terminal %s: %w", ts.Terminal, err)
+		}
+		ts.LastAt, ts.LastReceived = l.parseTime(at), time.UnixMilli(recv).In(l.loc)
+
+		var hb Heartbeat
+		var payload []byte
+		err = tx.QueryRowContext(ctx, selLastHeartbeat, ts.Terminal, HeartbeatLookback).
+			Scan(&hb.Seq, &at, &recv, &payload)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("terminal %s heartbeat: %w", ts.Terminal, err)
+		}
+		if json.Unmarshal(payload, &hb.HeartbeatPayload) != nil {
+			continue // accepted heartbeats were decoded strictly; this cannot be one
+		}
+		hb.At, hb.Received = l.parseTime(at), time.UnixMilli(recv).In(l.loc)
+		ts.Heartbeat = &hb
+	}
+	return out, nil
+}

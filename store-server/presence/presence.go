@@ -1,0 +1,103 @@
+// Package presence follows the terminals' retained status messages
+// (pos/{store}/{terminal}/status): an agent publishes "online" when it connects and leaves
+// "offline" as its last will, which the broker publishes when the connection is lost. The
+// store-server subscribes to them so that a manager sees which tills are connected now,
+// beside what the ledger last heard from each.
+package presence
+
+import (
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Seen is a terminal's presence as the store last heard it.
+type Seen struct {
+	Online bool `json:"online"`
+	// Since is when the terminal said it connected (its own clock), on an online message.
+	Since time.Time `json:"since,omitzero"`
+	// Heard is when the store received the message (a retained one when the store
+	// subscribed: the time of the store-server's start, not of the change).
+	Heard time.Time `json:"heard"`
+}
+
+// Board holds the latest presence of every terminal of a store. It is safe for concurrent
+// use.
+type Board struct {
+	store string
+	now   func() time.Time
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	seen  map[string]Seen
+	wrong int64
+}
+
+// New returns an empty board for store. now is the clock (time.Now if nil).
+func New(store string, now func() time.Time, log *slog.Logger) *Board {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Board{store: store, now: now, log: log.With("component", "presence"), seen: map[string]Seen{}}
+}
+
+// Handle takes one message from a status topic. An empty payload (a cleared retained
+// message) forgets the terminal. A message on a topic that is not one of the store's status
+// topics, that cannot be decoded or that names another terminal than its topic is counted,
+// logged and dropped: it changes nothing.
+func (b *Board) Handle(topic string, payload []byte) {
+	store, terminal, ok := wire.ParseStatusTopic(topic)
+	if !ok || store != b.store {
+		b.drop("not a status topic of this store", "topic", topic)
+		return
+	}
+	if len(payload) == 0 {
+		b.mu.Lock()
+		delete(b.seen, terminal)
+		b.mu.Unlock()
+		return
+	}
+	p, err := wire.DecodePresence(payload)
+	if err != nil {
+		b.drop("undecodable status message", "topic", topic, "err", err)
+		return
+	}
+	if p.Terminal != terminal {
+		b.drop("status message names another terminal", "topic", topic, "terminal", p.Terminal)
+		return
+	}
+	s := Seen{Online: p.Online, Heard: b.now()}
+	if p.Online {
+		s.Since = p.At
+	}
+	b.mu.Lock()
+	b.seen[terminal] = s
+	b.mu.Unlock()
+}
+
+func (b *Board) drop(msg string, args ...any) {
+	b.mu.Lock()
+	b.wrong++
+	b.mu.Unlock()
+	b.log.Warn(msg, args...)
+}
+
+// All returns a copy of every terminal's presence.
+func (b *Board) All() map[string]Seen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.seen)
+}
+
+// Dropped returns how many status messages were dropped as wrong.
+func (b *Board) Dropped() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.wrong
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// TestTerminalsView: GET /v1/terminals shows each terminal's presence from its status
+// topic (the online message an agent publishes, the last will the broker publishes when
+// the connection drops), the last event the ledger recorded and the last backlog the
+// terminal reported, on a real mosquitto, Redis and ledger.
+func TestTerminalsView(t *testing.T) {
+	t.Parallel()
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	for sku, qty := range biOpening {
+		if got, applied := srv.adjust(t, "opening-"+sku, sku, qty, ledger.ReasonOpening); !applied || got != qty {
+			t.Fatalf("opening stock %s: %d %v", sku, got, applied)
+		}
+	}
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	r := &biRun{srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
+		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
+		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{}}
+	r.warmUp(t) // T_PROBE: one heartbeat, no presence
+
+	// T1 connects as an agent does: its will says offline, then it says online (retained).
+	since := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	t1 := dialTerminal(t, srv.Broker, "T1")
+	online, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: "T1", Online: true, At: since})
+	if tok := t1.c.Publish(wire.StatusTopic(biStoreID, "T1"), 1, true, online); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish presence: %v", tok.Error())
+	}
+	hb, hbWant := r.heartbeat(t, "T1", 1, 3)
+	r.step(t, "T1 heartbeat", "T1", hb, hbWant)
+	sale, saleWant := r.good(t, "T1", 2)
+	r.step(t, "T1 sale", "T1", sale, saleWant)
+
+	row := func(a api.TerminalsAnswer, terminal string) api.TerminalRow {
+		t.Helper()
+		for _, row := range a.Terminals {
+			if row.Terminal == terminal {
+				return row
+			}
+		}
+		t.Fatalf("no row for %s in %+v", terminal, a.Terminals)
+		return api.TerminalRow{}
+	}
+	// waitFor polls until cond holds for the answer.
+	waitFor := func(what string, cond func(api.TerminalsAnswer) bool) api.TerminalsAnswer {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var a api.TerminalsAnswer
+			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
+			if cond(a) {
+				return a
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s; last answer %+v", what, a)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	isOnline := func(row api.TerminalRow, want bool) bool { return row.Online != nil && *row.Online == want }
+
+	a := waitFor("T1 online", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), true) })
+	got := row(a, "T1")
+	switch {
+	case got.LastSeq != 2 || got.LastKind != wire.KindSale || got.LastStatus != wire.AckAccepted || !got.LastAt.Equal(at):
+		t.Errorf("T1's last event: %+v", got.TerminalSeen)
+	case got.Heartbeat == nil || got.Heartbeat.Seq != 1 || got.Heartbeat.Backlog != 3 || got.Heartbeat.CatalogVersion != 1:
+		t.Errorf("T1's heartbeat: %+v", got.Heartbeat)
+	case !got.OnlineSince.Equal(since) || got.StatusHeard.IsZero():
+		t.Errorf("T1's presence: since %v heard %v, want since %v", got.OnlineSince, got.StatusHeard, since)
+	case got.CatalogBehind || a.CatalogVersion != 1:
+		t.Errorf("catalog version %d, T1 behind %v", a.CatalogVersion, got.CatalogBehind)
+	case got.LastReceived.Before(since) || got.LastReceived.After(a.Now):
+		t.Errorf("T1's last event received at %v, not between %v and %v", got.LastReceived, since, a.Now)
+	}
+	if probe := row(a, "T_PROBE"); probe.Online != nil || probe.LastKind != wire.KindHeartbeat || probe.Heartbeat == nil {
+		t.Errorf("T_PROBE (events, no presence): %+v", probe)
+	}
+
+	// A newer catalog: T1's last heartbeat reported version 1.
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)
+	a = waitFor("T1 behind", func(a api.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
+	if a.CatalogVersion != imp.Version {
+		t.Errorf("catalog version %d, want %d", a.CatalogVersion, imp.Version)
+	}
+
+	// A terminal that connected but has sent nothing yet is listed from its presence.
+	t2 := dialTerminal(t, srv.Broker, "T2")
+	online, _ = json.Marshal(wire.Presence{V: wire.Version, Terminal: "T2", Online: true, At: since})
+	if tok := t2.c.Publish(wire.StatusTopic(biStoreID, "T2"), 1, true, online); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish presence: %v", tok.Error())
+	}
+	a = waitFor("T2 listed", func(a api.TerminalsAnswer) bool {
+		for _, row := range a.Terminals {
+			if row.Terminal == "T2" {
+				return isOnline(row, true)
+			}
+		}
+		return false
+	})
+	if got := row(a, "T2"); got.LastSeq != 0 || got.Heartbeat != nil {
+		t.Errorf("T2 (presence only): %+v", got)
+	}
+
+	// T1's connection drops without a DISCONNECT: the broker publishes its will.
+	t1.drop()
+	waitFor("T1 offline", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), false) })
+}
+
+// testTerminal is a paho client connected as a terminal with the agent's last will, whose
+// TCP connection the test can cut.
+type testTerminal struct {
+	c    mqtt.Client
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func dialTerminal(t *testing.T, broker, terminal string) *testTerminal {
+	t.Helper()
+	tt := &testTerminal{}
+	will, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: terminal, Online: false})
+	opts := mqtt.NewClientOptions().AddBroker(broker).
+		SetClientID(fmt.Sprintf("test-%s-%d", terminal, time.Now().UnixNano())).
+		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(10*time.Second).
+		SetWill(wire.StatusTopic(biStoreID, terminal), string(will), 1, true).
+		SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+			if err == nil {
+				tt.mu.Lock()
+				tt.conn = c
+				tt.mu.Unlock()
+			}
+			return c, err
+		})
+	tt.c = mqtt.NewClient(opts)
+	if tok := tt.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s as %s: %v", broker, terminal, tok.Error())
+	}
+	t.Cleanup(func() { tt.c.Disconnect(100) })
+	return tt
+}
+
+// drop closes the TCP connection under the client, as a pulled cable or a killed agent does.
+func (tt *testTerminal) drop() {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	tt.conn.Close()
+}
