@@ -28,6 +28,7 @@ import (
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/metrics"
 	"github.com/posgate/posgate/store-server/presence"
 )
 
@@ -161,8 +162,10 @@ func (m *Main) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &lateOut{}
-	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log})
+	met := metrics.New()
+	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
 	seen := presence.New(m.Store, nil, log)
+	met.Follow(in, led, seen, log)
 	// The embedded broker hands up messages to ingest inside the process; an external broker
 	// is reached over a client connection.
 	var pub publisher
@@ -212,7 +215,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
@@ -17,11 +24,12 @@ import (
 	"github.com/posgate/posgate/store-server/store"
 )
 
-// TestTerminalsView: GET /v1/terminals shows each terminal's presence from its status
-// topic (the online message an agent publishes, the last will the broker publishes when
-// the connection drops), the last event the ledger recorded and the last backlog the
-// terminal reported, on a real mosquitto, Redis and ledger.
-func TestTerminalsView(t *testing.T) {
+// TestTerminalsViewAndMetrics: GET /v1/terminals shows each terminal's presence from its
+// status topic (the online message an agent publishes, the last will the broker publishes
+// when the connection drops), the last event the ledger recorded and the last backlog the
+// terminal reported; GET /metrics says the same and counts what ingest did. On a real
+// mosquitto, Redis and ledger.
+func TestTerminalsViewAndMetrics(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
 	var imp apiImport
@@ -94,6 +102,81 @@ func TestTerminalsView(t *testing.T) {
 	if probe := row(a, "T_PROBE"); probe.Online != nil || probe.LastKind != wire.KindHeartbeat || probe.Heartbeat == nil {
 		t.Errorf("T_PROBE (events, no presence): %+v", probe)
 	}
+
+	t.Run("metrics", func(t *testing.T) {
+		var fams map[string]*dto.MetricFamily
+		value := func(name string, labels ...string) (float64, bool) {
+			f := fams[name]
+			if f == nil {
+				return 0, false
+			}
+		metric:
+			for _, m := range f.GetMetric() {
+				for i := 0; i < len(labels); i += 2 {
+					if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+						return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+					}) {
+						continue metric
+					}
+				}
+				switch {
+				case m.GetCounter() != nil:
+					return m.GetCounter().GetValue(), true
+				case m.GetGauge() != nil:
+					return m.GetGauge().GetValue(), true
+				case m.GetHistogram() != nil:
+					return float64(m.GetHistogram().GetSampleCount()), true
+				}
+			}
+			return 0, false
+		}
+		// An up message is observed once its acks are handed to the broker, which may be
+		// just after the terminal has them: T1's sale is the third message answered.
+		var mode api.ModeAnswer
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
+			status, h, body := srv.do(t, "GET", "/metrics", biToken, "", nil)
+			if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+				t.Fatalf("GET /metrics: %d %s", status, h.Get("Content-Type"))
+			}
+			p := expfmt.NewTextParser(model.UTF8Validation)
+			var err error
+			if fams, err = p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+				t.Fatalf("parse metrics: %v\n%s", err, body)
+			}
+			if n, _ := value("posgate_store_ack_seconds"); n >= float64(mode.Stats.Messages) || time.Now().After(deadline) {
+				break
+			}
+		}
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   float64
+		}{
+			{"posgate_store_accepted_total", nil, float64(mode.Stats.Accepted)},
+			{"posgate_store_events_total", nil, float64(mode.Stats.Events)},
+			{"posgate_store_gate_mode", []string{"mode", "redis"}, 1},
+			{"posgate_store_gate_mode", []string{"mode", "degraded"}, 0},
+			{"posgate_store_terminal_online", []string{"terminal", "T1"}, 1},
+			{"posgate_store_terminal_backlog_events", []string{"terminal", "T1"}, 3},
+			{"posgate_store_terminal_backlog_oldest_seconds", []string{"terminal", "T1"}, 0.03},
+			{"posgate_store_ledger_commit_records", nil, float64(mode.Stats.Groups)},
+		} {
+			if got, ok := value(c.name, c.labels...); !ok || got != c.want {
+				t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+			}
+		}
+		// Every up message was answered and observed (the probe's, T1's two).
+		if got, ok := value("posgate_store_ack_seconds"); !ok || got != float64(mode.Stats.Messages) || got < 3 {
+			t.Errorf("posgate_store_ack_seconds count %v (present %v), want the %d messages", got, ok, mode.Stats.Messages)
+		}
+		if got, ok := value("posgate_store_gate_call_seconds"); !ok || got < 1 {
+			t.Errorf("posgate_store_gate_call_seconds count %v (present %v), want ≥ 1", got, ok)
+		}
+		if _, ok := value("go_goroutines"); !ok {
+			t.Error("no Go runtime metrics")
+		}
+	})
 
 	// A newer catalog: T1's last heartbeat reported version 1.
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)

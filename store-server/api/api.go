@@ -40,8 +40,10 @@ type Server struct {
 	Pub     catalog.Publisher
 	// Presence, if not nil, is the terminals' presence from their status topics.
 	Presence *presence.Board
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Metrics, if not nil, serves GET /metrics (Prometheus text format, behind the token).
+	Metrics http.Handler
+	Now     func() time.Time
+	Logger  *slog.Logger
 
 	mux *http.ServeMux
 }
@@ -70,19 +72,29 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
+	if s.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.guard(s.Metrics))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return s.mux
 }
 
-// route registers a handler behind the token check.
-func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+// guard puts h behind the token check.
+func (s *Server) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			writeError(w, perr.New(perr.Unauthorized, "unauthorized", "send the manager token as 'Authorization: Bearer <token>'"))
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// route registers a JSON handler behind the token check.
+func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
+	s.mux.Handle(pattern, s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := h(r)
 		if err != nil {
 			if perr.KindOf(err) == perr.Internal {
@@ -92,7 +104,7 @@ func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
-	})
+	})))
 }
 
 func (s *Server) authorized(r *http.Request) bool {

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,19 @@ type Config struct {
 	// DegradedLimits is the in-process limiter used while degraded (default: half of
 	// store.DefaultLimits, rounded up).
 	DegradedLimits *store.Limits
+	// Observer, if not nil, is told how long ingest's steps take.
+	Observer Observer
+}
+
+// Observer receives the timings of ingest's work (for metrics). Its methods are called on
+// ingest's own goroutines, at most a few times per group, and must not block.
+type Observer interface {
+	// GateCall is one script call deciding events (Redis mode; a failed call included).
+	GateCall(d time.Duration, events int)
+	// Commit is one group commit of records to the ledger (a failed one included).
+	Commit(d time.Duration, records int)
+	// Acked is one up message answered: from its arrival to its acks handed to the broker.
+	Acked(d time.Duration)
 }
 
 // Ingest processes up messages.
@@ -125,6 +139,7 @@ type Stats struct {
 // upMsg is an up message decoded by Handle, off the ingest loop: decoding needs no state,
 // so the MQTT client's goroutine does it while the loop decides and commits.
 type upMsg struct {
+	arrived  time.Time
 	topic    string
 	up       wire.Up
 	err      error          // the message as a whole could not be decoded
@@ -172,6 +187,9 @@ func New(cfg Config) *Ingest {
 // until ingest is stopped.
 func (in *Ingest) Handle(topic string, payload []byte) {
 	m := upMsg{topic: topic}
+	if in.cfg.Observer != nil {
+		m.arrived = time.Now()
+	}
 	m.up, m.err = wire.DecodeUp(payload)
 	if m.err == nil {
 		m.payloads = make([]wire.Payload, len(m.up.Items))
@@ -347,6 +365,7 @@ type item struct {
 }
 
 type groupMsg struct {
+	arrived         time.Time
 	store, terminal string
 	items           []*item
 	skip            bool // undecodable: nothing to ack
@@ -379,7 +398,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			in.log.Warn("undecodable up message", "topic", m.topic, "err", err)
 			continue
 		}
-		gm.store, gm.terminal = in.cfg.Store, topicTerminal
+		gm.store, gm.terminal, gm.arrived = in.cfg.Store, topicTerminal, m.arrived
 		for k, it := range up.Items {
 			x := &item{msg: i, op: -1, env: it.Env}
 			x.ack = wire.Ack{Seq: it.Seq, Key: wire.Key(topicTerminal, it.Seq)}
@@ -582,7 +601,11 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 	if in.Mode() == ModeRedis {
 		start := time.Now()
 		verdicts, err := in.cfg.Gate.Exec(ctx, ops)
-		slow := time.Since(start) > in.cfg.BreakerSlow
+		took := time.Since(start)
+		if in.cfg.Observer != nil {
+			in.cfg.Observer.GateCall(took, len(ops))
+		}
+		slow := took > in.cfg.BreakerSlow
 		if err == nil && len(verdicts) == len(ops) {
 			for i, x := range opItems {
 				in.applyVerdict(x, verdicts[i])
@@ -691,7 +714,11 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 	if len(recs) == 0 {
 		return
 	}
+	start := time.Now()
 	outs, err := in.cfg.Ledger.Commit(context.WithoutCancel(ctx), recs)
+	if in.cfg.Observer != nil {
+		in.cfg.Observer.Commit(time.Since(start), len(recs))
+	}
 	if err != nil {
 		at := in.cfg.Now()
 		in.count(func(s *Stats) {
@@ -778,6 +805,14 @@ func (in *Ingest) ackAll(msgs []groupMsg) {
 			n := min(len(acks), wire.MaxBatchEvents)
 			in.publishAcks(d.store, d.terminal, acks[:n])
 			acks = acks[n:]
+		}
+	}
+	if o := in.cfg.Observer; o != nil && len(order) > 0 {
+		now := time.Now()
+		for _, m := range msgs {
+			if !m.skip && slices.ContainsFunc(m.items, func(x *item) bool { return x.ack.Status != "" }) {
+				o.Acked(now.Sub(m.arrived))
+			}
 		}
 	}
 }

@@ -1,0 +1,179 @@
+// Package metrics exposes the store-server's state in the Prometheus text format: ingest's
+// counters and gate mode, read when scraped; how long gate calls, ledger commits and acks
+// take (ingest.Observer); each terminal's presence and last reported backlog; and the Go
+// runtime's and the process's own figures.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/presence"
+)
+
+// Metrics is the store-server's registry. Its methods GateCall, Commit and Acked make it
+// an ingest.Observer.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	gate, commit, ack         prometheus.Histogram
+	gateEvents, commitRecords prometheus.Histogram
+}
+
+// latencyBuckets run from 0.5 ms to 5 s: an ack is due within tens of milliseconds, and a
+// gate call over the breaker's 2 s counts as a failure.
+var latencyBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5}
+
+// sizeBuckets count events per gate call and records per commit.
+var sizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000}
+
+// New returns a registry with the timing histograms and the Go and process collectors.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "posgate", Subsystem: "store",
+			Name: name, Help: help, Buckets: buckets})
+	}
+	m.gate = hist("gate_call_seconds", "Time of one Redis script call deciding a group of events.", latencyBuckets)
+	m.commit = hist("ledger_commit_seconds", "Time of one group commit to the ledger, fsync included.", latencyBuckets)
+	m.ack = hist("ack_seconds", "Time from an up message's arrival to its acks handed to the broker.", latencyBuckets)
+	m.gateEvents = hist("gate_call_events", "Events decided by one gate call.", sizeBuckets)
+	m.commitRecords = hist("ledger_commit_records", "Records written by one ledger commit.", sizeBuckets)
+	m.reg.MustRegister(m.gate, m.commit, m.ack, m.gateEvents, m.commitRecords,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// GateCall observes one gate call.
+func (m *Metrics) GateCall(d time.Duration, events int) {
+	m.gate.Observe(d.Seconds())
+	m.gateEvents.Observe(float64(events))
+}
+
+// Commit observes one ledger commit.
+func (m *Metrics) Commit(d time.Duration, records int) {
+	m.commit.Observe(d.Seconds())
+	m.commitRecords.Observe(float64(records))
+}
+
+// Acked observes one up message answered.
+func (m *Metrics) Acked(d time.Duration) { m.ack.Observe(d.Seconds()) }
+
+// Follow registers what is read when scraped: ingest's counters and mode, and per terminal
+// its presence (board may be nil) and the backlog its last heartbeat reported.
+func (m *Metrics) Follow(in *ingest.Ingest, led *ledger.Ledger, board *presence.Board, log *slog.Logger) {
+	m.reg.MustRegister(&scraped{in: in, led: led, board: board, log: log})
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// modes are the gate modes, each a series of posgate_store_gate_mode.
+var modes = []ingest.Mode{ingest.ModeStarting, ingest.ModeRedis, ingest.ModeRebuilding, ingest.ModeDegraded}
+
+// counters are ingest's counters, each a Prometheus counter.
+var counters = []struct {
+	name, help string
+	get        func(ingest.Stats) int64
+}{
+	{"messages_total", "Up messages taken from the broker.", func(s ingest.Stats) int64 { return s.Messages }},
+	{"bad_messages_total", "Up messages that could not be read at all (no ack possible).", func(s ingest.Stats) int64 { return s.Bad }},
+	{"events_total", "Events received (batches count each event).", func(s ingest.Stats) int64 { return s.Events }},
+	{"accepted_total", "Events accepted.", func(s ingest.Stats) int64 { return s.Accepted }},
+	{"replays_total", "Events answered from the ledger as duplicates.", func(s ingest.Stats) int64 { return s.Replays }},
+	{"rejected_total", "Events rejected as bad input (parked).", func(s ingest.Stats) int64 { return s.Rejected }},
+	{"refused_live_total", "Live events refused (rate limit, stock); the terminal may sell them offline.", func(s ingest.Stats) int64 { return s.Refused }},
+	{"out_of_order_total", "Events answered out_of_order.", func(s ingest.Stats) int64 { return s.OutOfOrder }},
+	{"groups_total", "Groups decided and committed.", func(s ingest.Stats) int64 { return s.Groups }},
+	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s ingest.Stats) int64 { return s.Rebuilds }},
+	{"gate_errors_total", "Failed or slow gate calls.", func(s ingest.Stats) int64 { return s.GateErrors }},
+	{"commit_errors_total", "Failed ledger commits (nothing acked; the terminals resend).", func(s ingest.Stats) int64 { return s.CommitError }},
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName("posgate", "store", name), help, labels, nil)
+}
+
+var (
+	modeDesc    = desc("gate_mode", "1 for the gate's current mode (redis, degraded: ledger only, rebuilding, starting).", "mode")
+	onlineDesc  = desc("terminal_online", "1 if the terminal's last status message said online, 0 if offline (its will).", "terminal")
+	backlogDesc = desc("terminal_backlog_events", "Events the terminal held unsent at its last heartbeat.", "terminal")
+	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event at its last heartbeat.", "terminal")
+	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
+	counterDesc = func() map[string]*prometheus.Desc {
+		d := map[string]*prometheus.Desc{}
+		for _, c := range counters {
+			d[c.name] = desc(c.name, c.help)
+		}
+		return d
+	}()
+)
+
+// scraped collects what is read at scrape time.
+type scraped struct {
+	in    *ingest.Ingest
+	led   *ledger.Ledger
+	board *presence.Board
+	log   *slog.Logger
+}
+
+func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
+	ch <- modeDesc
+	ch <- onlineDesc
+	ch <- backlogDesc
+	ch <- oldestDesc
+	ch <- seenDesc
+	for _, d := range counterDesc {
+		ch <- d
+	}
+}
+
+func (s *scraped) Collect(ch chan<- prometheus.Metric) {
+	st := s.in.Stats()
+	for _, c := range counters {
+		ch <- prometheus.MustNewConstMetric(counterDesc[c.name], prometheus.CounterValue, float64(c.get(st)))
+	}
+	mode := s.in.Mode()
+	for _, m := range modes {
+		v := 0.0
+		if m == mode {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(modeDesc, prometheus.GaugeValue, v, string(m))
+	}
+	if s.board != nil {
+		for t, p := range s.board.All() {
+			v := 0.0
+			if p.Online {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(onlineDesc, prometheus.GaugeValue, v, t)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	terms, err := s.led.Terminals(ctx)
+	if err != nil {
+		s.log.Warn("metrics: terminals from the ledger", "err", err)
+		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
+		return
+	}
+	for _, t := range terms {
+		ch <- prometheus.MustNewConstMetric(seenDesc, prometheus.GaugeValue,
+			float64(t.LastReceived.UnixMilli())/1000, t.Terminal)
+		if hb := t.Heartbeat; hb != nil {
+			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(hb.Backlog), t.Terminal)
+			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, float64(hb.OldestAgeMs)/1000, t.Terminal)
+		}
+	}
+}
