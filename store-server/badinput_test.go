@@ -913,9 +913,17 @@ func (r *biRun) checkLedger(t *testing.T) {
 	defer r.mu.Unlock()
 	var totals struct {
 		BusinessDate string               `json:"business_date"`
+		Store        store.Counters       `json:"store"`
 		Terminals    []api.TerminalTotals `json:"terminals"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/totals?date="+r.date, nil, &totals)
+	var whole store.Counters
+	for _, c := range r.counters {
+		whole.Add(*c)
+	}
+	if whole.Sales == 0 || !totals.Store.Equal(whole) {
+		t.Errorf("totals of the store %+v, want %+v", totals.Store, whole)
+	}
 	got := map[string]api.TerminalTotals{}
 	for _, tt := range totals.Terminals {
 		got[tt.Terminal] = tt

@@ -329,7 +329,9 @@ func (s *Server) totals(r *http.Request) (any, error) {
 		terms[t] = true
 	}
 	out := []TerminalTotals{}
+	whole := store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 	for t := range terms {
+		whole.Add(led[t])
 		tt := TerminalTotals{Terminal: t, Ledger: led[t]}
 		if red != nil {
 			rc := red[t]
@@ -343,7 +345,7 @@ func (s *Server) totals(r *http.Request) (any, error) {
 		out = append(out, tt)
 	}
 	slices.SortFunc(out, func(a, b TerminalTotals) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return map[string]any{"business_date": date, "mode": s.Ingest.Mode(), "terminals": out}, nil
+	return map[string]any{"business_date": date, "mode": s.Ingest.Mode(), "store": whole, "terminals": out}, nil
 }
 
 func (s *Server) oversells(r *http.Request) (any, error) {

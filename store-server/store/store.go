@@ -43,9 +43,9 @@ func (l Limits) Action(a string) int64 {
 	return 0
 }
 
-// Counters are one terminal's figures for one business date, as Redis keeps them and as the
-// ledger computes them. Sale amounts by method are net of change (cash); Amount is the sum of
-// sale totals.
+// Counters are one terminal's figures for one business date (or, summed with Add, a
+// store's), as Redis keeps them and as the ledger computes them. Sale amounts by method are
+// net of change (cash); Amount is the sum of sale totals.
 type Counters struct {
 	Sales          int64                `json:"sales"`
 	Amount         money.Fen            `json:"amount"`
@@ -61,6 +61,26 @@ func (c Counters) Equal(o Counters) bool {
 	return c.Sales == o.Sales && c.Amount == o.Amount && c.Refunds == o.Refunds &&
 		c.RefundAmount == o.RefundAmount && sameAmounts(c.ByMethod, o.ByMethod) &&
 		sameAmounts(c.RefundByMethod, o.RefundByMethod)
+}
+
+// Add adds o's figures to c.
+func (c *Counters) Add(o Counters) {
+	c.Sales += o.Sales
+	c.Amount += o.Amount
+	c.Refunds += o.Refunds
+	c.RefundAmount += o.RefundAmount
+	for _, a := range []struct {
+		to   *map[string]money.Fen
+		from map[string]money.Fen
+	}{
+		{&c.ByMethod, o.ByMethod}, {&c.RefundByMethod, o.RefundByMethod}} {
+		for m, f := range a.from {
+			if *a.to == nil {
+				*a.to = map[string]money.Fen{}
+			}
+			(*a.to)[m] += f
+		}
+	}
 }
 
 func sameAmounts(a, b map[string]money.Fen) bool {
