@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,41 @@ func TestManagerAPI(t *testing.T) {
 		srv.problem(t, "GET /v1/nope", "GET", "/v1/nope", biToken, "", nil, http.StatusNotFound, "route_not_found")
 		srv.problem(t, "POST /v2/stock", "POST", "/v2/stock", biToken, "application/json", []byte(`{}`),
 			http.StatusNotFound, "route_not_found")
-		srv.problem(t, "GET /", "GET", "/", biToken, "", nil, http.StatusNotFound, "route_not_found")
+		srv.problem(t, "GET /index.html", "GET", "/index.html", biToken, "", nil, http.StatusNotFound, "route_not_found")
+	})
+
+	t.Run("dashboard", func(t *testing.T) {
+		files := map[string]string{"/": "text/html", "/dashboard.js": "text/javascript", "/dashboard.css": "text/css"}
+		body := map[string]string{}
+		for path, ctype := range files {
+			status, h, b := srv.do(t, "GET", path, "", "", nil) // no token: the files hold no data
+			if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), ctype) ||
+				!strings.Contains(h.Get("Content-Security-Policy"), "default-src 'self'") {
+				t.Fatalf("GET %s: %d %q CSP %q", path, status, h.Get("Content-Type"), h.Get("Content-Security-Policy"))
+			}
+			body[path] = string(b)
+		}
+		for _, ref := range []string{`src="/dashboard.js"`, `href="/dashboard.css"`} {
+			if !strings.Contains(body["/"], ref) {
+				t.Errorf("the page does not load %s", ref)
+			}
+		}
+		// Data goes into the page as text only.
+		for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
+			if strings.Contains(body["/dashboard.js"], sink) {
+				t.Errorf("dashboard.js uses %s", sink)
+			}
+		}
+		// Every endpoint the page reads exists and answers with the token.
+		paths := regexp.MustCompile(`"(/v1/[a-z/]+)"`).FindAllStringSubmatch(body["/dashboard.js"], -1)
+		if len(paths) < 8 {
+			t.Fatalf("found %d endpoints in dashboard.js", len(paths))
+		}
+		for _, p := range paths {
+			if status, _, b := srv.do(t, "GET", p[1], biToken, "", nil); status != http.StatusOK {
+				t.Errorf("the dashboard reads %s: %d %s", p[1], status, b)
+			}
+		}
 	})
 
 	t.Run("mode", func(t *testing.T) {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -178,6 +180,28 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		}
 	})
 
+	t.Run("dashboard in a browser", func(t *testing.T) {
+		dom := browse(t, srv.Base+"/#token="+biToken)
+		for _, want := range []string{
+			`<span id="mode" class="badge redis">redis</span>`,
+			`<td>T1</td><td class="good">online</td><td>sale #2, `,
+			`<td class="num warn">3</td>`, // T1's backlog
+			`<td>T_PROBE</td><td class="muted">unknown</td>`,
+			`<b>1</b>sales</div>`,
+			`<td>A1</td><td class="num">`,
+		} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("the dashboard does not show %s", want)
+			}
+		}
+		if strings.Contains(dom, "Could not") || strings.Contains(dom, `id="signin" hidden=""`) == false {
+			t.Errorf("the dashboard reports a problem or asks for the token")
+		}
+		if t.Failed() {
+			t.Logf("page:\n%s", dom)
+		}
+	})
+
 	// A newer catalog: T1's last heartbeat reported version 1.
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)
 	a = waitFor("T1 behind", func(a api.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
@@ -246,4 +270,25 @@ func (tt *testTerminal) drop() {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	tt.conn.Close()
+}
+
+// browse loads url in headless Chromium, lets its scripts run (fetches included) and returns
+// the page as they left it.
+func browse(t *testing.T, url string) string {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is needed for the dashboard test (make deps installs it): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
+		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=3000", "--dump-dom", url)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
+	}
+	return string(out)
 }

@@ -9,6 +9,7 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -75,10 +76,35 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.guard(s.Metrics))
 	}
+	// The dashboard's files hold no data and need no token; the page asks for it and sends
+	// it with every API request.
+	s.mux.Handle("GET /{$}", dashboardFile("index.html", "text/html; charset=utf-8"))
+	s.mux.Handle("GET /dashboard.js", dashboardFile("dashboard.js", "text/javascript; charset=utf-8"))
+	s.mux.Handle("GET /dashboard.css", dashboardFile("dashboard.css", "text/css; charset=utf-8"))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return s.mux
+}
+
+//go:embed dashboard
+var dashboard embed.FS
+
+// dashboardFile serves one of the dashboard's embedded files. The page loads only its own
+// script and style sheet, and may not be framed.
+func dashboardFile(name, ctype string) http.Handler {
+	body, err := dashboard.ReadFile("dashboard/" + name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", ctype)
+		h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-cache")
+		w.Write(body)
+	})
 }
 
 // guard puts h behind the token check.

@@ -20,7 +20,7 @@ type TerminalSeen struct {
 	LastKind     wire.Kind      `json:"last_kind"`
 	LastStatus   wire.AckStatus `json:"last_status"`
 	LastAt       time.Time      `json:"last_at,omitzero"`
-	LastReceived time.Time      `json:"last_received"`
+	LastReceived time.Time      `json:"last_received,omitzero"`
 	// Heartbeat is the terminal's last accepted heartbeat among its HeartbeatLookback latest
 	// events, if any: its backlog as the terminal counted it then.
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`

@@ -1,0 +1,268 @@
+// posgate store dashboard: reads the manager API every few seconds and draws it. Every
+// value is put in the page as text (never as HTML). Amounts arrive as decimal strings in
+// yuan and are shown as they are: the page does no arithmetic on money.
+"use strict";
+
+const REFRESH_MS = 5000;
+const TOKEN_KEY = "posgate-token";
+
+// The manager API endpoints the page reads (the store-server's tests check each exists).
+const ENDPOINTS = {
+  mode: "/v1/mode",
+  catalog: "/v1/catalog",
+  totals: "/v1/totals",
+  terminals: "/v1/terminals",
+  stock: "/v1/stock",
+  oversells: "/v1/oversells",
+  parked: "/v1/parked",
+  limits: "/v1/limits",
+};
+
+const $ = (id) => document.getElementById(id);
+
+class Unauthorized extends Error {}
+
+async function api(path) {
+  const resp = await fetch(path, {
+    headers: { Authorization: "Bearer " + sessionStorage.getItem(TOKEN_KEY) },
+    cache: "no-store",
+  });
+  if (resp.status === 401) throw new Unauthorized();
+  const body = await resp.json();
+  if (!resp.ok) throw new Error(body.detail || body.title || String(resp.status));
+  return body;
+}
+
+// el builds an element with text content and an optional class.
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) tr.append(c instanceof Node ? c : el("td", c));
+  return tr;
+}
+
+function fill(tableId, rows, emptyText) {
+  const body = $(tableId).querySelector("tbody");
+  body.replaceChildren(...rows);
+  if (rows.length === 0) {
+    const td = el("td", emptyText, "muted");
+    td.colSpan = $(tableId).querySelectorAll("th").length;
+    body.append(row([td]));
+  }
+}
+
+const yuan = (s) => (s === undefined || s === null ? "—" : "¥" + s);
+
+// ago says how long before now a time was ("3 s ago", "2 h ago").
+function ago(iso, now) {
+  if (!iso) return "—";
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " d ago";
+}
+
+function duration(ms) {
+  const s = Math.round(ms / 1000);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.round(s / 60) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+
+function figure(label, value, cls) {
+  const d = el("div", label);
+  d.prepend(el("b", value, cls));
+  return d;
+}
+
+function drawMode(mode, alerts) {
+  const badge = $("mode");
+  badge.textContent = mode.mode;
+  badge.className = "badge " + mode.mode;
+  if (mode.mode === "degraded") {
+    alerts.push(["Redis is unreachable: the store sells on the ledger alone (conservative limits, ledger stock).", ""]);
+  } else if (mode.mode !== "redis") {
+    alerts.push(["The gate is " + mode.mode + ": Redis is being rebuilt from the ledger.", "warn"]);
+  }
+  const st = mode.stats;
+  if (st.last_commit_error) {
+    alerts.push(["Last ledger commit failure (" + st.commit_errors + " so far, " + st.last_commit_error_at + "): " +
+      st.last_commit_error + ". While commits fail nothing is acknowledged; the tills keep their sales.", ""]);
+  }
+}
+
+function drawToday(totals) {
+  $("date").textContent = totals.business_date;
+  const s = totals.store;
+  const figs = [
+    figure("sales", s.sales),
+    figure("takings", yuan(s.amount)),
+    figure("refunds", s.refunds),
+    figure("refunded", yuan(s.refund_amount)),
+  ];
+  for (const [method, amount] of Object.entries(s.by_method || {}).sort()) {
+    figs.push(figure(method, yuan(amount)));
+  }
+  $("today").replaceChildren(...figs);
+}
+
+function drawTerminals(view, totals, alerts) {
+  const now = Date.parse(view.now);
+  const day = new Map(totals.terminals.map((t) => [t.terminal, t]));
+  const names = new Set([...view.terminals.map((t) => t.terminal), ...day.keys()]);
+  const byName = new Map(view.terminals.map((t) => [t.terminal, t]));
+  const rows = [];
+  for (const name of [...names].sort()) {
+    const t = byName.get(name) || { terminal: name };
+    const d = day.get(name);
+    let conn = el("td", "unknown", "muted");
+    if (t.online === true) conn = el("td", "online", "good");
+    if (t.online === false) conn = el("td", "offline since " + ago(t.status_heard, now), "bad");
+    const last = t.last_seq ? t.last_kind + " #" + t.last_seq + ", " + ago(t.last_received, now) : "—";
+    const hb = t.heartbeat;
+    const backlog = hb ? el("td", hb.backlog, "num" + (hb.backlog > 0 ? " warn" : "")) : el("td", "—", "num muted");
+    const oldest = hb && hb.backlog > 0 ? duration(hb.oldest_age_ms) + " (" + ago(hb.received, now) + ")" : "—";
+    const catalog = hb ? el("td", "v" + hb.catalog_version, t.catalog_behind ? "warn" : "") : el("td", "—", "muted");
+    const parked = el("td", t.parked || 0, "num" + (t.parked ? " bad" : ""));
+    let redis = el("td", "—", "muted");
+    let close = el("td", "—", "muted");
+    if (d) {
+      if (d.redis) redis = d.redis_differs ? el("td", "differs", "bad") : el("td", "matches", "good");
+      if (d.declared) close = d.declared_matches ? el("td", "matches", "good") : el("td", "differs", "bad");
+    }
+    rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
+      el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close]));
+
+    if (t.online === false && hb && hb.backlog > 0) {
+      alerts.push([name + " is offline and last reported " + hb.backlog + " unsent events.", "warn"]);
+    }
+    if (d && d.redis_differs) alerts.push([name + ": Redis counters differ from the ledger for today.", ""]);
+    if (d && d.declared && !d.declared_matches) alerts.push([name + ": its day close differs from the ledger.", ""]);
+  }
+  fill("terminals", rows, "No terminal has connected or sent an event yet.");
+}
+
+function drawStock(stock) {
+  const filter = $("sku-filter").value.trim().toUpperCase();
+  const rows = stock.stock
+    .filter((s) => !filter || s.sku.toUpperCase().includes(filter))
+    .map((s) => row([
+      el("td", s.sku),
+      el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
+      el("td", s.proven, "num" + (s.proven !== s.ledger ? " bad" : "")),
+      el("td", s.redis === undefined ? "—" : s.redis, "num"),
+      el("td", s.redis === undefined ? "—" : s.diff, "num" + (s.diff ? " bad" : "")),
+    ]));
+  fill("stock", rows, filter ? "No SKU matches." : "No stock recorded yet.");
+}
+
+function drawOversells(o) {
+  fill("oversells", o.oversells.map((x) => row([x.business_date, x.terminal, x.seq, x.sku,
+    el("td", x.short, "num bad"), new Date(x.at).toLocaleString()])), "None.");
+}
+
+function drawParked(p) {
+  fill("parked", p.parked.slice(0, 50).map((x) => row([x.terminal, x.seq, x.kind || "—", x.code,
+    el("td", x.message, "wrap"), x.at && !x.at.startsWith("0001") ? new Date(x.at).toLocaleString() : "—"])), "None.");
+}
+
+function drawLimits(l) {
+  const lim = l.limits;
+  const per = " per " + lim.window_ms + " ms";
+  const figs = [
+    figure("store" + per, lim.store), figure("terminal" + per, lim.terminal), figure("scans" + per, lim.scan),
+    figure("payments" + per, lim.pay), figure("refunds" + per, lim.refund),
+    figure("promo", l.promo_percent + "%" + (l.promo_expires_in_ms > 0 ? " for " + duration(l.promo_expires_in_ms) : "")),
+  ];
+  $("limits").replaceChildren(...figs);
+}
+
+let timer = null;
+let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
+
+async function refresh() {
+  clearTimeout(timer);
+  const names = Object.keys(ENDPOINTS);
+  const results = await Promise.allSettled(names.map((n) => api(ENDPOINTS[n])));
+  if (results.some((r) => r.status === "rejected" && r.reason instanceof Unauthorized)) {
+    signOut("The token was refused.");
+    return;
+  }
+  const got = {};
+  const alerts = [];
+  names.forEach((n, i) => {
+    if (results[i].status === "fulfilled") got[n] = results[i].value;
+    else if (n !== "limits") alerts.push(["Could not read " + ENDPOINTS[n] + ": " + results[i].reason.message, ""]);
+  });
+  const draw = (name, fn) => {
+    if (!got[name]) return;
+    try {
+      fn();
+    } catch (e) {
+      alerts.push(["Could not show " + ENDPOINTS[name] + ": " + e.message, ""]);
+    }
+  };
+  draw("catalog", () => { $("store").textContent = "store " + got.catalog.store + " · catalog v" + got.catalog.version; });
+  draw("mode", () => drawMode(got.mode, alerts));
+  draw("totals", () => drawToday(got.totals));
+  draw("terminals", () => drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts));
+  draw("stock", () => drawStock(got.stock));
+  draw("oversells", () => drawOversells(got.oversells));
+  draw("parked", () => drawParked(got.parked));
+  if (got.limits) drawLimits(got.limits);
+  else $("limits").replaceChildren(el("span", "Limits live in Redis, which cannot be read now.", "muted"));
+  $("alerts").replaceChildren(...alerts.map(([text, cls]) => el("li", text, cls)));
+  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  lastStock = got.stock || lastStock;
+  timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function signOut(message) {
+  clearTimeout(timer);
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("board").hidden = true;
+  $("signout").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = message || "";
+}
+
+function signIn() {
+  $("signin").hidden = true;
+  $("board").hidden = false;
+  $("signout").hidden = false;
+  refresh();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("signin").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value);
+    $("token").value = "";
+    signIn();
+  });
+  $("signout").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    signOut();
+  });
+  $("sku-filter").addEventListener("input", () => { if (lastStock) drawStock(lastStock); });
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && sessionStorage.getItem(TOKEN_KEY)) refresh();
+    else clearTimeout(timer);
+  });
+  // A back-office screen can be opened as /#token=…: the fragment never reaches the server,
+  // and it is taken out of the address bar at once.
+  const frag = new URLSearchParams(location.hash.slice(1));
+  if (frag.get("token")) {
+    sessionStorage.setItem(TOKEN_KEY, frag.get("token"));
+    history.replaceState(null, "", location.pathname);
+  }
+  if (sessionStorage.getItem(TOKEN_KEY)) signIn();
+  else signOut();
+});
