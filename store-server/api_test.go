@@ -42,6 +42,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/oversells"},
 	{"GET", "/v1/parked"},
 	{"GET", "/v1/terminals"},
+	{"GET", "/v1/hq"},
 	{"GET", "/metrics"},
 	{"GET", "/v1/limits"},
 	{"PUT", "/v1/limits"},

@@ -60,6 +60,7 @@ type Main struct {
 	APIListen     string
 	APIToken      string
 	CatalogFile   string
+	UploadState   string
 	LogLevel      string
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
@@ -94,6 +95,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
 	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
+	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -215,7 +217,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -234,6 +236,14 @@ func (m *Main) Run(ctx context.Context) error {
 	defer done()
 	srv.Shutdown(shut)
 	return err
+}
+
+// uploadState is where the store's uploader keeps its state.
+func (m *Main) uploadState() string {
+	if m.UploadState != "" {
+		return m.UploadState
+	}
+	return filepath.Join(m.DataDir, "upload.db")
 }
 
 func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher) error {

@@ -834,21 +834,28 @@ func (u *Uploader) Status(ctx context.Context) (Status, error) {
 // its ledger at ledgerPath, while that uploader may be running: both are opened read-only
 // and the state is not taken.
 func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (Status, error) {
-	state, err := sqlitedb.OpenQueryOnly(ctx, statePath, 1)
-	if err != nil {
-		return Status{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
-	}
-	defer state.Close()
 	l, err := ledger.OpenReader(ctx, ledgerPath, store, loc)
 	if err != nil {
 		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
 	defer l.Close()
+	return ReadStatusOf(ctx, statePath, l)
+}
+
+// ReadStatusOf is ReadStatus for a process that has the store's ledger open already (the
+// store-server showing its managers how far HQ has the store's rows). A missing state file
+// is an error wrapping fs.ErrNotExist: no uploader has run with it.
+func ReadStatusOf(ctx context.Context, statePath string, l *ledger.Ledger) (Status, error) {
+	state, err := sqlitedb.OpenQueryOnly(ctx, statePath, 1)
+	if err != nil {
+		return Status{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
+	}
+	defer state.Close()
 	kv, err := readKV(ctx, state)
 	if err != nil {
 		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
-	if err := stateOf(kv, statePath, store); err != nil {
+	if err := stateOf(kv, statePath, l.StoreID()); err != nil {
 		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
 	return readStatus(ctx, state, kv, l)

@@ -13,12 +13,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -43,8 +45,11 @@ type Server struct {
 	Presence *presence.Board
 	// Metrics, if not nil, serves GET /metrics (Prometheus text format, behind the token).
 	Metrics http.Handler
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// UploadState is the state file of the store's hq-sync uploader, read for GET /v1/hq
+	// ("": not shown).
+	UploadState string
+	Now         func() time.Time
+	Logger      *slog.Logger
 
 	mux *http.ServeMux
 }
@@ -70,6 +75,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/oversells", s.oversells)
 	s.route("GET /v1/parked", s.parked)
 	s.route("GET /v1/terminals", s.terminals)
+	s.route("GET /v1/hq", s.hq)
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
@@ -438,6 +444,31 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	}
 	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
 	return TerminalsAnswer{Now: s.Now(), CatalogVersion: version, Terminals: rows}, nil
+}
+
+// HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.
+type HQAnswer struct {
+	State string `json:"state"`
+	// Found is false while no uploader has run with State: nothing has gone to HQ.
+	Found  bool           `json:"found"`
+	Upload *upload.Status `json:"upload,omitempty"`
+}
+
+func (s *Server) hq(r *http.Request) (any, error) {
+	a := HQAnswer{State: s.UploadState}
+	if s.UploadState == "" {
+		return a, nil
+	}
+	st, err := upload.ReadStatusOf(r.Context(), s.UploadState, s.Ledger)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return a, nil
+	case err != nil:
+		return nil, perr.Wrap(err, perr.Unavailable, "upload_state_unreadable", "the uploader's state %s cannot be read: %v",
+			s.UploadState, err)
+	}
+	a.Found, a.Upload = true, &st
+	return a, nil
 }
 
 func (s *Server) limits(r *http.Request) (any, error) {

@@ -16,6 +16,7 @@ const ENDPOINTS = {
   oversells: "/v1/oversells",
   parked: "/v1/parked",
   limits: "/v1/limits",
+  hq: "/v1/hq",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -184,6 +185,31 @@ function drawLimits(l) {
   $("limits").replaceChildren(...figs);
 }
 
+function drawHQ(a, now, alerts) {
+  if (!a.found) {
+    $("hq").replaceChildren(el("span", "No upload to headquarters has run from this store yet (state " + a.state + ").", "muted"));
+    return;
+  }
+  const u = a.upload;
+  const days = Object.keys(u.declared || {}).sort().slice(-3);
+  const figs = [
+    figure("rows waiting for HQ", u.backlog, u.backlog > 0 ? "warn" : "good"),
+    figure("last batch HQ acknowledged", u.last_sent_at ? ago(u.last_sent_at, now) : "never"),
+    figure("batches sent", u.batches),
+    figure("days declared (latest)", days.length ? days.join(", ") : "none"),
+  ];
+  if (u.pending) figs.push(figure("pending batch (" + (u.attempts || 0) + " failed sends)", u.pending, u.last_error ? "bad" : ""));
+  $("hq").replaceChildren(...figs);
+  if (u.last_error) alerts.push(["Upload to headquarters failing: " + u.last_error + ". The rows wait in the ledger.", ""]);
+  for (const d of u.too_large_to_declare || []) {
+    alerts.push(["Business date " + d + " is too large to declare to headquarters in one batch; HQ cannot reconcile it.", ""]);
+  }
+  const hour = 3600 * 1000;
+  if (u.backlog > 0 && !u.last_error && (!u.last_sent_at || now - Date.parse(u.last_sent_at) > hour)) {
+    alerts.push([u.backlog + " rows wait for headquarters and nothing has been acknowledged for an hour: is hq-sync upload running?", "warn"]);
+  }
+}
+
 let timer = null;
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 
@@ -216,6 +242,7 @@ async function refresh() {
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
   draw("parked", () => drawParked(got.parked));
+  draw("hq", () => drawHQ(got.hq, got.terminals ? Date.parse(got.terminals.now) : Date.now(), alerts));
   if (got.limits) drawLimits(got.limits);
   else $("limits").replaceChildren(el("span", "Limits live in Redis, which cannot be read now.", "muted"));
   $("alerts").replaceChildren(...alerts.map(([text, cls]) => el("li", text, cls)));
