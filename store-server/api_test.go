@@ -40,6 +40,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"POST", "/v1/catalog"},
 	{"GET", "/v1/totals"},
 	{"GET", "/v1/oversells"},
+	{"POST", "/v1/oversells/resolve"},
 	{"GET", "/v1/parked"},
 	{"GET", "/v1/terminals"},
 	{"GET", "/v1/hq"},
@@ -137,16 +138,26 @@ func TestManagerAPI(t *testing.T) {
 				t.Errorf("dashboard.js uses %s", sink)
 			}
 		}
-		// Every endpoint the page reads exists and answers with the token.
-		paths := regexp.MustCompile(`"(/v1/[a-z/]+)"`).FindAllStringSubmatch(body["/dashboard.js"], -1)
-		if len(paths) < 8 {
-			t.Fatalf("found %d endpoints in dashboard.js", len(paths))
+		// Every endpoint the page reads exists and answers with the token; the action it
+		// posts exists and checks what it is given.
+		block := func(name string) [][]string {
+			m := regexp.MustCompile(`(?s)const ` + name + ` = \{(.*?)\};`).FindStringSubmatch(body["/dashboard.js"])
+			if m == nil {
+				t.Fatalf("no %s in dashboard.js", name)
+			}
+			return regexp.MustCompile(`"(/v1/[a-z/]+)"`).FindAllStringSubmatch(m[1], -1)
 		}
-		for _, p := range paths {
+		reads, actions := block("ENDPOINTS"), block("ACTIONS")
+		if len(reads) < 9 || len(actions) != 1 {
+			t.Fatalf("found %d endpoints and %d actions in dashboard.js", len(reads), len(actions))
+		}
+		for _, p := range reads {
 			if status, _, b := srv.do(t, "GET", p[1], biToken, "", nil); status != http.StatusOK {
 				t.Errorf("the dashboard reads %s: %d %s", p[1], status, b)
 			}
 		}
+		srv.problem(t, "the dashboard's action", "POST", actions[0][1], biToken, "application/json", []byte(`{}`),
+			http.StatusBadRequest, ledger.CodeResolutionRequired)
 	})
 
 	t.Run("mode", func(t *testing.T) {

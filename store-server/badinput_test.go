@@ -149,6 +149,24 @@ type biRun struct {
 	counted  map[string]bool            // keys whose sale or refund is in the expectations
 }
 
+// biStartRun connects the terminals' client to srv and waits until the store answers. The
+// run's events happen a minute ago in the store's time zone (r.date is their business date).
+func biStartRun(t *testing.T, srv *biServer) *biRun {
+	t.Helper()
+	loc, err := time.LoadLocation(biTZ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().In(loc).Add(-time.Minute).Truncate(time.Millisecond)
+	r := &biRun{
+		srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
+		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
+		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{},
+	}
+	r.warmUp(t)
+	return r
+}
+
 func (r *biRun) seal(kind wire.Kind, terminal string, seq int64, payload []byte) wire.Envelope {
 	env := wire.NewEnvelope(kind, biStoreID, terminal, seq, r.at, payload)
 	env.Offline = true // the backlog lane, unless a case says otherwise
@@ -425,17 +443,7 @@ func TestBadInputEnvelopes(t *testing.T) {
 			t.Fatalf("opening stock %s: qty %d applied %v", sku, qty, applied)
 		}
 	}
-	loc, err := time.LoadLocation(biTZ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().In(loc).Add(-time.Minute).Truncate(time.Millisecond)
-	r := &biRun{
-		srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
-		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
-		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{},
-	}
-	r.warmUp(t)
+	r := biStartRun(t, srv)
 
 	t.Run("envelope", r.envelopeCases)
 	t.Run("payload", r.payloadCases)

@@ -15,7 +15,6 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/posgate/posgate/store-server/store"
 )
 
 // TestHQUploadView: GET /v1/hq shows how far headquarters has the store's rows, read from
@@ -31,11 +30,7 @@ func TestHQUploadView(t *testing.T) {
 	for sku, qty := range biOpening {
 		srv.adjust(t, "opening-"+sku, sku, qty, ledger.ReasonOpening)
 	}
-	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	r := &biRun{srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
-		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
-		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{}}
-	r.warmUp(t)
+	r := biStartRun(t, srv)
 	for seq := int64(1); seq <= 3; seq++ {
 		msg, want := r.good(t, "T1", seq)
 		r.step(t, "sale", "T1", msg, want)

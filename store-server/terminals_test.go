@@ -23,7 +23,6 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/posgate/posgate/store-server/store"
 )
 
 // TestTerminalsViewAndMetrics: GET /v1/terminals shows each terminal's presence from its
@@ -41,11 +40,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 			t.Fatalf("opening stock %s: %d %v", sku, got, applied)
 		}
 	}
-	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	r := &biRun{srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
-		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
-		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{}}
-	r.warmUp(t) // T_PROBE: one heartbeat, no presence
+	r := biStartRun(t, srv) // T_PROBE: one heartbeat, no presence
 
 	// T1 connects as an agent does: its will says offline, then it says online (retained).
 	since := time.Now().Add(-time.Second).Truncate(time.Millisecond)
@@ -90,7 +85,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	a := waitFor("T1 online", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), true) })
 	got := row(a, "T1")
 	switch {
-	case got.LastSeq != 2 || got.LastKind != wire.KindSale || got.LastStatus != wire.AckAccepted || !got.LastAt.Equal(at):
+	case got.LastSeq != 2 || got.LastKind != wire.KindSale || got.LastStatus != wire.AckAccepted || !got.LastAt.Equal(r.at):
 		t.Errorf("T1's last event: %+v", got.TerminalSeen)
 	case got.Heartbeat == nil || got.Heartbeat.Seq != 1 || got.Heartbeat.Backlog != 3 || got.Heartbeat.CatalogVersion != 1:
 		t.Errorf("T1's heartbeat: %+v", got.Heartbeat)

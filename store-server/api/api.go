@@ -73,6 +73,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("POST /v1/catalog", s.importCatalog)
 	s.route("GET /v1/totals", s.totals)
 	s.route("GET /v1/oversells", s.oversells)
+	s.route("POST /v1/oversells/resolve", s.resolveOversell)
 	s.route("GET /v1/parked", s.parked)
 	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/hq", s.hq)
@@ -381,11 +382,36 @@ func (s *Server) totals(r *http.Request) (any, error) {
 }
 
 func (s *Server) oversells(r *http.Request) (any, error) {
-	o, err := s.Ledger.Oversells(r.Context(), r.URL.Query().Get("date"))
+	q := r.URL.Query()
+	all := q.Get("all")
+	if all != "" && all != "1" && all != "0" {
+		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	}
+	o, err := s.Ledger.Oversells(r.Context(), q.Get("date"), all == "1")
 	if o == nil {
 		o = []ledger.Oversell{}
 	}
 	return map[string]any{"oversells": o}, err
+}
+
+// ResolveRequest resolves one oversell exception with what explained it.
+type ResolveRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	SKU      string `json:"sku"`
+	Note     string `json:"note"`
+}
+
+func (s *Server) resolveOversell(r *http.Request) (any, error) {
+	var req ResolveRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	o, applied, err := s.Ledger.ResolveOversell(r.Context(), req.Terminal, req.Seq, req.SKU, req.Note)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"oversell": o, "applied": applied}, nil
 }
 
 func (s *Server) parked(r *http.Request) (any, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -532,7 +533,7 @@ func TestOfflineOversell(t *testing.T) {
 	if got := mustStock(t, l); !reflect.DeepEqual(got, map[string]int64{"A": -5, "B": 2}) {
 		t.Errorf("stock %v, want A -5 B 2", got)
 	}
-	all, err := l.Oversells(ctx, "")
+	all, err := l.Oversells(ctx, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,11 +545,50 @@ func TestOfflineOversell(t *testing.T) {
 	if !reflect.DeepEqual(all, want) {
 		t.Errorf("oversells\n got %+v\nwant %+v", all, want)
 	}
-	if got, _ := l.Oversells(ctx, "2025-03-02"); !reflect.DeepEqual(got, want[2:]) {
+	if got, _ := l.Oversells(ctx, "2025-03-02", false); !reflect.DeepEqual(got, want[2:]) {
 		t.Errorf("oversells of 2025-03-02: %+v", got)
 	}
-	if got, _ := l.Oversells(ctx, "2025-02-28"); len(got) != 0 {
+	if got, _ := l.Oversells(ctx, "2025-02-28", false); len(got) != 0 {
 		t.Errorf("oversells of a quiet day: %+v", got)
+	}
+
+	// A manager resolves the first: it leaves the open list, keeps its note, and a retry
+	// changes nothing.
+	resolvedAt := day.Add(3 * time.Hour)
+	l.Now = func() time.Time { return resolvedAt }
+	o, applied, err := l.ResolveOversell(ctx, "T1", 1, "A", "  counted the shelf: 2 behind the till; adjusted ")
+	resolved := want[0]
+	resolved.Resolved, resolved.ResolvedAt, resolved.Resolution = true, resolvedAt, "counted the shelf: 2 behind the till; adjusted"
+	if err != nil || !applied || !reflect.DeepEqual(o, resolved) {
+		t.Fatalf("resolve: %+v applied %v err %v, want %+v", o, applied, err, resolved)
+	}
+	l.Now = func() time.Time { return resolvedAt.Add(time.Hour) }
+	if o, applied, err := l.ResolveOversell(ctx, "T1", 1, "A", "another note"); err != nil || applied || !reflect.DeepEqual(o, resolved) {
+		t.Errorf("resolving again: %+v applied %v err %v, want the first resolution unchanged", o, applied, err)
+	}
+	if got, _ := l.Oversells(ctx, "", false); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("open oversells after resolving one: %+v", got)
+	}
+	if got, _ := l.Oversells(ctx, dayDate, true); !reflect.DeepEqual(got, []Oversell{resolved, want[1]}) {
+		t.Errorf("all oversells of %s: %+v", dayDate, got)
+	}
+	for _, tc := range []struct {
+		terminal  string
+		seq       int64
+		sku, note string
+		code      string
+	}{
+		{"T1", 1, "B", "x", CodeOversellNotFound}, // T1:1 sold B, but B was not short
+		{"T9", 1, "A", "x", CodeOversellNotFound},
+		{"T1", 2, "A", " ", CodeResolutionRequired},
+		{"T1", 2, "A", strings.Repeat("é", wire.MaxTextLen+1), CodeResolutionRequired},
+	} {
+		if _, _, err := l.ResolveOversell(ctx, tc.terminal, tc.seq, tc.sku, tc.note); perr.CodeOf(err) != tc.code {
+			t.Errorf("resolve %s:%d %s %.10q: %v, want %s", tc.terminal, tc.seq, tc.sku, tc.note, err, tc.code)
+		}
+	}
+	if got, _ := l.Oversells(ctx, "", false); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("open oversells after refused resolutions: %+v", got)
 	}
 }
 

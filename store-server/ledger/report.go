@@ -4,10 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
 )
@@ -147,13 +151,32 @@ type Oversell struct {
 	Short        int64     `json:"short"`
 	At           time.Time `json:"at"`
 	BusinessDate string    `json:"business_date"`
+	// Resolved says a manager explained the shortfall (ResolveOversell): when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
 }
 
-// Oversells returns the unresolved oversell exceptions of a business date ("" for every
-// date), by date, terminal, seq and SKU.
-func (l *Ledger) Oversells(ctx context.Context, date string) ([]Oversell, error) {
-	query := `SELECT terminal, seq, sku, qty_short, at, business_date FROM oversells WHERE resolved = 0`
+const selOversells = `SELECT terminal, seq, sku, qty_short, at, business_date, resolved, resolved_at, resolution
+	FROM oversells`
+
+func (l *Ledger) scanOversell(sc interface{ Scan(...any) error }) (Oversell, error) {
+	var o Oversell
+	var at, resolvedAt string
+	err := sc.Scan(&o.Terminal, &o.Seq, &o.SKU, &o.Short, &at, &o.BusinessDate, &o.Resolved, &resolvedAt, &o.Resolution)
+	o.At, o.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
+	return o, err
+}
+
+// Oversells returns the oversell exceptions of a business date ("" for every date), by
+// date, terminal, seq and SKU: the open ones, or with resolved also those a manager
+// resolved.
+func (l *Ledger) Oversells(ctx context.Context, date string, resolved bool) ([]Oversell, error) {
+	query := selOversells + ` WHERE 1`
 	var args []any
+	if !resolved {
+		query += ` AND resolved = 0`
+	}
 	if date != "" {
 		query += ` AND business_date = ?`
 		args = append(args, date)
@@ -161,12 +184,10 @@ func (l *Ledger) Oversells(ctx context.Context, date string) ([]Oversell, error)
 	query += ` ORDER BY business_date, terminal, seq, sku`
 	out := []Oversell{}
 	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
-		var o Oversell
-		var at string
-		if err := rows.Scan(&o.Terminal, &o.Seq, &o.SKU, &o.Short, &at, &o.BusinessDate); err != nil {
+		o, err := l.scanOversell(rows)
+		if err != nil {
 			return err
 		}
-		o.At = l.parseTime(at)
 		out = append(out, o)
 		return nil
 	})
@@ -174,6 +195,44 @@ func (l *Ledger) Oversells(ctx context.Context, date string) ([]Oversell, error)
 		return nil, fmt.Errorf("oversells: %w", err)
 	}
 	return out, nil
+}
+
+// Codes of ResolveOversell's errors.
+const (
+	CodeOversellNotFound   = "oversell_not_found"
+	CodeResolutionRequired = "oversell_resolution_required"
+)
+
+// ResolveOversell marks the oversell exception of (terminal, seq, sku) resolved with the
+// manager's note of what explained it. Resolving a resolved exception changes nothing and
+// returns it with its first resolution (applied false): a retried request is harmless. The
+// stock itself is corrected by an adjustment (Adjust), never here.
+func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64, sku, note string) (Oversell, bool, error) {
+	note = strings.TrimSpace(note)
+	if note == "" || utf8.RuneCountInString(note) > wire.MaxTextLen {
+		return Oversell{}, false, perr.New(perr.Invalid, CodeResolutionRequired,
+			"say what explained the shortfall (1 to %d characters)", wire.MaxTextLen)
+	}
+	res, err := l.db.W.ExecContext(ctx, `UPDATE oversells SET resolved = 1, resolved_at = ?, resolution = ?
+		WHERE terminal = ? AND seq = ? AND sku = ? AND resolved = 0`,
+		l.now().UTC().Format(timeFormat), note, terminal, seq, sku)
+	if err != nil {
+		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
+	}
+	o, err := l.scanOversell(l.db.W.QueryRowContext(ctx, selOversells+` WHERE terminal = ? AND seq = ? AND sku = ?`,
+		terminal, seq, sku))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Oversell{}, false, perr.New(perr.NotFound, CodeOversellNotFound,
+			"no oversell of %s by event %s", sku, wire.Key(terminal, seq))
+	case err != nil:
+		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
+	}
+	return o, n == 1, nil
 }
 
 // Parked is an event the store refused for good (a final rejection or conflict).

@@ -19,19 +19,30 @@ const ENDPOINTS = {
   hq: "/v1/hq",
 };
 
+// The one change the page makes: a manager resolves an oversell exception (POST).
+const ACTIONS = {
+  resolveOversell: "/v1/oversells/resolve",
+};
+
 const $ = (id) => document.getElementById(id);
 
 class Unauthorized extends Error {}
 
-async function api(path) {
-  const resp = await fetch(path, {
+async function api(path, body) {
+  const init = {
     headers: { Authorization: "Bearer " + sessionStorage.getItem(TOKEN_KEY) },
     cache: "no-store",
-  });
+  };
+  if (body !== undefined) {
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
   if (resp.status === 401) throw new Unauthorized();
-  const body = await resp.json();
-  if (!resp.ok) throw new Error(body.detail || body.title || String(resp.status));
-  return body;
+  const answer = await resp.json();
+  if (!resp.ok) throw new Error(answer.detail || answer.title || String(resp.status));
+  return answer;
 }
 
 // el builds an element with text content and an optional class.
@@ -165,8 +176,29 @@ function drawStock(stock) {
 }
 
 function drawOversells(o) {
-  fill("oversells", o.oversells.map((x) => row([x.business_date, x.terminal, x.seq, x.sku,
-    el("td", x.short, "num bad"), new Date(x.at).toLocaleString()])), "None.");
+  fill("oversells", o.oversells.map((x) => {
+    const button = el("button", "Resolve…");
+    button.addEventListener("click", () => resolveOversell(x));
+    const action = el("td");
+    action.append(button);
+    return row([x.business_date, x.terminal, x.seq, x.sku, el("td", x.short, "num bad"),
+      new Date(x.at).toLocaleString(), action]);
+  }), "None.");
+}
+
+// resolveOversell asks what explained the shortfall and records it. Stock is corrected by
+// an adjustment (POST /v1/stock/adjust), not here.
+async function resolveOversell(x) {
+  const note = prompt("Oversell of " + x.short + " × " + x.sku + " by " + x.terminal + " #" + x.seq +
+    ".\nWhat explained it? (e.g. shelf counted, stock adjusted)");
+  if (note === null) return;
+  try {
+    await api(ACTIONS.resolveOversell, { terminal: x.terminal, seq: x.seq, sku: x.sku, note: note });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut("The token was refused.");
+    alert("Not resolved: " + e.message);
+  }
+  refresh();
 }
 
 function drawParked(p) {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+// TestOversellResolution: an offline sale beyond stock is recorded and listed as an oversell
+// exception; the dashboard offers to resolve it; a manager resolves it through the API with
+// what explained it, after which it leaves the open list, keeps its note, and a retried
+// request changes nothing. Real mosquitto, Redis, ledger and a headless browser.
+func TestOversellResolution(t *testing.T) {
+	t.Parallel()
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
+	r := biStartRun(t, srv)
+
+	// Five of D4 sold offline with two in stock: recorded, flagged, three short.
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
+	d, ok := r.bus.next("T1", biAckWait)
+	if !ok || d.err != nil || len(d.acks.Acks) != 1 || d.acks.Acks[0].Status != wire.AckAccepted ||
+		d.acks.Acks[0].Result == nil || !d.acks.Acks[0].Result.Oversold {
+		t.Fatalf("offline sale beyond stock answered %s (%v)", d.raw, d.err)
+	}
+	type list struct {
+		Oversells []ledger.Oversell `json:"oversells"`
+	}
+	var open list
+	srv.mustJSON(t, "GET", "/v1/oversells", nil, &open)
+	if len(open.Oversells) != 1 || open.Oversells[0].Terminal != "T1" || open.Oversells[0].Seq != 1 ||
+		open.Oversells[0].SKU != "D4" || open.Oversells[0].Short != 3 || open.Oversells[0].Resolved {
+		t.Fatalf("open oversells: %+v", open.Oversells)
+	}
+	if dom := browse(t, srv.Base+"/#token="+biToken); !strings.Contains(dom, `<td>D4</td><td class="num bad">3</td>`) ||
+		!strings.Contains(dom, "<button>Resolve…</button>") {
+		t.Errorf("the dashboard does not offer the oversell for resolution:\n%s", dom)
+	}
+
+	srv.problem(t, "no note", "POST", "/v1/oversells/resolve", biToken, "application/json",
+		[]byte(`{"terminal":"T1","seq":1,"sku":"D4","note":"  "}`), http.StatusBadRequest, ledger.CodeResolutionRequired)
+	srv.problem(t, "no such oversell", "POST", "/v1/oversells/resolve", biToken, "application/json",
+		[]byte(`{"terminal":"T1","seq":1,"sku":"A1","note":"x"}`), http.StatusNotFound, ledger.CodeOversellNotFound)
+	srv.problem(t, "all=yes", "GET", "/v1/oversells?all=yes", biToken, "", nil, http.StatusBadRequest, "all_invalid")
+
+	type answer struct {
+		Oversell ledger.Oversell `json:"oversell"`
+		Applied  bool            `json:"applied"`
+	}
+	const note = "3 found in the back room; stock adjusted"
+	var first, again answer
+	srv.mustJSON(t, "POST", "/v1/oversells/resolve", map[string]any{"terminal": "T1", "seq": 1, "sku": "D4", "note": note}, &first)
+	if !first.Applied || !first.Oversell.Resolved || first.Oversell.Resolution != note || first.Oversell.ResolvedAt.IsZero() {
+		t.Fatalf("resolve: %+v", first)
+	}
+	srv.mustJSON(t, "POST", "/v1/oversells/resolve", map[string]any{"terminal": "T1", "seq": 1, "sku": "D4", "note": "again"}, &again)
+	if again.Applied || again.Oversell.Resolution != note || !again.Oversell.ResolvedAt.Equal(first.Oversell.ResolvedAt) {
+		t.Fatalf("resolving again: %+v, want the first resolution unchanged", again)
+	}
+	srv.mustJSON(t, "GET", "/v1/oversells", nil, &open)
+	if len(open.Oversells) != 0 {
+		t.Fatalf("open oversells after resolving: %+v", open.Oversells)
+	}
+	var all list
+	srv.mustJSON(t, "GET", "/v1/oversells?all=1&date="+r.date, nil, &all)
+	if len(all.Oversells) != 1 || all.Oversells[0].Resolution != note {
+		t.Fatalf("all oversells of %s: %+v", r.date, all.Oversells)
+	}
+}
