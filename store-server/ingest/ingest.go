@@ -281,6 +281,10 @@ func (in *Ingest) Run(ctx context.Context) error {
 		for d := range in.commits {
 			acking <- in.finish(ctx, d)
 			in.committing.Done()
+			// Between two commits, while the loop decides the next group.
+			if err := in.cfg.Ledger.FinishCheckpoint(context.WithoutCancel(ctx)); err != nil {
+				in.log.Warn("ledger checkpoint", "err", err)
+			}
 		}
 	}()
 	defer func() { close(in.commits); <-committed; <-acked }()

@@ -123,6 +123,10 @@ func (l *Ledger) Close() error {
 	return l.db.Close()
 }
 
+// FinishCheckpoint lets a long log start over (sqlitedb.DB.FinishCheckpoint): the committer
+// calls it between group commits.
+func (l *Ledger) FinishCheckpoint(ctx context.Context) error { return l.db.FinishCheckpoint(ctx) }
+
 // prepared returns the statement prepared on the writer connection for query, or nil.
 func (l *Ledger) prepared(query string) *sql.Stmt {
 	l.mu.Lock()
