@@ -149,6 +149,18 @@ type biRun struct {
 	counted  map[string]bool            // keys whose sale or refund is in the expectations
 }
 
+// openStore imports biCatalogCSV and books each SKU's opening stock (biOpening).
+func (s *biServer) openStore(t *testing.T) {
+	t.Helper()
+	var imp apiImport
+	s.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	for _, sku := range slices.Sorted(maps.Keys(biOpening)) {
+		if qty, applied := s.adjust(t, "opening-"+sku, sku, biOpening[sku], ledger.ReasonOpening); !applied || qty != biOpening[sku] {
+			t.Fatalf("opening stock %s: qty %d applied %v", sku, qty, applied)
+		}
+	}
+}
+
 // biStartRun connects the terminals' client to srv and waits until the store answers. The
 // run's events happen a minute ago in the store's time zone (r.date is their business date).
 func biStartRun(t *testing.T, srv *biServer) *biRun {
@@ -434,15 +446,7 @@ func biSaleWith(t testing.TB, oldNew ...string) string {
 func TestBadInputEnvelopes(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	var imp struct {
-		Version int64 `json:"version"`
-	}
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
-	for _, sku := range slices.Sorted(maps.Keys(biOpening)) {
-		if qty, applied := srv.adjust(t, "opening-"+sku, sku, biOpening[sku], ledger.ReasonOpening); !applied || qty != biOpening[sku] {
-			t.Fatalf("opening stock %s: qty %d applied %v", sku, qty, applied)
-		}
-	}
+	srv.openStore(t)
 	r := biStartRun(t, srv)
 
 	t.Run("envelope", r.envelopeCases)

@@ -14,7 +14,6 @@ import (
 	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
 )
 
 // TestHQUploadView: GET /v1/hq shows how far headquarters has the store's rows, read from
@@ -25,11 +24,7 @@ func TestHQUploadView(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
-	for sku, qty := range biOpening {
-		srv.adjust(t, "opening-"+sku, sku, qty, ledger.ReasonOpening)
-	}
+	srv.openStore(t)
 	r := biStartRun(t, srv)
 	for seq := int64(1); seq <= 3; seq++ {
 		msg, want := r.good(t, "T1", seq)

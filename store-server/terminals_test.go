@@ -22,7 +22,6 @@ import (
 
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
 )
 
 // TestTerminalsViewAndMetrics: GET /v1/terminals shows each terminal's presence from its
@@ -33,13 +32,7 @@ import (
 func TestTerminalsViewAndMetrics(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
-	for sku, qty := range biOpening {
-		if got, applied := srv.adjust(t, "opening-"+sku, sku, qty, ledger.ReasonOpening); !applied || got != qty {
-			t.Fatalf("opening stock %s: %d %v", sku, got, applied)
-		}
-	}
+	srv.openStore(t)
 	r := biStartRun(t, srv) // T_PROBE: one heartbeat, no presence
 
 	// T1 connects as an agent does: its will says offline, then it says online (retained).
@@ -198,6 +191,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	})
 
 	// A newer catalog: T1's last heartbeat reported version 1.
+	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)
 	a = waitFor("T1 behind", func(a api.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
 	if a.CatalogVersion != imp.Version {
