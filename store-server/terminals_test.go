@@ -188,6 +188,11 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		if t.Failed() {
 			t.Logf("page:\n%s", dom)
 		}
+		// Another business day: its figures, not today's.
+		if dom := browse(t, srv.Base+"/#token="+biToken+"&date=2025-01-02"); !strings.Contains(dom, `<b>0</b>sales</div>`) ||
+			!strings.Contains(dom, `<td>T1</td><td class="good">online</td>`) {
+			t.Errorf("the dashboard on 2025-01-02:\n%s", dom)
+		}
 	})
 
 	// A newer catalog: T1's last heartbeat reported version 1.

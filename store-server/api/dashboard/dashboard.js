@@ -110,8 +110,8 @@ function drawMode(mode, alerts) {
   }
 }
 
-function drawToday(totals) {
-  $("date").textContent = totals.business_date;
+function drawDay(totals) {
+  if (!chosenDay) $("day").value = totals.business_date;
   const s = totals.store;
   const figs = [
     figure("sales", s.sales),
@@ -155,7 +155,7 @@ function drawTerminals(view, totals, alerts) {
     if (t.online === false && hb && hb.backlog > 0) {
       alerts.push([name + " is offline and last reported " + hb.backlog + " unsent events.", "warn"]);
     }
-    if (d && d.redis_differs) alerts.push([name + ": Redis counters differ from the ledger for today.", ""]);
+    if (d && d.redis_differs) alerts.push([name + ": Redis counters differ from the ledger for " + totals.business_date + ".", ""]);
     if (d && d.declared && !d.declared_matches) alerts.push([name + ": its day close differs from the ledger.", ""]);
   }
   fill("terminals", rows, "No terminal has connected or sent an event yet.");
@@ -243,12 +243,14 @@ function drawHQ(a, now, alerts) {
 }
 
 let timer = null;
+let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 
 async function refresh() {
   clearTimeout(timer);
   const names = Object.keys(ENDPOINTS);
-  const results = await Promise.allSettled(names.map((n) => api(ENDPOINTS[n])));
+  const path = (n) => (n === "totals" && chosenDay ? ENDPOINTS[n] + "?date=" + encodeURIComponent(chosenDay) : ENDPOINTS[n]);
+  const results = await Promise.allSettled(names.map((n) => api(path(n))));
   if (results.some((r) => r.status === "rejected" && r.reason instanceof Unauthorized)) {
     signOut("The token was refused.");
     return;
@@ -269,7 +271,7 @@ async function refresh() {
   };
   draw("catalog", () => { $("store").textContent = "store " + got.catalog.store + " · catalog v" + got.catalog.version; });
   draw("mode", () => drawMode(got.mode, alerts));
-  draw("totals", () => drawToday(got.totals));
+  draw("totals", () => drawDay(got.totals));
   draw("terminals", () => drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts));
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
@@ -311,16 +313,28 @@ document.addEventListener("DOMContentLoaded", () => {
     signOut();
   });
   $("sku-filter").addEventListener("input", () => { if (lastStock) drawStock(lastStock); });
+  $("day").addEventListener("change", () => {
+    chosenDay = $("day").value || null;
+    refresh();
+  });
+  $("today-button").addEventListener("click", () => {
+    chosenDay = null;
+    refresh();
+  });
   document.addEventListener("visibilitychange", () => {
     if (!document.hidden && sessionStorage.getItem(TOKEN_KEY)) refresh();
     else clearTimeout(timer);
   });
   // A back-office screen can be opened as /#token=…: the fragment never reaches the server,
-  // and it is taken out of the address bar at once.
+  // and it is taken out of the address bar at once. #date=YYYY-MM-DD opens on that day.
   const frag = new URLSearchParams(location.hash.slice(1));
   if (frag.get("token")) {
     sessionStorage.setItem(TOKEN_KEY, frag.get("token"));
     history.replaceState(null, "", location.pathname);
+  }
+  if (/^\d{4}-\d{2}-\d{2}$/.test(frag.get("date") || "")) {
+    chosenDay = frag.get("date");
+    $("day").value = chosenDay;
   }
   if (sessionStorage.getItem(TOKEN_KEY)) signIn();
   else signOut();
