@@ -6,7 +6,7 @@ import (
 )
 
 // TestMQTTAccountFlags: the store's account is for an external broker only, and a password
-// needs a user name.
+// needs a user name; the manager API's certificate and key go together.
 func TestMQTTAccountFlags(t *testing.T) {
 	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token", "x"}
 	for _, c := range []struct {
@@ -17,6 +17,9 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
 		{[]string{"--mqtt-username", "store-S1"}, "external broker"},
 		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-password", "p"}, "needs --mqtt-username"},
+		{[]string{"--api-tls-cert", "c.pem", "--api-tls-key", "k.pem"}, ""},
+		{[]string{"--api-tls-cert", "c.pem"}, "go together"},
+		{[]string{"--api-tls-key", "k.pem"}, "go together"},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

@@ -28,14 +28,15 @@ const (
 type biServer struct {
 	Stack  *stack.Stack
 	Main   *Main
-	Base   string // http://host:port of the manager API
+	Base   string // http(s)://host:port of the manager API
 	Broker string // the MQTT broker URL the server uses
+	Client *http.Client
 }
 
 // biRunServer starts a real redis and mosquitto and a store-server on port 0 with a
 // t.TempDir() data directory, waits until its gate is in Redis mode, and stops it (and the
 // stack) when t ends.
-func biRunServer(t *testing.T) *biServer {
+func biRunServer(t *testing.T, extra ...string) *biServer {
 	t.Helper()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
 	m := NewMain()
@@ -49,6 +50,7 @@ func biRunServer(t *testing.T) *biServer {
 		"--tz", biTZ,
 		"--log-level", "error",
 	}
+	args = append(args, extra...)
 	if err := m.ParseFlags(args); err != nil {
 		t.Fatalf("ParseFlags: %v", err)
 	}
@@ -75,7 +77,12 @@ func biRunServer(t *testing.T) *biServer {
 	case <-time.After(30 * time.Second):
 		t.Fatal("store-server not ready within 30s")
 	}
-	srv := &biServer{Stack: s, Main: m, Base: "http://" + addrs.API, Broker: addrs.Broker}
+	srv := &biServer{Stack: s, Main: m, Base: "http://" + addrs.API, Broker: addrs.Broker,
+		Client: &http.Client{Timeout: 10 * time.Second}}
+	if m.APITLSCert != "" {
+		srv.Base = "https://" + addrs.API
+		srv.Client = tlsClient(t, m.APITLSCert)
+	}
 	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
 	return srv
 }
@@ -117,8 +124,7 @@ func (s *biServer) do(t testing.TB, method, path, token, ctype string, body []by
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
+	resp, err := s.Client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,6 +59,8 @@ type Main struct {
 	MQTTListen    string
 	MQTTUsers     string
 	APIListen     string
+	APITLSCert    string
+	APITLSKey     string
 	APIToken      string
 	CatalogFile   string
 	UploadState   string
@@ -93,6 +96,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
 	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); empty allows anonymous")
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
+	str(&m.APITLSCert, "api-tls-cert", "POSGATE_API_TLS_CERT", "", "PEM certificate (chain) for HTTPS on the manager API and dashboard; with --api-tls-key")
+	str(&m.APITLSKey, "api-tls-key", "POSGATE_API_TLS_KEY", "", "PEM private key of --api-tls-cert")
 	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
@@ -120,6 +125,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-username and --mqtt-password are for an external broker (--mqtt-url); the embedded broker's accounts are --mqtt-users")
 	case m.MQTTPassword != "" && m.MQTTUsername == "":
 		return errors.New("--mqtt-password needs --mqtt-username")
+	case (m.APITLSCert == "") != (m.APITLSKey == ""):
+		return errors.New("--api-tls-cert and --api-tls-key go together")
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -215,6 +222,15 @@ func (m *Main) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", m.APIListen)
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
+	}
+	if m.APITLSCert != "" {
+		// Loaded before serving: a wrong file stops the start instead of every handshake.
+		cert, err := tls.LoadX509KeyPair(m.APITLSCert, m.APITLSKey)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("api tls: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
 		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}

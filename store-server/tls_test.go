@@ -1,0 +1,93 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ingest"
+)
+
+// TestAPIOverTLS: with --api-tls-cert and --api-tls-key the manager API and the dashboard
+// answer over HTTPS only; a plain HTTP request is refused.
+func TestAPIOverTLS(t *testing.T) {
+	t.Parallel()
+	cert, key := selfSigned(t)
+	srv := biRunServer(t, "--api-tls-cert", cert, "--api-tls-key", key)
+	if !strings.HasPrefix(srv.Base, "https://") {
+		t.Fatalf("base %s", srv.Base)
+	}
+	var m api.ModeAnswer
+	srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
+	if m.Mode != ingest.ModeRedis {
+		t.Fatalf("mode over HTTPS: %+v", m)
+	}
+	if status, _, b := srv.do(t, "GET", "/", "", "", nil); status != http.StatusOK || !strings.Contains(string(b), "dashboard.js") {
+		t.Fatalf("dashboard over HTTPS: %d", status)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + strings.TrimPrefix(srv.Base, "https://") + "/v1/mode")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plain HTTP answered %d", resp.StatusCode)
+		}
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files.
+func selfSigned(t *testing.T) (certPath, keyPath string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "posgate test store"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+// tlsClient trusts the certificate at certPath.
+func tlsClient(t *testing.T, certPath string) *http.Client {
+	t.Helper()
+	pemBytes, err := os.ReadFile(certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		t.Fatalf("no certificate in %s", certPath)
+	}
+	return &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+}
