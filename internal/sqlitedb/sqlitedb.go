@@ -10,6 +10,7 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -245,7 +246,11 @@ func (db *DB) FinishCheckpoint(ctx context.Context) error {
 		return nil
 	}
 	var busy, log, done int
-	return db.W.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
+	err := db.W.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
+	if se := (sqlite3.Error{}); errors.As(err, &se) && se.Code == sqlite3.ErrBusy {
+		return nil // another checkpoint is running: the checkpointer will cue the writer again
+	}
+	return err
 }
 
 // Close stops the checkpointer and closes both pools (the last connection to close
