@@ -581,7 +581,7 @@ func TestOfflineOversell(t *testing.T) {
 		{"T1", 1, "B", "x", CodeOversellNotFound}, // T1:1 sold B, but B was not short
 		{"T9", 1, "A", "x", CodeOversellNotFound},
 		{"T1", 2, "A", " ", CodeResolutionRequired},
-		{"T1", 2, "A", strings.Repeat("é", wire.MaxTextLen+1), CodeResolutionRequired},
+		{"T1", 2, "A", strings.Repeat("é", wire.MaxTextLen/2+1), CodeResolutionRequired}, // 2 bytes each
 	} {
 		if _, _, err := l.ResolveOversell(ctx, tc.terminal, tc.seq, tc.sku, tc.note); perr.CodeOf(err) != tc.code {
 			t.Errorf("resolve %s:%d %s %.10q: %v, want %s", tc.terminal, tc.seq, tc.sku, tc.note, err, tc.code)

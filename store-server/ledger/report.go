@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
@@ -209,9 +208,9 @@ const (
 // stock itself is corrected by an adjustment (Adjust), never here.
 func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64, sku, note string) (Oversell, bool, error) {
 	note = strings.TrimSpace(note)
-	if note == "" || utf8.RuneCountInString(note) > wire.MaxTextLen {
+	if note == "" || len(note) > wire.MaxTextLen {
 		return Oversell{}, false, perr.New(perr.Invalid, CodeResolutionRequired,
-			"say what explained the shortfall (1 to %d characters)", wire.MaxTextLen)
+			"say what explained the shortfall (1 to %d bytes of UTF-8)", wire.MaxTextLen)
 	}
 	res, err := l.db.W.ExecContext(ctx, `UPDATE oversells SET resolved = 1, resolved_at = ?, resolution = ?
 		WHERE terminal = ? AND seq = ? AND sku = ? AND resolved = 0`,

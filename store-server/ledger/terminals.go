@@ -21,8 +21,8 @@ type TerminalSeen struct {
 	LastStatus   wire.AckStatus `json:"last_status"`
 	LastAt       time.Time      `json:"last_at,omitzero"`
 	LastReceived time.Time      `json:"last_received,omitzero"`
-	// Heartbeat is the terminal's last accepted heartbeat among its HeartbeatLookback latest
-	// events, if any: its backlog as the terminal counted it then.
+	// Heartbeat is the terminal's last accepted heartbeat, if any: its backlog as the
+	// terminal counted it then.
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
 	// Parked counts the terminal's events parked as bad input.
 	Parked int64 `json:"parked"`
@@ -36,12 +36,7 @@ type Heartbeat struct {
 	wire.HeartbeatPayload
 }
 
-// HeartbeatLookback bounds how many of a terminal's latest events Terminals reads to find
-// its last heartbeat (an agent sends one a minute while online; one that sends none costs
-// this many rows, not its whole history).
-const HeartbeatLookback = 5000
-
-// Terminals' queries; each seeks in the events' (terminal, seq) key (TestTerminalsSeek).
+// Terminals' queries; each seeks in an index keyed by terminal (TestTerminalsSeek).
 const (
 	// selTerminals lists the distinct terminals, one seek each.
 	selTerminals = `WITH RECURSIVE t(terminal) AS (
@@ -51,14 +46,14 @@ const (
 		SELECT terminal FROM t WHERE terminal IS NOT NULL`
 	selLastEvent = `SELECT seq, kind, status, at, received_ms FROM events
 		WHERE terminal = ? ORDER BY seq DESC LIMIT 1`
-	selLastHeartbeat = `SELECT seq, at, received_ms, payload FROM
-			(SELECT seq, kind, status, at, received_ms, payload FROM events WHERE terminal = ? ORDER BY seq DESC LIMIT ?)
-		WHERE kind = 'heartbeat' AND status = 'accepted' ORDER BY seq DESC LIMIT 1`
+	selLastHeartbeat = `SELECT seq, at, received_ms, payload FROM events INDEXED BY events_heartbeats
+		WHERE terminal = ? AND kind = 'heartbeat' AND status = 'accepted' ORDER BY seq DESC LIMIT 1`
+	selParked = `SELECT count(*) FROM parked WHERE terminal = ?`
 )
 
 // Terminals returns, for every terminal the ledger holds an event of, the last event, the
-// last heartbeat and the parked count, by terminal id. Each lookup walks the events'
-// (terminal, seq) key, so the cost grows with the number of terminals, not of events.
+// last heartbeat and the parked count, by terminal id. Each is one seek per terminal, so
+// the cost grows with the number of terminals, not of events.
 func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -79,22 +74,11 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("terminals: %w", err)
 	}
-	parked := map[string]int64{}
-	err = each(ctx, tx, `SELECT terminal, count(*) FROM parked GROUP BY terminal`, nil, func(rows *sql.Rows) error {
-		var t string
-		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			return err
-		}
-		parked[t] = n
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("terminals: %w", err)
-	}
 	for i := range out {
 		ts := &out[i]
-		ts.Parked = parked[ts.Terminal]
+		if err := tx.QueryRowContext(ctx, selParked, ts.Terminal).Scan(&ts.Parked); err != nil {
+			return nil, fmt.Errorf("terminal %s parked: %w", ts.Terminal, err)
+		}
 		var at string
 		var recv int64
 		err := tx.QueryRowContext(ctx, selLastEvent, ts.Terminal).
@@ -106,7 +90,7 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 
 		var hb Heartbeat
 		var payload []byte
-		err = tx.QueryRowContext(ctx, selLastHeartbeat, ts.Terminal, HeartbeatLookback).
+		err = tx.QueryRowContext(ctx, selLastHeartbeat, ts.Terminal).
 			Scan(&hb.Seq, &at, &recv, &payload)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):

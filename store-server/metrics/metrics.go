@@ -75,7 +75,7 @@ func (m *Metrics) Follow(in *ingest.Ingest, led *ledger.Ledger, board *presence.
 
 // Handler serves the registry.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // modes are the gate modes, each a series of posgate_store_gate_mode.
@@ -164,8 +164,9 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	terms, err := s.led.Terminals(ctx)
 	if err != nil {
+		// The per-terminal series are left out of this scrape; the rest (commit errors,
+		// the gate mode) matter most exactly when the ledger cannot be read.
 		s.log.Warn("metrics: terminals from the ledger", "err", err)
-		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
 		return
 	}
 	for _, t := range terms {
