@@ -226,8 +226,8 @@ func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
 	rows := map[string]api.StockRow{}
 	for _, r := range out.Stock {
 		rows[r.SKU] = r
-		if r.Redis == nil || r.Ledger != r.Proven || *r.Redis != r.Ledger || r.Diff != 0 {
-			t.Errorf("/v1/stock %s: ledger %d proven %d redis %v diff %d: want all equal", r.SKU, r.Ledger, r.Proven,
+		if r.Redis == nil || r.Proven == nil || r.Ledger != *r.Proven || *r.Redis != r.Ledger || r.Diff != 0 {
+			t.Errorf("/v1/stock %s: ledger %d proven %v redis %v diff %d: want all equal", r.SKU, r.Ledger, biDeref(r.Proven),
 				biDeref(r.Redis), r.Diff)
 		}
 	}

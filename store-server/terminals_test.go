@@ -173,6 +173,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		dom := browse(t, srv.Base+"/#token="+biToken+"&date="+r.date)
 		for _, want := range []string{
 			`<span id="mode" class="badge redis">redis</span>`,
+			`<span id="store">store S1 · catalog v1</span>`,
 			`<td>T1</td><td class="good">online</td><td>sale #2, `,
 			`<td class="num warn">3</td>`, // T1's backlog
 			`<td>T_PROBE</td><td class="muted">unknown</td>`,

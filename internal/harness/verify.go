@@ -92,13 +92,16 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		return rep
 	}
 	for _, row := range stock.Stock {
-		red := int64(0)
+		red, proven := int64(0), int64(0)
 		if row.Redis != nil {
 			red = *row.Redis
 		}
-		ok := row.Redis != nil && red == row.Ledger && row.Proven == row.Ledger
+		if row.Proven != nil {
+			proven = *row.Proven
+		}
+		ok := row.Redis != nil && red == row.Ledger && row.Proven != nil && proven == row.Ledger
 		rep.add(ok, "stock %-8s ledger %d = proven (opening + adjustments - sold + restocked) %d = redis %d",
-			row.SKU, row.Ledger, row.Proven, red)
+			row.SKU, row.Ledger, proven, red)
 	}
 	return rep
 }

@@ -186,21 +186,24 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-// ModeAnswer is the gate's mode and ingest's counters.
+// ModeAnswer is the store, the gate's mode and ingest's counters.
 type ModeAnswer struct {
+	Store string       `json:"store"`
 	Mode  ingest.Mode  `json:"mode"`
 	Stats ingest.Stats `json:"stats"`
 }
 
 func (s *Server) mode(r *http.Request) (any, error) {
-	return ModeAnswer{Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}, nil
+	return ModeAnswer{Store: s.Store, Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}, nil
 }
 
 // StockRow is one SKU's stock in the ledger (the truth) and in Redis.
 type StockRow struct {
 	SKU    string `json:"sku"`
 	Ledger int64  `json:"ledger"`
-	Proven int64  `json:"proven"` // opening + adjustments − sold + restocked, from the stock moves
+	// Proven is opening + adjustments − sold + restocked, from every stock move the ledger
+	// holds (absent with proof=0: it reads the store's whole history).
+	Proven *int64 `json:"proven,omitempty"`
 	Redis  *int64 `json:"redis,omitempty"`
 	Diff   int64  `json:"diff"` // redis − ledger
 }
@@ -211,14 +214,24 @@ func (s *Server) stock(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	proven, err := s.Ledger.ProvenStock(ctx)
-	if err != nil {
-		return nil, err
+	var proven map[string]int64
+	switch r.URL.Query().Get("proof") {
+	case "", "1":
+		if proven, err = s.Ledger.ProvenStock(ctx); err != nil {
+			return nil, err
+		}
+	case "0":
+	default:
+		return nil, perr.New(perr.Invalid, "proof_invalid", "proof is 1 (default: prove each SKU from its stock moves) or 0")
 	}
 	red, rerr := s.redisStock(ctx)
 	rows := []StockRow{}
 	for sku, q := range led {
-		row := StockRow{SKU: sku, Ledger: q, Proven: proven[sku]}
+		row := StockRow{SKU: sku, Ledger: q}
+		if proven != nil {
+			p := proven[sku]
+			row.Proven = &p
+		}
 		if rerr == nil {
 			v := red[sku]
 			row.Redis, row.Diff = &v, v-q

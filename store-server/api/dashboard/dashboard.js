@@ -9,7 +9,6 @@ const TOKEN_KEY = "posgate-token";
 // The manager API endpoints the page reads (the store-server's tests check each exists).
 const ENDPOINTS = {
   mode: "/v1/mode",
-  catalog: "/v1/catalog",
   totals: "/v1/totals",
   terminals: "/v1/terminals",
   stock: "/v1/stock",
@@ -161,18 +160,41 @@ function drawTerminals(view, totals, alerts) {
   fill("terminals", rows, "No terminal has connected or sent an event yet.");
 }
 
+// drawStock shows the polled stock (without the proof, which reads the whole history) and,
+// once the manager asked for it, the proof from the stock moves as of when it was taken.
 function drawStock(stock) {
   const filter = $("sku-filter").value.trim().toUpperCase();
   const rows = stock.stock
     .filter((s) => !filter || s.sku.toUpperCase().includes(filter))
-    .map((s) => row([
-      el("td", s.sku),
-      el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
-      el("td", s.proven, "num" + (s.proven !== s.ledger ? " bad" : "")),
-      el("td", s.redis === undefined ? "—" : s.redis, "num"),
-      el("td", s.redis === undefined ? "—" : s.diff, "num" + (s.diff ? " bad" : "")),
-    ]));
+    .map((s) => {
+      const p = proof && proof.rows.get(s.sku);
+      const proven = p ? el("td", p.proven, "num" + (p.proven !== p.ledger ? " bad" : "")) : el("td", "—", "num muted");
+      return row([
+        el("td", s.sku),
+        el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
+        proven,
+        el("td", s.redis === undefined ? "—" : s.redis, "num"),
+        el("td", s.redis === undefined ? "—" : s.diff, "num" + (s.diff ? " bad" : "")),
+      ]);
+    });
   fill("stock", rows, filter ? "No SKU matches." : "No stock recorded yet.");
+  $("proof-at").textContent = proof ? "as of " + proof.at.toLocaleTimeString() : "";
+}
+
+// proveStock asks the store for each SKU's proof from every stock move it holds (a read of
+// the whole history: on demand, not every refresh).
+async function proveStock() {
+  $("prove").disabled = true;
+  try {
+    const full = await api(ENDPOINTS.stock);
+    proof = { at: new Date(), rows: new Map(full.stock.map((s) => [s.sku, s])) };
+    if (lastStock) drawStock(lastStock);
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut("The token was refused.");
+    alert("Stock could not be proved: " + e.message);
+  } finally {
+    $("prove").disabled = false;
+  }
 }
 
 function drawOversells(o) {
@@ -245,12 +267,22 @@ function drawHQ(a, now, alerts) {
 let timer = null;
 let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
+let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
+let generation = 0; // of refreshes: an answer to an older one is not drawn
+
+// query adds what a poll asks of an endpoint beyond its path.
+function query(name) {
+  if (name === "totals" && chosenDay) return "?date=" + encodeURIComponent(chosenDay);
+  if (name === "stock") return "?proof=0";
+  return "";
+}
 
 async function refresh() {
   clearTimeout(timer);
+  const mine = ++generation;
   const names = Object.keys(ENDPOINTS);
-  const path = (n) => (n === "totals" && chosenDay ? ENDPOINTS[n] + "?date=" + encodeURIComponent(chosenDay) : ENDPOINTS[n]);
-  const results = await Promise.allSettled(names.map((n) => api(path(n))));
+  const results = await Promise.allSettled(names.map((n) => api(ENDPOINTS[n] + query(n))));
+  if (mine !== generation) return; // a later refresh (a day picked, a resolution) draws
   if (results.some((r) => r.status === "rejected" && r.reason instanceof Unauthorized)) {
     signOut("The token was refused.");
     return;
@@ -269,8 +301,10 @@ async function refresh() {
       alerts.push(["Could not show " + ENDPOINTS[name] + ": " + e.message, ""]);
     }
   };
-  draw("catalog", () => { $("store").textContent = "store " + got.catalog.store + " · catalog v" + got.catalog.version; });
-  draw("mode", () => drawMode(got.mode, alerts));
+  draw("mode", () => {
+    drawMode(got.mode, alerts);
+    $("store").textContent = "store " + got.mode.store + (got.terminals ? " · catalog v" + got.terminals.catalog_version : "");
+  });
   draw("totals", () => drawDay(got.totals));
   draw("terminals", () => drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts));
   draw("stock", () => drawStock(got.stock));
@@ -282,11 +316,12 @@ async function refresh() {
   $("alerts").replaceChildren(...alerts.map(([text, cls]) => el("li", text, cls)));
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   lastStock = got.stock || lastStock;
-  timer = setTimeout(refresh, REFRESH_MS);
+  if (!document.hidden) timer = setTimeout(refresh, REFRESH_MS);
 }
 
 function signOut(message) {
   clearTimeout(timer);
+  generation++;
   sessionStorage.removeItem(TOKEN_KEY);
   $("board").hidden = true;
   $("signout").hidden = true;
@@ -313,6 +348,7 @@ document.addEventListener("DOMContentLoaded", () => {
     signOut();
   });
   $("sku-filter").addEventListener("input", () => { if (lastStock) drawStock(lastStock); });
+  $("prove").addEventListener("click", proveStock);
   $("day").addEventListener("change", () => {
     chosenDay = $("day").value || null;
     refresh();
