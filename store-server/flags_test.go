@@ -20,6 +20,8 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--api-tls-cert", "c.pem", "--api-tls-key", "k.pem"}, ""},
 		{[]string{"--api-tls-cert", "c.pem"}, "go together"},
 		{[]string{"--api-tls-key", "k.pem"}, "go together"},
+		{[]string{"--metrics-token", "m"}, ""},
+		{[]string{"--metrics-token", "x"}, "must differ"},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

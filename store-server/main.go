@@ -61,6 +61,7 @@ type Main struct {
 	APIListen     string
 	APITLSCert    string
 	APITLSKey     string
+	MetricsToken  string
 	APIToken      string
 	CatalogFile   string
 	UploadState   string
@@ -98,6 +99,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
 	str(&m.APITLSCert, "api-tls-cert", "POSGATE_API_TLS_CERT", "", "PEM certificate (chain) for HTTPS on the manager API and dashboard; with --api-tls-key")
 	str(&m.APITLSKey, "api-tls-key", "POSGATE_API_TLS_KEY", "", "PEM private key of --api-tls-cert")
+	str(&m.MetricsToken, "metrics-token", "POSGATE_METRICS_TOKEN", "", "a bearer token for GET /metrics only (for Prometheus), besides the manager token")
 	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
@@ -127,6 +129,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-password needs --mqtt-username")
 	case (m.APITLSCert == "") != (m.APITLSKey == ""):
 		return errors.New("--api-tls-cert and --api-tls-key go together")
+	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
+		return errors.New("--metrics-token must differ from --api-token (it opens /metrics only)")
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -233,7 +237,7 @@ func (m *Main) Run(ctx context.Context) error {
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -91,3 +91,29 @@ func tlsClient(t *testing.T, certPath string) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
+
+// TestMetricsToken: --metrics-token opens GET /metrics and nothing else; the manager token
+// still opens it too.
+func TestMetricsToken(t *testing.T) {
+	t.Parallel()
+	const mtok = "prometheus-only"
+	srv := biRunServer(t, "--metrics-token", mtok)
+	for _, tok := range []string{mtok, biToken} {
+		if status, _, b := srv.do(t, "GET", "/metrics", tok, "", nil); status != http.StatusOK ||
+			!strings.Contains(string(b), "posgate_store_gate_mode") {
+			t.Errorf("GET /metrics with %q: %d", tok, status)
+		}
+	}
+	srv.problem(t, "no token", "GET", "/metrics", "", "", nil, http.StatusUnauthorized, "unauthorized")
+	for _, r := range apiRoutes {
+		if r.path == "/metrics" {
+			continue
+		}
+		body := []byte(`{}`)
+		if r.method == "GET" {
+			body = nil
+		}
+		srv.problem(t, "metrics token on "+r.path, r.method, r.path, mtok, "application/json", body,
+			http.StatusUnauthorized, "unauthorized")
+	}
+}

@@ -43,8 +43,10 @@ type Server struct {
 	Pub     catalog.Publisher
 	// Presence, if not nil, is the terminals' presence from their status topics.
 	Presence *presence.Board
-	// Metrics, if not nil, serves GET /metrics (Prometheus text format, behind the token).
-	Metrics http.Handler
+	// Metrics, if not nil, serves GET /metrics (Prometheus text format), to the manager token
+	// or to MetricsToken, which opens nothing else.
+	Metrics      http.Handler
+	MetricsToken string
 	// UploadState is the state file of the store's hq-sync uploader, read for GET /v1/hq
 	// ("": not shown).
 	UploadState string
@@ -81,7 +83,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
 	if s.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.guard(s.Metrics))
+		s.mux.Handle("GET /metrics", s.guardWith(s.Metrics, s.MetricsToken))
 	}
 	// The dashboard's files hold no data and need no token; the page asks for it and sends
 	// it with every API request.
@@ -115,9 +117,12 @@ func dashboardFile(name, ctype string) http.Handler {
 }
 
 // guard puts h behind the token check.
-func (s *Server) guard(h http.Handler) http.Handler {
+func (s *Server) guard(h http.Handler) http.Handler { return s.guardWith(h, "") }
+
+// guardWith puts h behind the token check, letting in another token too if it is not "".
+func (s *Server) guardWith(h http.Handler, also string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
+		if !bearer(r, s.Token) && !bearer(r, also) {
 			writeError(w, perr.New(perr.Unauthorized, "unauthorized", "send the manager token as 'Authorization: Bearer <token>'"))
 			return
 		}
@@ -140,10 +145,11 @@ func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
 	})))
 }
 
-func (s *Server) authorized(r *http.Request) bool {
+// bearer reports whether r carries token ("" matches nothing).
+func bearer(r *http.Request, token string) bool {
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") && s.Token != "" &&
-		subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) == 1
+	return ok && strings.EqualFold(scheme, "Bearer") && token != "" &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // Problem is an RFC 9457 problem+json body with posgate's stable code.
