@@ -234,7 +234,7 @@ func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
 	return rows
 }
 
-func biDeref(p *int64) any {
+func biDeref[T any](p *T) any {
 	if p == nil {
 		return nil
 	}

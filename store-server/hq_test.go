@@ -41,6 +41,20 @@ func TestHQUploadView(t *testing.T) {
 	if a := hqView(); a.Found || a.State != state || a.Upload != nil {
 		t.Fatalf("before any upload: %+v, want not found at %s", a, state)
 	}
+	// metric checks that the scrape holds each series with its value (nil: absent).
+	metric := func(when string, want map[string]*float64) {
+		t.Helper()
+		fams := srv.scrape(t)
+		for name, w := range want {
+			got, ok := fams.value(name)
+			if w == nil && ok || w != nil && (!ok || got != *w) {
+				t.Errorf("%s: %s = %v (present %v), want %v", when, name, got, ok, biDeref(w))
+			}
+		}
+	}
+	num := func(v float64) *float64 { return &v }
+	metric("before any upload", map[string]*float64{"posgate_store_hq_uploader_found": num(0),
+		"posgate_store_hq_backlog_rows": nil})
 
 	// HQ is down: the uploader keeps the rows and says why.
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -74,6 +88,13 @@ func TestHQUploadView(t *testing.T) {
 		!strings.Contains(a.Upload.LastError, "503") || !a.Upload.LastSentAt.IsZero() {
 		t.Fatalf("with HQ down: %+v %+v", a, a.Upload)
 	}
+	metric("with HQ down", map[string]*float64{"posgate_store_hq_uploader_found": num(1),
+		"posgate_store_hq_backlog_rows":               num(float64(a.Upload.Backlog)),
+		"posgate_store_hq_pending_batch_failed_sends": num(float64(a.Upload.Attempts)),
+		"posgate_store_hq_last_ack_timestamp_seconds": nil, "posgate_store_hq_days_too_large_to_declare": num(0)})
+	if a.Upload.Attempts < 1 {
+		t.Errorf("with HQ down: %d failed sends recorded", a.Upload.Attempts)
+	}
 	if dom := browse(t, srv.Base+"/#token="+biToken); !strings.Contains(dom, "<li>Upload to headquarters failing: ") ||
 		!strings.Contains(dom, `rows waiting for HQ`) {
 		t.Errorf("the dashboard does not raise the failing upload:\n%s", dom)
@@ -96,6 +117,9 @@ func TestHQUploadView(t *testing.T) {
 		a.Upload.LastSentAt.IsZero() || a.Upload.Batches < 1 {
 		t.Fatalf("after the upload: %+v %+v", a, a.Upload)
 	}
+	metric("after the upload", map[string]*float64{"posgate_store_hq_backlog_rows": num(0),
+		"posgate_store_hq_pending_batch_failed_sends": num(0),
+		"posgate_store_hq_last_ack_timestamp_seconds": num(float64(a.Upload.LastSentAt.UnixMilli()) / 1000)})
 	if dom := browse(t, srv.Base+"/#token="+biToken); !strings.Contains(dom, `<b class="good">0</b>rows waiting for HQ`) ||
 		strings.Contains(dom, "Upload to headquarters failing") {
 		t.Errorf("the dashboard does not show the upload done:\n%s", dom)

@@ -179,6 +179,7 @@ func (m *Main) Run(ctx context.Context) error {
 	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
 	seen := presence.New(m.Store, nil, log)
 	met.Follow(in, led, seen, log)
+	met.FollowUpload(m.uploadState(), led, log)
 	// The embedded broker hands up messages to ingest inside the process; an external broker
 	// is reached over a client connection.
 	var pub publisher

@@ -94,46 +94,14 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	}
 
 	t.Run("metrics", func(t *testing.T) {
-		var fams map[string]*dto.MetricFamily
-		value := func(name string, labels ...string) (float64, bool) {
-			f := fams[name]
-			if f == nil {
-				return 0, false
-			}
-		metric:
-			for _, m := range f.GetMetric() {
-				for i := 0; i < len(labels); i += 2 {
-					if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
-						return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
-					}) {
-						continue metric
-					}
-				}
-				switch {
-				case m.GetCounter() != nil:
-					return m.GetCounter().GetValue(), true
-				case m.GetGauge() != nil:
-					return m.GetGauge().GetValue(), true
-				case m.GetHistogram() != nil:
-					return float64(m.GetHistogram().GetSampleCount()), true
-				}
-			}
-			return 0, false
-		}
+		var fams metricFamilies
+		value := func(name string, labels ...string) (float64, bool) { return fams.value(name, labels...) }
 		// An up message is observed once its acks are handed to the broker, which may be
 		// just after the terminal has them: T1's sale is the third message answered.
 		var mode api.ModeAnswer
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
-			status, h, body := srv.do(t, "GET", "/metrics", biToken, "", nil)
-			if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
-				t.Fatalf("GET /metrics: %d %s", status, h.Get("Content-Type"))
-			}
-			p := expfmt.NewTextParser(model.UTF8Validation)
-			var err error
-			if fams, err = p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
-				t.Fatalf("parse metrics: %v\n%s", err, body)
-			}
+			fams = srv.scrape(t)
 			if n, _ := value("posgate_store_ack_seconds"); n >= float64(mode.Stats.Messages) || time.Now().After(deadline) {
 				break
 			}
@@ -287,4 +255,50 @@ func browse(t *testing.T, url string) string {
 		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
 	}
 	return string(out)
+}
+
+// metricFamilies is a parsed scrape of GET /metrics.
+type metricFamilies map[string]*dto.MetricFamily
+
+// scrape reads GET /metrics with the manager token.
+func (s *biServer) scrape(t *testing.T) metricFamilies {
+	t.Helper()
+	status, h, body := s.do(t, "GET", "/metrics", biToken, "", nil)
+	if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET /metrics: %d %s", status, h.Get("Content-Type"))
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse metrics: %v\n%s", err, body)
+	}
+	return fams
+}
+
+// value returns the value of the series name with the given label pairs (a histogram's
+// sample count), and whether it is there.
+func (fams metricFamilies) value(name string, labels ...string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+metric:
+	for _, m := range f.GetMetric() {
+		for i := 0; i < len(labels); i += 2 {
+			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+			}) {
+				continue metric
+			}
+		}
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue(), true
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue(), true
+		case m.GetHistogram() != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
 }

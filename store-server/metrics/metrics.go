@@ -1,11 +1,13 @@
 // Package metrics exposes the store-server's state in the Prometheus text format: ingest's
 // counters and gate mode, read when scraped; how long gate calls, ledger commits and acks
-// take (ingest.Observer); each terminal's presence and last reported backlog; and the Go
-// runtime's and the process's own figures.
+// take (ingest.Observer); each terminal's presence and last reported backlog; how far the
+// store's hq-sync uploader has got; and the Go runtime's and the process's own figures.
 package metrics
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
@@ -73,6 +76,14 @@ func (m *Metrics) Follow(in *ingest.Ingest, led *ledger.Ledger, board *presence.
 	m.reg.MustRegister(&scraped{in: in, led: led, board: board, log: log})
 }
 
+// FollowUpload registers what is read of the store's hq-sync uploader when scraped, from
+// its state at statePath beside the store's ledger: whether one has run, the rows HQ has not
+// acknowledged, when it last acknowledged a batch, the failed sends of the pending batch and
+// the days too large to declare.
+func (m *Metrics) FollowUpload(statePath string, led *ledger.Ledger, log *slog.Logger) {
+	m.reg.MustRegister(&uploadScraped{state: statePath, led: led, log: log})
+}
+
 // Handler serves the registry.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -118,6 +129,49 @@ var (
 		return d
 	}()
 )
+
+var (
+	uploaderDesc = desc("hq_uploader_found", "1 once an hq-sync uploader has run with the store's upload state.")
+	hqBacklog    = desc("hq_backlog_rows", "Ledger rows headquarters has not acknowledged.")
+	hqLastAck    = desc("hq_last_ack_timestamp_seconds", "When headquarters last acknowledged a batch.")
+	hqAttempts   = desc("hq_pending_batch_failed_sends", "Failed sends of the batch waiting for headquarters.")
+	hqTooLarge   = desc("hq_days_too_large_to_declare", "Business days too large to declare to headquarters in one batch.")
+)
+
+// uploadScraped reads the uploader's state at scrape time.
+type uploadScraped struct {
+	state string
+	led   *ledger.Ledger
+	log   *slog.Logger
+}
+
+func (u *uploadScraped) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{uploaderDesc, hqBacklog, hqLastAck, hqAttempts, hqTooLarge} {
+		ch <- d
+	}
+}
+
+func (u *uploadScraped) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := upload.ReadStatusOf(ctx, u.state, u.led)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		ch <- prometheus.MustNewConstMetric(uploaderDesc, prometheus.GaugeValue, 0)
+		return
+	case err != nil:
+		u.log.Warn("metrics: upload state", "err", err)
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	gauge(uploaderDesc, 1)
+	gauge(hqBacklog, float64(st.Backlog))
+	if !st.LastSentAt.IsZero() {
+		gauge(hqLastAck, float64(st.LastSentAt.UnixMilli())/1000)
+	}
+	gauge(hqAttempts, float64(st.Attempts))
+	gauge(hqTooLarge, float64(len(st.TooLarge)))
+}
 
 // scraped collects what is read at scrape time.
 type scraped struct {
