@@ -1,7 +1,8 @@
-// Package mqttconn opens the TCP connections of posgate's MQTT clients (paho) with their
-// reads going through a buffer. paho reads each packet's fixed header a byte at a time: an
-// up message or an acks message costs four read system calls, a PUBACK three. Through the
-// buffer, one read call takes whatever has arrived.
+// Package mqttconn sets up posgate's MQTT clients (paho): TCP connections with their reads
+// going through a buffer, and a store that keeps its own copies of outbound messages.
+// paho reads each packet's fixed header a byte at a time: an up message or an acks message
+// costs four read system calls, a PUBACK three. Through the buffer, one read call takes
+// whatever has arrived.
 package mqttconn
 
 import (
@@ -28,8 +29,10 @@ func Buffered(c net.Conn) net.Conn { return &buffered{Conn: c, r: bufio.NewReade
 func (b *buffered) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // Use makes opts open a tcp:// or mqtt:// broker with a Buffered connection, passed through
-// wrap if wrap is not nil. Other schemes (tls://, ws://) keep paho's own way.
+// wrap if wrap is not nil (other schemes, tls:// and ws://, keep paho's own way), and makes
+// its store keep its own copies (OwnCopies).
 func Use(opts *mqtt.ClientOptions, broker string, wrap func(net.Conn) net.Conn) {
+	OwnCopies(opts)
 	u, err := url.Parse(broker)
 	if err != nil || (u.Scheme != "tcp" && u.Scheme != "mqtt") {
 		return

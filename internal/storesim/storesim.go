@@ -19,6 +19,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -221,6 +222,7 @@ func Start(ctx context.Context, o Options) (*Responder, error) {
 				r.subOnce.Do(func() { close(r.subscribed) })
 			}()
 		})
+	mqttconn.OwnCopies(opts)
 	r.client = mqtt.NewClient(opts)
 
 	r.wg.Add(1)
