@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -45,15 +47,17 @@ func runCmd(ctx context.Context, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-// startServe runs "hq-sync serve" on db until the test ends and returns its batch URL.
-func startServe(t *testing.T, db, stores string) string {
+// startServe runs "hq-sync serve" on db until the test ends and returns its batch URL and
+// its metrics URL.
+func startServe(t *testing.T, db, stores string) (batches, metrics string) {
 	t.Helper()
-	addr := freePort(t)
+	addr, maddr := freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--db", db, "--stores", stores, "--log-level", "warn"); code != 0 {
+		if code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--metrics-listen", maddr, "--db", db, "--stores", stores,
+			"--log-level", "warn"); code != 0 {
 			t.Errorf("serve exited %d: %s", code, errs)
 		}
 	}()
@@ -63,7 +67,7 @@ func startServe(t *testing.T, db, stores string) string {
 	if err := harness.WaitListening(wctx, addr); err != nil {
 		t.Fatal(err)
 	}
-	return "http://" + addr + "/v1/batches"
+	return "http://" + addr + "/v1/batches", "http://" + maddr + "/metrics"
 }
 
 // TestChainReconciles runs agents → store-server → hq-sync upload → hq-sync serve →
@@ -157,7 +161,7 @@ func TestChainReconciles(t *testing.T) {
 	engines := map[string]string{"sqlite": filepath.Join(dir, "hq.db"), "postgres": st.PostgresURL()}
 	reports := map[string]reconcile.Report{}
 	for name, db := range engines {
-		url := startServe(t, db, stores)
+		url, metricsURL := startServe(t, db, stores)
 		state := filepath.Join(dir, "upload-"+name+".db")
 		os.Setenv("POSGATE_HQ_SECRET", e2eSecret)
 		// The CLI sends every row; the day is not over yet, so it is not declared.
@@ -165,6 +169,10 @@ func TestChainReconciles(t *testing.T) {
 			"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn")
 		if code != 0 {
 			t.Fatalf("%s: upload exited %d: %s", name, code, errs)
+		}
+		if body := get(t, metricsURL); !strings.Contains(body, `posgate_hq_batches_total{result="stored",store="`+e2eStore+`"}`) ||
+			!strings.Contains(body, "posgate_hq_last_batch_timestamp_seconds{store=\""+e2eStore+"\"}") {
+			t.Errorf("%s: serve's metrics do not count the upload:\n%s", name, body)
 		}
 		if code, out, _ := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json"); code != 1 {
 			t.Fatalf("%s: a day the store has not declared reconciled (exit %d): %s", name, code, out)
@@ -223,4 +231,19 @@ func TestChainReconciles(t *testing.T) {
 	}
 	_, table, _ := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date)
 	t.Logf("reconcile %s:\n%s", date, table)
+}
+
+// get returns the body of a GET that must answer 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

@@ -31,6 +31,9 @@ import (
 	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -198,8 +201,9 @@ func loadSecrets(path string) (map[string][]byte, error) {
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve", "receive store batches at HQ", stderr)
-	var listen, db, stores, level string
+	var listen, metricsListen, db, stores, level string
 	cli.String(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_HQ_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, apart from the stores' (empty: off)")
 	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
 	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
 	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -223,10 +227,27 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: serve.New(st, secrets, serve.Options{Logger: log}), ReadHeaderTimeout: 10 * time.Second,
+	opts := serve.Options{Logger: log}
+	errc := make(chan error, 2)
+	if metricsListen != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		opts.Metrics = reg
+		mln, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		defer msrv.Close()
+		go func() { errc <- msrv.Serve(mln) }()
+		log.Info("hq-sync serve metrics", "addr", mln.Addr().String())
+	}
+	srv := &http.Server{Handler: serve.New(st, secrets, opts), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
 	log.Info("hq-sync serve", "addr", ln.Addr().String(), "stores", len(secrets))
-	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case <-ctx.Done():

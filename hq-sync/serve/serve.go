@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/internal/perr"
@@ -125,6 +127,29 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxClockSkew bounds |HQ's clock - X-Posgate-Timestamp|; 0 means hq.MaxClockSkew.
 	MaxClockSkew time.Duration
+	// Metrics, if not nil, gets the handler's counters (see newMetrics).
+	Metrics prometheus.Registerer
+}
+
+// metrics count what HQ did with each store's uploads, since the process started. The
+// store label is a known store's id, or "unknown" (anyone can send any header).
+type metrics struct {
+	batches *prometheus.CounterVec // store, result: stored, duplicate, or the refusal's code
+	rows    *prometheus.CounterVec // store: rows new to HQ
+	last    *prometheus.GaugeVec   // store: HQ's clock when it last stored or recognised a batch
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "batches_total",
+			Help: "Upload requests by store and result (stored, duplicate, or the refusal's code)."}, []string{"store", "result"}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "rows_total",
+			Help: "Rows new to HQ, by store."}, []string{"store"}),
+		last: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "posgate", Subsystem: "hq", Name: "last_batch_timestamp_seconds",
+			Help: "When HQ last stored (or recognised as a replay) a batch of the store."}, []string{"store"}),
+	}
+	reg.MustRegister(m.batches, m.rows, m.last)
+	return m
 }
 
 type handler struct {
@@ -133,6 +158,22 @@ type handler struct {
 	now     func() time.Time
 	log     *slog.Logger
 	skew    time.Duration
+	met     *metrics // nil: none
+}
+
+// label is the store label of a request from store.
+func (h *handler) label(store string) string {
+	if _, ok := h.secrets[store]; ok {
+		return store
+	}
+	return "unknown"
+}
+
+// count records one answered upload.
+func (h *handler) count(store, result string) {
+	if h.met != nil {
+		h.met.batches.WithLabelValues(h.label(store), result).Inc()
+	}
 }
 
 // New returns HQ's handler storing into store. secrets holds each known store's signing
@@ -154,6 +195,9 @@ func New(store hq.Storage, secrets map[string][]byte, opts Options) http.Handler
 	h.log = h.log.With("component", "hq-serve")
 	if h.skew <= 0 {
 		h.skew = hq.MaxClockSkew
+	}
+	if opts.Metrics != nil {
+		h.met = newMetrics(opts.Metrics)
 	}
 	return h
 }
@@ -249,6 +293,15 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Info("batch stored", "store", store, "batch", b.ID, "rows", rc.Rows, "new_rows", rc.New,
 		"days", rc.Days, "duplicate", rc.Duplicate)
+	if h.met != nil {
+		if rc.Duplicate { // the original receipt: its new rows were counted then
+			h.count(store, "duplicate")
+		} else {
+			h.count(store, "stored")
+			h.met.rows.WithLabelValues(store).Add(float64(rc.New))
+		}
+		h.met.last.WithLabelValues(store).Set(float64(now.UnixMilli()) / 1000)
+	}
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 
@@ -343,6 +396,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, store string, err
 	default:
 		h.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "store", store, "status", status,
 			"code", code, "detail", detail)
+	}
+	if r.URL.Path == BatchesPath && r.Method == http.MethodPost {
+		h.count(store, code)
 	}
 	title := titles[code]
 	if title == "" {

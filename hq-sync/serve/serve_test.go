@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -20,6 +21,8 @@ import (
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var secrets = map[string][]byte{
@@ -465,4 +468,68 @@ func TestMountedUnderPrefix(t *testing.T) {
 			t.Fatalf("signed over %s: %d %s", path, resp.StatusCode, body)
 		}
 	}
+}
+
+// TestMetrics: each upload is counted by store and result (stored, duplicate, or the
+// refusal's code), rows new to HQ are counted, and the store's last batch time is HQ's
+// clock; a store HQ does not know is counted as "unknown", whatever its header says.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, serve.Options{Metrics: reg})
+	good := upload(batch("S1", "S1-m-1", sales("S1", 1, 3)))
+	e.mustStore(good)
+	e.mustStore(good) // a replay
+	bad := upload(batch("S1", "S1-m-2", sales("S1", 4, 1)))
+	bad.sig = "00"
+	resp, body := e.send(bad)
+	mustProblem(t, resp, body, http.StatusUnauthorized, serve.CodeSignatureInvalid)
+	stranger := upload(batch("S9", "S9-m-1", sales("S9", 1, 1)))
+	stranger.secret = []byte("guess")
+	resp, body = e.send(stranger)
+	mustProblem(t, resp, body, http.StatusUnauthorized, serve.CodeStoreUnknown)
+
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "stored"}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "duplicate"}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": serve.CodeSignatureInvalid}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "unknown", "result": serve.CodeStoreUnknown}, 1},
+		{"posgate_hq_rows_total", map[string]string{"store": "S1"}, 3},
+		{"posgate_hq_last_batch_timestamp_seconds", map[string]string{"store": "S1"}, float64(e.now.Unix())},
+	} {
+		if got, ok := metricValue(t, reg, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "posgate_hq_batches_total"); err != nil || n != 4 {
+		t.Errorf("%d batch series (%v), want 4", n, err)
+	}
+}
+
+// metricValue returns the value of the series of name with exactly labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, labels) {
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
 }
