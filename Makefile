@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
-APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium chromium-driver
 BINS      := terminal-agent store-server hq-sync
 
 .PHONY: all build deps demo test test-short vet fmt bench fuzz clean
@@ -27,7 +27,7 @@ demo: deps build
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:
 	@missing=""; \
-	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium; do \
+	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium chromedriver; do \
 		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
