@@ -109,7 +109,10 @@ func (b *browser) try(method, path string, in, out any) error {
 }
 
 // open loads url.
-func (b *browser) open(url string) { b.t.Helper(); b.call("POST", "/url", map[string]string{"url": url}, nil) }
+func (b *browser) open(url string) {
+	b.t.Helper()
+	b.call("POST", "/url", map[string]string{"url": url}, nil)
+}
 
 // find returns the first element matching css, waiting for it.
 func (b *browser) find(css string) string {
