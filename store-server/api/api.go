@@ -1,9 +1,11 @@
 // Package api is the store-server's local API for store managers (token auth): the gate
-// mode, stock and adjustments, catalog import, day totals per terminal from the ledger, from
-// Redis and as the terminals declared them with the differences, oversell exceptions, parked
-// events, the terminals (presence, last event, reported backlog), limits and the promo
-// coefficient. Errors are application/problem+json with a stable
-// code. It never writes the ledger except through its own idempotent methods.
+// mode, stock and adjustments, catalog import, the store's and each terminal's day from the
+// ledger, from Redis and as the terminals declared it, with the differences, oversell
+// exceptions and their resolution, parked events, the terminals (presence, last event,
+// reported backlog), how far headquarters has the store's rows, limits and the promo
+// coefficient; the Prometheus metrics; and the web dashboard that reads them. Errors are
+// application/problem+json with a stable code. It never writes the ledger except through
+// the ledger's own idempotent methods.
 package api
 
 import (
