@@ -11,7 +11,8 @@ import (
 
 // TestOversellResolution: an offline sale beyond stock is recorded and listed as an oversell
 // exception; in the dashboard (a headless Chromium driven by chromedriver) the manager
-// proves the stock from its moves and resolves the exception with what explained it,
+// proves the stock from its moves, books the shelf count as an adjustment, and resolves the
+// exception with what explained it,
 // after which it leaves the open list, keeps its note, and a retried request through the
 // API changes nothing. Real mosquitto, Redis and ledger.
 func TestOversellResolution(t *testing.T) {
@@ -60,6 +61,18 @@ func TestOversellResolution(t *testing.T) {
 	b.click("#prove")
 	b.waitText("#proof-at", "as of")
 	b.waitText("#stock tbody", "D4 -3 -3 -3 0")
+	// The shelf is empty: the count books +3, and ledger and Redis follow.
+	b.click("#stock tbody button")
+	if msg := b.answerPrompt("0"); !strings.Contains(msg, "D4 (the ledger says -3)") {
+		t.Errorf("count prompt %q", msg)
+	}
+	if msg := b.acceptDialog(); !strings.Contains(msg, "Adjust D4 by +3") {
+		t.Errorf("count confirmation %q", msg)
+	}
+	b.waitText("#stock tbody", "D4 0")
+	if row := srv.stock(t)["D4"]; row.Ledger != 0 || row.Redis == nil || *row.Redis != 0 {
+		t.Errorf("stock after the count: %+v", row)
+	}
 	b.click("#oversells tbody button")
 	if msg := b.answerPrompt(note); !strings.Contains(msg, "Oversell of 3 × D4 by T1 #1") {
 		t.Errorf("prompt %q", msg)

@@ -151,6 +151,15 @@ func (b *browser) answerPrompt(text string) string {
 	return msg
 }
 
+// acceptDialog waits for an alert or a confirm, accepts it and returns its message.
+func (b *browser) acceptDialog() string {
+	b.t.Helper()
+	var msg string
+	b.until("a dialog", func() bool { return b.try("GET", "/alert/text", nil, &msg) == nil })
+	b.call("POST", "/alert/accept", map[string]any{}, nil)
+	return msg
+}
+
 // waitText waits until the element matching css shows text containing want.
 func (b *browser) waitText(css, want string) {
 	b.t.Helper()

@@ -18,9 +18,11 @@ const ENDPOINTS = {
   hq: "/v1/hq",
 };
 
-// The one change the page makes: a manager resolves an oversell exception (POST).
+// The changes the page makes (POST): a manager resolves an oversell exception, or books
+// a shelf count as a stock adjustment.
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
+  adjustStock: "/v1/stock/adjust",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -169,16 +171,49 @@ function drawStock(stock) {
     .map((s) => {
       const p = proof && proof.rows.get(s.sku);
       const proven = p ? el("td", p.proven, "num" + (p.proven !== p.ledger ? " bad" : "")) : el("td", "—", "num muted");
+      const button = el("button", "Count…");
+      button.addEventListener("click", () => countShelf(s));
+      const action = el("td");
+      action.append(button);
       return row([
         el("td", s.sku),
         el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
         proven,
         el("td", s.redis === undefined ? "—" : s.redis, "num"),
         el("td", s.redis === undefined ? "—" : s.diff, "num" + (s.diff ? " bad" : "")),
+        action,
       ]);
     });
   fill("stock", rows, filter ? "No SKU matches." : "No stock recorded yet.");
   $("proof-at").textContent = proof ? "as of " + proof.at.toLocaleTimeString() : "";
+}
+
+// countShelf books what the manager counted on the shelf as an adjustment of the
+// difference from the ledger's stock as shown (quantities are whole units). The id makes
+// the adjustment idempotent: a retried request is booked once.
+async function countShelf(s) {
+  const answer = prompt("Counted on the shelf for " + s.sku + " (the ledger says " + s.ledger + "):");
+  if (answer === null) return;
+  if (!/^\d+$/.test(answer.trim())) {
+    alert("A count is a whole number of units, 0 or more.");
+    return;
+  }
+  const delta = Number(answer.trim()) - s.ledger;
+  if (delta === 0) {
+    alert(s.sku + ": the count matches the ledger; nothing to adjust.");
+    return;
+  }
+  if (!confirm("Adjust " + s.sku + " by " + (delta > 0 ? "+" : "") + delta + " (ledger " + s.ledger + ", counted " + answer.trim() + ")?")) return;
+  const rnd = new Uint8Array(8);
+  crypto.getRandomValues(rnd);
+  const id = "count-" + s.sku + "-" + Array.from(rnd, (b) => b.toString(16).padStart(2, "0")).join("");
+  try {
+    await api(ACTIONS.adjustStock, { id: id, sku: s.sku, delta: delta, reason: "adjust" });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut("The token was refused.");
+    alert("Not adjusted: " + e.message);
+  }
+  refresh();
 }
 
 // proveStock asks the store for each SKU's proof from every stock move it holds (a read of
