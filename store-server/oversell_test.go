@@ -69,7 +69,7 @@ func TestOversellResolution(t *testing.T) {
 	if msg := b.acceptDialog(); !strings.Contains(msg, "Adjust D4 by +3") {
 		t.Errorf("count confirmation %q", msg)
 	}
-	b.waitText("#stock tbody", "D4 0")
+	b.waitText("#stock tbody", "D4 0 — 0 0") // the proof taken before the count is dropped
 	if row := srv.stock(t)["D4"]; row.Ledger != 0 || row.Redis == nil || *row.Redis != 0 {
 		t.Errorf("stock after the count: %+v", row)
 	}

@@ -209,6 +209,7 @@ async function countShelf(s) {
   const id = "count-" + s.sku + "-" + Array.from(rnd, (b) => b.toString(16).padStart(2, "0")).join("");
   try {
     await api(ACTIONS.adjustStock, { id: id, sku: s.sku, delta: delta, reason: "adjust" });
+    proof = null; // it no longer describes the stock: prove again
   } catch (e) {
     if (e instanceof Unauthorized) return signOut("The token was refused.");
     alert("Not adjusted: " + e.message);
