@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,8 +284,18 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	if p.kind == kindPostgres && sig != syscall.SIGKILL {
 		target = pid
 	}
+	// A postgres crash takes its backends too: they lead process groups of their own, so
+	// they are found by parent (before the postmaster dies and they are handed to init).
+	var kids []int
+	if p.kind == kindPostgres && sig == syscall.SIGKILL {
+		kids = childrenOf(pid)
+	}
 	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s: signal %v: %w", p.Name, sig, err)
+	}
+	for _, k := range kids {
+		_ = syscall.Kill(-k, syscall.SIGKILL)
+		_ = syscall.Kill(k, syscall.SIGKILL)
 	}
 	timeout := stopTimeout
 	if sig == syscall.SIGKILL {
@@ -292,7 +303,7 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	}
 	select {
 	case <-done:
-		if err := p.waitChildren(pid); err != nil {
+		if err := p.waitChildren(pid, kids); err != nil {
 			return err
 		}
 		if logStop {
@@ -307,21 +318,22 @@ func (p *Proc) signal(sig syscall.Signal, logStop bool) error {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	select {
 	case <-done:
-		_ = p.waitChildren(pid)
+		_ = p.waitChildren(pid, kids)
 	case <-time.After(killTimeout):
 	}
 	return fmt.Errorf("%s (pid %d) did not exit %v after %v; sent SIGKILL", p.Name, pid, timeout, sig)
 }
 
-// waitChildren waits until the process group of pid holds no live process: a postgres
-// backend outliving a killed postmaster keeps its shared memory attached, and a new
-// postmaster refuses to start until it is gone. Other processes fork nothing that lasts.
-func (p *Proc) waitChildren(pid int) error {
+// waitChildren waits until neither the process group of pid nor any of kids holds a live
+// process: a postgres backend outliving a killed postmaster keeps its shared memory
+// attached, and a new postmaster refuses to start until it is gone ("pre-existing shared
+// memory block is still in use"). Other processes fork nothing that lasts.
+func (p *Proc) waitChildren(pid int, kids []int) error {
 	if p.kind != kindPostgres {
 		return nil
 	}
 	deadline := time.Now().Add(killTimeout)
-	for groupAlive(pid) {
+	for groupAlive(pid) || slices.ContainsFunc(kids, alive) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			return fmt.Errorf("%s: children of pid %d still running %v after it exited", p.Name, pid, killTimeout)

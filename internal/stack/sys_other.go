@@ -12,3 +12,10 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 // groupAlive reports whether a process of process group pgid still exists.
 func groupAlive(pgid int) bool { return syscall.Kill(-pgid, 0) == nil }
+
+// childrenOf is not known on this system: a killed postgres's backends are waited for by
+// its process group alone.
+func childrenOf(int) []int { return nil }
+
+// alive reports whether pid still exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
