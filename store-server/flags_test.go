@@ -22,6 +22,9 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--api-tls-key", "k.pem"}, "go together"},
 		{[]string{"--metrics-token", "m"}, ""},
 		{[]string{"--metrics-token", "x"}, "must differ"},
+		{[]string{"--disk-warn-mb", "0"}, ""},
+		{[]string{"--disk-warn-mb", "-1"}, "disk-warn-mb"},
+		{[]string{"--disk-warn-mb", "1G"}, "disk-warn-mb"},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

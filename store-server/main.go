@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +63,7 @@ type Main struct {
 	APITLSCert    string
 	APITLSKey     string
 	MetricsToken  string
+	DiskWarnMB    string
 	APIToken      string
 	CatalogFile   string
 	UploadState   string
@@ -103,6 +105,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
+	str(&m.DiskWarnMB, "disk-warn-mb", "POSGATE_DISK_WARN_MB", "1024", "below this much free room (MiB) on the ledger's disk, the API and dashboard warn (0: never)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -129,6 +132,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-password needs --mqtt-username")
 	case (m.APITLSCert == "") != (m.APITLSKey == ""):
 		return errors.New("--api-tls-cert and --api-tls-key go together")
+	case !validMB(m.DiskWarnMB):
+		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
 		return errors.New("--metrics-token must differ from --api-token (it opens /metrics only)")
 	}
@@ -238,7 +243,7 @@ func (m *Main) Run(ctx context.Context) error {
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -257,6 +262,17 @@ func (m *Main) Run(ctx context.Context) error {
 	defer done()
 	srv.Shutdown(shut)
 	return err
+}
+
+func validMB(s string) bool {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n >= 0 && n < 1<<40
+}
+
+// diskWarnBytes is --disk-warn-mb in bytes (checked by Validate).
+func (m *Main) diskWarnBytes() int64 {
+	n, _ := strconv.ParseInt(m.DiskWarnMB, 10, 64)
+	return n << 20
 }
 
 // uploadState is where the store's uploader keeps its state.

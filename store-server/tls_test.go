@@ -117,3 +117,31 @@ func TestMetricsToken(t *testing.T) {
 			http.StatusUnauthorized, "unauthorized")
 	}
 }
+
+// TestDiskRoom: /v1/mode and /metrics give the room on the ledger's disk and the ledger's
+// size; under --disk-warn-mb the answer says the disk is low and the dashboard raises it.
+func TestDiskRoom(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		warnMB string
+		low    bool
+	}{{"1", false}, {"1000000000", true}} { // 1 MiB; a petabyte
+		srv := biRunServer(t, "--disk-warn-mb", c.warnMB)
+		var m api.ModeAnswer
+		srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
+		if d := m.Disk; d == nil || d.Free <= 0 || d.Total < d.Free || d.LedgerBytes <= 0 || d.Low != c.low {
+			t.Fatalf("--disk-warn-mb %s: disk %+v, want low %v", c.warnMB, d, c.low)
+		}
+		fams := srv.scrape(t)
+		for _, name := range []string{"posgate_store_ledger_disk_free_bytes", "posgate_store_ledger_disk_total_bytes",
+			"posgate_store_ledger_file_bytes"} {
+			if v, ok := fams.value(name); !ok || v <= 0 {
+				t.Errorf("%s = %v (present %v)", name, v, ok)
+			}
+		}
+		dom := browse(t, srv.Base+"/#token="+biToken)
+		if alerted := strings.Contains(dom, "<li>The ledger's disk has "); alerted != c.low {
+			t.Errorf("--disk-warn-mb %s: dashboard alert %v, want %v", c.warnMB, alerted, c.low)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/disk"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -52,8 +53,11 @@ type Server struct {
 	// UploadState is the state file of the store's hq-sync uploader, read for GET /v1/hq
 	// ("": not shown).
 	UploadState string
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// DiskWarnBytes: below this much free room on the ledger's file system, /v1/mode says
+	// the disk is low (0: never).
+	DiskWarnBytes int64
+	Now           func() time.Time
+	Logger        *slog.Logger
 
 	mux *http.ServeMux
 }
@@ -194,15 +198,28 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-// ModeAnswer is the store, the gate's mode and ingest's counters.
+// ModeAnswer is the store, the gate's mode, ingest's counters and the ledger's disk.
 type ModeAnswer struct {
 	Store string       `json:"store"`
 	Mode  ingest.Mode  `json:"mode"`
 	Stats ingest.Stats `json:"stats"`
+	Disk  *DiskAnswer  `json:"disk,omitempty"` // absent where the system gives no figure
+}
+
+// DiskAnswer is the room on the ledger's file system: when it is full, no commit succeeds
+// and nothing is acknowledged.
+type DiskAnswer struct {
+	disk.Space
+	LedgerBytes int64 `json:"ledger_bytes"`
+	Low         bool  `json:"low"` // under the store's warning level (--disk-warn-mb)
 }
 
 func (s *Server) mode(r *http.Request) (any, error) {
-	return ModeAnswer{Store: s.Store, Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}, nil
+	a := ModeAnswer{Store: s.Store, Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}
+	if sp, err := disk.Of(s.Ledger.Dir()); err == nil {
+		a.Disk = &DiskAnswer{Space: sp, LedgerBytes: s.Ledger.FileBytes(), Low: sp.Free < s.DiskWarnBytes}
+	}
+	return a, nil
 }
 
 // StockRow is one SKU's stock in the ledger (the truth) and in Redis.

@@ -15,6 +15,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -121,6 +123,21 @@ func (l *Ledger) Close() error {
 	}
 	l.mu.Unlock()
 	return l.db.Close()
+}
+
+// Dir returns the directory of the ledger's files.
+func (l *Ledger) Dir() string { return filepath.Dir(l.db.Path) }
+
+// FileBytes returns the size of the ledger's files: the database, its write-ahead log and
+// the log's index.
+func (l *Ledger) FileBytes() int64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if fi, err := os.Stat(l.db.Path + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // FinishCheckpoint lets a long log start over (sqlitedb.DB.FinishCheckpoint): the committer

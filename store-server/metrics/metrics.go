@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/disk"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
@@ -121,6 +122,9 @@ var (
 	backlogDesc = desc("terminal_backlog_events", "Events the terminal held unsent at its last heartbeat.", "terminal")
 	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event at its last heartbeat.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
+	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
+	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
+	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
 	counterDesc = func() map[string]*prometheus.Desc {
 		d := map[string]*prometheus.Desc{}
 		for _, c := range counters {
@@ -187,6 +191,9 @@ func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backlogDesc
 	ch <- oldestDesc
 	ch <- seenDesc
+	ch <- ledgerBytes
+	ch <- diskFree
+	ch <- diskTotal
 	for _, d := range counterDesc {
 		ch <- d
 	}
@@ -213,6 +220,11 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(onlineDesc, prometheus.GaugeValue, v, t)
 		}
+	}
+	ch <- prometheus.MustNewConstMetric(ledgerBytes, prometheus.GaugeValue, float64(s.led.FileBytes()))
+	if sp, err := disk.Of(s.led.Dir()); err == nil {
+		ch <- prometheus.MustNewConstMetric(diskFree, prometheus.GaugeValue, float64(sp.Free))
+		ch <- prometheus.MustNewConstMetric(diskTotal, prometheus.GaugeValue, float64(sp.Total))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -82,6 +82,9 @@ function ago(iso, now) {
   return Math.round(s / 86400) + " d ago";
 }
 
+// gib shows a byte count in GiB (sizes, not money).
+const gib = (n) => (n / 2 ** 30).toFixed(1) + " GiB";
+
 function duration(ms) {
   const s = Math.round(ms / 1000);
   if (s < 60) return s + " s";
@@ -103,6 +106,11 @@ function drawMode(mode, alerts) {
     alerts.push(["Redis is unreachable: the store sells on the ledger alone (conservative limits, ledger stock).", ""]);
   } else if (mode.mode !== "redis") {
     alerts.push(["The gate is " + mode.mode + ": Redis is being rebuilt from the ledger.", "warn"]);
+  }
+  const d = mode.disk;
+  if (d && d.low) {
+    alerts.push(["The ledger's disk has " + gib(d.free_bytes) + " left of " + gib(d.total_bytes) + " (the ledger takes " +
+      gib(d.ledger_bytes) + "). When it is full, no sale is recorded or acknowledged: make room.", ""]);
   }
   const st = mode.stats;
   if (st.last_commit_error) {
