@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/posgate/posgate/internal/disk"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -473,6 +474,9 @@ type StatusAnswer struct {
 	InFlight       int        `json:"in_flight"`
 	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
 	CatalogVersion int64      `json:"catalog_version"`
+	// DiskFree is the room left on the outbox's file system, where the system says (a full
+	// disk refuses every sale with storage_full: the till can warn before).
+	DiskFree *int64 `json:"disk_free_bytes,omitempty"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -499,6 +503,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if !st.LastAck.IsZero() {
 		a.LastAckAt = &st.LastAck
+	}
+	if sp, err := disk.Of(s.store.Dir()); err == nil {
+		a.DiskFree = &sp.Free
 	}
 	writeJSON(w, http.StatusOK, a)
 }

@@ -326,6 +326,10 @@ func TestOfflineCaps(t *testing.T) {
 	if st.StoredCard != 80000 || st.Online {
 		t.Fatalf("status: %+v", st)
 	}
+	// The room on the outbox's disk, for the till to warn before a full disk refuses sales.
+	if st.DiskFree == nil || *st.DiskFree <= 0 {
+		t.Errorf("status disk_free_bytes: %v", st.DiskFree)
+	}
 	// Past the longest time offline, card is refused even when small; cash still works.
 	a.clock.Add(25 * time.Hour)
 	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1.00","reference":"C"}`); r.Status != 409 || r.code(t) != "offline_too_long" {

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
@@ -54,6 +55,9 @@ type Store struct {
 	wstmts *stmtCache // statements prepared on the writer connection
 	rstmts *stmtCache // statements prepared on the reader pool
 }
+
+// Dir returns the directory of the outbox's files.
+func (s *Store) Dir() string { return filepath.Dir(s.db.Path) }
 
 // Open opens (creating and migrating) the terminal database at path.
 func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
