@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,9 +16,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 )
@@ -258,7 +256,7 @@ func browse(t *testing.T, url string) string {
 }
 
 // metricFamilies is a parsed scrape of GET /metrics.
-type metricFamilies map[string]*dto.MetricFamily
+type metricFamilies []*dto.MetricFamily
 
 // scrape reads GET /metrics with the manager token.
 func (s *biServer) scrape(t *testing.T) metricFamilies {
@@ -267,38 +265,19 @@ func (s *biServer) scrape(t *testing.T) metricFamilies {
 	if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
 		t.Fatalf("GET /metrics: %d %s", status, h.Get("Content-Type"))
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	fams, err := metricstest.Parse(body)
 	if err != nil {
 		t.Fatalf("parse metrics: %v\n%s", err, body)
 	}
 	return fams
 }
 
-// value returns the value of the series name with the given label pairs (a histogram's
-// sample count), and whether it is there.
+// value returns the value of the series name with exactly the given label pairs, and
+// whether it is there (metricstest.Value).
 func (fams metricFamilies) value(name string, labels ...string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
+	m := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		m[labels[i]] = labels[i+1]
 	}
-metric:
-	for _, m := range f.GetMetric() {
-		for i := 0; i < len(labels); i += 2 {
-			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
-				return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
-			}) {
-				continue metric
-			}
-		}
-		switch {
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue(), true
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue(), true
-		case m.GetHistogram() != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
+	return metricstest.Value(fams, name, m)
 }

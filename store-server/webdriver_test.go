@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/posgate/posgate/internal/harness"
 )
 
 // browser is a headless Chromium driven through chromedriver's WebDriver HTTP API, for the
@@ -32,12 +33,10 @@ func startBrowser(t *testing.T) *browser {
 	if err != nil {
 		t.Fatalf("chromedriver is needed for the dashboard's click tests (make deps installs chromium-driver): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	cmd := exec.Command(driver, "--port="+addr[strings.LastIndex(addr, ":")+1:])
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

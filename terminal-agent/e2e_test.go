@@ -33,12 +33,11 @@ var testCatalog = wire.Catalog{V: 1, Store: "S1", Version: 1, Items: []wire.Cata
 // freeAddr returns a free loopback address.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // waitDrained waits until the agent has no backlog left.

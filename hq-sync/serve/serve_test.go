@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -517,19 +517,5 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if maps.Equal(got, labels) {
-				return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
-			}
-		}
-	}
-	return 0, false
+	return metricstest.Value(fams, name, labels)
 }
