@@ -94,13 +94,20 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	t.Run("metrics", func(t *testing.T) {
 		var fams metricFamilies
 		value := func(name string, labels ...string) (float64, bool) { return fams.value(name, labels...) }
+		// A status message on T9's topic that speaks for T1 is dropped and counted.
+		forged, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: "T1", Online: false})
+		if tok := t1.c.Publish(wire.StatusTopic(biStoreID, "T9"), 1, false, forged); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
 		// An up message is observed once its acks are handed to the broker, which may be
 		// just after the terminal has them: T1's sale is the third message answered.
 		var mode api.ModeAnswer
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
 			fams = srv.scrape(t)
-			if n, _ := value("posgate_store_ack_seconds"); n >= float64(mode.Stats.Messages) || time.Now().After(deadline) {
+			acked, _ := value("posgate_store_ack_seconds")
+			dropped, _ := value("posgate_store_status_messages_dropped_total")
+			if acked >= float64(mode.Stats.Messages) && dropped >= 1 || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -114,6 +121,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 			{"posgate_store_gate_mode", []string{"mode", "redis"}, 1},
 			{"posgate_store_gate_mode", []string{"mode", "degraded"}, 0},
 			{"posgate_store_terminal_online", []string{"terminal", "T1"}, 1},
+			{"posgate_store_status_messages_dropped_total", nil, 1},
 			{"posgate_store_terminal_backlog_events", []string{"terminal", "T1"}, 3},
 			{"posgate_store_terminal_backlog_oldest_seconds", []string{"terminal", "T1"}, 0.03},
 			{"posgate_store_ledger_commit_records", nil, float64(mode.Stats.Groups)},

@@ -122,6 +122,7 @@ var (
 	backlogDesc = desc("terminal_backlog_events", "Events the terminal held unsent at its last heartbeat.", "terminal")
 	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event at its last heartbeat.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
+	droppedDesc = desc("status_messages_dropped_total", "Status messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
@@ -191,6 +192,7 @@ func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backlogDesc
 	ch <- oldestDesc
 	ch <- seenDesc
+	ch <- droppedDesc
 	ch <- ledgerBytes
 	ch <- diskFree
 	ch <- diskTotal
@@ -213,6 +215,7 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(modeDesc, prometheus.GaugeValue, v, string(m))
 	}
 	if s.board != nil {
+		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(s.board.Dropped()))
 		for t, p := range s.board.All() {
 			v := 0.0
 			if p.Online {
