@@ -26,6 +26,10 @@ const (
 	MaxBatchBytes = 8 << 20 // one batch request body
 	MaxBatchRows  = 5000    // rows in one batch
 	MaxClockSkew  = 15 * time.Minute
+	// MaxDayParts bounds the parts of one declaration in parts (StoreDay.Parts). A part
+	// takes up to one batch (some 70,000 transactions), so this is far more than any
+	// store's day.
+	MaxDayParts = 1000
 )
 
 // Row kinds.
@@ -68,12 +72,25 @@ type Txn struct {
 // StoreDay is a store's declaration that a business day is closed: the ledger's list of the
 // day's transactions. A store may declare a day again (late offline sales); the latest
 // declaration (highest Revision) stands.
+//
+// A declaration larger than one batch may carry goes in parts: part k of n (1 ≤ k ≤ n ≤
+// MaxDayParts) carries the k-th slice of the list, in the list's order, and the parts of a
+// revision go in order, each in a later batch than the one before. HQ keeps the parts aside
+// until the last one arrives; only then does the revision stand (Storage.Days never returns
+// a declaration in part). Part 1 starts a revision's parts over, whatever HQ kept aside of
+// the day before. Every part of a revision has the same Revision, ClosedAt and Parts.
+// Part and Parts both 0 (or both 1): the whole list in one.
 type StoreDay struct {
 	BusinessDate string    `json:"business_date"`
 	Revision     int64     `json:"revision"`
 	ClosedAt     time.Time `json:"closed_at"`
+	Part         int       `json:"part,omitempty"`
+	Parts        int       `json:"parts,omitempty"`
 	Txns         []Txn     `json:"txns"`
 }
+
+// InParts reports whether d is one part of a declaration in parts (Parts > 1).
+func (d *StoreDay) InParts() bool { return d.Parts > 1 }
 
 // Batch is one upload. Its ID is stable: a retry after any failure resends the same rows
 // under the same ID, and the same ID never names other rows.
@@ -101,6 +118,16 @@ type Receipt struct {
 	// uploader whose state was lost starts again from revision 1; this is how it learns to
 	// declare above what HQ holds.
 	DaysHeld map[string]int64 `json:"days_held,omitempty"`
+
+	// DayParts counts the parts of declarations in parts that HQ kept aside, waiting for
+	// their last part (a last part counts in Days, when its revision became the day's).
+	DayParts int `json:"day_parts,omitempty"`
+
+	// PartsDropped lists the parts of the batch HQ did not keep because they do not follow
+	// the parts it holds of the day (a part k > 1 that is not the next part of the same
+	// revision and number of parts): business date → the part's revision. HQ keeps nothing
+	// of such a part; the store declares the day again from part 1.
+	PartsDropped map[string]int64 `json:"parts_dropped,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the
