@@ -39,7 +39,8 @@ func ErrRowConflict(store, terminal string, seq int64) error {
 }
 
 // Check verifies what an engine relies on before it writes a batch: a store, an id and a
-// content hash, and payment methods it has columns for. It is not the protocol's
+// content hash, payment methods it has columns for, and declarations in parts numbered as
+// DayParts requires (an engine keys a day's parts by their number). It is not the protocol's
 // validation (hq-sync serve does that); it keeps an engine from storing something it would
 // read back differently.
 func Check(b *hq.Batch, contentHash string) error {
@@ -57,6 +58,9 @@ func Check(b *hq.Batch, contentHash string) error {
 		}
 	}
 	for i := range b.Days {
+		if _, _, err := DayParts(&b.Days[i]); err != nil {
+			return fmt.Errorf("days[%d]: %w", i, err)
+		}
 		for j := range b.Days[i].Txns {
 			if _, err := Split(b.Days[i].Txns[j].ByMethod); err != nil {
 				return fmt.Errorf("days[%d].txns[%d]: %w", i, j, err)
@@ -64,6 +68,23 @@ func Check(b *hq.Batch, contentHash string) error {
 		}
 	}
 	return nil
+}
+
+// DayParts returns which part of its declaration d is and of how many parts: (1, 1) for a
+// whole declaration (Part and Parts both 0, or both 1), (k, n) for part k of n. Any other
+// numbering (a part 0 or above Parts, more than hq.MaxDayParts parts, one of the two
+// without the other) is a perr.Invalid error: hq-sync serve refuses it with the same
+// words, and an engine never keeps such a part aside.
+func DayParts(d *hq.StoreDay) (part, parts int, err error) {
+	switch {
+	case d.Part == 0 && d.Parts == 0:
+		return 1, 1, nil
+	case 1 <= d.Part && d.Part <= d.Parts && d.Parts <= hq.MaxDayParts:
+		return d.Part, d.Parts, nil
+	}
+	return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid,
+		"part %d of %d parts is not numbered 1 ≤ part ≤ parts ≤ %d (both 0: the whole day in one)",
+		d.Part, d.Parts, hq.MaxDayParts)
 }
 
 // Method bits of Methods.Mask.
@@ -152,5 +173,15 @@ func Held(m map[string]int64, date string, held int64) map[string]int64 {
 		m = map[string]int64{}
 	}
 	m[date] = max(m[date], held)
+	return m
+}
+
+// Dropped notes in m (made when nil), for hq.Receipt.PartsDropped, that HQ kept nothing of
+// the batch's part of revision rev of date, since it does not follow the parts HQ holds.
+func Dropped(m map[string]int64, date string, rev int64) map[string]int64 {
+	if m == nil {
+		m = map[string]int64{}
+	}
+	m[date] = rev
 	return m
 }

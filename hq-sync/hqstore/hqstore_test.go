@@ -50,10 +50,36 @@ func TestCheck(t *testing.T) {
 		"unknown method": {&hq.Batch{Store: "S1", ID: "b", Rows: []hq.Row{{ByMethod: map[string]money.Fen{"gold": 1}}}}, "h"},
 		"unknown method in a day": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{{Txns: []hq.Txn{
 			{ByMethod: map[string]money.Fen{"gold": 1}}}}}}, "h"},
+		"part above its parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{
+			{Part: 1, Parts: 2}, {BusinessDate: "2025-03-02", Part: 3, Parts: 2}}}, "h"},
+		"part without parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{{Part: 1}}}, "h"},
 	} {
 		err := hqstore.Check(c.b, c.hash)
 		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {
 			t.Errorf("%s: %v, want %s", name, err, hqstore.CodeBatchInvalid)
+		}
+	}
+}
+
+// TestDayParts: a whole declaration is part 1 of 1; parts are numbered from 1 up to
+// their number, at most hq.MaxDayParts; anything else is batch_invalid.
+func TestDayParts(t *testing.T) {
+	for _, c := range []struct{ part, parts, wantPart, wantParts int }{
+		{0, 0, 1, 1}, {1, 1, 1, 1}, {1, 2, 1, 2}, {2, 2, 2, 2}, {1, hq.MaxDayParts, 1, hq.MaxDayParts},
+		{hq.MaxDayParts, hq.MaxDayParts, hq.MaxDayParts, hq.MaxDayParts},
+	} {
+		part, parts, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts})
+		if err != nil || part != c.wantPart || parts != c.wantParts {
+			t.Errorf("part %d of %d: (%d, %d, %v), want (%d, %d)", c.part, c.parts, part, parts, err, c.wantPart, c.wantParts)
+		}
+	}
+	for _, c := range []struct{ part, parts int }{
+		{1, 0}, {0, 1}, {0, 2}, {3, 2}, {-1, 2}, {1, -1}, {-1, -1}, {1, hq.MaxDayParts + 1},
+		{hq.MaxDayParts + 1, hq.MaxDayParts + 1},
+	} {
+		_, _, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts})
+		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {
+			t.Errorf("part %d of %d: %v, want %s", c.part, c.parts, err, hqstore.CodeBatchInvalid)
 		}
 	}
 }
@@ -67,5 +93,13 @@ func TestInterner(t *testing.T) {
 	}
 	if hqstore.DayStored(3, 3) || hqstore.DayStored(3, 2) || !hqstore.DayStored(0, 1) || !hqstore.DayStored(2, 3) {
 		t.Fatal("DayStored")
+	}
+}
+
+func TestHeldAndDropped(t *testing.T) {
+	held := hqstore.Held(hqstore.Held(nil, "2025-03-01", 3), "2025-03-01", 2)
+	dropped := hqstore.Dropped(hqstore.Dropped(nil, "2025-03-01", 3), "2025-03-02", 1)
+	if !maps.Equal(held, map[string]int64{"2025-03-01": 3}) || !maps.Equal(dropped, map[string]int64{"2025-03-01": 3, "2025-03-02": 1}) {
+		t.Fatalf("held %v, dropped %v", held, dropped)
 	}
 }

@@ -327,6 +327,25 @@ func TestBatches(t *testing.T) {
 		{"day without revision", func() request {
 			return next("b-2", func(b *hq.Batch) { b.Days = []hq.StoreDay{storetest.Day(storetest.D1, 0, storetest.T0, b.Rows)} })
 		}, 400, serve.CodeBatchInvalid, "days[0]"},
+		{"day part above its parts", func() request { return next("b-2", dayPart(3, 2)) }, 400, serve.CodeBatchInvalid,
+			`days[0] (business_date "2025-03-01"): part 3 of 2 parts`},
+		{"day part 0 of parts", func() request { return next("b-2", dayPart(0, 2)) }, 400, serve.CodeBatchInvalid,
+			`days[0] (business_date "2025-03-01"): part 0 of 2 parts`},
+		{"day part without parts", func() request { return next("b-2", dayPart(1, 0)) }, 400, serve.CodeBatchInvalid,
+			`days[0] (business_date "2025-03-01"): part 1 of 0 parts`},
+		{"day part of a negative number", func() request { return next("b-2", dayPart(-1, -1)) }, 400, serve.CodeBatchInvalid,
+			`days[0] (business_date "2025-03-01"): part -1 of -1 parts`},
+		{"day in too many parts", func() request { return next("b-2", dayPart(1, hq.MaxDayParts+1)) }, 400, serve.CodeBatchInvalid,
+			`days[0] (business_date "2025-03-01"): part 1 of 1001 parts`},
+		{"second day with a bad part", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				good := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
+				good.Part, good.Parts = 2, 2
+				bad := storetest.Day(storetest.D2, 1, storetest.T0, nil)
+				bad.Parts = 2
+				b.Days = []hq.StoreDay{good, bad}
+			})
+		}, 400, serve.CodeBatchInvalid, `days[1] (business_date "2025-03-02"): part 0 of 2 parts`},
 		{"day transaction that does not add up", func() request {
 			return next("b-2", func(b *hq.Batch) {
 				d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
@@ -370,6 +389,16 @@ func TestBatches(t *testing.T) {
 	}
 	if n := len(rowsOf(t, e, storetest.D1, "S1")); n != 17 {
 		t.Fatalf("%d rows stored, want 17", n)
+	}
+}
+
+// dayPart returns a batch modifier that declares the day of the batch's rows, numbered
+// part of parts.
+func dayPart(part, parts int) func(b *hq.Batch) {
+	return func(b *hq.Batch) {
+		d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
+		d.Part, d.Parts = part, parts
+		b.Days = []hq.StoreDay{d}
 	}
 }
 

@@ -1,10 +1,12 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -27,8 +29,10 @@ const MaxHashLen = 128
 //   - a day close: amount 0, no by_method, a payload that strictly decodes as a
 //     wire.DayClosePayload, passes its Validate and names the row's business date;
 //   - each day: business_date YYYY-MM-DD, not declared twice in the batch, revision > 0,
-//     a closed_at time, and transactions checked as sales and refunds are (terminal, seq
-//     > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq) listed twice.
+//     a closed_at time, part and parts both 0 or 1 ≤ part ≤ parts ≤ hq.MaxDayParts (as
+//     hqstore.DayParts numbers them), and transactions checked as sales and refunds are
+//     (terminal, seq > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq)
+//     listed twice. Within one part only: a part cannot see the ones HQ kept aside.
 func Validate(b *hq.Batch) error {
 	switch {
 	case b.V != hq.Version:
@@ -147,6 +151,9 @@ func checkDay(d *hq.StoreDay) error {
 		return fmt.Errorf("revision %d is not positive", d.Revision)
 	case d.ClosedAt.IsZero():
 		return fmt.Errorf("closed_at is missing")
+	}
+	if _, _, err := hqstore.DayParts(d); err != nil {
+		return errors.New(perr.As(err).Message)
 	}
 	type key struct {
 		terminal string
