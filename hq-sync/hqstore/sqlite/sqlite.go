@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -55,9 +56,20 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// PartsKept returns how many store-days have parts of a declaration kept aside, waiting for
+// their last part, and how many transactions those parts hold (of all stores).
+func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
+	if err := s.db.R.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM day_drafts), (SELECT count(*) FROM draft_txns)`).
+		Scan(&days, &txns); err != nil {
+		return 0, 0, fmt.Errorf("count parts kept aside: %w", err)
+	}
+	return days, txns, nil
+}
+
 // PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
-// the day's current one (a revision higher than the one held).
+// the day's current one (a revision higher than the one held, whole or by its last part),
+// Receipt.DayParts the parts kept aside (see putDays).
 func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
 		return hq.Receipt{}, err
@@ -76,7 +88,7 @@ func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, a
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
-	if rc.Days, rc.DaysHeld, err = putDays(ctx, tx, b, at); err != nil {
+	if err = putDays(ctx, tx, b, at, &rc); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -228,59 +240,173 @@ func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
 	return nil
 }
 
-// putDays stores each declaration whose revision is higher than the one held. It returns
-// how many it stored and, for the others, the revision held (hq.Receipt.DaysHeld).
-func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, map[string]int64, error) {
-	stored := 0
-	var kept map[string]int64
+// putDays applies the batch's declarations of days and counts them in rc (Days, DaysHeld,
+// DayParts, PartsDropped):
+//
+//   - a declaration whose revision is no higher than the one held changes nothing, whole
+//     or in parts (DaysHeld names the revision held);
+//   - a whole one becomes the day's, and deletes a draft (parts kept aside) of its
+//     revision or lower: those parts could only be held from now on;
+//   - part 1 of n replaces the day's draft with a new one;
+//   - part k > 1 is appended to the draft if it is the draft's next part of the same
+//     revision and number of parts, and the last part makes the draft the day's
+//     declaration as a whole one of its revision would; any other part is dropped
+//     (PartsDropped) and leaves the draft as it was.
+//
+// No (terminal, seq) is compared across the parts of a draft: hq-sync serve checks each
+// part's own list, and the store's ledger lists a transaction once.
+func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time, rc *hq.Receipt) error {
 	ms := at.UnixMilli()
 	for i := range b.Days {
 		d := &b.Days[i]
+		part, parts, _ := hqstore.DayParts(d) // checked by hqstore.Check
 		var held int64
 		err := tx.QueryRowContext(ctx, `SELECT revision FROM days WHERE store = ? AND business_date = ?`,
 			b.Store, d.BusinessDate).Scan(&held)
 		found := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
 		if found && !hqstore.DayStored(held, d.Revision) {
-			kept = hqstore.Held(kept, d.BusinessDate, held)
+			rc.DaysHeld = hqstore.Held(rc.DaysHeld, d.BusinessDate, held)
 			continue
 		}
-		closed := d.ClosedAt.UTC().Format(time.RFC3339Nano)
-		if found {
-			_, err = tx.ExecContext(ctx, `UPDATE days SET revision = ?, closed_at = ?, batch_id = ?, received_ms = ?
-				WHERE store = ? AND business_date = ?`, d.Revision, closed, b.ID, ms, b.Store, d.BusinessDate)
+		switch {
+		case parts == 1:
+			err = standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms, found)
 			if err == nil {
-				_, err = tx.ExecContext(ctx, `DELETE FROM day_txns WHERE business_date = ? AND store = ?`,
-					d.BusinessDate, b.Store)
+				err = insertTxns(ctx, tx, insertDayTxns, b.Store, d, 0)
 			}
-		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id,
-				received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, ms)
+			if err == nil {
+				err = deleteDraft(ctx, tx, b.Store, d.BusinessDate, d.Revision)
+			}
+			rc.Days++
+		case part == 1:
+			err = startDraft(ctx, tx, b, d, parts)
+			rc.DayParts++
+		default:
+			err = addPart(ctx, tx, b, d, part, parts, found, ms, rc)
 		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
-		if err := insertTxns(ctx, tx, b.Store, d); err != nil {
-			return 0, nil, err
-		}
-		stored++
 	}
-	return stored, kept, nil
+	return nil
+}
+
+// standDay makes revision rev the day's declaration, without transactions yet: the day's
+// row is updated (found) or inserted (first declared now).
+func standDay(ctx context.Context, tx *sql.Tx, store, date string, rev int64, closed, batchID string, ms int64, found bool) error {
+	if !found {
+		_, err := tx.ExecContext(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id,
+			received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, store, date, rev, closed, batchID, ms, ms)
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE days SET revision = ?, closed_at = ?, batch_id = ?, received_ms = ?
+		WHERE store = ? AND business_date = ?`, rev, closed, batchID, ms, store, date)
+	if err == nil {
+		_, err = tx.ExecContext(ctx, `DELETE FROM day_txns WHERE business_date = ? AND store = ?`, date, store)
+	}
+	return err
+}
+
+// deleteDraft deletes the day's draft and its transactions if its revision is upTo or lower.
+func deleteDraft(ctx context.Context, tx *sql.Tx, store, date string, upTo int64) error {
+	res, err := tx.ExecContext(ctx, `DELETE FROM day_drafts WHERE store = ? AND business_date = ? AND revision <= ?`,
+		store, date, upTo)
+	if err != nil {
+		return fmt.Errorf("delete parts kept aside: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM draft_txns WHERE business_date = ? AND store = ?`, date, store); err != nil {
+		return fmt.Errorf("delete parts kept aside: %w", err)
+	}
+	return nil
+}
+
+// startDraft replaces whatever HQ kept aside of the day with part 1 of parts of d.
+func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, parts int) error {
+	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, math.MaxInt64); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
+		closed_at, batch_id) VALUES (?, ?, ?, ?, 2, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns),
+		d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID); err != nil {
+		return fmt.Errorf("part 1 of %d: %w", parts, err)
+	}
+	return insertTxns(ctx, tx, insertDraftTxns, b.Store, d, 0)
+}
+
+// addPart appends part (> 1) of parts of d to the day's draft if it is the draft's next
+// part (rc.DayParts), and makes the draft the day's declaration when it is the last
+// (rc.Days). Otherwise it keeps nothing and notes the part in rc.PartsDropped. found tells
+// whether the day has a declaration already (its first_ms is kept).
+func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part, parts int, found bool, ms int64,
+	rc *hq.Receipt) error {
+	var rev int64
+	var n, next, txns int
+	var closed string
+	err := tx.QueryRowContext(ctx, `SELECT revision, parts, next_part, txns, closed_at FROM day_drafts
+		WHERE store = ? AND business_date = ?`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("part %d of %d: %w", part, parts, err)
+	}
+	if err != nil || rev != d.Revision || n != parts || next != part {
+		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
+		return nil
+	}
+	if err := insertTxns(ctx, tx, insertDraftTxns, b.Store, d, txns); err != nil {
+		return err
+	}
+	if part < parts {
+		if _, err := tx.ExecContext(ctx, `UPDATE day_drafts SET next_part = ?, txns = ? WHERE store = ? AND business_date = ?`,
+			part+1, txns+len(d.Txns), b.Store, d.BusinessDate); err != nil {
+			return fmt.Errorf("part %d of %d: %w", part, parts, err)
+		}
+		rc.DayParts++
+		return nil
+	}
+	// The last part: the draft, as it is, becomes the revision standing.
+	if err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, found); err != nil {
+		return fmt.Errorf("last part %d: %w", part, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO day_txns (`+txnColumns+`) SELECT `+txnColumns+`
+		FROM draft_txns WHERE business_date = ? AND store = ?`, d.BusinessDate, b.Store); err != nil {
+		return fmt.Errorf("last part %d: move transactions: %w", part, err)
+	}
+	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, d.Revision); err != nil {
+		return err
+	}
+	rc.Days++
+	return nil
 }
 
 const (
-	txnsPerInsert  = 64
-	insertTxnsHead = `INSERT INTO day_txns (business_date, store, i, terminal, seq, kind, flow_no, amount,
-	cash, card, qr, methods) VALUES `
+	txnsPerInsert = 64
+	txnColumns    = `business_date, store, i, terminal, seq, kind, flow_no, amount, cash, card, qr, methods`
 )
 
 func txnParams(b *strings.Builder, _ int) { b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)") }
 
-var insertTxnsFull = multiInsert(insertTxnsHead, txnParams, txnsPerInsert, "")
+// txnInsert is a statement inserting a declaration's transactions into day_txns (a day's
+// standing revision) or draft_txns (the parts kept aside): its head, and its statement for
+// a full chunk, built once.
+type txnInsert struct{ head, full string }
 
-func insertTxns(ctx context.Context, tx *sql.Tx, store string, d *hq.StoreDay) error {
+func newTxnInsert(table string) txnInsert {
+	head := `INSERT INTO ` + table + ` (` + txnColumns + `) VALUES `
+	return txnInsert{head: head, full: multiInsert(head, txnParams, txnsPerInsert, "")}
+}
+
+var (
+	insertDayTxns   = newTxnInsert("day_txns")
+	insertDraftTxns = newTxnInsert("draft_txns")
+)
+
+// insertTxns inserts the transactions of d at positions first, first+1, ...
+func insertTxns(ctx context.Context, tx *sql.Tx, ins txnInsert, store string, d *hq.StoreDay, first int) error {
 	args := make([]any, 0, txnsPerInsert*12)
 	for start := 0; start < len(d.Txns); start += txnsPerInsert {
 		chunk := d.Txns[start:min(start+txnsPerInsert, len(d.Txns))]
@@ -288,15 +414,15 @@ func insertTxns(ctx context.Context, tx *sql.Tx, store string, d *hq.StoreDay) e
 		for j := range chunk {
 			t := &chunk[j]
 			m, _ := hqstore.Split(t.ByMethod) // checked by hqstore.Check
-			args = append(args, d.BusinessDate, store, start+j, t.Terminal, t.Seq, t.Kind, t.FlowNo,
+			args = append(args, d.BusinessDate, store, first+start+j, t.Terminal, t.Seq, t.Kind, t.FlowNo,
 				int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask)
 		}
-		q := insertTxnsFull
+		q := ins.full
 		if len(chunk) < txnsPerInsert {
-			q = multiInsert(insertTxnsHead, txnParams, len(chunk), "")
+			q = multiInsert(ins.head, txnParams, len(chunk), "")
 		}
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("put batch: day %s: insert transactions: %w", d.BusinessDate, err)
+			return fmt.Errorf("insert transactions: %w", err)
 		}
 	}
 	return nil
