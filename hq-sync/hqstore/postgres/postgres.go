@@ -57,6 +57,9 @@ var rowCols = append(append([]string{"store"}, stageCols...), "batch_id", "recei
 var txnCols = []string{"business_date", "store", "i", "terminal", "seq", "kind", "flow_no",
 	"amount", "cash", "card", "qr", "methods"}
 
+// txnColumns lists txnCols for SQL: day_txns and draft_txns have the same columns.
+var txnColumns = strings.Join(txnCols, ", ")
+
 // Open connects to the database at url (a postgres:// URL or a key=value string, as pgx
 // takes it) and applies HQ's migrations.
 func Open(ctx context.Context, url string) (*Store, error) {
@@ -136,12 +139,23 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// PartsKept returns how many store-days have parts of a declaration kept aside, waiting for
+// their last part, and how many transactions those parts hold (of all stores).
+func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM day_drafts), (SELECT count(*) FROM draft_txns)`).
+		Scan(&days, &txns); err != nil {
+		return 0, 0, fmt.Errorf("count parts kept aside: %w", err)
+	}
+	return days, txns, nil
+}
+
 // maxAttempts bounds the retries of a batch that lost a race with a concurrent one.
 const maxAttempts = 8
 
 // PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
-// the day's current one (a revision higher than the one held).
+// the day's current one (a revision higher than the one held, whole or by its last part),
+// Receipt.DayParts the parts kept aside (see putDays).
 func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
 		return hq.Receipt{}, err
@@ -188,7 +202,7 @@ func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
-	if rc.Days, rc.DaysHeld, err = putDays(ctx, tx, b, at); err != nil {
+	if err = putDays(ctx, tx, b, at, &rc); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -354,52 +368,199 @@ func hasTwins(rows []hq.Row) bool {
 	return false
 }
 
-// putDays stores each declaration whose revision is higher than the one held. It returns
-// how many it stored and, for the others, the revision held (hq.Receipt.DaysHeld). The
-// upsert locks the day's row, so concurrent declarations of one day are applied one after
-// the other.
-func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, map[string]int64, error) {
-	stored := 0
-	var kept map[string]int64
+// putDays applies the batch's declarations of days with the semantics of the SQLite
+// engine, and counts them in rc (Days, DaysHeld, DayParts, PartsDropped):
+//
+//   - a declaration whose revision is no higher than the one held changes nothing, whole
+//     or in parts (DaysHeld names the revision held);
+//   - a whole one becomes the day's, and deletes a draft (parts kept aside) of its
+//     revision or lower: those parts could only be held from now on;
+//   - part 1 of n replaces the day's draft with a new one;
+//   - part k > 1 is appended to the draft if it is the draft's next part of the same
+//     revision and number of parts, and the last part makes the draft the day's
+//     declaration as a whole one of its revision would; any other part is dropped
+//     (PartsDropped) and leaves the draft as it was.
+//
+// The upsert of a day locks its row and decides on the revision held at that moment, so
+// concurrent declarations of one day are applied one after the other; a draft's row is
+// locked before its transactions are touched. No (terminal, seq) is compared across the
+// parts of a draft: hq-sync serve checks each part's own list, and the store's ledger lists
+// a transaction once.
+func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time, rc *hq.Receipt) error {
 	for i := range b.Days {
 		d := &b.Days[i]
-		tag, err := tx.Exec(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id, received_ms, first_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $6)
-			ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision,
-				closed_at = EXCLUDED.closed_at, batch_id = EXCLUDED.batch_id, received_ms = EXCLUDED.received_ms
-			WHERE days.revision < EXCLUDED.revision`,
-			b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, at.UnixMilli())
+		part, parts, _ := hqstore.DayParts(d) // checked by hqstore.Check
+		var err error
+		switch {
+		case parts == 1:
+			err = putWhole(ctx, tx, b, d, at.UnixMilli(), rc)
+		default:
+			err = putPart(ctx, tx, b, d, part, parts, at.UnixMilli(), rc)
+		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
+			return fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
 		}
-		if tag.RowsAffected() == 0 {
-			// An equal or lower revision: the one held stands (the upsert locked its row).
-			var held int64
-			if err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
-				b.Store, d.BusinessDate).Scan(&held); err != nil {
-				return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
-			}
-			kept = hqstore.Held(kept, d.BusinessDate, held)
-			continue
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM day_txns WHERE business_date = $1 AND store = $2`,
-			d.BusinessDate, b.Store); err != nil {
-			return 0, nil, fmt.Errorf("put batch: day %s: %w", d.BusinessDate, err)
-		}
-		if len(d.Txns) > 0 {
-			src := pgx.CopyFromSlice(len(d.Txns), func(j int) ([]any, error) {
-				t := &d.Txns[j]
-				m, _ := hqstore.Split(t.ByMethod) // checked by hqstore.Check
-				return []any{d.BusinessDate, b.Store, int32(j), t.Terminal, t.Seq, t.Kind, t.FlowNo,
-					int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask}, nil
-			})
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"day_txns"}, txnCols, src); err != nil {
-				return 0, nil, fmt.Errorf("put batch: day %s: copy transactions: %w", d.BusinessDate, err)
-			}
-		}
-		stored++
 	}
-	return stored, kept, nil
+	return nil
+}
+
+// putWhole stores a whole declaration if its revision is higher than the one held.
+func putWhole(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, ms int64, rc *hq.Receipt) error {
+	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms)
+	if err != nil {
+		return err
+	}
+	if !stood { // an equal or lower revision: the one held stands (the upsert locked its row)
+		return noteHeld(ctx, tx, b.Store, d.BusinessDate, rc)
+	}
+	if err := copyTxns(ctx, tx, "day_txns", b.Store, d, 0); err != nil {
+		return err
+	}
+	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, d.Revision); err != nil {
+		return err
+	}
+	rc.Days++
+	return nil
+}
+
+// standDay makes revision rev the day's declaration, without transactions yet, if it is
+// higher than the one held: the day's row is inserted (first declared now) or updated,
+// and its transactions deleted. It reports whether rev stands; if not, the upsert has
+// locked the row of the revision held.
+func standDay(ctx context.Context, tx pgx.Tx, store, date string, rev int64, closed, batchID string, ms int64) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id, received_ms, first_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $6)
+		ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision,
+			closed_at = EXCLUDED.closed_at, batch_id = EXCLUDED.batch_id, received_ms = EXCLUDED.received_ms
+		WHERE days.revision < EXCLUDED.revision`, store, date, rev, closed, batchID, ms)
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM day_txns WHERE business_date = $1 AND store = $2`, date, store); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// noteHeld notes in rc.DaysHeld the revision of the day HQ holds.
+func noteHeld(ctx context.Context, tx pgx.Tx, store, date string, rc *hq.Receipt) error {
+	var rev int64
+	if err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
+		store, date).Scan(&rev); err != nil {
+		return err
+	}
+	rc.DaysHeld = hqstore.Held(rc.DaysHeld, date, rev)
+	return nil
+}
+
+// putPart applies part of parts of d (parts > 1).
+func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, parts int, ms int64, rc *hq.Receipt) error {
+	var heldRev int64
+	err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
+		b.Store, d.BusinessDate).Scan(&heldRev)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if err == nil && !hqstore.DayStored(heldRev, d.Revision) {
+		rc.DaysHeld = hqstore.Held(rc.DaysHeld, d.BusinessDate, heldRev)
+		return nil
+	}
+	if part == 1 {
+		// Lock the draft's row (new or replaced) before its transactions are deleted, so
+		// that a concurrent part of the day is applied wholly before or after this one.
+		if _, err := tx.Exec(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
+				closed_at, batch_id) VALUES ($1, $2, $3, $4, 2, $5, $6, $7)
+			ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision, parts = EXCLUDED.parts,
+				next_part = EXCLUDED.next_part, txns = EXCLUDED.txns, closed_at = EXCLUDED.closed_at,
+				batch_id = EXCLUDED.batch_id`,
+			b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID); err != nil {
+			return fmt.Errorf("part 1 of %d: %w", parts, err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM draft_txns WHERE business_date = $1 AND store = $2`,
+			d.BusinessDate, b.Store); err != nil {
+			return fmt.Errorf("part 1 of %d: %w", parts, err)
+		}
+		if err := copyTxns(ctx, tx, "draft_txns", b.Store, d, 0); err != nil {
+			return err
+		}
+		rc.DayParts++
+		return nil
+	}
+
+	var rev int64
+	var n, next, txns int
+	var closed string
+	err = tx.QueryRow(ctx, `SELECT revision, parts, next_part, txns, closed_at FROM day_drafts
+		WHERE store = $1 AND business_date = $2 FOR UPDATE`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("part %d of %d: %w", part, parts, err)
+	}
+	if err != nil || rev != d.Revision || n != parts || next != part {
+		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
+		return nil
+	}
+	if err := copyTxns(ctx, tx, "draft_txns", b.Store, d, txns); err != nil {
+		return err
+	}
+	if part < parts {
+		if _, err := tx.Exec(ctx, `UPDATE day_drafts SET next_part = $3, txns = $4 WHERE store = $1 AND business_date = $2`,
+			b.Store, d.BusinessDate, part+1, txns+len(d.Txns)); err != nil {
+			return fmt.Errorf("part %d of %d: %w", part, parts, err)
+		}
+		rc.DayParts++
+		return nil
+	}
+	// The last part: the draft, as it is, becomes the revision standing, unless a batch
+	// committed since the revision held was read made a revision as high stand: then the
+	// draft could only be held, and goes.
+	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms)
+	if err != nil {
+		return fmt.Errorf("last part %d: %w", part, err)
+	}
+	if stood {
+		if _, err := tx.Exec(ctx, `INSERT INTO day_txns (`+txnColumns+`) SELECT `+txnColumns+`
+			FROM draft_txns WHERE business_date = $1 AND store = $2`, d.BusinessDate, b.Store); err != nil {
+			return fmt.Errorf("last part %d: move transactions: %w", part, err)
+		}
+		rc.Days++
+	} else if err := noteHeld(ctx, tx, b.Store, d.BusinessDate, rc); err != nil {
+		return err
+	}
+	return deleteDraft(ctx, tx, b.Store, d.BusinessDate, d.Revision)
+}
+
+// deleteDraft deletes the day's draft and its transactions if its revision is upTo or lower.
+func deleteDraft(ctx context.Context, tx pgx.Tx, store, date string, upTo int64) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM day_drafts WHERE store = $1 AND business_date = $2 AND revision <= $3`,
+		store, date, upTo)
+	if err != nil {
+		return fmt.Errorf("delete parts kept aside: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM draft_txns WHERE business_date = $1 AND store = $2`, date, store); err != nil {
+		return fmt.Errorf("delete parts kept aside: %w", err)
+	}
+	return nil
+}
+
+// copyTxns COPYs the transactions of d into table (day_txns or draft_txns) at positions
+// first, first+1, ...
+func copyTxns(ctx context.Context, tx pgx.Tx, table, store string, d *hq.StoreDay, first int) error {
+	if len(d.Txns) == 0 {
+		return nil
+	}
+	src := pgx.CopyFromSlice(len(d.Txns), func(j int) ([]any, error) {
+		t := &d.Txns[j]
+		m, _ := hqstore.Split(t.ByMethod) // checked by hqstore.Check
+		return []any{d.BusinessDate, store, int32(first + j), t.Terminal, t.Seq, t.Kind, t.FlowNo,
+			int64(t.Amount), m.Cash, m.Card, m.QR, m.Mask}, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{table}, txnCols, src); err != nil {
+		return fmt.Errorf("copy transactions: %w", err)
+	}
+	return nil
 }
 
 // Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
