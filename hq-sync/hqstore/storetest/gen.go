@@ -136,3 +136,19 @@ func NewBatch(store, id string, rows []hq.Row, days ...hq.StoreDay) (*hq.Batch, 
 	}
 	return b, hq.ContentHash(js)
 }
+
+// Parts cuts declaration d into n parts as an uploader sends them: part k of n carries the
+// k-th of n slices of its transactions, in order, as even as they go (the last ones may
+// be empty).
+func Parts(d hq.StoreDay, n int) []hq.StoreDay {
+	out := make([]hq.StoreDay, n)
+	size := (len(d.Txns) + n - 1) / n
+	for k := range out {
+		p := d
+		p.Part, p.Parts = k+1, n
+		lo, hi := min(k*size, len(d.Txns)), min((k+1)*size, len(d.Txns))
+		p.Txns = d.Txns[lo:hi:hi]
+		out[k] = p
+	}
+	return out
+}
