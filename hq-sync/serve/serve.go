@@ -292,7 +292,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("batch stored", "store", store, "batch", b.ID, "rows", rc.Rows, "new_rows", rc.New,
-		"days", rc.Days, "duplicate", rc.Duplicate)
+		"days", rc.Days, "day_parts", rc.DayParts, "parts_dropped", len(rc.PartsDropped), "duplicate", rc.Duplicate)
 	if h.met != nil {
 		if rc.Duplicate { // the original receipt: its new rows were counted then
 			h.count(store, "duplicate")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -389,6 +390,23 @@ func TestBatches(t *testing.T) {
 	}
 	if n := len(rowsOf(t, e, storetest.D1, "S1")); n != 17 {
 		t.Fatalf("%d rows stored, want 17", n)
+	}
+
+	// A day in two parts: the first is kept aside, the second makes revision 2 stand, and a
+	// part that does not follow is dropped.
+	all := slices.Concat(first, sales("S1", 13, 5), sales("S1", 100, 3))
+	parts := storetest.Parts(storetest.Day(storetest.D1, 2, storetest.T0.Add(4*time.Hour), all), 2)
+	if rc := e.mustStore(upload(batch("S1", "b-3", nil, parts[0]))); rc.Days != 0 || rc.DayParts != 1 {
+		t.Fatalf("part 1 of 2: %+v", rc)
+	}
+	stray := storetest.Parts(storetest.Day(storetest.D2, 1, storetest.T0, nil), 2)[1]
+	rc3 := e.mustStore(upload(batch("S1", "b-4", nil, parts[1], stray)))
+	if rc3.Days != 1 || rc3.DayParts != 0 || len(rc3.PartsDropped) != 1 || rc3.PartsDropped[storetest.D2] != 1 {
+		t.Fatalf("part 2 of 2 and a stray part: %+v", rc3)
+	}
+	days, err := e.store.Days(context.Background(), storetest.D1, "S1")
+	if err != nil || len(days) != 1 || days[0].Day.Revision != 2 || len(days[0].Day.Txns) != len(parts[0].Txns)+len(parts[1].Txns) {
+		t.Fatalf("days of %s after its parts: %+v, %v", storetest.D1, days, err)
 	}
 }
 
