@@ -1,9 +1,15 @@
 package upload
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +22,7 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 )
 
@@ -206,7 +213,13 @@ func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreD
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if want := len(s.Outbox()); len(rows) != want {
+	want := 0
+	for _, o := range s.Outbox() {
+		if o.Row.BusinessDate == date0 {
+			want++
+		}
+	}
+	if len(rows) != want {
 		tb.Errorf("HQ holds %d rows of %s, the ledger %d", len(rows), date0, want)
 	}
 	days, err := st.Days(ctx, date0, testStore)
@@ -225,7 +238,265 @@ func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreD
 	return d, manifest
 }
 
-// TestDayTooLargeToDeclare: a day whose declaration is larger than an HQ batch may carry is
+// partsSeen records the declarations in parts that reach HQ, in order, before HQ sees them.
+type partsSeen struct {
+	h    http.Handler
+	mu   sync.Mutex
+	seen []string       // "date rREV PART/PARTS"
+	txns map[string]int // "date rREV" → transactions its parts listed
+	max  int            // the largest request body
+}
+
+func (p *partsSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var b hq.Batch
+	if err := json.Unmarshal(body, &b); err == nil {
+		p.mu.Lock()
+		for _, d := range b.Days {
+			if d.InParts() {
+				js, _ := json.Marshal(&d)
+				p.max = max(p.max, len(js))
+				rev := fmt.Sprintf("%s r%d", d.BusinessDate, d.Revision)
+				p.seen = append(p.seen, fmt.Sprintf("%s %d/%d", rev, d.Part, d.Parts))
+				if p.txns == nil {
+					p.txns = map[string]int{}
+				}
+				if d.Part == 1 {
+					p.txns[rev] = 0 // the parts start over
+				}
+				p.txns[rev] += len(d.Txns)
+			}
+		}
+		p.mu.Unlock()
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	p.h.ServeHTTP(w, r)
+}
+
+func (p *partsSeen) last() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.seen) == 0 {
+		return ""
+	}
+	return p.seen[len(p.seen)-1]
+}
+
+// listed returns how many transactions the parts of a revision ("date rREV") listed, from
+// its last part 1 on.
+func (p *partsSeen) listed(rev string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txns[rev]
+}
+
+func (p *partsSeen) take() (seen []string, maxPart int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen, p.seen = p.seen, nil
+	return seen, p.max
+}
+
+// TestDayDeclaredInParts: a day whose declaration is larger than one batch goes to hq-sync
+// serve (SQLite engine) in parts, each under the limit, and HQ takes the revision only with
+// its last part: until then it holds the day's revision before. The parts of a revision all
+// come from one snapshot of the ledger: a late sale that arrives while they go is declared by
+// the next revision. An uploader killed between parts goes on where it was, and one whose
+// parts HQ lost (its database restored) declares the day again from part 1.
+func TestDayDeclaredInParts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
+	seen := &partsSeen{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	srv := httptest.NewServer(seen)
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s.Sales(60, day0)
+	s.Sales(5, day1)
+	u := MustNew(t, cfg)
+	const limit = 3000 // date0's 60 transactions take three parts of this, date1's 5 one batch
+	u.dayLimit = limit
+
+	held := func(date string) (rev int64, txns int) {
+		t.Helper()
+		days, err := st.Days(ctx, date, testStore)
+		if err != nil || len(days) > 1 {
+			t.Fatalf("days of %s: %+v %v", date, days, err)
+		}
+		if len(days) == 0 {
+			return 0, 0
+		}
+		return days[0].Day.Revision, len(days[0].Day.Txns)
+	}
+	inParts := func(want map[string]PartsSent) {
+		t.Helper()
+		st, err := u.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(st.InParts, want) || len(st.TooLarge) > 0 {
+			t.Fatalf("status: declaring in parts %v, too large %v; want %v, none", st.InParts, st.TooLarge, want)
+		}
+	}
+
+	// Before each batch goes: while date0's parts are on their way HQ holds no declaration
+	// of it, and the uploader's status says how far they are.
+	var checks []string
+	u.afterRecord = func(id string) error {
+		if rev, _ := held(date0); rev != 0 {
+			checks = append(checks, fmt.Sprintf("before %s HQ holds %s at revision %d", id, date0, rev))
+		}
+		return nil
+	}
+	MustOnce(t, u)
+	if len(checks) > 0 {
+		t.Fatal(checks)
+	}
+	got, maxPart := seen.take()
+	want := []string{date0 + " r1 1/3", date0 + " r1 2/3", date0 + " r1 3/3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts sent %q, want %q", got, want)
+	}
+	if maxPart > limit {
+		t.Errorf("a part of %d bytes; a part may take %d", maxPart, limit)
+	}
+	day, manifest := checkHQDay(t, st, s, 1)
+	if !slices.EqualFunc(day.Txns, manifest, sameTxn) {
+		t.Errorf("HQ holds %s as %+v, the ledger's manifest is %+v", date0, day.Txns, manifest)
+	}
+	if rev, n := held(date1); rev != 1 || n != 5 {
+		t.Fatalf("%s declared at revision %d with %d txns, want 1 with 5", date1, rev, n)
+	}
+	inParts(nil)
+
+	// A late sale of date0 sent while the next revision's parts go (after the first): the
+	// parts declare what the ledger held when they were taken; the sale, revision 3.
+	s.Sales(3, day0.Add(5*time.Hour))
+	late := false
+	u.afterSend = func(string) error {
+		if !late && seen.last() == date0+" r2 1/3" {
+			late = true
+			if rev, n := held(date0); rev != 1 || n != 60 {
+				t.Errorf("with part 1 of revision 2 sent, HQ holds %s at revision %d with %d txns; want 1 with 60", date0, rev, n)
+			}
+			inParts(map[string]PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
+			s.Sales(1, day0.Add(6*time.Hour))
+		}
+		return nil
+	}
+	MustOnce(t, u)
+	if !late {
+		t.Fatal("part 1 of revision 2 was never sent")
+	}
+	got, _ = seen.take()
+	want = []string{date0 + " r2 1/3", date0 + " r2 2/3", date0 + " r2 3/3",
+		date0 + " r3 1/3", date0 + " r3 2/3", date0 + " r3 3/3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts sent %q, want %q", got, want)
+	}
+	if n2, n3 := seen.listed(date0+" r2"), seen.listed(date0+" r3"); n2 != 63 || n3 != 64 {
+		t.Errorf("revision 2's parts listed %d transactions, revision 3's %d; want 63 (before the late sale) and 64", n2, n3)
+	}
+	day, manifest = checkHQDay(t, st, s, 3)
+	if len(day.Txns) != 64 || !slices.EqualFunc(day.Txns, manifest, sameTxn) {
+		t.Errorf("HQ holds %s as %d txns, the ledger's manifest has %d", date0, len(day.Txns), len(manifest))
+	}
+
+	// Killed after a batch was recorded, then after HQ took part 1 but before it was marked
+	// sent: a new uploader sends part 1 again (HQ answers its first receipt) and goes on.
+	s.Sales(1, day0.Add(7*time.Hour))
+	calls := 0
+	u.afterRecord = func(string) error {
+		if calls++; calls == 1 {
+			return errCrash
+		}
+		return nil
+	}
+	u.afterSend = func(string) error {
+		if calls == 2 {
+			return errCrash
+		}
+		return nil
+	}
+	for range 2 {
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := u.Once(c)
+		cancel()
+		if !errors.Is(err, errCrash) {
+			t.Fatalf("want the crash, got %v", err)
+		}
+	}
+	inParts(map[string]PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
+	u.Close()
+	u = MustNew(t, cfg)
+	u.dayLimit = limit
+	MustOnce(t, u)
+	got, _ = seen.take()
+	want = []string{date0 + " r4 1/3", date0 + " r4 1/3", date0 + " r4 2/3", date0 + " r4 3/3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts sent %q, want %q", got, want)
+	}
+	if n := seen.listed(date0 + " r4"); n != 65 {
+		t.Errorf("revision 4's parts listed %d transactions, want 65", n)
+	}
+	checkHQDay(t, st, s, 4)
+	inParts(nil)
+
+	// HQ loses the parts it kept aside (its database restored from before they came): the
+	// next part does not follow, HQ drops it, and the day goes again from part 1.
+	s.Sales(1, day0.Add(8*time.Hour))
+	hqDB, err := sql.Open("sqlite3", filepath.Join(dir, "hq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hqDB.Close()
+	lost := false
+	u.afterSend = func(string) error {
+		if !lost && seen.last() == date0+" r5 1/3" {
+			lost = true
+			_, err := hqDB.ExecContext(ctx, `DELETE FROM draft_txns; DELETE FROM day_drafts`)
+			return err
+		}
+		return nil
+	}
+	MustOnce(t, u)
+	got, _ = seen.take()
+	want = []string{date0 + " r5 1/3", date0 + " r5 2/3", date0 + " r5 1/3", date0 + " r5 2/3", date0 + " r5 3/3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts sent %q, want %q (part 2 dropped, then again from part 1)", got, want)
+	}
+	if n := seen.listed(date0 + " r5"); n != 66 {
+		t.Errorf("revision 5's parts listed %d transactions since its last part 1, want 66", n)
+	}
+	checkHQDay(t, st, s, 5)
+	inParts(nil)
+	if days, txns, err := st.PartsKept(ctx); err != nil || days != 0 || txns != 0 {
+		t.Errorf("HQ keeps parts of %d days (%d txns) aside (%v); want none", days, txns, err)
+	}
+	// HQ proves the day transaction by transaction from the declaration it took in parts.
+	rep, err := reconcile.Run(ctx, st, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Txns) > 0 || rep.LedgerTxns != 66 || rep.HQTxns != 66 ||
+		slices.ContainsFunc(rep.Missing, func(m reconcile.MissingDeclaration) bool { return m.Kind == reconcile.NoStoreDay }) {
+		t.Errorf("reconcile of %s: %d differences, %d txns declared, %d at HQ, missing %+v; want none, 66, 66, no store day missing",
+			date0, len(rep.Txns), rep.LedgerTxns, rep.HQTxns, rep.Missing)
+	}
+}
+
+func sameTxn(a, b hq.Txn) bool {
+	return a.Terminal == b.Terminal && a.Seq == b.Seq && a.Kind == b.Kind && a.FlowNo == b.FlowNo &&
+		a.Amount == b.Amount && sameMap(a.ByMethod, b.ByMethod)
+}
+
+// TestDayTooLargeToDeclare: a day whose declaration would take more parts than HQ takes is
 // left undeclared (and reported) while its rows and the other days still go, instead of
 // being sent to an HQ that must refuse it and holding back every batch after it. A late
 // row of the day tries again; with room, the day is declared.
@@ -241,7 +512,8 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	s.Sales(60, day0)
 	s.Sales(5, day1)
 	u := MustNew(t, cfg)
-	u.dayLimit = 3000 // date0's 60 transactions take more, date1's 5 less
+	u.dayLimit = 3000 // date0's 60 transactions take three parts, date1's 5 one
+	u.maxParts = 2
 
 	declared := func(date string) int64 {
 		t.Helper()
@@ -268,8 +540,8 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(got.TooLarge, want) || got.Pending != "" || got.Backlog != 0 {
-			t.Fatalf("status %+v: want nothing pending or left and %v too large to declare", got, want)
+		if !slices.Equal(got.TooLarge, want) || got.Pending != "" || got.Backlog != 0 || len(got.InParts) > 0 {
+			t.Fatalf("status %+v: want nothing pending, left or in parts and %v too large to declare", got, want)
 		}
 	}
 
@@ -296,8 +568,8 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	}
 	status(date0)
 
-	// With room for it, the next late sale gets the day declared.
-	u.dayLimit = batchBudget
+	// With room for its parts, the next late sale gets the day declared.
+	u.maxParts = hq.MaxDayParts
 	s.Sales(1, day0.Add(6*time.Hour))
 	MustOnce(t, u)
 	if atHQ(date0) != 62 || declared(date0) != 1 {

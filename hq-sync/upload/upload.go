@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -158,7 +159,8 @@ type Uploader struct {
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
-	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit)
+	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
+	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
 	prog      progress
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
@@ -190,7 +192,8 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		return nil, fmt.Errorf("upload: open state: %w", err)
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
-		state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget}
+		state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
+		maxParts: hq.MaxDayParts}
 	if u.path == "" {
 		u.path = "/"
 	}
@@ -346,8 +349,9 @@ type batch struct {
 	firstID     int64
 	lastID      int64
 	rows        int
-	dates       map[string]int   // business date → rows of that date in the batch
-	days        map[string]int64 // business date → revision declared
+	dates       map[string]int    // business date → rows of that date in the batch
+	days        map[string]int64  // business date → revision declared, whole or in part
+	parts       map[string]partOf // business date → the part declared, for a day in parts
 	lastKey     string
 	body        []byte
 	contentHash string
@@ -357,10 +361,10 @@ type batch struct {
 // pending returns the recorded batch HQ has not acknowledged, if any.
 func (u *Uploader) pending(ctx context.Context) (*batch, error) {
 	var b batch
-	var dates, days string
-	err := u.state.R.QueryRowContext(ctx, `SELECT batch_id, first_id, last_id, rows, dates, days, last_key,
+	var dates, days, parts string
+	err := u.state.R.QueryRowContext(ctx, `SELECT batch_id, first_id, last_id, rows, dates, days, parts, last_key,
 		content_hash, body, attempts FROM batches WHERE state = 'pending'`).Scan(&b.id, &b.firstID, &b.lastID,
-		&b.rows, &dates, &days, &b.lastKey, &b.contentHash, &b.body, &b.attempts)
+		&b.rows, &dates, &days, &parts, &b.lastKey, &b.contentHash, &b.body, &b.attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -371,6 +375,9 @@ func (u *Uploader) pending(ctx context.Context) (*batch, error) {
 		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
 	}
 	if err := json.Unmarshal([]byte(days), &b.days); err != nil {
+		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
+	}
+	if err := json.Unmarshal([]byte(parts), &b.parts); err != nil {
 		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
 	}
 	if hq.ContentHash(b.body) != b.contentHash {
@@ -393,13 +400,40 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
+	waiting, err := u.waitingParts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
+	parts := map[string]partOf{} // the parts this batch carries
+	used := 0                    // body bytes taken by the days and rows so far
+	add := func(d hq.StoreDay, p partOf, n int) bool {
+		if len(out.Days) > 0 && used+n > u.budget {
+			return false // the next batch declares the rest
+		}
+		used += n
+		out.Days = append(out.Days, d)
+		if d.InParts() {
+			parts[d.BusinessDate] = p
+		}
+		return true
+	}
+	// The next part of each day being declared in parts goes first: HQ keeps the parts
+	// aside until the last one, so the day stands at HQ only when they have all gone.
+	for _, w := range waiting {
+		if !add(w.day, w.partOf, w.size) {
+			break
+		}
+	}
 	var rows []ledger.OutboxRow
-	var tooLarge []string // due days whose declaration HQ could not take
-	used := 0             // body bytes taken by the days and rows so far
+	var tooLarge []string // due days whose declaration HQ could not take even in parts
+	var split []splitDay  // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		for _, c := range candidates {
+			if waiting.has(c.date) {
+				continue // its parts are on their way
+			}
 			// Due once no row of the date is left after the watermark; the manifest comes
 			// from the same snapshot, so it lists exactly the rows HQ acknowledged.
 			more, err := r.HasOutboxAfter(ctx, c.date, through)
@@ -418,19 +452,34 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
-			if n > u.dayLimit {
-				// HQ would refuse it, and a refused batch holds back every row after it.
-				u.log.Error("a day declaration is larger than an HQ batch may be: the day is left undeclared "+
+			if n <= u.dayLimit {
+				if !add(d, partOf{}, n) {
+					break
+				}
+				continue
+			}
+			// Too large for one batch: in parts, taken from this snapshot once.
+			ps, err := splitParts(d, u.dayLimit)
+			if err != nil {
+				return err
+			}
+			if len(ps) > u.maxParts {
+				u.log.Error("a day declaration would take more parts than HQ takes: the day is left undeclared "+
 					"(HQ's reconcile shows it as no_store_day); its rows are sent", "business_date", d.BusinessDate,
-					"bytes", n, "limit", u.dayLimit, "txns", len(d.Txns))
+					"bytes", n, "parts", len(ps), "limit", u.maxParts, "txns", len(d.Txns))
 				tooLarge = append(tooLarge, d.BusinessDate)
 				continue
 			}
-			if len(out.Days) > 0 && used+n > u.budget {
-				break // the next batch declares the rest
+			u.log.Info("declaring a day in parts: it is larger than one batch", "business_date", d.BusinessDate,
+				"revision", d.Revision, "txns", len(d.Txns), "bytes", n, "parts", len(ps))
+			split = append(split, splitDay{parts: ps, covered: c.sentRows})
+			size, err := jsonSize(&ps[0])
+			if err != nil {
+				return err
 			}
-			used += n
-			out.Days = append(out.Days, d)
+			if !add(ps[0], partOf{Part: 1, Parts: len(ps), Covered: c.sentRows}, size) {
+				break
+			}
 		}
 		maxID, err := r.OutboxMaxID(ctx)
 		if err != nil {
@@ -453,6 +502,9 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build batch: %w", err)
 	}
+	if err := u.keepParts(ctx, split); err != nil {
+		return nil, fmt.Errorf("build batch: %w", err)
+	}
 	for _, date := range tooLarge {
 		if _, err := u.state.W.ExecContext(ctx, `UPDATE days SET skipped_rows = sent_rows WHERE business_date = ?`,
 			date); err != nil {
@@ -463,7 +515,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		return nil, nil
 	}
 
-	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}}
+	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts}
 	for _, d := range out.Days {
 		b.days[d.BusinessDate] = d.Revision
 	}
@@ -550,12 +602,13 @@ func batchID(store, series string, n int64) string {
 type undeclaredDay struct {
 	date     string
 	revision int64 // the last revision HQ acknowledged
+	sentRows int64 // rows of the date HQ acknowledged
 }
 
 // undeclared returns the business dates before today with rows HQ acknowledged since the
 // date's last declaration (or that were never declared).
 func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDay, error) {
-	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision FROM days
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision, sent_rows FROM days
 		WHERE business_date < ? AND sent_rows > declared_rows AND sent_rows <> skipped_rows
 		ORDER BY business_date`, today)
 	if err != nil {
@@ -565,10 +618,129 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 	var out []undeclaredDay
 	for rows.Next() {
 		var d undeclaredDay
-		if err := rows.Scan(&d.date, &d.revision); err != nil {
+		if err := rows.Scan(&d.date, &d.revision, &d.sentRows); err != nil {
 			return nil, fmt.Errorf("read days: %w", err)
 		}
 		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// partOf is the part of a declaration in parts that a batch carries.
+type partOf struct {
+	Part    int   `json:"part"`
+	Parts   int   `json:"parts"`
+	Covered int64 `json:"covered"` // the day's sent_rows when its list was taken
+}
+
+// splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
+// the list's order. A transaction larger than limit on its own still makes a part.
+func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
+	head := d
+	head.Txns = nil
+	head.Part, head.Parts = hq.MaxDayParts, hq.MaxDayParts // the widest numbers a part can have
+	base, err := jsonSize(&head)
+	if err != nil {
+		return nil, err
+	}
+	var out []hq.StoreDay
+	from, size := 0, base
+	for i := range d.Txns {
+		n, err := jsonSize(&d.Txns[i])
+		if err != nil {
+			return nil, err
+		}
+		if size+n > limit && i > from {
+			out = append(out, d)
+			out[len(out)-1].Txns = d.Txns[from:i:i]
+			from, size = i, base
+		}
+		size += n
+	}
+	out = append(out, d)
+	out[len(out)-1].Txns = d.Txns[from:]
+	for i := range out {
+		out[i].Part, out[i].Parts = i+1, len(out)
+	}
+	return out, nil
+}
+
+// splitDay is a day split into parts by build, to be kept in the state.
+type splitDay struct {
+	parts   []hq.StoreDay
+	covered int64
+}
+
+// keepParts records the parts of days split for a declaration in parts, in one transaction.
+func (u *Uploader) keepParts(ctx context.Context, days []splitDay) error {
+	if len(days) == 0 {
+		return nil
+	}
+	tx, err := u.state.W.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("keep day parts: %w", err)
+	}
+	defer tx.Rollback()
+	for _, sd := range days {
+		for _, d := range sd.parts {
+			txns, err := json.Marshal(d.Txns)
+			if err != nil {
+				return fmt.Errorf("keep day parts: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO day_parts (business_date, part, parts, revision, covered_rows,
+				closed_at, txns) VALUES (?, ?, ?, ?, ?, ?, ?)`, d.BusinessDate, d.Part, d.Parts, d.Revision, sd.covered,
+				d.ClosedAt.UTC().Format(time.RFC3339Nano), txns); err != nil {
+				return fmt.Errorf("keep day parts of %s: %w", d.BusinessDate, err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("keep day parts: %w", err)
+	}
+	return nil
+}
+
+// waitingPart is the next part of a day being declared in parts.
+type waitingPart struct {
+	day hq.StoreDay
+	partOf
+	size int // its JSON in a batch body
+}
+
+// waitingList is the next part of each day being declared in parts, in date order.
+type waitingList []waitingPart
+
+func (l waitingList) has(date string) bool {
+	return slices.ContainsFunc(l, func(w waitingPart) bool { return w.day.BusinessDate == date })
+}
+
+// waitingParts returns the next part to send of each day being declared in parts.
+func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, min(part), parts, revision, covered_rows,
+		closed_at, txns FROM day_parts GROUP BY business_date ORDER BY business_date`)
+	if err != nil {
+		return nil, fmt.Errorf("read day parts: %w", err)
+	}
+	defer rows.Close()
+	var out waitingList
+	for rows.Next() {
+		var w waitingPart
+		var closed string
+		var txns []byte
+		if err := rows.Scan(&w.day.BusinessDate, &w.Part, &w.Parts, &w.day.Revision, &w.Covered, &closed, &txns); err != nil {
+			return nil, fmt.Errorf("read day parts: %w", err)
+		}
+		if w.day.ClosedAt, err = time.Parse(time.RFC3339Nano, closed); err != nil {
+			return nil, fmt.Errorf("read day parts of %s: %w", w.day.BusinessDate, err)
+		}
+		if err := json.Unmarshal(txns, &w.day.Txns); err != nil {
+			return nil, fmt.Errorf("read day parts of %s: %w", w.day.BusinessDate, err)
+		}
+		w.day.Part, w.day.Parts = w.Part, w.Parts
+		if w.size, err = jsonSize(&w.day); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
 	}
 	return out, rows.Err()
 }
@@ -577,14 +749,16 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 func (u *Uploader) record(ctx context.Context, b *batch) error {
 	dates, _ := json.Marshal(b.dates)
 	days, _ := json.Marshal(b.days)
+	parts, _ := json.Marshal(b.parts)
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record batch %s: %w", b.id, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (batch_id, first_id, last_id, rows, dates, days, last_key,
-		content_hash, body, state, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)`, b.id, b.firstID,
-		b.lastID, b.rows, string(dates), string(days), b.lastKey, b.contentHash, b.body, u.stamp()); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (batch_id, first_id, last_id, rows, dates, days, parts,
+		last_key, content_hash, body, state, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)`, b.id,
+		b.firstID, b.lastID, b.rows, string(dates), string(days), string(parts), b.lastKey, b.contentHash, b.body,
+		u.stamp()); err != nil {
 		return fmt.Errorf("record batch %s: %w", b.id, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('next_batch', '1')
@@ -625,16 +799,35 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
 	}
 	for date, rev := range b.days {
+		p, inParts := b.parts[date]
 		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
 			// HQ holds the day at this revision or a later one, declared by a state this one
 			// replaced: the day stays due, and its next declaration goes above HQ's.
 			u.log.Warn("HQ holds a later declaration of the day than this upload state knows; declaring it again",
 				"batch", b.id, "business_date", date, "revision", rev, "hq_revision", held)
 			exec(`UPDATE days SET revision = ? WHERE business_date = ?`, held, date)
+			exec(`DELETE FROM day_parts WHERE business_date = ?`, date)
 			continue
 		}
-		exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
-			rev, now, date)
+		if !inParts {
+			exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
+				rev, now, date)
+			continue
+		}
+		if _, dropped := rc.PartsDropped[date]; dropped {
+			// HQ did not keep the part: it does not hold the parts before it (a state that
+			// started over, or HQ's database restored). The day stays due and is declared
+			// again from part 1, from the ledger as it is then.
+			u.log.Warn("HQ did not keep a part of the day's declaration; declaring the day again from its first part",
+				"batch", b.id, "business_date", date, "revision", rev, "part", p.Part, "parts", p.Parts)
+			exec(`DELETE FROM day_parts WHERE business_date = ?`, date)
+			continue
+		}
+		exec(`DELETE FROM day_parts WHERE business_date = ? AND part = ?`, date, p.Part)
+		if p.Part == p.Parts { // the last part: the revision stands at HQ
+			exec(`UPDATE days SET revision = ?, declared_rows = ?, declared_at = ? WHERE business_date = ?`,
+				rev, p.Covered, now, date)
+		}
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -819,6 +1012,16 @@ type Status struct {
 	// TooLarge lists the business dates left undeclared because their declaration is
 	// larger than an HQ batch may carry.
 	TooLarge []string `json:"too_large_to_declare,omitempty"`
+	// InParts lists the days being declared in parts, by business date: HQ takes the
+	// revision only once it has every part.
+	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
+}
+
+// PartsSent is how far a declaration in parts has gone.
+type PartsSent struct {
+	Revision int64 `json:"revision"`
+	Sent     int   `json:"sent"` // parts HQ acknowledged
+	Parts    int   `json:"parts"`
 }
 
 // Status reads the uploader's progress.
@@ -911,6 +1114,9 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("status: %w", err)
 	}
+	if s.InParts, err = readInParts(ctx, state); err != nil {
+		return s, fmt.Errorf("status: %w", err)
+	}
 	large, err := state.QueryContext(ctx, `SELECT business_date FROM days
 		WHERE skipped_rows > 0 AND skipped_rows = sent_rows AND sent_rows > declared_rows ORDER BY business_date`)
 	if err != nil {
@@ -925,6 +1131,36 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		s.TooLarge = append(s.TooLarge, d)
 	}
 	return s, large.Err()
+}
+
+// readInParts reads how far each declaration in parts has gone (nil: none).
+func readInParts(ctx context.Context, state *sql.DB) (map[string]PartsSent, error) {
+	// A state an uploader of an earlier release keeps (the store-server reads it while that
+	// uploader still runs) has no day_parts yet.
+	var tables int
+	if err := state.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'day_parts'`).
+		Scan(&tables); err != nil || tables == 0 {
+		return nil, err
+	}
+	rows, err := state.QueryContext(ctx, `SELECT business_date, revision, min(part) - 1, parts FROM day_parts
+		GROUP BY business_date`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out map[string]PartsSent
+	for rows.Next() {
+		var d string
+		var p PartsSent
+		if err := rows.Scan(&d, &p.Revision, &p.Sent, &p.Parts); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]PartsSent{}
+		}
+		out[d] = p
+	}
+	return out, rows.Err()
 }
 
 // progress prints catch-up lines: "sent 12000 rows, 88000 left, 9500 rows/s".

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -738,6 +740,50 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("batch %s:\n got %.300s\nwant %.300s", b.ID, got, want)
+		}
+	}
+}
+
+// TestSplitParts: each part's JSON is within the limit, the parts are numbered 1..n and
+// together list the day's transactions in order; a transaction larger than the limit on its
+// own still goes, alone in its part.
+func TestSplitParts(t *testing.T) {
+	at := time.Date(2025, 3, 1, 23, 0, 0, 0, time.UTC)
+	mk := func(n int) hq.StoreDay {
+		d := hq.StoreDay{BusinessDate: date0, Revision: 7, ClosedAt: at}
+		for i := range n {
+			d.Txns = append(d.Txns, hq.Txn{Terminal: "T" + itoa(int64(i%3)), Seq: int64(i + 1), Kind: hq.KindSale,
+				FlowNo: int64(i + 1), Amount: money.Fen(100 * i), ByMethod: map[string]money.Fen{"cash": money.Fen(100 * i)}})
+		}
+		return d
+	}
+	for _, c := range []struct {
+		txns, limit, parts int
+	}{{0, 1000, 1}, {1, 1000, 1}, {10, 100_000, 1}, {100, 2000, 0}, {100, 600, 0}, {3, 10, 3}} {
+		d := mk(c.txns)
+		ps, err := splitParts(d, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.parts > 0 && len(ps) != c.parts {
+			t.Errorf("%d txns, limit %d: %d parts, want %d", c.txns, c.limit, len(ps), c.parts)
+		}
+		var all []hq.Txn
+		for i, p := range ps {
+			if p.Part != i+1 || p.Parts != len(ps) || p.Revision != 7 || p.BusinessDate != date0 || !p.ClosedAt.Equal(at) {
+				t.Errorf("%d txns, limit %d: part %d is %d/%d of %s revision %d", c.txns, c.limit, i, p.Part, p.Parts,
+					p.BusinessDate, p.Revision)
+			}
+			if n, _ := jsonSize(&p); n > c.limit && len(p.Txns) > 1 {
+				t.Errorf("%d txns, limit %d: part %d takes %d bytes with %d txns", c.txns, c.limit, i+1, n, len(p.Txns))
+			}
+			all = append(all, p.Txns...)
+		}
+		if !slices.EqualFunc(all, d.Txns, sameTxn) {
+			t.Errorf("%d txns, limit %d: the parts list %d txns, not the day's in order", c.txns, c.limit, len(all))
+		}
+		if c.txns > 1 && c.limit < 3000 && len(ps) < 2 {
+			t.Errorf("%d txns, limit %d: not split", c.txns, c.limit)
 		}
 	}
 }
