@@ -91,7 +91,8 @@ func TestHQUploadView(t *testing.T) {
 	metric("with HQ down", map[string]*float64{"posgate_store_hq_uploader_found": num(1),
 		"posgate_store_hq_backlog_rows":               num(float64(a.Upload.Backlog)),
 		"posgate_store_hq_pending_batch_failed_sends": num(float64(a.Upload.Attempts)),
-		"posgate_store_hq_last_ack_timestamp_seconds": nil, "posgate_store_hq_days_too_large_to_declare": num(0)})
+		"posgate_store_hq_last_ack_timestamp_seconds": nil, "posgate_store_hq_days_too_large_to_declare": num(0),
+		"posgate_store_hq_days_declaring_in_parts": num(0)})
 	if a.Upload.Attempts < 1 {
 		t.Errorf("with HQ down: %d failed sends recorded", a.Upload.Attempts)
 	}

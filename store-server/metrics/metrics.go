@@ -140,7 +140,8 @@ var (
 	hqBacklog    = desc("hq_backlog_rows", "Ledger rows headquarters has not acknowledged.")
 	hqLastAck    = desc("hq_last_ack_timestamp_seconds", "When headquarters last acknowledged a batch.")
 	hqAttempts   = desc("hq_pending_batch_failed_sends", "Failed sends of the batch waiting for headquarters.")
-	hqTooLarge   = desc("hq_days_too_large_to_declare", "Business days too large to declare to headquarters in one batch.")
+	hqTooLarge   = desc("hq_days_too_large_to_declare", "Business days too large to declare to headquarters, even in parts.")
+	hqInParts    = desc("hq_days_declaring_in_parts", "Business days whose declaration to headquarters is on its way in parts.")
 )
 
 // uploadScraped reads the uploader's state at scrape time.
@@ -151,7 +152,7 @@ type uploadScraped struct {
 }
 
 func (u *uploadScraped) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{uploaderDesc, hqBacklog, hqLastAck, hqAttempts, hqTooLarge} {
+	for _, d := range []*prometheus.Desc{uploaderDesc, hqBacklog, hqLastAck, hqAttempts, hqTooLarge, hqInParts} {
 		ch <- d
 	}
 }
@@ -176,6 +177,7 @@ func (u *uploadScraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(hqAttempts, float64(st.Attempts))
 	gauge(hqTooLarge, float64(len(st.TooLarge)))
+	gauge(hqInParts, float64(len(st.InParts)))
 }
 
 // scraped collects what is read at scrape time.

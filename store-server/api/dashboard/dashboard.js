@@ -296,11 +296,15 @@ function drawHQ(a, now, alerts) {
     figure("batches sent", u.batches),
     figure("days declared (latest)", days.length ? days.join(", ") : "none"),
   ];
+  for (const d of Object.keys(u.declaring_in_parts || {}).sort()) {
+    const p = u.declaring_in_parts[d];
+    figs.push(figure("declaring " + d + " in parts", p.sent + " of " + p.parts + " sent"));
+  }
   if (u.pending) figs.push(figure("pending batch (" + (u.attempts || 0) + " failed sends)", u.pending, u.last_error ? "bad" : ""));
   $("hq").replaceChildren(...figs);
   if (u.last_error) alerts.push(["Upload to headquarters failing: " + u.last_error + ". The rows wait in the ledger.", ""]);
   for (const d of u.too_large_to_declare || []) {
-    alerts.push(["Business date " + d + " is too large to declare to headquarters in one batch; HQ cannot reconcile it.", ""]);
+    alerts.push(["Business date " + d + " is too large to declare to headquarters, even in parts; HQ cannot reconcile it.", ""]);
   }
   const hour = 3600 * 1000;
   if (u.backlog > 0 && !u.last_error && (!u.last_sent_at || now - Date.parse(u.last_sent_at) > hour)) {
