@@ -345,6 +345,20 @@ func TestDayDeclaredInParts(t *testing.T) {
 		}
 	}
 
+	// declared checks the parts sent since the last check, that the parts of revision rev
+	// from its last part 1 listed txns transactions, and that HQ holds the day at rev.
+	declared := func(rev int64, txns int, want ...string) {
+		t.Helper()
+		if got, _ := seen.take(); !slices.Equal(got, want) {
+			t.Fatalf("parts sent %q, want %q", got, want)
+		}
+		if n := seen.listed(fmt.Sprintf("%s r%d", date0, rev)); n != txns {
+			t.Errorf("revision %d's parts listed %d transactions, want %d", rev, n, txns)
+		}
+		checkHQDay(t, st, s, rev)
+		inParts(nil)
+	}
+
 	// Before each batch goes: while date0's parts are on their way HQ holds no declaration
 	// of it, and the uploader's status says how far they are.
 	var checks []string
@@ -437,16 +451,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 	u = MustNew(t, cfg)
 	u.dayLimit = limit
 	MustOnce(t, u)
-	got, _ = seen.take()
-	want = []string{date0 + " r4 1/3", date0 + " r4 1/3", date0 + " r4 2/3", date0 + " r4 3/3"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("parts sent %q, want %q", got, want)
-	}
-	if n := seen.listed(date0 + " r4"); n != 65 {
-		t.Errorf("revision 4's parts listed %d transactions, want 65", n)
-	}
-	checkHQDay(t, st, s, 4)
-	inParts(nil)
+	declared(4, 65, date0+" r4 1/3", date0+" r4 1/3", date0+" r4 2/3", date0+" r4 3/3")
 
 	// HQ loses the parts it kept aside (its database restored from before they came): the
 	// next part does not follow, HQ drops it, and the day goes again from part 1.
@@ -466,16 +471,8 @@ func TestDayDeclaredInParts(t *testing.T) {
 		return nil
 	}
 	MustOnce(t, u)
-	got, _ = seen.take()
-	want = []string{date0 + " r5 1/3", date0 + " r5 2/3", date0 + " r5 1/3", date0 + " r5 2/3", date0 + " r5 3/3"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("parts sent %q, want %q (part 2 dropped, then again from part 1)", got, want)
-	}
-	if n := seen.listed(date0 + " r5"); n != 66 {
-		t.Errorf("revision 5's parts listed %d transactions since its last part 1, want 66", n)
-	}
-	checkHQDay(t, st, s, 5)
-	inParts(nil)
+	// Part 2 dropped, then again from part 1.
+	declared(5, 66, date0+" r5 1/3", date0+" r5 2/3", date0+" r5 1/3", date0+" r5 2/3", date0+" r5 3/3")
 	if days, txns, err := st.PartsKept(ctx); err != nil || days != 0 || txns != 0 {
 		t.Errorf("HQ keeps parts of %d days (%d txns) aside (%v); want none", days, txns, err)
 	}
