@@ -194,6 +194,9 @@ type Storage interface {
 	Rows(ctx context.Context, date, store string) ([]StoredRow, error)
 	// Days returns the latest declaration of a business date of each store (or one store).
 	Days(ctx context.Context, date, store string) ([]StoredDay, error)
+	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
+	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
+	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)
 	// Close closes the database.
 	Close() error
 }

@@ -16,12 +16,15 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -136,20 +139,42 @@ type Options struct {
 type metrics struct {
 	batches *prometheus.CounterVec // store, result: stored, duplicate, or the refusal's code
 	rows    *prometheus.CounterVec // store: rows new to HQ
-	last    *prometheus.GaugeVec   // store: HQ's clock when it last stored or recognised a batch
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
 	m := &metrics{
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "batches_total",
 			Help: "Upload requests by store and result (stored, duplicate, or the refusal's code)."}, []string{"store", "result"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "rows_total",
 			Help: "Rows new to HQ, by store."}, []string{"store"}),
-		last: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "posgate", Subsystem: "hq", Name: "last_batch_timestamp_seconds",
-			Help: "When HQ last stored (or recognised as a replay) a batch of the store."}, []string{"store"}),
 	}
-	reg.MustRegister(m.batches, m.rows, m.last)
+	reg.MustRegister(m.batches, m.rows, &lastBatches{h: h})
 	return m
+}
+
+var lastBatchDesc = prometheus.NewDesc("posgate_hq_last_batch_timestamp_seconds",
+	"When HQ last stored a new batch of the store (from the database: right after a restart, "+
+		"and the same from every serve process sharing it).", []string{"store"}, nil)
+
+// lastBatches reads each known store's last batch time from the database when scraped. A
+// store that has never uploaded has no series. A database that cannot answer leaves the
+// series out of that scrape (logged); the counters still go.
+type lastBatches struct{ h *handler }
+
+func (c *lastBatches) Describe(ch chan<- *prometheus.Desc) { ch <- lastBatchDesc }
+
+func (c *lastBatches) Collect(ch chan<- prometheus.Metric) {
+	stores := slices.Sorted(maps.Keys(c.h.secrets))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	last, err := c.h.store.LastBatches(ctx, stores)
+	if err != nil {
+		c.h.log.Warn("metrics: the stores' last batches", "err", err)
+		return
+	}
+	for st, t := range last {
+		ch <- prometheus.MustNewConstMetric(lastBatchDesc, prometheus.GaugeValue, float64(t.UnixMilli())/1000, st)
+	}
 }
 
 type handler struct {
@@ -197,7 +222,7 @@ func New(store hq.Storage, secrets map[string][]byte, opts Options) http.Handler
 		h.skew = hq.MaxClockSkew
 	}
 	if opts.Metrics != nil {
-		h.met = newMetrics(opts.Metrics)
+		h.met = newMetrics(opts.Metrics, h)
 	}
 	return h
 }
@@ -300,7 +325,6 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 			h.count(store, "stored")
 			h.met.rows.WithLabelValues(store).Add(float64(rc.New))
 		}
-		h.met.last.WithLabelValues(store).Set(float64(now.UnixMilli()) / 1000)
 	}
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }

@@ -555,6 +555,24 @@ func TestMetrics(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "posgate_hq_batches_total"); err != nil || n != 4 {
 		t.Errorf("%d batch series (%v), want 4", n, err)
 	}
+
+	// The last batch time comes from the database: a replay a minute later does not move
+	// it, and a serve process started afresh on the same database has it at once (a store
+	// that went quiet before HQ restarted is still seen as quiet). S2 never uploaded.
+	stored := e.now
+	e.now = e.now.Add(time.Minute)
+	e.mustStore(good)
+	reg2 := prometheus.NewRegistry()
+	serve.New(e.store, secrets, serve.Options{Metrics: reg2})
+	for _, r := range []*prometheus.Registry{reg, reg2} {
+		if got, ok := metricValue(t, r, "posgate_hq_last_batch_timestamp_seconds", map[string]string{"store": "S1"}); !ok ||
+			got != float64(stored.Unix()) {
+			t.Errorf("last batch of S1 = %v (present %v), want %v", got, ok, float64(stored.Unix()))
+		}
+		if n, err := testutil.GatherAndCount(r, "posgate_hq_last_batch_timestamp_seconds"); err != nil || n != 1 {
+			t.Errorf("%d last-batch series (%v), want 1 (S1's)", n, err)
+		}
+	}
 }
 
 // metricValue returns the value of the series of name with exactly labels.

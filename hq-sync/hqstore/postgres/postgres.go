@@ -139,6 +139,32 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// LastBatches implements hq.Storage: one lookup of the (store, stored_ms) index per store,
+// in one query.
+func (s *Store) LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(stores))
+	rows, err := s.pool.Query(ctx, `SELECT st, (SELECT max(stored_ms) FROM batches WHERE store = st)
+		FROM unnest($1::text[]) AS st`, stores)
+	if err != nil {
+		return nil, fmt.Errorf("last batches: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var ms *int64
+		if err := rows.Scan(&st, &ms); err != nil {
+			return nil, fmt.Errorf("last batches: %w", err)
+		}
+		if ms != nil {
+			out[st] = time.UnixMilli(*ms).UTC()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("last batches: %w", err)
+	}
+	return out, nil
+}
+
 // PartsKept returns how many store-days have parts of a declaration kept aside, waiting for
 // their last part, and how many transactions those parts hold (of all stores).
 func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {

@@ -56,6 +56,22 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// LastBatches implements hq.Storage: one lookup of the (store, stored_ms) index per store.
+func (s *Store) LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(stores))
+	for _, st := range stores {
+		var ms sql.NullInt64
+		if err := s.db.R.QueryRowContext(ctx, `SELECT max(stored_ms) FROM batches WHERE store = ?`, st).
+			Scan(&ms); err != nil {
+			return nil, fmt.Errorf("last batch of %s: %w", st, err)
+		}
+		if ms.Valid {
+			out[st] = time.UnixMilli(ms.Int64).UTC()
+		}
+	}
+	return out, nil
+}
+
 // PartsKept returns how many store-days have parts of a declaration kept aside, waiting for
 // their last part, and how many transactions those parts hold (of all stores).
 func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {

@@ -2,7 +2,9 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/posgate/posgate/hq-sync/hq"
@@ -64,4 +66,30 @@ func BenchmarkRows(b *testing.B) {
 	n := storetest.LoadDay(b, s)
 	b.Run("Rows", func(b *testing.B) { storetest.BenchRows(b, s, n) })
 	b.Run("Days", func(b *testing.B) { storetest.BenchDays(b, s, n) })
+}
+
+// TestLastBatchesUsesTheIndex: a store's last batch is one search of batches_by_time, not
+// a scan of the store's batches (a year of a store's uploads is some 100,000 of them, and
+// metrics ask for every store at each scrape).
+func TestLastBatchesUsesTheIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hq.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var id, parent, unused int
+	var plan string
+	if err := db.QueryRow(`EXPLAIN QUERY PLAN SELECT max(stored_ms) FROM batches WHERE store = ?`, "S1").
+		Scan(&id, &parent, &unused, &plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "batches_by_time") || !strings.HasPrefix(plan, "SEARCH") {
+		t.Fatalf("plan %q: want a search of batches_by_time", plan)
+	}
 }

@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) hq.Storage) {
 		{"DayPartsAndWhole", testDayPartsAndWhole},
 		{"DayPartsInterleaved", testDayPartsInterleaved},
 		{"DayPartsNumbered", testDayPartsNumbered},
+		{"LastBatches", testLastBatches},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -861,4 +862,31 @@ func testDayPartsNumbered(t *testing.T, s hq.Storage) {
 	}
 	before.MustEqual(t, Take(t, s, D1), "after parts numbered wrong")
 	mustKeep(t, s, 0, 0)
+}
+
+// testLastBatches: the time HQ stored each store's latest new batch; a replay does not move
+// it, and a store without a batch (or not asked for) is not in the answer.
+func testLastBatches(t *testing.T, s hq.Storage) {
+	ctx := context.Background()
+	last := func(want map[string]time.Time, stores ...string) {
+		t.Helper()
+		got, err := s.LastBatches(ctx, stores)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.EqualFunc(got, want, time.Time.Equal) {
+			t.Fatalf("last batches of %v: %v, want %v", stores, got, want)
+		}
+	}
+	last(map[string]time.Time{}, "S1", "S2")
+	put(t, s, "S1", "b-1", 1)
+	put(t, s, "S2", "b-1", 2)
+	put(t, s, "S1", "b-2", 3)
+	if rc := put(t, s, "S1", "b-1", 4); !rc.Duplicate {
+		t.Fatalf("replay: %+v", rc)
+	}
+	ms := func(k int) time.Time { return at(k).Truncate(time.Millisecond) }
+	last(map[string]time.Time{"S1": ms(3), "S2": ms(2)}, "S1", "S2", "S3")
+	last(map[string]time.Time{"S2": ms(2)}, "S2")
+	last(map[string]time.Time{})
 }
