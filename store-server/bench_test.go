@@ -769,16 +769,34 @@ func BenchmarkE2ELiveAckLatency(b *testing.B) {
 // store is new but Redis is not: terminal ids must not repeat).
 var liveRuns atomic.Int64
 
-// liveRun is one run of BenchmarkE2ELiveAckLatency; its terminals are prefix-0 … prefix-19.
-func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []string) {
-	const (
-		terminals = 20
-		duration  = 10 * time.Second
-		warmUp    = time.Second
-		grace     = 20 * time.Second // for the last acks after the load stops
-	)
-	interval := time.Duration(terminals) * time.Second / time.Duration(rate)
-	perTerminal := int(duration / interval)
+// Shape of one live run: 20 terminals sending single live sales (3 lines, cash), open loop,
+// for 10 s; the first second is left out of the latencies.
+const (
+	liveTerminals = 20
+	liveDuration  = 10 * time.Second
+	liveWarmUp    = time.Second
+	liveGrace     = 20 * time.Second // for the last acks after the load stops
+)
+
+// liveLoad is the outcome of one run of the live load generator.
+type liveLoad struct {
+	at          time.Time       // the business time of the first sale
+	lats        []time.Duration // ack latencies after the warm-up, sorted
+	acked       int64           // sales acked accepted
+	perTerminal map[string]int64
+	total       int64
+	published   time.Duration // from the first send to the last
+	acksDone    time.Duration // from the first send to the last ack (or the grace's end)
+}
+
+// runLiveLoad runs the live load generator against the broker at brokerURL: terminals
+// prefix-0 … prefix-19 each send rate/20 single live sales a second over their own MQTT
+// connection (leanTerm), timed from the write of the up message to the read of its ack.
+// started runs once every terminal is connected, before the first send; stopped once the
+// acks are in. It fails b if a sale is not accepted or not acked within the grace.
+func runLiveLoad(b *testing.B, brokerURL, prefix string, rate int, started, stopped func()) liveLoad {
+	interval := time.Duration(liveTerminals) * time.Second / time.Duration(rate)
+	perTerminal := int(liveDuration / interval)
 	type term struct {
 		id   string
 		msgs [][]byte
@@ -787,8 +805,8 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		bad  atomic.Int64
 		c    *leanTerm
 	}
-	at := time.Now()
-	terms := make([]*term, terminals)
+	out := liveLoad{at: time.Now(), perTerminal: map[string]int64{}, total: int64(liveTerminals * perTerminal)}
+	terms := make([]*term, liveTerminals)
 	var acked atomic.Int64
 	var badMu sync.Mutex
 	var bad []string
@@ -799,9 +817,9 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 			b.Fatalf("%d sales per terminal: more than MQTT packet ids", perTerminal)
 		}
 		for seq := 1; seq <= perTerminal; seq++ { // packet id = seq
-			x.msgs = append(x.msgs, encodePublish(topic, uint16(seq), benchSale(x.id, int64(seq), at.Add(time.Duration(seq)*interval), false)))
+			x.msgs = append(x.msgs, encodePublish(topic, uint16(seq), benchSale(x.id, int64(seq), out.at.Add(time.Duration(seq)*interval), false)))
 		}
-		x.c = dialLeanTerm(b, e.broker, x.id, func(a *wire.Acks, now time.Time) {
+		x.c = dialLeanTerm(b, brokerURL, x.id, func(a *wire.Acks, now time.Time) {
 			for _, k := range a.Acks {
 				if k.Seq < 1 || int(k.Seq) > perTerminal {
 					continue
@@ -822,15 +840,14 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		})
 		terms[t] = x
 	}
-	s0 := e.stats(b).Stats
-	cpu := e.meter()
+	started()
 	start := time.Now().Add(10 * time.Millisecond)
 	var wg sync.WaitGroup
 	for t, x := range terms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			offset := time.Duration(t) * interval / terminals // spread the terminals over the interval
+			offset := time.Duration(t) * interval / liveTerminals // spread the terminals over the interval
 			for j, msg := range x.msgs {
 				due := start.Add(offset + time.Duration(j)*interval)
 				if d := time.Until(due); d > 0 {
@@ -845,8 +862,7 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		}()
 	}
 	wg.Wait()
-	published := time.Since(start)
-	total := int64(terminals * perTerminal)
+	out.published = time.Since(start)
 	answered := func() int64 {
 		n := acked.Load()
 		for _, x := range terms {
@@ -854,71 +870,81 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 		}
 		return n
 	}
-	for deadline := time.Now().Add(grace); answered() < total && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(liveGrace); answered() < out.total && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	acksDone := time.Since(start)
-	serverCPU := cpu.report(b)
-	s1 := e.stats(b)
-	e.checkRun(b, s0, s1)
-	var lats []time.Duration
+	out.acksDone = time.Since(start)
+	stopped()
 	var refused int64
 	for _, x := range terms {
 		refused += x.bad.Load()
 		for j := range perTerminal {
-			if time.Duration(j)*interval < warmUp {
-				continue
+			l := x.lat[j].Load()
+			if l > 0 {
+				out.perTerminal[x.id]++
 			}
-			if l := x.lat[j].Load(); l > 0 {
-				lats = append(lats, time.Duration(l))
+			if l > 0 && time.Duration(j)*interval >= liveWarmUp {
+				out.lats = append(out.lats, time.Duration(l))
 			}
 		}
 		if err := x.c.close(); err != nil {
 			b.Errorf("%s: the connection broke: %v", x.id, err)
 		}
 	}
+	out.acked = acked.Load()
 	if refused > 0 {
 		b.Errorf("%d live sales were not accepted, e.g. %q", refused, bad)
 	}
-	if missing := total - acked.Load() - refused; missing > 0 {
-		b.Errorf("%d of %d live sales got no ack within %v of the end", missing, total, grace)
+	if missing := out.total - out.acked - refused; missing > 0 {
+		b.Errorf("%d of %d live sales got no ack within %v of the end", missing, out.total, liveGrace)
 	}
-	if len(lats) == 0 {
+	if len(out.lats) == 0 {
 		b.Fatal("no latencies")
 	}
+	slices.Sort(out.lats)
+	return out
+}
+
+// pct returns the p-quantile (0..1) of sorted latencies in ms.
+func pct(lats []time.Duration, p float64) float64 {
+	return float64(lats[min(len(lats)-1, int(p*float64(len(lats))))]) / float64(time.Millisecond)
+}
+
+// liveRun is one run of BenchmarkE2ELiveAckLatency; its terminals are prefix-0 … prefix-19.
+func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []string) {
+	var s0 ingest.Stats
+	var cpu *cpuMeter
+	var serverCPU time.Duration
+	var s1 api.ModeAnswer
+	run := runLiveLoad(b, e.broker, prefix, rate,
+		func() { s0, cpu = e.stats(b).Stats, e.meter() },
+		func() { serverCPU, s1 = cpu.report(b), e.stats(b) })
+	e.checkRun(b, s0, s1)
 	// The ledger holds every acked sale, and Redis's counters agree with it.
-	if date := at.In(e.loc).Format(wire.BusinessDate); at.Add(duration).In(e.loc).Format(wire.BusinessDate) == date {
+	if date := run.at.In(e.loc).Format(wire.BusinessDate); run.at.Add(liveDuration).In(e.loc).Format(wire.BusinessDate) == date {
 		sales, differs := e.ledgerTotals(b, date)
-		for _, x := range terms {
-			var n int64
-			for j := range perTerminal {
-				if x.lat[j].Load() > 0 {
-					n++
-				}
-			}
-			if sales[x.id] != n || differs[x.id] {
-				b.Errorf("%s: the ledger holds %d sales (Redis differs: %v), %d were acked", x.id, sales[x.id], differs[x.id], n)
+		for t := range liveTerminals {
+			id := fmt.Sprintf("%s-%d", prefix, t)
+			if n := run.perTerminal[id]; sales[id] != n || differs[id] {
+				b.Errorf("%s: the ledger holds %d sales (Redis differs: %v), %d were acked", id, sales[id], differs[id], n)
 			}
 		}
 	}
-	slices.Sort(lats)
-	pct := func(p float64) float64 {
-		return float64(lats[min(len(lats)-1, int(p*float64(len(lats))))]) / float64(time.Millisecond)
-	}
 	refRate, refP99 := e.redisBenchmark(b, evalsha, 50_000)
-	offered := float64(total) / published.Seconds()
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.95), "p95-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(pct(1), "max-ms")
+	offered := float64(run.total) / run.published.Seconds()
+	lats := run.lats
+	b.ReportMetric(pct(lats, 0.50), "p50-ms")
+	b.ReportMetric(pct(lats, 0.95), "p95-ms")
+	b.ReportMetric(pct(lats, 0.99), "p99-ms")
+	b.ReportMetric(pct(lats, 1), "max-ms")
 	b.ReportMetric(offered, "offered/s")
-	b.ReportMetric(float64(acked.Load())/acksDone.Seconds(), "acked/s")
+	b.ReportMetric(float64(run.acked)/run.acksDone.Seconds(), "acked/s")
 	b.ReportMetric(float64(s1.Stats.Events-s0.Events)/float64(max(1, s1.Stats.Groups-s0.Groups)), "events/group")
 	b.ReportMetric(refRate, "ref-evalsha/s")
 	b.ReportMetric(refP99, "ref-p99-ms")
 	b.ReportMetric(offered/refRate, "load")
-	b.ReportMetric(float64(acked.Load())/serverCPU.Seconds(), "events/server-cpu-s")
+	b.ReportMetric(float64(run.acked)/serverCPU.Seconds(), "events/server-cpu-s")
 	b.Logf("live %s: offered %.0f/s for %v, %d acked by %v; ack latency p50 %.1f p95 %.1f p99 %.1f max %.1f ms; redis-benchmark EVALSHA sale (live) %.0f/s, p99 %.2f ms at 50 connections",
-		prefix, offered, published.Round(time.Millisecond), acked.Load(), acksDone.Round(time.Millisecond), pct(0.5), pct(0.95),
-		pct(0.99), pct(1), refRate, refP99)
+		prefix, offered, run.published.Round(time.Millisecond), run.acked, run.acksDone.Round(time.Millisecond),
+		pct(lats, 0.5), pct(lats, 0.95), pct(lats, 0.99), pct(lats, 1), refRate, refP99)
 }
