@@ -128,6 +128,11 @@ type Receipt struct {
 	// revision and number of parts): business date → the part's revision. HQ keeps nothing
 	// of such a part; the store declares the day again from part 1.
 	PartsDropped map[string]int64 `json:"parts_dropped,omitempty"`
+
+	// TakesDayParts says that HQ takes declarations in parts. An uploader sends a day in
+	// parts only once a receipt has said so: an HQ of an earlier release refuses a batch
+	// with a part (an unknown field), and a refused batch holds back every row after it.
+	TakesDayParts bool `json:"takes_day_parts,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

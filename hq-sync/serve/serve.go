@@ -326,6 +326,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 			h.met.rows.WithLabelValues(store).Add(float64(rc.New))
 		}
 	}
+	rc.TakesDayParts = true
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 

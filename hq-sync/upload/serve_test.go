@@ -16,7 +16,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,6 +390,25 @@ func TestDayDeclaredInParts(t *testing.T) {
 		t.Fatalf("%s declared at revision %d with %d txns, want 1 with 5", date1, rev, n)
 	}
 	inParts(nil)
+	// A batch names its parts apart from its whole declarations: an uploader of an earlier
+	// release on this state would take a day in its days as declared.
+	rows, err := u.state.R.QueryContext(ctx, `SELECT days, parts FROM batches WHERE parts <> '{}'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ; rows.Next(); n++ {
+		var days, parts string
+		if err := rows.Scan(&days, &parts); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(days, date0) || !strings.Contains(parts, date0) {
+			t.Errorf("a batch with a part records days %s, parts %s", days, parts)
+		}
+	}
+	if err := rows.Close(); err != nil || n != 3 {
+		t.Errorf("%d batches recorded parts (%v), want 3", n, err)
+	}
 
 	// A late sale of date0 sent while the next revision's parts go (after the first): the
 	// parts declare what the ledger held when they were taken; the sale, revision 3.
@@ -422,8 +443,9 @@ func TestDayDeclaredInParts(t *testing.T) {
 		t.Errorf("HQ holds %s as %d txns, the ledger's manifest has %d", date0, len(day.Txns), len(manifest))
 	}
 
-	// Killed after a batch was recorded, then after HQ took part 1 but before it was marked
-	// sent: a new uploader sends part 1 again (HQ answers its first receipt) and goes on.
+	// Killed after the late row's batch was recorded, then after HQ took part 1 but before it
+	// was marked sent: a new uploader sends part 1 again (HQ answers its first receipt) and
+	// goes on.
 	s.Sales(1, day0.Add(7*time.Hour))
 	calls := 0
 	u.afterRecord = func(string) error {
@@ -573,4 +595,71 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 		t.Fatalf("with room: %d rows of %s at HQ, declared at %d; want 62, revision 1", atHQ(date0), date0, declared(date0))
 	}
 	status()
+}
+
+// olderHQ answers as an hq-sync serve of the release before declarations in parts did: its
+// receipts do not say that it takes them.
+type olderHQ struct {
+	h     http.Handler
+	older atomic.Bool
+}
+
+func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !o.older.Load() {
+		o.h.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	o.h.ServeHTTP(rec, r)
+	var rc map[string]any
+	body := rec.Body.Bytes()
+	if rec.Code == http.StatusOK && json.Unmarshal(body, &rc) == nil {
+		delete(rc, "takes_day_parts")
+		body, _ = json.Marshal(rc)
+	}
+	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
+	w.WriteHeader(rec.Code)
+	w.Write(body)
+}
+
+// TestDayInPartsWaitsForHQ: against an HQ that has not said it takes declarations in parts
+// (an earlier release, which would refuse a batch with a part and so hold back every row
+// after it), a day too large for one batch is left undeclared while its rows go; the first
+// receipt of an HQ that takes parts makes the day due again, and it is declared in parts.
+func TestDayInPartsWaitsForHQ(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
+	o := &olderHQ{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	o.older.Store(true)
+	srv := httptest.NewServer(o)
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s.Sales(60, day0)
+	u := MustNew(t, cfg)
+	u.dayLimit = 3000 // date0's 60 transactions take three parts
+	MustOnce(t, u)
+	if got, err := u.Status(ctx); err != nil || !slices.Equal(got.TooLarge, []string{date0}) || got.Backlog != 0 {
+		t.Fatalf("status %+v (%v): want the rows sent and %s too large to declare", got, err, date0)
+	}
+	if days, err := st.Days(ctx, date0, testStore); err != nil || len(days) != 0 {
+		t.Fatalf("HQ holds %+v (%v) of %s; want nothing", days, err, date0)
+	}
+
+	// HQ is upgraded; a sale of date1 makes a batch, whose receipt says HQ takes parts.
+	o.older.Store(false)
+	s.Sales(1, day1)
+	MustOnce(t, u)
+	checkHQDay(t, st, s, 1)
+	if got, err := u.Status(ctx); err != nil || len(got.TooLarge) > 0 || len(got.InParts) > 0 {
+		t.Fatalf("status %+v (%v): want nothing too large or in parts", got, err)
+	}
+	// The state remembers it: a new uploader on it declares in parts at once.
+	u.Close()
+	u = MustNew(t, cfg)
+	if !u.hqTakesParts {
+		t.Fatal("a new uploader on the state does not know that HQ takes parts")
+	}
 }

@@ -161,7 +161,9 @@ type Uploader struct {
 	budget    int       // body bytes the rows and days of a batch may take
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
 	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
-	prog      progress
+
+	hqTakesParts bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
+	prog         progress
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -226,6 +228,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if err := stateOf(kv, u.cfg.StatePath, u.cfg.Store); err != nil {
 		return err
 	}
+	u.hqTakesParts = kv["hq_takes_day_parts"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -350,8 +353,8 @@ type batch struct {
 	lastID      int64
 	rows        int
 	dates       map[string]int    // business date → rows of that date in the batch
-	days        map[string]int64  // business date → revision declared, whole or in part
-	parts       map[string]partOf // business date → the part declared, for a day in parts
+	days        map[string]int64  // business date → revision declared whole
+	parts       map[string]partOf // business date → the part of a declaration in parts
 	lastKey     string
 	body        []byte
 	contentHash string
@@ -458,6 +461,16 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				}
 				continue
 			}
+			if !u.hqTakesParts {
+				// An HQ of an earlier release would refuse the parts, and a refused batch
+				// holds back every row after it: the day waits for a receipt that says HQ
+				// takes parts.
+				u.log.Error("a day declaration is larger than one batch and HQ has not said it takes declarations in parts "+
+					"(upgrade hq-sync serve): the day is left undeclared for now; its rows are sent",
+					"business_date", d.BusinessDate, "bytes", n, "txns", len(d.Txns))
+				tooLarge = append(tooLarge, d.BusinessDate)
+				continue
+			}
 			// Too large for one batch: in parts, taken from this snapshot once.
 			ps, err := splitParts(d, u.dayLimit)
 			if err != nil {
@@ -477,7 +490,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
-			if !add(ps[0], partOf{Part: 1, Parts: len(ps), Covered: c.sentRows}, size) {
+			if !add(ps[0], partOf{Revision: d.Revision, Part: 1, Parts: len(ps), Covered: c.sentRows}, size) {
 				break
 			}
 		}
@@ -517,7 +530,9 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts}
 	for _, d := range out.Days {
-		b.days[d.BusinessDate] = d.Revision
+		if !d.InParts() {
+			b.days[d.BusinessDate] = d.Revision
+		}
 	}
 	// Each row is encoded once: its size decides whether it fits, and the body is put
 	// together from the encodings.
@@ -627,10 +642,15 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 }
 
 // partOf is the part of a declaration in parts that a batch carries.
+//
+// A batch records its parts apart from its whole declarations (days): an uploader of an
+// earlier release, started on this state with a part's batch pending, takes the batch's
+// days as declared and knows nothing of parts.
 type partOf struct {
-	Part    int   `json:"part"`
-	Parts   int   `json:"parts"`
-	Covered int64 `json:"covered"` // the day's sent_rows when its list was taken
+	Revision int64 `json:"revision"`
+	Part     int   `json:"part"`
+	Parts    int   `json:"parts"`
+	Covered  int64 `json:"covered"` // the day's sent_rows when its list was taken
 }
 
 // splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
@@ -736,7 +756,7 @@ func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
 		if err := json.Unmarshal(txns, &w.day.Txns); err != nil {
 			return nil, fmt.Errorf("read day parts of %s: %w", w.day.BusinessDate, err)
 		}
-		w.day.Part, w.day.Parts = w.Part, w.Parts
+		w.day.Part, w.day.Parts, w.Revision = w.Part, w.Parts, w.day.Revision
 		if w.size, err = jsonSize(&w.day); err != nil {
 			return nil, err
 		}
@@ -799,35 +819,45 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
 	}
 	for date, rev := range b.days {
-		p, inParts := b.parts[date]
 		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
 			// HQ holds the day at this revision or a later one, declared by a state this one
 			// replaced: the day stays due, and its next declaration goes above HQ's.
 			u.log.Warn("HQ holds a later declaration of the day than this upload state knows; declaring it again",
 				"batch", b.id, "business_date", date, "revision", rev, "hq_revision", held)
 			exec(`UPDATE days SET revision = ? WHERE business_date = ?`, held, date)
+			continue
+		}
+		exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
+			rev, now, date)
+	}
+	for date, p := range b.parts {
+		switch held, heldOK := rc.DaysHeld[date]; {
+		case heldOK && held >= p.Revision: // as for a whole declaration, and its parts go
+			u.log.Warn("HQ holds a later declaration of the day than this upload state knows; declaring it again",
+				"batch", b.id, "business_date", date, "revision", p.Revision, "hq_revision", held)
+			exec(`UPDATE days SET revision = ? WHERE business_date = ?`, held, date)
 			exec(`DELETE FROM day_parts WHERE business_date = ?`, date)
-			continue
-		}
-		if !inParts {
-			exec(`UPDATE days SET revision = ?, declared_rows = sent_rows, declared_at = ? WHERE business_date = ?`,
-				rev, now, date)
-			continue
-		}
-		if _, dropped := rc.PartsDropped[date]; dropped {
+		case rc.PartsDropped[date] != 0:
 			// HQ did not keep the part: it does not hold the parts before it (a state that
 			// started over, or HQ's database restored). The day stays due and is declared
 			// again from part 1, from the ledger as it is then.
 			u.log.Warn("HQ did not keep a part of the day's declaration; declaring the day again from its first part",
-				"batch", b.id, "business_date", date, "revision", rev, "part", p.Part, "parts", p.Parts)
+				"batch", b.id, "business_date", date, "revision", p.Revision, "part", p.Part, "parts", p.Parts)
 			exec(`DELETE FROM day_parts WHERE business_date = ?`, date)
-			continue
+		default:
+			exec(`DELETE FROM day_parts WHERE business_date = ? AND part = ?`, date, p.Part)
+			if p.Part == p.Parts { // the last part: the revision stands at HQ
+				exec(`UPDATE days SET revision = ?, declared_rows = ?, declared_at = ? WHERE business_date = ?`,
+					p.Revision, p.Covered, now, date)
+			}
 		}
-		exec(`DELETE FROM day_parts WHERE business_date = ? AND part = ?`, date, p.Part)
-		if p.Part == p.Parts { // the last part: the revision stands at HQ
-			exec(`UPDATE days SET revision = ?, declared_rows = ?, declared_at = ? WHERE business_date = ?`,
-				rev, p.Covered, now, date)
-		}
+	}
+	if rc.TakesDayParts && !u.hqTakesParts {
+		// HQ takes declarations in parts (from now on, and this state remembers it): the
+		// days left undeclared as too large for one batch are due again.
+		u.log.Info("HQ takes day declarations in parts")
+		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '1') ON CONFLICT (k) DO NOTHING`)
+		exec(`UPDATE days SET skipped_rows = 0`)
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -835,6 +865,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
+	u.hqTakesParts = u.hqTakesParts || rc.TakesDayParts
 	return nil
 }
 
@@ -1010,7 +1041,8 @@ type Status struct {
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration is
-	// larger than an HQ batch may carry.
+	// larger than one batch and HQ has not yet said it takes declarations in parts, or
+	// would take more than hq.MaxDayParts parts.
 	TooLarge []string `json:"too_large_to_declare,omitempty"`
 	// InParts lists the days being declared in parts, by business date: HQ takes the
 	// revision only once it has every part.

@@ -432,6 +432,12 @@ func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time, rc *hq.R
 
 // putWhole stores a whole declaration if its revision is higher than the one held.
 func putWhole(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, ms int64, rc *hq.Receipt) error {
+	// The draft's row first, then the day's, as a last part locks them: two batches of the
+	// day never wait for each other's second lock.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM day_drafts WHERE store = $1 AND business_date = $2 FOR UPDATE`,
+		b.Store, d.BusinessDate); err != nil {
+		return err
+	}
 	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms)
 	if err != nil {
 		return err
