@@ -311,31 +311,15 @@ func (p *partsSeen) take() (seen []string, maxPart int) {
 // parts HQ lost (its database restored) declares the day again from part 1.
 func TestDayDeclaredInParts(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
-	seen := &partsSeen{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
-	srv := httptest.NewServer(seen)
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
-	s.Sales(60, day0)
+	seen := &partsSeen{}
+	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { seen.h = h; return seen })
+	dir := filepath.Dir(cfg.StatePath)
 	s.Sales(5, day1)
 	u := MustNew(t, cfg)
 	const limit = 3000 // date0's 60 transactions take three parts of this, date1's 5 one batch
 	u.dayLimit = limit
 
-	held := func(date string) (rev int64, txns int) {
-		t.Helper()
-		days, err := st.Days(ctx, date, testStore)
-		if err != nil || len(days) > 1 {
-			t.Fatalf("days of %s: %+v %v", date, days, err)
-		}
-		if len(days) == 0 {
-			return 0, 0
-		}
-		return days[0].Day.Revision, len(days[0].Day.Txns)
-	}
+	held := func(date string) (rev int64, txns int) { return heldAt(t, st, date) }
 	inParts := func(want map[string]PartsSent) {
 		t.Helper()
 		st, err := u.Status(ctx)
@@ -510,6 +494,34 @@ func TestDayDeclaredInParts(t *testing.T) {
 	}
 }
 
+// newBigDay starts a store whose date0 holds 60 sales (three parts of 3,000 bytes) and
+// hq-sync serve on SQLite behind wrap, the clock after date0 and date1, and returns the
+// store, HQ's database and the uploader's configuration.
+func newBigDay(t *testing.T, wrap func(http.Handler) http.Handler) (*store, *sqlite.Store, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
+	srv := httptest.NewServer(wrap(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})))
+	t.Cleanup(srv.Close)
+	s.Sales(60, day0)
+	return s, st, config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+}
+
+// heldAt returns the revision of date HQ holds (0: none) and its transactions.
+func heldAt(t *testing.T, st *sqlite.Store, date string) (rev int64, txns int) {
+	t.Helper()
+	days, err := st.Days(context.Background(), date, testStore)
+	if err != nil || len(days) > 1 {
+		t.Fatalf("days of %s: %+v %v", date, days, err)
+	}
+	if len(days) == 0 {
+		return 0, 0
+	}
+	return days[0].Day.Revision, len(days[0].Day.Txns)
+}
+
 func sameTxn(a, b hq.Txn) bool {
 	return a.Terminal == b.Terminal && a.Seq == b.Seq && a.Kind == b.Kind && a.FlowNo == b.FlowNo &&
 		a.Amount == b.Amount && sameMap(a.ByMethod, b.ByMethod)
@@ -521,14 +533,7 @@ func sameTxn(a, b hq.Txn) bool {
 // row of the day tries again; with room, the day is declared.
 func TestDayTooLargeToDeclare(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
-	s.Sales(60, day0)
+	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { return h })
 	s.Sales(5, day1)
 	u := MustNew(t, cfg)
 	u.dayLimit = 3000 // date0's 60 transactions take three parts, date1's 5 one
@@ -536,14 +541,8 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 
 	declared := func(date string) int64 {
 		t.Helper()
-		days, err := st.Days(ctx, date, testStore)
-		if err != nil || len(days) > 1 {
-			t.Fatalf("days of %s: %+v %v", date, days, err)
-		}
-		if len(days) == 0 {
-			return 0
-		}
-		return days[0].Day.Revision
+		rev, _ := heldAt(t, st, date)
+		return rev
 	}
 	atHQ := func(date string) int {
 		t.Helper()
@@ -628,24 +627,17 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // receipt of an HQ that takes parts makes the day due again, and it is declared in parts.
 func TestDayInPartsWaitsForHQ(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day1.AddDate(0, 0, 1).Add(time.Hour)) // date0 and date1 are over
-	o := &olderHQ{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	o := &olderHQ{}
 	o.older.Store(true)
-	srv := httptest.NewServer(o)
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
-	s.Sales(60, day0)
+	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { o.h = h; return o })
 	u := MustNew(t, cfg)
 	u.dayLimit = 3000 // date0's 60 transactions take three parts
 	MustOnce(t, u)
 	if got, err := u.Status(ctx); err != nil || !slices.Equal(got.TooLarge, []string{date0}) || got.Backlog != 0 {
 		t.Fatalf("status %+v (%v): want the rows sent and %s too large to declare", got, err, date0)
 	}
-	if days, err := st.Days(ctx, date0, testStore); err != nil || len(days) != 0 {
-		t.Fatalf("HQ holds %+v (%v) of %s; want nothing", days, err, date0)
+	if rev, _ := heldAt(t, st, date0); rev != 0 {
+		t.Fatalf("HQ holds %s at revision %d; want nothing", date0, rev)
 	}
 
 	// HQ is upgraded; a sale of date1 makes a batch, whose receipt says HQ takes parts.
