@@ -78,14 +78,17 @@ type Txn struct {
 // revision go in order, each in a later batch than the one before. HQ keeps the parts aside
 // until the last one arrives; only then does the revision stand (Storage.Days never returns
 // a declaration in part). Part 1 starts a revision's parts over, whatever HQ kept aside of
-// the day before. Every part of a revision has the same Revision, ClosedAt and Parts.
-// Part and Parts both 0 (or both 1): the whole list in one.
+// the day before. Every part of a split has the same Revision, ClosedAt, Parts and Split,
+// an id the store gives each split of a list: HQ adds a part only to the parts of its own
+// split, so two splits of one revision (the store split the day again, after HQ dropped a
+// part) never mix. Part and Parts both 0 (or both 1) and no Split: the whole list in one.
 type StoreDay struct {
 	BusinessDate string    `json:"business_date"`
 	Revision     int64     `json:"revision"`
 	ClosedAt     time.Time `json:"closed_at"`
 	Part         int       `json:"part,omitempty"`
 	Parts        int       `json:"parts,omitempty"`
+	Split        string    `json:"split,omitempty"`
 	Txns         []Txn     `json:"txns"`
 }
 

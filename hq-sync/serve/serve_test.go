@@ -338,12 +338,15 @@ func TestBatches(t *testing.T) {
 			`days[0] (business_date "2025-03-01"): part -1 of -1 parts`},
 		{"day in too many parts", func() request { return next("b-2", dayPart(1, hq.MaxDayParts+1)) }, 400, serve.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 1 of 1001 parts`},
+		{"day part without a split id", func() request {
+			return next("b-2", func(b *hq.Batch) { dayPart(1, 2)(b); b.Days[0].Split = "" })
+		}, 400, serve.CodeBatchInvalid, `days[0] (business_date "2025-03-01"): part 1 of 2 parts has no split id`},
 		{"second day with a bad part", func() request {
 			return next("b-2", func(b *hq.Batch) {
 				good := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
-				good.Part, good.Parts = 2, 2
+				good.Part, good.Parts, good.Split = 2, 2, "s1"
 				bad := storetest.Day(storetest.D2, 1, storetest.T0, nil)
-				bad.Parts = 2
+				bad.Parts, bad.Split = 2, "s2"
 				b.Days = []hq.StoreDay{good, bad}
 			})
 		}, 400, serve.CodeBatchInvalid, `days[1] (business_date "2025-03-02"): part 0 of 2 parts`},
@@ -415,7 +418,7 @@ func TestBatches(t *testing.T) {
 func dayPart(part, parts int) func(b *hq.Batch) {
 	return func(b *hq.Batch) {
 		d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
-		d.Part, d.Parts = part, parts
+		d.Part, d.Parts, d.Split = part, parts, "s1"
 		b.Days = []hq.StoreDay{d}
 	}
 }

@@ -242,11 +242,12 @@ func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreD
 
 // partsSeen records the declarations in parts that reach HQ, in order, before HQ sees them.
 type partsSeen struct {
-	h    http.Handler
-	mu   sync.Mutex
-	seen []string       // "date rREV PART/PARTS"
-	txns map[string]int // "date rREV" → transactions its parts listed
-	max  int            // the largest request body
+	h      http.Handler
+	mu     sync.Mutex
+	seen   []string       // "date rREV PART/PARTS"
+	txns   map[string]int // "date rREV" → transactions its parts listed
+	splits []string       // the split id of each part 1, in order
+	max    int            // the largest part's JSON
 }
 
 func (p *partsSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -269,6 +270,7 @@ func (p *partsSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 				if d.Part == 1 {
 					p.txns[rev] = 0 // the parts start over
+					p.splits = append(p.splits, d.Split)
 				}
 				p.txns[rev] += len(d.Txns)
 			}
@@ -477,8 +479,11 @@ func TestDayDeclaredInParts(t *testing.T) {
 		return nil
 	}
 	MustOnce(t, u)
-	// Part 2 dropped, then again from part 1.
+	// Part 2 dropped, then again from part 1, split anew.
 	declared(5, 66, date0+" r5 1/3", date0+" r5 2/3", date0+" r5 1/3", date0+" r5 2/3", date0+" r5 3/3")
+	if sp := seen.splits[len(seen.splits)-2:]; sp[0] == sp[1] {
+		t.Errorf("revision 5 was split again with the same split id %q", sp[0])
+	}
 	if days, txns, err := st.PartsKept(ctx); err != nil || days != 0 || txns != 0 {
 		t.Errorf("HQ keeps parts of %d days (%d txns) aside (%v); want none", days, txns, err)
 	}

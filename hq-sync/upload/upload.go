@@ -13,6 +13,7 @@ package upload
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"database/sql"
 	"embed"
 	"encoding/json"
@@ -654,8 +655,10 @@ type partOf struct {
 }
 
 // splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
-// the list's order. A transaction larger than limit on its own still makes a part.
+// the list's order, all with a new split id. A transaction larger than limit on its own
+// still makes a part.
 func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
+	d.Split = crand.Text()[:16] // 80 random bits
 	head := d
 	head.Txns = nil
 	head.Part, head.Parts = hq.MaxDayParts, hq.MaxDayParts // the widest numbers a part can have
@@ -708,8 +711,8 @@ func (u *Uploader) keepParts(ctx context.Context, days []splitDay) error {
 				return fmt.Errorf("keep day parts: %w", err)
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO day_parts (business_date, part, parts, revision, covered_rows,
-				closed_at, txns) VALUES (?, ?, ?, ?, ?, ?, ?)`, d.BusinessDate, d.Part, d.Parts, d.Revision, sd.covered,
-				d.ClosedAt.UTC().Format(time.RFC3339Nano), txns); err != nil {
+				closed_at, split, txns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, d.BusinessDate, d.Part, d.Parts, d.Revision,
+				sd.covered, d.ClosedAt.UTC().Format(time.RFC3339Nano), d.Split, txns); err != nil {
 				return fmt.Errorf("keep day parts of %s: %w", d.BusinessDate, err)
 			}
 		}
@@ -737,7 +740,7 @@ func (l waitingList) has(date string) bool {
 // waitingParts returns the next part to send of each day being declared in parts.
 func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
 	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, min(part), parts, revision, covered_rows,
-		closed_at, txns FROM day_parts GROUP BY business_date ORDER BY business_date`)
+		closed_at, split, txns FROM day_parts GROUP BY business_date ORDER BY business_date`)
 	if err != nil {
 		return nil, fmt.Errorf("read day parts: %w", err)
 	}
@@ -747,7 +750,8 @@ func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
 		var w waitingPart
 		var closed string
 		var txns []byte
-		if err := rows.Scan(&w.day.BusinessDate, &w.Part, &w.Parts, &w.day.Revision, &w.Covered, &closed, &txns); err != nil {
+		if err := rows.Scan(&w.day.BusinessDate, &w.Part, &w.Parts, &w.day.Revision, &w.Covered, &closed, &w.day.Split,
+			&txns); err != nil {
 			return nil, fmt.Errorf("read day parts: %w", err)
 		}
 		if w.day.ClosedAt, err = time.Parse(time.RFC3339Nano, closed); err != nil {

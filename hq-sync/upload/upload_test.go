@@ -769,8 +769,15 @@ func TestSplitParts(t *testing.T) {
 			t.Errorf("%d txns, limit %d: %d parts, want %d", c.txns, c.limit, len(ps), c.parts)
 		}
 		var all []hq.Txn
+		if !wire.ValidID(ps[0].Split) {
+			t.Errorf("%d txns, limit %d: split id %q", c.txns, c.limit, ps[0].Split)
+		}
+		if again, _ := splitParts(d, c.limit); again[0].Split == ps[0].Split {
+			t.Errorf("%d txns, limit %d: two splits of the day have the same id %q", c.txns, c.limit, ps[0].Split)
+		}
 		for i, p := range ps {
-			if p.Part != i+1 || p.Parts != len(ps) || p.Revision != 7 || p.BusinessDate != date0 || !p.ClosedAt.Equal(at) {
+			if p.Part != i+1 || p.Parts != len(ps) || p.Revision != 7 || p.BusinessDate != date0 || !p.ClosedAt.Equal(at) ||
+				p.Split != ps[0].Split {
 				t.Errorf("%d txns, limit %d: part %d is %d/%d of %s revision %d", c.txns, c.limit, i, p.Part, p.Parts,
 					p.BusinessDate, p.Revision)
 			}

@@ -501,11 +501,12 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		// Lock the draft's row (new or replaced) before its transactions are deleted, so
 		// that a concurrent part of the day is applied wholly before or after this one.
 		if _, err := tx.Exec(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
-				closed_at, batch_id) VALUES ($1, $2, $3, $4, 2, $5, $6, $7)
+				closed_at, batch_id, split) VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $8)
 			ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision, parts = EXCLUDED.parts,
 				next_part = EXCLUDED.next_part, txns = EXCLUDED.txns, closed_at = EXCLUDED.closed_at,
-				batch_id = EXCLUDED.batch_id`,
-			b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID); err != nil {
+				batch_id = EXCLUDED.batch_id, split = EXCLUDED.split`,
+			b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID,
+			d.Split); err != nil {
 			return fmt.Errorf("part 1 of %d: %w", parts, err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM draft_txns WHERE business_date = $1 AND store = $2`,
@@ -521,13 +522,13 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 
 	var rev int64
 	var n, next, txns int
-	var closed string
-	err = tx.QueryRow(ctx, `SELECT revision, parts, next_part, txns, closed_at FROM day_drafts
-		WHERE store = $1 AND business_date = $2 FOR UPDATE`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed)
+	var closed, split string
+	err = tx.QueryRow(ctx, `SELECT revision, parts, next_part, txns, closed_at, split FROM day_drafts
+		WHERE store = $1 AND business_date = $2 FOR UPDATE`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed, &split)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("part %d of %d: %w", part, parts, err)
 	}
-	if err != nil || rev != d.Revision || n != parts || next != part {
+	if err != nil || rev != d.Revision || n != parts || next != part || split != d.Split {
 		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
 		return nil
 	}

@@ -348,8 +348,8 @@ func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, pa
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
-		closed_at, batch_id) VALUES (?, ?, ?, ?, 2, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns),
-		d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID); err != nil {
+		closed_at, batch_id, split) VALUES (?, ?, ?, ?, 2, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, parts,
+		len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, d.Split); err != nil {
 		return fmt.Errorf("part 1 of %d: %w", parts, err)
 	}
 	return insertTxns(ctx, tx, insertDraftTxns, b.Store, d, 0)
@@ -363,13 +363,13 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 	rc *hq.Receipt) error {
 	var rev int64
 	var n, next, txns int
-	var closed string
-	err := tx.QueryRowContext(ctx, `SELECT revision, parts, next_part, txns, closed_at FROM day_drafts
-		WHERE store = ? AND business_date = ?`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed)
+	var closed, split string
+	err := tx.QueryRowContext(ctx, `SELECT revision, parts, next_part, txns, closed_at, split FROM day_drafts
+		WHERE store = ? AND business_date = ?`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed, &split)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("part %d of %d: %w", part, parts, err)
 	}
-	if err != nil || rev != d.Revision || n != parts || next != part {
+	if err != nil || rev != d.Revision || n != parts || next != part || split != d.Split {
 		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
 		return nil
 	}

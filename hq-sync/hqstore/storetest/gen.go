@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
@@ -139,16 +140,25 @@ func NewBatch(store, id string, rows []hq.Row, days ...hq.StoreDay) (*hq.Batch, 
 
 // Parts cuts declaration d into n parts as an uploader sends them: part k of n carries the
 // k-th of n slices of its transactions, in order, as even as they go (the last ones may
-// be empty).
+// be empty), all with the split id "r{revision}-in-{n}" (see Resplit).
 func Parts(d hq.StoreDay, n int) []hq.StoreDay {
 	out := make([]hq.StoreDay, n)
 	size := (len(d.Txns) + n - 1) / n
 	for k := range out {
 		p := d
-		p.Part, p.Parts = k+1, n
+		p.Part, p.Parts, p.Split = k+1, n, fmt.Sprintf("r%d-in-%d", d.Revision, n)
 		lo, hi := min(k*size, len(d.Txns)), min((k+1)*size, len(d.Txns))
 		p.Txns = d.Txns[lo:hi:hi]
 		out[k] = p
+	}
+	return out
+}
+
+// Resplit returns parts with split id id instead of theirs: another split of the same list.
+func Resplit(parts []hq.StoreDay, id string) []hq.StoreDay {
+	out := slices.Clone(parts)
+	for k := range out {
+		out[k].Split = id
 	}
 	return out
 }
