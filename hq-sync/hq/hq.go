@@ -128,8 +128,8 @@ type Receipt struct {
 
 	// PartsDropped lists the parts of the batch HQ did not keep because they do not follow
 	// the parts it holds of the day (a part k > 1 that is not the next part of the same
-	// revision and number of parts): business date → the part's revision. HQ keeps nothing
-	// of such a part; the store declares the day again from part 1.
+	// revision, number of parts and split): business date → the part's revision. HQ keeps
+	// nothing of such a part; the store declares the day again from part 1.
 	PartsDropped map[string]int64 `json:"parts_dropped,omitempty"`
 
 	// TakesDayParts says that HQ takes declarations in parts. An uploader sends a day in

@@ -74,9 +74,10 @@ func Check(b *hq.Batch, contentHash string) error {
 // DayParts returns which part of its declaration d is and of how many parts: (1, 1) for a
 // whole declaration (Part and Parts both 0, or both 1), (k, n) for part k of n. Any other
 // numbering (a part 0 or above Parts, more than hq.MaxDayParts parts, one of the two
-// without the other), a part of several without a split id (an id as wire.ValidID says) or
-// a whole declaration with one is a perr.Invalid error: hq-sync serve refuses it with the
-// same words, and an engine never keeps such a part aside.
+// without the other), a split id that is not an id as wire.ValidID says, or a whole
+// declaration with one is a perr.Invalid error: hq-sync serve refuses it with the same
+// words, and an engine never keeps such a part aside. A part without a split id (an
+// uploader from before split ids) is taken as of the split "".
 func DayParts(d *hq.StoreDay) (part, parts int, err error) {
 	switch {
 	case d.Part == 0 && d.Parts == 0, d.Part == 1 && d.Parts == 1:
@@ -89,9 +90,9 @@ func DayParts(d *hq.StoreDay) (part, parts int, err error) {
 			d.Part, d.Parts, hq.MaxDayParts)
 	}
 	switch {
-	case parts > 1 && !wire.ValidID(d.Split):
+	case parts > 1 && d.Split != "" && !wire.ValidID(d.Split):
 		return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid,
-			"part %d of %d parts has no split id of 1 to %d characters [A-Za-z0-9_-]", part, parts, wire.MaxIDLen)
+			"part %d of %d parts has a split id that is not 1 to %d characters [A-Za-z0-9_-]", part, parts, wire.MaxIDLen)
 	case parts == 1 && d.Split != "":
 		return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid, "a whole declaration has a split id")
 	}

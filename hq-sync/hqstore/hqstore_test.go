@@ -63,15 +63,15 @@ func TestCheck(t *testing.T) {
 }
 
 // TestDayParts: a whole declaration is part 1 of 1 without a split id; parts are numbered
-// from 1 up to their number, at most hq.MaxDayParts, and carry a split id; anything else is
-// batch_invalid.
+// from 1 up to their number, at most hq.MaxDayParts, and carry a valid split id or none;
+// anything else is batch_invalid.
 func TestDayParts(t *testing.T) {
 	for _, c := range []struct {
 		part, parts         int
 		split               string
 		wantPart, wantParts int
 	}{
-		{0, 0, "", 1, 1}, {1, 1, "", 1, 1}, {1, 2, "s", 1, 2}, {2, 2, "a-Z_9", 2, 2},
+		{0, 0, "", 1, 1}, {1, 1, "", 1, 1}, {1, 2, "s", 1, 2}, {2, 2, "a-Z_9", 2, 2}, {1, 2, "", 1, 2},
 		{1, hq.MaxDayParts, "s", 1, hq.MaxDayParts}, {hq.MaxDayParts, hq.MaxDayParts, "s", hq.MaxDayParts, hq.MaxDayParts},
 	} {
 		part, parts, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
@@ -85,7 +85,7 @@ func TestDayParts(t *testing.T) {
 	}{
 		{1, 0, "s"}, {0, 1, "s"}, {0, 2, "s"}, {3, 2, "s"}, {-1, 2, "s"}, {1, -1, "s"}, {-1, -1, "s"},
 		{1, hq.MaxDayParts + 1, "s"}, {hq.MaxDayParts + 1, hq.MaxDayParts + 1, "s"},
-		{1, 2, ""}, {2, 2, "a b"}, {1, 2, strings.Repeat("s", 65)}, {0, 0, "s"}, {1, 1, "s"},
+		{2, 2, "a b"}, {1, 2, strings.Repeat("s", 65)}, {0, 0, "s"}, {1, 1, "s"},
 	} {
 		_, _, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
 		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {

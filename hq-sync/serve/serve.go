@@ -157,8 +157,8 @@ var lastBatchDesc = prometheus.NewDesc("posgate_hq_last_batch_timestamp_seconds"
 		"and the same from every serve process sharing it).", []string{"store"}, nil)
 
 // lastBatches reads each known store's last batch time from the database when scraped. A
-// store that has never uploaded has no series. A database that cannot answer leaves the
-// series out of that scrape (logged); the counters still go.
+// store that has never uploaded has no series. A database that cannot answer fails the
+// scrape (so an alert on a quiet store cannot resolve itself while HQ's database is down).
 type lastBatches struct{ h *handler }
 
 func (c *lastBatches) Describe(ch chan<- *prometheus.Desc) { ch <- lastBatchDesc }
@@ -170,6 +170,7 @@ func (c *lastBatches) Collect(ch chan<- prometheus.Metric) {
 	last, err := c.h.store.LastBatches(ctx, stores)
 	if err != nil {
 		c.h.log.Warn("metrics: the stores' last batches", "err", err)
+		ch <- prometheus.NewInvalidMetric(lastBatchDesc, err)
 		return
 	}
 	for st, t := range last {

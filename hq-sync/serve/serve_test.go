@@ -338,9 +338,9 @@ func TestBatches(t *testing.T) {
 			`days[0] (business_date "2025-03-01"): part -1 of -1 parts`},
 		{"day in too many parts", func() request { return next("b-2", dayPart(1, hq.MaxDayParts+1)) }, 400, serve.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 1 of 1001 parts`},
-		{"day part without a split id", func() request {
-			return next("b-2", func(b *hq.Batch) { dayPart(1, 2)(b); b.Days[0].Split = "" })
-		}, 400, serve.CodeBatchInvalid, `days[0] (business_date "2025-03-01"): part 1 of 2 parts has no split id`},
+		{"day part with a split id that is not an id", func() request {
+			return next("b-2", func(b *hq.Batch) { dayPart(1, 2)(b); b.Days[0].Split = "a b" })
+		}, 400, serve.CodeBatchInvalid, `days[0] (business_date "2025-03-01"): part 1 of 2 parts has a split id that is not`},
 		{"second day with a bad part", func() request {
 			return next("b-2", func(b *hq.Batch) {
 				good := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
@@ -575,6 +575,12 @@ func TestMetrics(t *testing.T) {
 		if n, err := testutil.GatherAndCount(r, "posgate_hq_last_batch_timestamp_seconds"); err != nil || n != 1 {
 			t.Errorf("%d last-batch series (%v), want 1 (S1's)", n, err)
 		}
+	}
+	// A database that cannot answer fails the scrape, rather than leaving the gauge out
+	// (which would resolve an alert on a quiet store).
+	e.store.Close()
+	if _, err := reg2.Gather(); err == nil || !strings.Contains(err.Error(), "last batch") {
+		t.Errorf("scrape with the database closed: %v, want an error", err)
 	}
 }
 

@@ -29,8 +29,9 @@ const MaxHashLen = 128
 //   - a day close: amount 0, no by_method, a payload that strictly decodes as a
 //     wire.DayClosePayload, passes its Validate and names the row's business date;
 //   - each day: business_date YYYY-MM-DD, not declared twice in the batch, revision > 0,
-//     a closed_at time, part and parts both 0 or 1 ≤ part ≤ parts ≤ hq.MaxDayParts (as
-//     hqstore.DayParts numbers them), and transactions checked as sales and refunds are
+//     a closed_at time, part and parts both 0 or 1 ≤ part ≤ parts ≤ hq.MaxDayParts and a
+//     split id only on a part, an id if any (as hqstore.DayParts checks them), and
+//     transactions checked as sales and refunds are
 //     (terminal, seq > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq)
 //     listed twice. Within one part only: a part cannot see the ones HQ kept aside.
 func Validate(b *hq.Batch) error {

@@ -601,11 +601,13 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	status()
 }
 
-// olderHQ answers as an hq-sync serve of the release before declarations in parts did: its
-// receipts do not say that it takes them.
+// olderHQ answers as an hq-sync serve of the release before declarations in parts did: it
+// refuses a batch with a part (an unknown field to it), and its receipts do not say that it
+// takes them.
 type olderHQ struct {
-	h     http.Handler
-	older atomic.Bool
+	h       http.Handler
+	older   atomic.Bool
+	refused atomic.Int64
 }
 
 func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -613,10 +615,21 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.h.ServeHTTP(w, r)
 		return
 	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if bytes.Contains(body, []byte(`"parts":`)) {
+		o.refused.Add(1)
+		http.Error(w, `{"code":"json_invalid"}`, http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	rec := httptest.NewRecorder()
 	o.h.ServeHTTP(rec, r)
 	var rc map[string]any
-	body := rec.Body.Bytes()
+	body = rec.Body.Bytes()
 	if rec.Code == http.StatusOK && json.Unmarshal(body, &rc) == nil {
 		delete(rc, "takes_day_parts")
 		body, _ = json.Marshal(rc)
@@ -630,6 +643,7 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (an earlier release, which would refuse a batch with a part and so hold back every row
 // after it), a day too large for one batch is left undeclared while its rows go; the first
 // receipt of an HQ that takes parts makes the day due again, and it is declared in parts.
+// HQ going back to the earlier release is seen at its next receipt: large days wait again.
 func TestDayInPartsWaitsForHQ(t *testing.T) {
 	ctx := context.Background()
 	o := &olderHQ{}
@@ -656,7 +670,22 @@ func TestDayInPartsWaitsForHQ(t *testing.T) {
 	// The state remembers it: a new uploader on it declares in parts at once.
 	u.Close()
 	u = MustNew(t, cfg)
+	u.dayLimit = 3000
 	if !u.hqTakesParts {
 		t.Fatal("a new uploader on the state does not know that HQ takes parts")
+	}
+
+	// HQ goes back: the rows of a large day (date1) go, the day waits, nothing is refused.
+	o.older.Store(true)
+	s.Sales(60, day1.Add(time.Hour))
+	MustOnce(t, u)
+	if got, err := u.Status(ctx); err != nil || !slices.Equal(got.TooLarge, []string{date1}) || got.Backlog != 0 ||
+		got.Pending != "" || o.refused.Load() != 0 {
+		t.Fatalf("status %+v (%v), %d batches refused: want the rows sent, %s too large, none refused",
+			got, err, o.refused.Load(), date1)
+	}
+	u.Close()
+	if u = MustNew(t, cfg); u.hqTakesParts {
+		t.Fatal("a new uploader on the state believes HQ still takes parts")
 	}
 }

@@ -408,6 +408,15 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(waiting) > 0 && !u.hqTakesParts {
+		// HQ stopped taking parts (went back a release): the parts waiting would be refused
+		// and hold back every row after them. Their days are due again, and wait as too
+		// large until HQ takes parts again.
+		if _, err := u.state.W.ExecContext(ctx, `DELETE FROM day_parts`); err != nil {
+			return nil, fmt.Errorf("build batch: %w", err)
+		}
+		waiting = nil
+	}
 	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	parts := map[string]partOf{} // the parts this batch carries
@@ -856,12 +865,18 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			}
 		}
 	}
-	if rc.TakesDayParts && !u.hqTakesParts {
-		// HQ takes declarations in parts (from now on, and this state remembers it): the
-		// days left undeclared as too large for one batch are due again.
+	switch {
+	case rc.TakesDayParts && !u.hqTakesParts:
+		// HQ takes declarations in parts (this state remembers it): the days left
+		// undeclared as too large for one batch are due again.
 		u.log.Info("HQ takes day declarations in parts")
-		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '1') ON CONFLICT (k) DO NOTHING`)
+		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '1') ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
 		exec(`UPDATE days SET skipped_rows = 0`)
+	case !rc.TakesDayParts && u.hqTakesParts:
+		// HQ went back to a release that refuses parts: no more parts go (build drops those
+		// waiting), until a receipt says otherwise again.
+		u.log.Warn("HQ no longer says it takes day declarations in parts; large days wait for it")
+		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '0') ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -869,7 +884,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
-	u.hqTakesParts = u.hqTakesParts || rc.TakesDayParts
+	u.hqTakesParts = rc.TakesDayParts
 	return nil
 }
 

@@ -403,7 +403,7 @@ func hasTwins(rows []hq.Row) bool {
 //     revision or lower: those parts could only be held from now on;
 //   - part 1 of n replaces the day's draft with a new one;
 //   - part k > 1 is appended to the draft if it is the draft's next part of the same
-//     revision and number of parts, and the last part makes the draft the day's
+//     revision, number of parts and split, and the last part makes the draft the day's
 //     declaration as a whole one of its revision would; any other part is dropped
 //     (PartsDropped) and leaves the draft as it was.
 //

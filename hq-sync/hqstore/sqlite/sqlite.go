@@ -56,13 +56,15 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// lastBatchQuery reads a store's last batch time: a search of batches_by_time.
+const lastBatchQuery = `SELECT max(stored_ms) FROM batches WHERE store = ?`
+
 // LastBatches implements hq.Storage: one lookup of the (store, stored_ms) index per store.
 func (s *Store) LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(stores))
 	for _, st := range stores {
 		var ms sql.NullInt64
-		if err := s.db.R.QueryRowContext(ctx, `SELECT max(stored_ms) FROM batches WHERE store = ?`, st).
-			Scan(&ms); err != nil {
+		if err := s.db.R.QueryRowContext(ctx, lastBatchQuery, st).Scan(&ms); err != nil {
 			return nil, fmt.Errorf("last batch of %s: %w", st, err)
 		}
 		if ms.Valid {
@@ -265,7 +267,7 @@ func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
 //     revision or lower: those parts could only be held from now on;
 //   - part 1 of n replaces the day's draft with a new one;
 //   - part k > 1 is appended to the draft if it is the draft's next part of the same
-//     revision and number of parts, and the last part makes the draft the day's
+//     revision, number of parts and split, and the last part makes the draft the day's
 //     declaration as a whole one of its revision would; any other part is dropped
 //     (PartsDropped) and leaves the draft as it was.
 //

@@ -85,7 +85,7 @@ func TestLastBatchesUsesTheIndex(t *testing.T) {
 	defer db.Close()
 	var id, parent, unused int
 	var plan string
-	if err := db.QueryRow(`EXPLAIN QUERY PLAN SELECT max(stored_ms) FROM batches WHERE store = ?`, "S1").
+	if err := db.QueryRow(`EXPLAIN QUERY PLAN `+sqlite.LastBatchQuery, "S1").
 		Scan(&id, &parent, &unused, &plan); err != nil {
 		t.Fatal(err)
 	}

@@ -709,8 +709,8 @@ func testDayParts(t *testing.T, s hq.Storage) {
 
 // testDayPartsDropped: a part k > 1 that does not follow the parts kept (none kept,
 // another revision, another number of parts, another split of the same revision and
-// number of parts, not the next part) is dropped whole and leaves the parts kept as they
-// were.
+// number of parts, or none where the parts kept have one, not the next part) is dropped
+// whole and leaves the parts kept as they were.
 func testDayPartsDropped(t *testing.T, s hq.Storage) {
 	rev2 := Day(D1, 2, t0, Sales("S1", "T1", 1, 9, D1, t0))
 	p := Parts(rev2, 3)
@@ -721,6 +721,7 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 	otherParts := Parts(rev2, 4)[1]
 	otherDay := Parts(Day(D2, 1, t0, Sales("S1", "T1", 20, 4, D2, t0)), 2)[1]
 	otherSplit := Resplit(p, "again")[1]
+	noSplit := Resplit(p, "")[1]
 	cases := []struct {
 		id      string
 		day     hq.StoreDay
@@ -731,6 +732,7 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 		{"b-4", p[2], map[string]int64{D1: 2}}, // part 3 after part 1, the last one at that
 		{"b-5", otherDay, map[string]int64{D2: 1}},
 		{"b-6", otherSplit, map[string]int64{D1: 2}},
+		{"b-7", noSplit, map[string]int64{D1: 2}},
 	}
 	for i, c := range cases {
 		mustCount(t, put(t, s, "S1", c.id, 2+i, c.day), 0, 0, nil, c.dropped)
@@ -744,8 +746,8 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 	before.MustEqual(t, Take(t, s, D1, D2), "after dropped parts")
 
 	// The parts kept still take their next parts, and the day is exactly revision 2.
-	mustCount(t, put(t, s, "S1", "b-7", 7, p[1]), 0, 1, nil, nil)
-	mustCount(t, put(t, s, "S1", "b-8", 8, p[2]), 1, 0, nil, nil)
+	mustCount(t, put(t, s, "S1", "b-8", 7, p[1]), 0, 1, nil, nil)
+	mustCount(t, put(t, s, "S1", "b-9", 8, p[2]), 1, 0, nil, nil)
 	CheckDay(t, daysOf(t, s, D1, "S1")[0], "S1", rev2, at(8), at(8))
 	mustKeep(t, s, 0, 0)
 	if days := daysOf(t, s, D2, ""); len(days) != 0 {
@@ -853,15 +855,15 @@ func testDayPartsInterleaved(t *testing.T, s hq.Storage) {
 }
 
 // testDayPartsNumbered: an engine refuses parts numbered outside 1 ≤ part ≤ parts ≤
-// hq.MaxDayParts, or a part of several without a split id, as hq-sync serve does, and
-// stores nothing of the batch.
+// hq.MaxDayParts, or with a split id that is not an id, as hq-sync serve does, and stores
+// nothing of the batch.
 func testDayPartsNumbered(t *testing.T, s hq.Storage) {
 	before := Take(t, s, D1)
 	for _, pp := range [][2]int{{3, 2}, {0, 2}, {1, 0}, {2, hq.MaxDayParts + 1}, {1, 2}} {
 		d := Day(D1, 1, t0, Sales("S1", "T1", 1, 3, D1, t0))
-		d.Part, d.Parts = pp[0], pp[1]
-		if pp != [2]int{1, 2} {
-			d.Split = "s"
+		d.Part, d.Parts, d.Split = pp[0], pp[1], "s"
+		if pp == [2]int{1, 2} {
+			d.Split = "not an id"
 		}
 		b, h := NewBatch("S1", "b-1", Sales("S1", "T1", 1, 3, D1, t0), d)
 		_, err := s.PutBatch(context.Background(), b, h, at1)

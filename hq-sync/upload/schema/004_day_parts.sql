@@ -15,6 +15,6 @@ CREATE TABLE day_parts (
     PRIMARY KEY (business_date, part)
 ) WITHOUT ROWID;
 
--- The parts a batch carries: JSON, business date -> {"part", "parts", "covered"}. Its days
--- column names the revision of each day it declares, whole or in part.
+-- The parts a batch carries: JSON, business date -> {"revision", "part", "parts",
+-- "covered"}. Its days column names only the days it declares whole.
 ALTER TABLE batches ADD COLUMN parts TEXT NOT NULL DEFAULT '{}';

@@ -1,0 +1,4 @@
+package sqlite
+
+// LastBatchQuery is lastBatchQuery, for the plan test.
+const LastBatchQuery = lastBatchQuery
