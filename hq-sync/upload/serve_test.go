@@ -675,14 +675,34 @@ func TestDayInPartsWaitsForHQ(t *testing.T) {
 		t.Fatal("a new uploader on the state does not know that HQ takes parts")
 	}
 
-	// HQ goes back: the rows of a large day (date1) go, the day waits, nothing is refused.
-	o.older.Store(true)
+	// HQ goes back while a large day (date1, declared whole at revision 1 above) is on its
+	// way in parts, just after part 1: it refuses part 2; the batch goes (HQ kept nothing of
+	// it), the day waits as too large, and the rows still go: a late sale of date0 reaches
+	// HQ, and date0, due again, waits as too large too.
 	s.Sales(60, day1.Add(time.Hour))
+	u.afterSend = func(id string) error {
+		var parts string
+		err := u.state.R.QueryRowContext(ctx, `SELECT parts FROM batches WHERE batch_id = ?`, id).Scan(&parts)
+		if strings.Contains(parts, `"part":1,`) {
+			o.older.Store(true)
+		}
+		return err
+	}
 	MustOnce(t, u)
-	if got, err := u.Status(ctx); err != nil || !slices.Equal(got.TooLarge, []string{date1}) || got.Backlog != 0 ||
-		got.Pending != "" || o.refused.Load() != 0 {
-		t.Fatalf("status %+v (%v), %d batches refused: want the rows sent, %s too large, none refused",
-			got, err, o.refused.Load(), date1)
+	u.afterSend = nil
+	s.Sales(1, day0.Add(9*time.Hour))
+	MustOnce(t, u)
+	got, err := u.Status(ctx)
+	if err != nil || !slices.Equal(got.TooLarge, []string{date0, date1}) || got.Backlog != 0 || got.Pending != "" ||
+		len(got.InParts) > 0 || o.refused.Load() != 1 {
+		t.Fatalf("status %+v (%v), %d batches refused: want everything sent, %s and %s too large, one refused",
+			got, err, o.refused.Load(), date0, date1)
+	}
+	if rev, n := heldAt(t, st, date1); rev != 1 || n != 1 {
+		t.Fatalf("HQ holds %s at revision %d with %d txns; want revision 1 of 1 as before", date1, rev, n)
+	}
+	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != 61 {
+		t.Fatalf("HQ holds %d rows of %s (%v), want 61", len(rows), date0, err)
 	}
 	u.Close()
 	if u = MustNew(t, cfg); u.hqTakesParts {

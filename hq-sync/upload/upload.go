@@ -921,6 +921,15 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			WHERE batch_id = ?`, err.Error(), b.id); uerr != nil && ctx.Err() == nil {
 			log.Warn("cannot count the failed attempt", "err", uerr)
 		}
+		if se != nil && se.refused && se.status == http.StatusBadRequest && len(b.parts) > 0 {
+			// A part refused as bad input: an HQ gone back to a release that does not know
+			// parts (an unknown field to it). HQ kept nothing of the batch, so it goes: its
+			// rows go again in the next batch, under a new id, and large days wait until HQ
+			// says it takes parts again.
+			log.Warn("HQ refused a batch with a part of a day's declaration; sending its rows again without it "+
+				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
+			return u.dropPartsBatch(ctx, b)
+		}
 		if se != nil && se.refused {
 			// Never skip the batch: its rows would be missing at HQ and the day could not be
 			// declared. It stays pending and the rows after it wait for an operator.
@@ -945,6 +954,33 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// dropPartsBatch forgets pending batch b, which HQ refused and kept nothing of, and the
+// parts waiting, and notes that HQ does not take parts. Its id is not used again (the batch
+// counter has moved past it); its rows are after the watermark still, and go again.
+func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
+	tx, err := u.state.W.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("drop batch %s: %w", b.id, err)
+	}
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `DELETE FROM batches WHERE batch_id = ? AND state = 'pending'`, b.id)
+	if err == nil {
+		_, err = tx.ExecContext(ctx, `DELETE FROM day_parts`)
+	}
+	if err == nil {
+		_, err = tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '0')
+			ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("drop batch %s: %w", b.id, err)
+	}
+	u.hqTakesParts = false
+	return nil
 }
 
 // backoff returns the wait after the n-th failure in a row (from 0): full jitter over an
