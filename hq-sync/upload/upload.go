@@ -421,21 +421,22 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		SentAt: now.UTC()}
 	parts := map[string]partOf{} // the parts this batch carries
 	used := 0                    // body bytes taken by the days and rows so far
-	add := func(d hq.StoreDay, p partOf, n int) bool {
+	// add puts declaration d (n bytes of JSON; covered: see partOf) in the batch if it fits.
+	add := func(d hq.StoreDay, covered int64, n int) bool {
 		if len(out.Days) > 0 && used+n > u.budget {
 			return false // the next batch declares the rest
 		}
 		used += n
 		out.Days = append(out.Days, d)
 		if d.InParts() {
-			parts[d.BusinessDate] = p
+			parts[d.BusinessDate] = partOf{Revision: d.Revision, Part: d.Part, Parts: d.Parts, Covered: covered}
 		}
 		return true
 	}
 	// The next part of each day being declared in parts goes first: HQ keeps the parts
 	// aside until the last one, so the day stands at HQ only when they have all gone.
 	for _, w := range waiting {
-		if !add(w.day, w.partOf, w.size) {
+		if !add(w.day, w.covered, w.size) {
 			break
 		}
 	}
@@ -466,7 +467,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				return err
 			}
 			if n <= u.dayLimit {
-				if !add(d, partOf{}, n) {
+				if !add(d, 0, n) {
 					break
 				}
 				continue
@@ -500,7 +501,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
-			if !add(ps[0], partOf{Revision: d.Revision, Part: 1, Parts: len(ps), Covered: c.sentRows}, size) {
+			if !add(ps[0], c.sentRows, size) {
 				break
 			}
 		}
@@ -660,7 +661,9 @@ type partOf struct {
 	Revision int64 `json:"revision"`
 	Part     int   `json:"part"`
 	Parts    int   `json:"parts"`
-	Covered  int64 `json:"covered"` // the day's sent_rows when its list was taken
+	// Covered is the day's sent_rows when its list was taken: the last part's receipt
+	// makes it declared_rows, so rows sent since are declared by the next revision.
+	Covered int64 `json:"covered"`
 }
 
 // splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
@@ -734,9 +737,9 @@ func (u *Uploader) keepParts(ctx context.Context, days []splitDay) error {
 
 // waitingPart is the next part of a day being declared in parts.
 type waitingPart struct {
-	day hq.StoreDay
-	partOf
-	size int // its JSON in a batch body
+	day     hq.StoreDay
+	covered int64 // see partOf
+	size    int   // its JSON in a batch body
 }
 
 // waitingList is the next part of each day being declared in parts, in date order.
@@ -759,8 +762,8 @@ func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
 		var w waitingPart
 		var closed string
 		var txns []byte
-		if err := rows.Scan(&w.day.BusinessDate, &w.Part, &w.Parts, &w.day.Revision, &w.Covered, &closed, &w.day.Split,
-			&txns); err != nil {
+		if err := rows.Scan(&w.day.BusinessDate, &w.day.Part, &w.day.Parts, &w.day.Revision, &w.covered, &closed,
+			&w.day.Split, &txns); err != nil {
 			return nil, fmt.Errorf("read day parts: %w", err)
 		}
 		if w.day.ClosedAt, err = time.Parse(time.RFC3339Nano, closed); err != nil {
@@ -769,7 +772,6 @@ func (u *Uploader) waitingParts(ctx context.Context) (waitingList, error) {
 		if err := json.Unmarshal(txns, &w.day.Txns); err != nil {
 			return nil, fmt.Errorf("read day parts of %s: %w", w.day.BusinessDate, err)
 		}
-		w.day.Part, w.day.Parts, w.Revision = w.Part, w.Parts, w.day.Revision
 		if w.size, err = jsonSize(&w.day); err != nil {
 			return nil, err
 		}
@@ -870,13 +872,13 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		// HQ takes declarations in parts (this state remembers it): the days left
 		// undeclared as too large for one batch are due again.
 		u.log.Info("HQ takes day declarations in parts")
-		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '1') ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
+		exec(setTakesParts, "1")
 		exec(`UPDATE days SET skipped_rows = 0`)
 	case !rc.TakesDayParts && u.hqTakesParts:
 		// HQ went back to a release that refuses parts: no more parts go (build drops those
 		// waiting), until a receipt says otherwise again.
 		u.log.Warn("HQ no longer says it takes day declarations in parts; large days wait for it")
-		exec(`INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '0') ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
+		exec(setTakesParts, "0")
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -956,9 +958,13 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 	}
 }
 
-// dropPartsBatch forgets pending batch b, which HQ refused and kept nothing of, and the
-// parts waiting, and notes that HQ does not take parts. Its id is not used again (the batch
-// counter has moved past it); its rows are after the watermark still, and go again.
+// setTakesParts records whether HQ takes declarations in parts ('1' or '0').
+const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
+
+// dropPartsBatch forgets pending batch b, which HQ refused and kept nothing of, and notes
+// that HQ does not take parts (so the next build drops the parts waiting). Its id is not
+// used again (the batch counter has moved past it); its rows are after the watermark
+// still, and go again.
 func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
@@ -967,11 +973,7 @@ func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
 	defer tx.Rollback()
 	_, err = tx.ExecContext(ctx, `DELETE FROM batches WHERE batch_id = ? AND state = 'pending'`, b.id)
 	if err == nil {
-		_, err = tx.ExecContext(ctx, `DELETE FROM day_parts`)
-	}
-	if err == nil {
-		_, err = tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', '0')
-			ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
+		_, err = tx.ExecContext(ctx, setTakesParts, "0")
 	}
 	if err == nil {
 		err = tx.Commit()
