@@ -50,6 +50,7 @@ const (
 	benchToken      = "bench-token"
 	benchTZ         = "Asia/Shanghai"
 	benchInProcEnv  = "POSGATE_BENCH_INPROC"
+	benchLatsEnv    = "POSGATE_BENCH_LATS"       // a file for every live sale's send time and latency
 	benchRedisBench = "/usr/bin/redis-benchmark" // Debian's redis-tools
 )
 
@@ -900,6 +901,21 @@ func runLiveLoad(b *testing.B, brokerURL, prefix string, rate int, started, stop
 	}
 	if len(out.lats) == 0 {
 		b.Fatal("no latencies")
+	}
+	if f := os.Getenv(benchLatsEnv); f != "" {
+		// Every acked sale as "sent lat terminal": its send time in ms from the start and its
+		// latency in ms, in send order, to see when in a run the slow acks came.
+		var w strings.Builder
+		for _, x := range terms {
+			for j := range perTerminal {
+				if l := x.lat[j].Load(); l > 0 {
+					fmt.Fprintf(&w, "%.3f %.3f %s\n", float64(x.sent[j].Load()-start.UnixNano())/1e6, float64(l)/1e6, x.id)
+				}
+			}
+		}
+		if err := os.WriteFile(f, []byte(w.String()), 0o644); err != nil {
+			b.Error(err)
+		}
 	}
 	slices.Sort(out.lats)
 	return out
