@@ -26,6 +26,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/perr"
 )
 
 // flaky wraps HQ's handler with faults: a 503 before HQ sees the request, or HQ stores the
@@ -622,7 +623,8 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if bytes.Contains(body, []byte(`"parts":`)) {
 		o.refused.Add(1)
-		http.Error(w, `{"code":"json_invalid"}`, http.StatusBadRequest)
+		// As that release's strict decoding answers the first field it does not know.
+		problem(w, serve.CodeJSONInvalid, `unknown field "part"`)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -637,6 +639,125 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
 	w.WriteHeader(rec.Code)
 	w.Write(body)
+}
+
+// problem answers 400 with a problem document as hq-sync serve writes one.
+func problem(w http.ResponseWriter, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(serve.Problem{Type: serve.ProblemTypePrefix + code, Title: "Bad batch",
+		Status: http.StatusBadRequest, Code: code, Detail: detail})
+}
+
+// refusingParts is HQ (its receipts say it takes parts) refusing, while on, every batch
+// that carries a part for something in it (a transaction it finds invalid, say).
+type refusingParts struct {
+	h       http.Handler
+	on      atomic.Bool
+	refused atomic.Int64
+}
+
+func (o *refusingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if o.on.Load() && bytes.Contains(body, []byte(`"parts":`)) {
+		o.refused.Add(1)
+		problem(w, serve.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	o.h.ServeHTTP(w, r)
+}
+
+// TestPartRefusedForItsContent: a batch with a part that an HQ taking parts refuses for
+// something else than the part's fields is refused like any batch: it stays pending, loudly,
+// and is sent again as it is, rather than dropped as if HQ had gone back a release (which
+// would split the day again at the next receipt and be refused again, for ever, the day
+// never declared). Once HQ takes it, the day is declared.
+func TestPartRefusedForItsContent(t *testing.T) {
+	ctx := context.Background()
+	o := &refusingParts{}
+	o.on.Store(true)
+	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	u := MustNew(t, cfg)
+	u.dayLimit = 3000
+	var pending string
+	for range 3 {
+		err := u.Once(ctx)
+		if perr.CodeOf(err) != CodeRefused {
+			t.Fatalf("Once: %v; want the batch with part 1 refused", err)
+		}
+		got, err := u.Status(ctx)
+		if err != nil || got.Pending == "" || (pending != "" && got.Pending != pending) || !u.hqTakesParts {
+			t.Fatalf("status %+v (%v), takes parts %v: want the same batch pending (%q), HQ still taking parts",
+				got, err, u.hqTakesParts, pending)
+		}
+		pending = got.Pending
+		s.Sales(1, day1) // later rows wait behind the refused batch
+	}
+	if rev, _ := heldAt(t, st, date0); rev != 0 || o.refused.Load() != 3 {
+		t.Fatalf("HQ holds %s at revision %d after %d refusals; want nothing after 3", date0, rev, o.refused.Load())
+	}
+	o.on.Store(false)
+	MustOnce(t, u)
+	checkHQDay(t, st, s, 1)
+	if got, err := u.Status(ctx); err != nil || got.Pending != "" || len(got.TooLarge) > 0 || len(got.InParts) > 0 {
+		t.Fatalf("status %+v (%v): want everything sent and declared", got, err)
+	}
+}
+
+// TestPendingPartBatchOfFirstRelease: a batch recorded by the first release with parts
+// names the day it declares in part among its whole declarations too; sent by this
+// release, its part decides: when HQ drops the part, the day is declared again, not taken
+// as declared by part 1.
+func TestPendingPartBatchOfFirstRelease(t *testing.T) {
+	ctx := context.Background()
+	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { return h })
+	u := MustNew(t, cfg)
+	u.dayLimit = 3000
+	u.hqTakesParts = true
+	withPart := func(id string) bool {
+		var parts string
+		if err := u.state.R.QueryRowContext(ctx, `SELECT parts FROM batches WHERE batch_id = ?`, id).Scan(&parts); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(parts, `"part":1,`)
+	}
+	u.afterRecord = func(id string) error {
+		if withPart(id) {
+			return errCrash
+		}
+		return nil
+	}
+	if err := u.Once(ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("Once: %v; want the crash after recording part 1", err)
+	}
+	// What that release recorded: the part's day among the whole declarations too.
+	if _, err := u.state.W.ExecContext(ctx, `UPDATE batches SET days = ? WHERE state = 'pending'`,
+		`{"`+date0+`":1}`); err != nil {
+		t.Fatal(err)
+	}
+	u.afterRecord = nil
+	u.afterSend = func(string) error { return errCrash }
+	if err := u.Once(ctx); !errors.Is(err, errCrash) { // HQ holds part 1 in a draft
+		t.Fatalf("Once: %v; want the crash after sending part 1", err)
+	}
+	u.afterSend = nil
+	hqDB, err := sql.Open("sqlite3", filepath.Join(filepath.Dir(cfg.StatePath), "hq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hqDB.Close()
+	if _, err := hqDB.ExecContext(ctx, `DELETE FROM draft_txns; DELETE FROM day_drafts`); err != nil {
+		t.Fatal(err) // HQ loses its draft (its database restored, say)
+	}
+	// The old batch is marked sent (part 1 HQ no longer holds); HQ drops part 2, and the
+	// day goes again from a new part 1.
+	MustOnce(t, u)
+	checkHQDay(t, st, s, 1)
 }
 
 // TestDayInPartsWaitsForHQ: against an HQ that has not said it takes declarations in parts

@@ -834,6 +834,11 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
 	}
 	for date, rev := range b.days {
+		if _, part := b.parts[date]; part {
+			// A batch recorded by the first release with parts names a day it declares in
+			// part among its whole declarations too: the part below decides.
+			continue
+		}
 		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
 			// HQ holds the day at this revision or a later one, declared by a state this one
 			// replaced: the day stays due, and its next declaration goes above HQ's.
@@ -923,11 +928,13 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			WHERE batch_id = ?`, err.Error(), b.id); uerr != nil && ctx.Err() == nil {
 			log.Warn("cannot count the failed attempt", "err", uerr)
 		}
-		if se != nil && se.refused && se.status == http.StatusBadRequest && len(b.parts) > 0 {
-			// A part refused as bad input: an HQ gone back to a release that does not know
-			// parts (an unknown field to it). HQ kept nothing of the batch, so it goes: its
-			// rows go again in the next batch, under a new id, and large days wait until HQ
-			// says it takes parts again.
+		if se != nil && se.refused && len(b.parts) > 0 && partsUnknown(se) {
+			// A part refused as an unknown field: an HQ gone back to a release that does not
+			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
+			// next batch, under a new id, and large days wait until HQ says it takes parts
+			// again. Any other refusal of a batch with a part is a refusal like any other
+			// (below): taken as HQ going back, it would drop the part, split the day again at
+			// the next receipt and be refused again, for ever, with the day never declared.
 			log.Warn("HQ refused a batch with a part of a day's declaration; sending its rows again without it "+
 				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
 			return u.dropPartsBatch(ctx, b)
@@ -956,6 +963,21 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// partsUnknown reports whether HQ refused a batch because a field of declarations in parts
+// is unknown to it: a problem document with code json_invalid naming one of them, as the
+// serve of a release before parts answers.
+func partsUnknown(se *sendError) bool {
+	if se.status != http.StatusBadRequest || se.code != "json_invalid" {
+		return false
+	}
+	for _, f := range []string{"part", "parts", "split"} {
+		if strings.Contains(se.detail, `unknown field "`+f+`"`) {
+			return true
+		}
+	}
+	return false
 }
 
 // setTakesParts records whether HQ takes declarations in parts ('1' or '0').
@@ -1027,6 +1049,8 @@ type sendError struct {
 	refused    bool // a 4xx other than 408 and 429: sending it again as it is fails again
 	badReceipt bool // 200 without a receipt for this batch
 	retryAfter time.Duration
+	// The code and detail of HQ's problem document, if the answer is one.
+	code, detail string
 }
 
 func (e *sendError) Error() string {
@@ -1069,6 +1093,13 @@ func (u *Uploader) post(ctx context.Context, b *batch) (hq.Receipt, []byte, erro
 			resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests}
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			se.retryAfter = time.Duration(s) * time.Second
+		}
+		var p struct {
+			Code   string `json:"code"`
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(raw, &p) == nil {
+			se.code, se.detail = p.Code, p.Detail
 		}
 		return rec, nil, se
 	}
