@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -407,12 +408,26 @@ func hasTwins(rows []hq.Row) bool {
 //     declaration as a whole one of its revision would; any other part is dropped
 //     (PartsDropped) and leaves the draft as it was.
 //
-// The upsert of a day locks its row and decides on the revision held at that moment, so
-// concurrent declarations of one day are applied one after the other; a draft's row is
-// locked before its transactions are touched. No (terminal, seq) is compared across the
+// Concurrent declarations of one day are applied one after the other: each transaction
+// first takes the advisory locks of the days it declares (in date order, so two batches
+// never wait for each other). Row locks alone did not do it: a part 1 read the revision
+// held before a concurrent whole declaration of a first revision committed, and added its
+// draft after that declaration had deleted the drafts it could see, leaving a draft at or
+// below the day's revision that nothing deletes. No (terminal, seq) is compared across the
 // parts of a draft: hq-sync serve checks each part's own list, and the store's ledger lists
 // a transaction once.
 func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time, rc *hq.Receipt) error {
+	dates := make([]string, 0, len(b.Days))
+	for i := range b.Days {
+		dates = append(dates, b.Days[i].BusinessDate)
+	}
+	slices.Sort(dates)
+	for _, date := range slices.Compact(dates) {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))`,
+			b.Store, date); err != nil {
+			return fmt.Errorf("put batch: lock day %s: %w", date, err)
+		}
+	}
 	for i := range b.Days {
 		d := &b.Days[i]
 		part, parts, _ := hqstore.DayParts(d) // checked by hqstore.Check

@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +129,76 @@ func BenchmarkRows(b *testing.B) {
 	n := storetest.LoadDay(b, s)
 	b.Run("Rows", func(b *testing.B) { storetest.BenchRows(b, s, n) })
 	b.Run("Days", func(b *testing.B) { storetest.BenchDays(b, s, n) })
+}
+
+// TestConcurrentDeclarations: batches declaring one store-day at once, whole or in parts,
+// at random revisions, from several connections. Readers always see one revision's whole
+// list; at the end the day holds the list of the revision it names, and no draft is left:
+// every declaration in parts was sent whole, so each draft was either promoted, replaced
+// by another part 1, or deleted by a whole declaration at or above its revision. A part 1
+// that read the day's revision before a concurrent whole declaration committed would leave
+// a draft at or below the day's revision, which nothing deletes.
+func TestConcurrentDeclarations(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	rows := storetest.Sales("S1", "T1", 1, 40, storetest.D1, storetest.T0)
+	b0, h0 := storetest.NewBatch("S1", "rows", rows)
+	storetest.MustPut(t, s, b0, h0, storetest.T0)
+	txnsOf := func(rev int64) int { return 5 + int(rev)*5 } // revision r lists 5+5r rows
+	var ids atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 60 {
+				rev := int64(1 + rng.IntN(6))
+				d := storetest.Day(storetest.D1, rev, storetest.T0, rows[:txnsOf(rev)])
+				days := []hq.StoreDay{d}
+				if rng.IntN(3) > 0 {
+					days = storetest.Parts(d, 3)
+				}
+				for _, d := range days {
+					b, h := storetest.NewBatch("S1", fmt.Sprintf("b-%d", ids.Add(1)), nil, d)
+					if _, err := s.PutBatch(ctx, b, h, storetest.T0); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	read := make(chan struct{})
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		for {
+			select {
+			case <-read:
+				return
+			default:
+			}
+			days, err := s.Days(ctx, storetest.D1, "S1")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, d := range days {
+				if len(d.Day.Txns) != txnsOf(d.Day.Revision) {
+					t.Errorf("read revision %d with %d txns, want %d", d.Day.Revision, len(d.Day.Txns), txnsOf(d.Day.Revision))
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(read)
+	reader.Wait()
+	days, err := s.Days(ctx, storetest.D1, "S1")
+	if err != nil || len(days) != 1 {
+		t.Fatal(days, err)
+	}
+	if rev := days[0].Day.Revision; len(days[0].Day.Txns) != txnsOf(rev) {
+		t.Fatalf("revision %d with %d txns, want %d", rev, len(days[0].Day.Txns), txnsOf(rev))
+	}
+	if drafts, txns, err := s.PartsKept(ctx); err != nil || drafts != 0 {
+		t.Fatalf("%d drafts with %d txns kept (%v) beside revision %d; want none", drafts, txns, err, days[0].Day.Revision)
+	}
 }
