@@ -185,7 +185,7 @@ type StoredDay struct {
 	Store      string
 	Day        StoreDay
 	ReceivedAt time.Time // when HQ received this revision
-	FirstAt    time.Time // when HQ received the first declaration of the day ("closed")
+	FirstAt    time.Time // when HQ received the first declaration of the day ("closed"; in parts: its part 1)
 }
 
 // Storage is HQ's database. Both engines (SQLite, PostgreSQL) pass the same test suite.

@@ -453,7 +453,7 @@ func putWhole(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, ms in
 		b.Store, d.BusinessDate); err != nil {
 		return err
 	}
-	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms)
+	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms, ms)
 	if err != nil {
 		return err
 	}
@@ -470,16 +470,16 @@ func putWhole(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, ms in
 	return nil
 }
 
-// standDay makes revision rev the day's declaration, without transactions yet, if it is
-// higher than the one held: the day's row is inserted (first declared now) or updated,
-// and its transactions deleted. It reports whether rev stands; if not, the upsert has
-// locked the row of the revision held.
-func standDay(ctx context.Context, tx pgx.Tx, store, date string, rev int64, closed, batchID string, ms int64) (bool, error) {
+// standDay makes revision rev, received at ms, the day's declaration, without
+// transactions yet, if it is higher than the one held: the day's row is inserted (first
+// declared at first) or updated, and its transactions deleted. It reports whether rev
+// stands; if not, the upsert has locked the row of the revision held.
+func standDay(ctx context.Context, tx pgx.Tx, store, date string, rev int64, closed, batchID string, ms, first int64) (bool, error) {
 	tag, err := tx.Exec(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id, received_ms, first_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision,
 			closed_at = EXCLUDED.closed_at, batch_id = EXCLUDED.batch_id, received_ms = EXCLUDED.received_ms
-		WHERE days.revision < EXCLUDED.revision`, store, date, rev, closed, batchID, ms)
+		WHERE days.revision < EXCLUDED.revision`, store, date, rev, closed, batchID, ms, first)
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, err
 	}
@@ -516,12 +516,12 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		// Lock the draft's row (new or replaced) before its transactions are deleted, so
 		// that a concurrent part of the day is applied wholly before or after this one.
 		if _, err := tx.Exec(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
-				closed_at, batch_id, split) VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $8)
+				closed_at, batch_id, split, first_ms) VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $8, $9)
 			ON CONFLICT (store, business_date) DO UPDATE SET revision = EXCLUDED.revision, parts = EXCLUDED.parts,
 				next_part = EXCLUDED.next_part, txns = EXCLUDED.txns, closed_at = EXCLUDED.closed_at,
-				batch_id = EXCLUDED.batch_id, split = EXCLUDED.split`,
+				batch_id = EXCLUDED.batch_id, split = EXCLUDED.split, first_ms = EXCLUDED.first_ms`,
 			b.Store, d.BusinessDate, d.Revision, parts, len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID,
-			d.Split); err != nil {
+			d.Split, ms); err != nil {
 			return fmt.Errorf("part 1 of %d: %w", parts, err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM draft_txns WHERE business_date = $1 AND store = $2`,
@@ -535,11 +535,12 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		return nil
 	}
 
-	var rev int64
+	var rev, first int64
 	var n, next, txns int
 	var closed, split string
-	err = tx.QueryRow(ctx, `SELECT revision, parts, next_part, txns, closed_at, split FROM day_drafts
-		WHERE store = $1 AND business_date = $2 FOR UPDATE`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed, &split)
+	err = tx.QueryRow(ctx, `SELECT revision, parts, next_part, txns, closed_at, split, first_ms FROM day_drafts
+		WHERE store = $1 AND business_date = $2 FOR UPDATE`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed,
+		&split, &first)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("part %d of %d: %w", part, parts, err)
 	}
@@ -561,7 +562,10 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 	// The last part: the draft, as it is, becomes the revision standing, unless a batch
 	// committed since the revision held was read made a revision as high stand: then the
 	// draft could only be held, and goes.
-	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms)
+	if first == 0 { // kept before first_ms was
+		first = ms
+	}
+	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, first)
 	if err != nil {
 		return fmt.Errorf("last part %d: %w", part, err)
 	}

@@ -291,7 +291,7 @@ func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time, rc *hq.
 		}
 		switch {
 		case parts == 1:
-			err = standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms, found)
+			err = standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, ms, ms, found)
 			if err == nil {
 				err = insertTxns(ctx, tx, insertDayTxns, b.Store, d, 0)
 			}
@@ -300,7 +300,7 @@ func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time, rc *hq.
 			}
 			rc.Days++
 		case part == 1:
-			err = startDraft(ctx, tx, b, d, parts)
+			err = startDraft(ctx, tx, b, d, parts, ms)
 			rc.DayParts++
 		default:
 			err = addPart(ctx, tx, b, d, part, parts, found, ms, rc)
@@ -312,12 +312,13 @@ func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time, rc *hq.
 	return nil
 }
 
-// standDay makes revision rev the day's declaration, without transactions yet: the day's
-// row is updated (found) or inserted (first declared now).
-func standDay(ctx context.Context, tx *sql.Tx, store, date string, rev int64, closed, batchID string, ms int64, found bool) error {
+// standDay makes revision rev, received at ms, the day's declaration, without
+// transactions yet: the day's row is updated (found) or inserted (first declared at first).
+func standDay(ctx context.Context, tx *sql.Tx, store, date string, rev int64, closed, batchID string, ms, first int64,
+	found bool) error {
 	if !found {
 		_, err := tx.ExecContext(ctx, `INSERT INTO days (store, business_date, revision, closed_at, batch_id,
-			received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, store, date, rev, closed, batchID, ms, ms)
+			received_ms, first_ms) VALUES (?, ?, ?, ?, ?, ?, ?)`, store, date, rev, closed, batchID, ms, first)
 		return err
 	}
 	_, err := tx.ExecContext(ctx, `UPDATE days SET revision = ?, closed_at = ?, batch_id = ?, received_ms = ?
@@ -344,14 +345,15 @@ func deleteDraft(ctx context.Context, tx *sql.Tx, store, date string, upTo int64
 	return nil
 }
 
-// startDraft replaces whatever HQ kept aside of the day with part 1 of parts of d.
-func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, parts int) error {
+// startDraft replaces whatever HQ kept aside of the day with part 1 of parts of d,
+// received at ms.
+func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, parts int, ms int64) error {
 	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, math.MaxInt64); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO day_drafts (store, business_date, revision, parts, next_part, txns,
-		closed_at, batch_id, split) VALUES (?, ?, ?, ?, 2, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision, parts,
-		len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, d.Split); err != nil {
+		closed_at, batch_id, split, first_ms) VALUES (?, ?, ?, ?, 2, ?, ?, ?, ?, ?)`, b.Store, d.BusinessDate, d.Revision,
+		parts, len(d.Txns), d.ClosedAt.UTC().Format(time.RFC3339Nano), b.ID, d.Split, ms); err != nil {
 		return fmt.Errorf("part 1 of %d: %w", parts, err)
 	}
 	return insertTxns(ctx, tx, insertDraftTxns, b.Store, d, 0)
@@ -360,14 +362,17 @@ func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, pa
 // addPart appends part (> 1) of parts of d to the day's draft if it is the draft's next
 // part (rc.DayParts), and makes the draft the day's declaration when it is the last
 // (rc.Days). Otherwise it keeps nothing and notes the part in rc.PartsDropped. found tells
-// whether the day has a declaration already (its first_ms is kept).
+// whether the day has a declaration already (its first_ms is kept); if not, the day was
+// first declared when part 1 came.
 func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part, parts int, found bool, ms int64,
 	rc *hq.Receipt) error {
 	var rev int64
 	var n, next, txns int
 	var closed, split string
-	err := tx.QueryRowContext(ctx, `SELECT revision, parts, next_part, txns, closed_at, split FROM day_drafts
-		WHERE store = ? AND business_date = ?`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed, &split)
+	var first int64
+	err := tx.QueryRowContext(ctx, `SELECT revision, parts, next_part, txns, closed_at, split, first_ms FROM day_drafts
+		WHERE store = ? AND business_date = ?`, b.Store, d.BusinessDate).Scan(&rev, &n, &next, &txns, &closed, &split,
+		&first)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("part %d of %d: %w", part, parts, err)
 	}
@@ -387,7 +392,10 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 		return nil
 	}
 	// The last part: the draft, as it is, becomes the revision standing.
-	if err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, found); err != nil {
+	if first == 0 { // kept before first_ms was
+		first = ms
+	}
+	if err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, first, found); err != nil {
 		return fmt.Errorf("last part %d: %w", part, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO day_txns (`+txnColumns+`) SELECT `+txnColumns+`
