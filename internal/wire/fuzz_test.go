@@ -21,7 +21,7 @@ var wireCodes = map[string]bool{
 
 // payloadCodes are the codes DecodePayload may return in addition to wireCodes.
 var payloadCodes = map[string]bool{
-	wire.CodePayload: true, wire.CodeQuantity: true, wire.CodeAmount: true, wire.CodeMethod: true,
+	wire.CodePayload: true, wire.CodeQuantity: true, wire.CodeAmount: true, wire.CodeMethod: true, wire.CodeTooLarge: true,
 	money.CodeEmpty: true, money.CodeSyntax: true, money.CodeSubFen: true, money.CodeOverflow: true,
 	money.CodeNegative: true, money.CodeNotPositive: true,
 }

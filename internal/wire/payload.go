@@ -29,12 +29,21 @@ const (
 	BusinessDate = "2006-01-02"
 )
 
+// MaxAmount is the largest amount one event may carry (1,000,000,000.00 yuan): a sale's
+// total, a payment, a refund, a scanned unit price. It keeps every sum the store and HQ
+// keep far inside int64 fen: a terminal accepting such events at its highest rate (100 a
+// second) for a whole day sums to 8.6e17 fen, a store at 1,000 a second to 8.6e18, both
+// under int64's 9.2e18. Without it two valid sales could overflow a terminal's day
+// counters in Redis and the ledger's sums, and the store could neither count nor rebuild.
+const MaxAmount money.Fen = 100_000_000_000
+
 // Codes of payload validation errors (perr.Invalid).
 const (
 	CodePayload  = "payload_invalid" // a payload rule is broken (the message says which)
 	CodeQuantity = "quantity_invalid"
 	CodeAmount   = "amount_invalid"
 	CodeMethod   = "payment_method_invalid"
+	CodeTooLarge = "amount_above_limit" // above MaxAmount
 )
 
 // ScanPayload is a line scanned into an open sale. Online, the store's verdict on it applies
@@ -142,8 +151,14 @@ func (p *ScanPayload) Validate() error {
 		return bad(CodeQuantity, "quantity must be between 1 and %d, got %d", MaxQty, p.Qty)
 	case p.UnitPrice < 0:
 		return bad(CodeAmount, "unit price must not be negative")
+	case p.UnitPrice > MaxAmount:
+		return tooLarge("unit price", p.UnitPrice)
 	}
 	return nil
+}
+
+func tooLarge(what string, a money.Fen) error {
+	return bad(CodeTooLarge, "%s %s is above the %s one event may carry", what, a, MaxAmount)
 }
 
 // Validate checks a sale payload: lines, amounts and tenders add up exactly in fen.
@@ -201,6 +216,14 @@ func (p *SalePayload) Validate() error {
 	if paid-p.Change != p.Total {
 		return bad(CodeAmount, "payments %s less change %s do not equal the total %s", paid, p.Change, p.Total)
 	}
+	if p.Total > MaxAmount {
+		return tooLarge("total", p.Total)
+	}
+	for _, pm := range p.Payments {
+		if pm.Amount > MaxAmount {
+			return tooLarge("payment", pm.Amount)
+		}
+	}
 	return nil
 }
 
@@ -253,6 +276,9 @@ func (p *RefundPayload) Validate() error {
 	}
 	if total != p.Amount || p.Amount <= 0 {
 		return bad(CodeAmount, "refund amount %s must be positive and the sum of its lines %s", p.Amount, total)
+	}
+	if p.Amount > MaxAmount {
+		return tooLarge("refund amount", p.Amount)
 	}
 	return checkPayment(Payment{Method: p.Method, Amount: p.Amount, Reference: p.Reference})
 }

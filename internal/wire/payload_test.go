@@ -234,6 +234,22 @@ func saleCases() []payloadCase {
 		{name: "sum of payments overflows", f: func(m obj) {
 			m["payments"] = []any{obj{"method": "cash", "amount": maxFen}, obj{"method": "cash", "amount": maxFen}}
 		}, code: money.CodeOverflow},
+		{name: "total at the limit", f: func(m obj) {
+			m["lines"] = []any{obj{"line": 1, "sku": "GOLD", "qty": 1, "unit_price": "1000000000.00", "amount": "1000000000.00"}}
+			m["total"] = "1000000000.00"
+			m["payments"] = []any{obj{"method": "card", "amount": "1000000000.00", "reference": "R"}}
+			m["change"] = "0.00"
+		}, code: ""},
+		{name: "total above the limit", f: func(m obj) {
+			m["lines"] = []any{obj{"line": 1, "sku": "GOLD", "qty": 1, "unit_price": "1000000000.01", "amount": "1000000000.01"}}
+			m["total"] = "1000000000.01"
+			m["payments"] = []any{obj{"method": "card", "amount": "1000000000.01", "reference": "R"}}
+			m["change"] = "0.00"
+		}, code: wire.CodeTooLarge},
+		{name: "cash tendered above the limit", f: func(m obj) {
+			m["payments"] = []any{obj{"method": "cash", "amount": "1000000000.01"}}
+			m["change"] = "999999992.02"
+		}, code: wire.CodeTooLarge},
 		{name: "unknown field", f: func(m obj) { m["tip"] = "1.00" }, code: wire.CodeUnknownField},
 		{name: "unknown field in line", f: line(0, func(l obj) { l["discount"] = "0.00" }), code: wire.CodeUnknownField},
 		{name: "qty as string", f: line(0, func(l obj) { l["qty"] = "2" }), code: wire.CodeType},
@@ -257,6 +273,11 @@ func TestRefundPayload(t *testing.T) {
 		{name: "unknown method", f: func(m obj) { m["method"] = "voucher" }, code: wire.CodeMethod},
 		{name: "card without reference", f: func(m obj) { delete(m, "reference") }, code: wire.CodePayload},
 		{name: "amount sub-fen", f: func(m obj) { m["amount"] = "3.501" }, code: money.CodeSubFen},
+		{name: "amount above the limit", f: func(m obj) {
+			item(m, "lines", 0)["amount"] = "1000000000.01"
+			m["lines"] = m["lines"].([]any)[:1]
+			m["amount"] = "1000000000.01"
+		}, code: wire.CodeTooLarge},
 		{name: "restock as string", f: func(m obj) { m["restock"] = "yes" }, code: wire.CodeType},
 	})
 }
@@ -346,10 +367,16 @@ func TestDecodeCatalog(t *testing.T) {
 	}
 }
 
-// TestSaleOverflowBoundary: the largest amount is accepted where it fits exactly.
+// TestSaleOverflowBoundary: the largest int64 amount decodes where it fits exactly, and the
+// sale is refused for being above MaxAmount, not as an overflow; MaxAmount itself passes.
 func TestSaleOverflowBoundary(t *testing.T) {
-	p := fmt.Sprintf(`{"sale_id":"S","opened_at":"2024-05-01T00:00:00Z","lines":[{"line":1,"sku":"G","qty":1,"unit_price":%[1]q,"amount":%[1]q}],"total":%[1]q,"payments":[{"method":"cash","amount":%[1]q}],"change":"0.00"}`, maxFen)
-	if _, err := wire.DecodePayload(wire.NewEnvelope(wire.KindSale, testStore, testTerm, 1, testAt, []byte(p))); err != nil {
+	sale := func(amount string) error {
+		p := fmt.Sprintf(`{"sale_id":"S","opened_at":"2024-05-01T00:00:00Z","lines":[{"line":1,"sku":"G","qty":1,"unit_price":%[1]q,"amount":%[1]q}],"total":%[1]q,"payments":[{"method":"cash","amount":%[1]q}],"change":"0.00"}`, amount)
+		_, err := wire.DecodePayload(wire.NewEnvelope(wire.KindSale, testStore, testTerm, 1, testAt, []byte(p)))
+		return err
+	}
+	checkCode(t, sale(maxFen), wire.CodeTooLarge, "")
+	if err := sale(wire.MaxAmount.String()); err != nil {
 		t.Fatal(err)
 	}
 }
