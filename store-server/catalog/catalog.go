@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -26,19 +27,39 @@ type Publisher interface {
 	PublishRetained(topic string, payload []byte) error
 }
 
-// Catalog is the store's current catalog.
+// Catalog is the store's current catalog, and the SKUs of every earlier version.
 type Catalog struct {
 	path  string
 	store string
 
-	mu   sync.RWMutex
-	cur  wire.Catalog
-	skus map[string]bool
+	mu    sync.RWMutex
+	cur   wire.Catalog
+	skus  map[string]bool
+	known map[string]bool // the SKUs of every version installed here, kept in knownPath
 }
+
+// knownPath is where the SKUs of every version are kept: a terminal that sold a SKU
+// offline from its copy of a catalog may sync after the manager has imported one without
+// it, and that sale happened.
+func knownPath(path string) string { return path + ".skus" }
 
 // Open loads the catalog kept at path (an empty catalog of version 0 if there is none).
 func Open(path, store string) (*Catalog, error) {
-	c := &Catalog{path: path, store: store, cur: wire.Catalog{V: wire.Version, Store: store}, skus: map[string]bool{}}
+	c := &Catalog{path: path, store: store, cur: wire.Catalog{V: wire.Version, Store: store}, skus: map[string]bool{},
+		known: map[string]bool{}}
+	kb, err := os.ReadFile(knownPath(path))
+	switch {
+	case err == nil:
+		var known []string
+		if err := json.Unmarshal(kb, &known); err != nil {
+			return nil, fmt.Errorf("catalog %s: %w", knownPath(path), err)
+		}
+		for _, sku := range known {
+			c.known[sku] = true
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
@@ -61,6 +82,9 @@ func (c *Catalog) set(cat wire.Catalog) {
 	}
 	c.mu.Lock()
 	c.cur, c.skus = cat, skus
+	for sku := range skus {
+		c.known[sku] = true
+	}
 	c.mu.Unlock()
 }
 
@@ -78,6 +102,13 @@ func (c *Catalog) Has(sku string) bool {
 	return c.skus[sku]
 }
 
+// Known reports whether sku is in this catalog or was in an earlier version of it.
+func (c *Catalog) Known(sku string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.known[sku]
+}
+
 // Replace installs items as the next version, saves it, and publishes it.
 func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog, error) {
 	c.mu.RLock()
@@ -90,11 +121,26 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	if err != nil {
 		return next, err
 	}
-	tmp := c.path + ".tmp"
-	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+	// The SKUs known so far and the new ones first: a crash between the two files leaves
+	// the new SKUs known a version early, never an old one forgotten.
+	c.mu.RLock()
+	known := make([]string, 0, len(c.known)+len(items))
+	for sku := range c.known {
+		known = append(known, sku)
+	}
+	c.mu.RUnlock()
+	for _, it := range items {
+		known = append(known, it.SKU)
+	}
+	slices.Sort(known)
+	kb, err := json.Marshal(slices.Compact(known))
+	if err != nil {
+		return next, err
+	}
+	if err := writeFile(knownPath(c.path), kb); err != nil {
 		return next, fmt.Errorf("save catalog: %w", err)
 	}
-	if err := os.Rename(tmp, c.path); err != nil {
+	if err := writeFile(c.path, body); err != nil {
 		return next, fmt.Errorf("save catalog: %w", err)
 	}
 	c.set(next)
@@ -104,6 +150,15 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 		}
 	}
 	return next, nil
+}
+
+// writeFile replaces the file at path with body whole (a temporary file renamed over it).
+func writeFile(path string, body []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Publish publishes the current catalog (at start, so a restarted broker has it).

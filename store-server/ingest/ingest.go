@@ -38,9 +38,11 @@ type Publisher interface {
 	Publish(topic string, payload []byte) error
 }
 
-// Catalog tells which SKUs the store sells.
+// Catalog tells which SKUs the store sells (Has), and which it sold in this or an earlier
+// catalog (Known).
 type Catalog interface {
 	Has(sku string) bool
+	Known(sku string) bool
 }
 
 // Mode is the gate's mode, as the manager sees it.
@@ -517,7 +519,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		reject(x, payloadErr)
 		return nil
 	}
-	if sku, ok := in.unknownSKU(p); !ok {
+	if sku, ok := in.unknownSKU(p, !it.Env.Offline); !ok {
 		reject(x, perr.New(perr.Invalid, CodeUnknownSKU, "SKU %q is not in the store's catalog", sku))
 		return nil
 	}
@@ -555,11 +557,18 @@ func reject(x *item, err error) {
 	x.rec.Status, x.rec.Code, x.rec.Message = wire.AckRejected, e.Code, e.Message
 }
 
-func (in *Ingest) unknownSKU(p wire.Payload) (string, bool) {
+// unknownSKU returns a SKU of p the store does not sell, if any. A live event must name SKUs
+// of the current catalog; an offline one may name SKUs of an earlier one: a terminal sold
+// them offline from its copy of the catalog before it learnt of the new version, and the
+// sale happened (invariant 5). A SKU the store never had is refused either way.
+func (in *Ingest) unknownSKU(p wire.Payload, live bool) (string, bool) {
 	if in.cfg.Catalog == nil {
 		return "", true
 	}
-	check := func(sku string) bool { return in.cfg.Catalog.Has(sku) }
+	check := in.cfg.Catalog.Known
+	if live {
+		check = in.cfg.Catalog.Has
+	}
 	switch v := p.(type) {
 	case *wire.ScanPayload:
 		if !check(v.SKU) {

@@ -199,3 +199,52 @@ func runIngest(t *testing.T, in *Ingest) {
 		}
 	})
 }
+
+// retired is a catalog that sold SKU "A" in an earlier version only (known is nil) or never
+// had it (known is false).
+type retired struct{ known bool }
+
+func (retired) Has(sku string) bool     { return sku != "A" }
+func (r retired) Known(sku string) bool { return sku != "A" || r.known }
+
+// TestRetiredSKU: a sale of a SKU the manager has since dropped from the catalog, made
+// offline from the terminal's copy of the catalog, happened and is recorded (invariant 5);
+// a live one is refused unknown_sku, as is an offline one of a SKU the store never had.
+func TestRetiredSKU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		known   bool
+		offline bool
+		status  wire.AckStatus
+	}{
+		{"offline, an earlier catalog's", true, true, wire.AckAccepted},
+		{"live, an earlier catalog's", true, false, wire.AckRejected},
+		{"offline, never in a catalog", false, true, wire.AckRejected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, led, out := newIngest(t)
+			in.cfg.Catalog = retired{known: tc.known}
+			runIngest(t, in)
+			at := time.Now()
+			in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, tc.offline))
+			select {
+			case <-out.got:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no ack")
+			}
+			out.mu.Lock()
+			a := out.msgs[0].Acks[0]
+			out.mu.Unlock()
+			if a.Status != tc.status || (a.Status == wire.AckRejected && a.Code != CodeUnknownSKU) {
+				t.Fatalf("ack %s %s, want %s", a.Status, a.Code, tc.status)
+			}
+			tot, err := led.Totals(context.Background(), led.BusinessDate(at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 1}[tc.status == wire.AckAccepted]; tot["T1"].Sales != want {
+				t.Fatalf("the ledger holds %d sales of T1, want %d", tot["T1"].Sales, want)
+			}
+		})
+	}
+}
