@@ -308,22 +308,9 @@ func (s *Server) adjust(r *http.Request) (any, error) {
 	if req.Reason != "adjust" && req.Reason != "opening" {
 		return nil, perr.New(perr.Invalid, "reason_invalid", "reason is adjust or opening")
 	}
-	qty, applied, err := s.Ledger.Adjust(r.Context(), req.ID, req.SKU, req.Delta, req.Reason)
+	qty, applied, err := s.Ingest.AdjustStock(r.Context(), req.ID, req.SKU, req.Delta, req.Reason)
 	if err != nil {
 		return nil, err
-	}
-	if applied {
-		// Redis follows the ledger: directly when in use; otherwise the next rebuild (after
-		// the one that may be running, whose snapshot could predate this adjustment) does.
-		switch s.Ingest.Mode() {
-		case ingest.ModeRedis:
-			if _, _, err := s.Gate.Adjust(r.Context(), req.ID, req.SKU, req.Delta); err != nil {
-				s.Logger.Warn("redis stock adjust failed; rebuilding", "err", err)
-				s.Ingest.Rebuild()
-			}
-		case ingest.ModeRebuilding, ingest.ModeStarting:
-			s.Ingest.Rebuild()
-		}
 	}
 	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied}, nil
 }

@@ -114,6 +114,14 @@ type Ingest struct {
 
 	failures int
 
+	// proj orders the manager's stock adjustments with rebuilds of the projection: a
+	// rebuild holds it from its snapshot of the ledger until it has set the mode it leaves,
+	// an adjustment (AdjustStock) from its ledger write until Redis has it too or it is
+	// left to a rebuild to come. Without it an adjustment committed after a rebuild's
+	// snapshot, while the mode still said degraded, was missing from Redis until some later
+	// rebuild; one that read the mode just before a rebuild was applied twice.
+	proj sync.RWMutex
+
 	stopped  chan struct{} // closed by Stop: Handle no longer waits for room in the queue
 	stopOnce sync.Once
 }
@@ -335,25 +343,51 @@ func (in *Ingest) tryRebuild(ctx context.Context) {
 		if ctx.Err() == nil {
 			in.log.Warn("redis unavailable, selling on the ledger alone", "err", err)
 		}
-		in.setMode(ModeDegraded)
 		return
 	}
 	in.failures = 0
 	in.count(func(s *Stats) { s.Rebuilds++ })
-	in.setMode(ModeRedis)
 }
 
+// rebuild rebuilds the projection and sets the mode it leaves (redis, or degraded on
+// failure) before any stock adjustment can follow it.
 func (in *Ingest) rebuild(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := in.cfg.Gate.Ping(rctx); err != nil {
+	if err := in.cfg.Gate.Ping(rctx); err != nil { // unreachable: adjustments need not wait
+		in.setMode(ModeDegraded)
 		return err
 	}
+	in.proj.Lock()
+	defer in.proj.Unlock()
 	snap, err := in.cfg.Ledger.Snapshot(rctx)
+	if err == nil {
+		err = in.cfg.Gate.Rebuild(rctx, snap)
+	}
 	if err != nil {
+		in.setMode(ModeDegraded)
 		return err
 	}
-	return in.cfg.Gate.Rebuild(rctx, snap)
+	in.setMode(ModeRedis)
+	return nil
+}
+
+// AdjustStock books a stock adjustment of the manager's (ledger.Adjust: idempotent by id)
+// and has Redis follow it: at once when the gate is in Redis mode, otherwise through the
+// rebuild to come, whose snapshot is taken after this returns. It returns the ledger's new
+// quantity and whether this call booked the adjustment (false: the id was booked before).
+func (in *Ingest) AdjustStock(ctx context.Context, id, sku string, delta int64, reason string) (qty int64, applied bool, err error) {
+	in.proj.RLock()
+	defer in.proj.RUnlock()
+	qty, applied, err = in.cfg.Ledger.Adjust(ctx, id, sku, delta, reason)
+	if err != nil || !applied || in.Mode() != ModeRedis {
+		return qty, applied, err
+	}
+	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
+		in.log.Warn("redis stock adjust failed; rebuilding", "err", err)
+		in.Rebuild()
+	}
+	return qty, applied, nil
 }
 
 // item is one event on its way through a group.

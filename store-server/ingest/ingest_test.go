@@ -3,15 +3,18 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/lua"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/redis/go-redis/v9"
@@ -246,5 +249,98 @@ func TestRetiredSKU(t *testing.T) {
 				t.Fatalf("the ledger holds %d sales of T1, want %d", tot["T1"].Sales, want)
 			}
 		})
+	}
+}
+
+// slowRebuild is a Redis client whose Ping fails while down is set and whose rebuild
+// script call waits, the first time, until release is closed (a slow rebuild).
+type slowRebuild struct {
+	*redis.Client
+	down    atomic.Bool
+	inside  chan struct{}
+	release chan struct{}
+}
+
+var rebuildSHA = redis.NewScript(lua.Rebuild).Hash()
+
+func (c *slowRebuild) Ping(ctx context.Context) *redis.StatusCmd {
+	if c.down.Load() {
+		cmd := redis.NewStatusCmd(ctx)
+		cmd.SetErr(errors.New("dial tcp: connection refused"))
+		return cmd
+	}
+	return c.Client.Ping(ctx)
+}
+
+func (c *slowRebuild) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha == rebuildSHA {
+		select {
+		case c.inside <- struct{}{}:
+			<-c.release
+		default:
+		}
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestAdjustDuringRebuild: Redis comes back while the store sells on the ledger alone, and
+// a manager's stock adjustment arrives while the probe's rebuild runs (its snapshot taken,
+// the mode still degraded). The adjustment waits for the rebuild and then reaches Redis
+// too: once the store is quiet, Redis's stock is the ledger's.
+func TestAdjustDuringRebuild(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := &slowRebuild{Client: redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()}),
+		inside: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.down.Store(true)
+	loc, err := wire.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	ctx := context.Background()
+	if _, _, err := led.Adjust(ctx, "open-A", "A", 100, "opening"); err != nil {
+		t.Fatal(err)
+	}
+	g := gate.New(rdb, testStore, gate.Options{})
+	in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
+		ProbeEvery: 50 * time.Millisecond})
+	runIngest(t, in)
+	waitMode := func(m Mode) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("mode %s, want %s", in.Mode(), m)
+			}
+		}
+	}
+	waitMode(ModeDegraded)
+	rdb.down.Store(false) // Redis is back: the next probe rebuilds
+	<-rdb.inside          // the snapshot is taken; the rebuild script waits
+	adjusted := make(chan error, 1)
+	go func() {
+		_, _, err := in.AdjustStock(ctx, "damaged-1", "A", -30, "adjust")
+		adjusted <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the adjustment is under way, waiting or not
+	close(rdb.release)
+	if err := <-adjusted; err != nil {
+		t.Fatal(err)
+	}
+	waitMode(ModeRedis)
+	rs, err := g.Stock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := led.Stock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs["A"] != 70 || ls["A"] != 70 {
+		t.Fatalf("quiet store: stock of A %d in Redis, %d in the ledger; want 70 in both", rs["A"], ls["A"])
 	}
 }
