@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -342,5 +344,39 @@ func TestAdjustDuringRebuild(t *testing.T) {
 	}
 	if rs["A"] != 70 || ls["A"] != 70 {
 		t.Fatalf("quiet store: stock of A %d in Redis, %d in the ledger; want 70 in both", rs["A"], ls["A"])
+	}
+}
+
+// TestKilledBetweenGateAndLedgerOnADaysFirstSale: the store decided T1:1 in Redis and was
+// killed before its ledger commit, on the first sale of its business date. The rebuild at
+// the next start clears that date's counters (the ledger has none), so the redelivered sale
+// is counted once: Redis's counters equal the ledger's.
+func TestKilledBetweenGateAndLedgerOnADaysFirstSale(t *testing.T) {
+	in, led, out := newIngest(t)
+	ctx := context.Background()
+	at := time.Now()
+	date := led.BusinessDate(at)
+	op := gate.Op{Kind: gate.OpSale, Terminal: "T1", Seq: 1, Hash: "h1", BusinessDate: date,
+		Lines: []store.Line{{SKU: "A", Qty: 1}}, Total: 250, ByMethod: map[string]money.Fen{wire.MethodCash: 250}}
+	if _, err := in.cfg.Gate.Exec(ctx, []gate.Op{op}); err != nil { // the run that was killed
+		t.Fatal(err)
+	}
+	runIngest(t, in) // the next start: rebuild, then the terminal sends T1:1 again
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, true))
+	select {
+	case <-out.got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ack")
+	}
+	red, err := in.cfg.Gate.Counters(ctx, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := led.Totals(ctx, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !red["T1"].Equal(lc["T1"]) || lc["T1"].Sales != 1 {
+		t.Fatalf("Redis counters %+v, ledger %+v; want one sale in both", red["T1"], lc["T1"])
 	}
 }

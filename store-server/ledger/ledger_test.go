@@ -830,8 +830,16 @@ func TestSnapshot(t *testing.T) {
 	if want := map[string]int64{dayDate: 4, "2025-02-28": 1, oldDate: 9}; !reflect.DeepEqual(s.MaxFlow, want) {
 		t.Errorf("max flow %v, want %v", s.MaxFlow, want)
 	}
-	if _, ok := s.Counters[oldDate]; ok || len(s.Counters) != 2 {
-		t.Errorf("counters for dates %v, want %s and 2025-02-28 only", keys(s.Counters), dayDate)
+	// The window's dates, from SnapshotDays before today to tomorrow, each with the ledger's
+	// counters or none; nothing older.
+	if _, ok := s.Counters[oldDate]; ok || len(s.Counters) != SnapshotDays+2 {
+		t.Errorf("counters for dates %v, want the %d dates from 7 days before %s to the day after", keys(s.Counters),
+			SnapshotDays+2, dayDate)
+	}
+	for date, ts := range s.Counters {
+		if date != dayDate && date != "2025-02-28" && len(ts) != 0 {
+			t.Errorf("counters of %s %+v, want none", date, ts)
+		}
 	}
 	totals, err := l.Totals(ctx, dayDate)
 	if err != nil {

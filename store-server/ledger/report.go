@@ -107,7 +107,8 @@ func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[
 
 // Snapshot returns, from one consistent read, what rebuilding the Redis projection needs:
 // the stock of every SKU; counters per business date and terminal for the dates from
-// SnapshotDays before today (store time, by the Now clock) onwards; and the highest flow
+// SnapshotDays before today (store time, by the Now clock) onwards, every date up to
+// tomorrow included, with or without counters; and the highest flow
 // number of every business date in the ledger, however old, so that a late offline sale of
 // an old date can never be given a flow number again (invariant 8).
 func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
@@ -120,9 +121,19 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	if s.Stock, err = skuQuantities(ctx, tx, `SELECT sku, qty FROM stock`); err != nil {
 		return s, fmt.Errorf("snapshot: %w", err)
 	}
-	from := l.BusinessDate(l.now().In(l.loc).AddDate(0, 0, -SnapshotDays))
+	now := l.now().In(l.loc)
+	from := l.BusinessDate(now.AddDate(0, 0, -SnapshotDays))
 	if s.Counters, err = counters(ctx, tx, ">= ?", from); err != nil {
 		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	// Every date of the window is in the snapshot, those without a sale or refund in the
+	// ledger with no counters: Redis may hold counters of such a date that the ledger never
+	// took (the store killed between a gate call and its commit, on a day's first sale),
+	// and the rebuild must clear them, or the event's redelivery counts twice there.
+	for d := -SnapshotDays; d <= 1; d++ {
+		if date := l.BusinessDate(now.AddDate(0, 0, d)); s.Counters[date] == nil {
+			s.Counters[date] = map[string]store.Counters{}
+		}
 	}
 	s.MaxFlow = map[string]int64{}
 	err = each(ctx, tx, `SELECT business_date, max(flow_no) FROM events WHERE flow_no IS NOT NULL
