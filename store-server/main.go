@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -145,16 +146,19 @@ func (m *Main) Validate() error {
 
 // redisClient fails fast: a gate call that cannot reach Redis should open the breaker in
 // well under a second, not retry its way past the terminals' verdict deadline.
-func (m *Main) redisClient() redis.UniversalClient {
+// redisClient returns the client of the store's Redis; onConnect runs on each new
+// connection (gate.Gate.Connected).
+func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
 	const dial, rw = 500 * time.Millisecond, time.Second
 	if m.Sentinels != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
 			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
+			OnConnect: onConnect,
 		})
 	}
 	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
-		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1})
+		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1, OnConnect: onConnect})
 }
 
 // Run runs the store-server until ctx ends.
@@ -173,9 +177,18 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rdb := m.redisClient()
+	// A new connection to another Redis server than the projection's (a restart between two
+	// calls, which go-redis hides) makes the gate stale until a rebuild.
+	var gateOf atomic.Pointer[gate.Gate]
+	rdb := m.redisClient(func(ctx context.Context, cn *redis.Conn) error {
+		if g := gateOf.Load(); g != nil {
+			return g.Connected(ctx, cn)
+		}
+		return nil
+	})
 	defer rdb.Close()
 	g := gate.New(rdb, m.Store, gate.Options{})
+	gateOf.Store(g)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

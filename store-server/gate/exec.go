@@ -106,6 +106,9 @@ func (g *Gate) Exec(ctx context.Context, ops []Op) ([]Verdict, error) {
 			return nil, err
 		}
 	}
+	if g.stale.Load() {
+		return nil, g.staleErr()
+	}
 	verdicts := make([]Verdict, 0, len(ops))
 	for from := 0; from < len(ops); from += execChunk {
 		chunk := ops[from:min(len(ops), from+execChunk)]
@@ -126,7 +129,14 @@ func (g *Gate) Exec(ctx context.Context, ops []Op) ([]Verdict, error) {
 			verdicts = append(verdicts, v)
 		}
 	}
+	if g.stale.Load() { // the call reached another server than the projection's
+		return nil, g.staleErr()
+	}
 	return verdicts, nil
+}
+
+func (g *Gate) staleErr() error {
+	return perr.New(perr.Unavailable, CodeUnavailable, "gate %s: the Redis server changed; the projection is rebuilt first", g.store)
 }
 
 // Allow checks n (1 to MaxAllowN) events of an action (store.ActionScan, ActionPay or

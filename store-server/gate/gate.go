@@ -66,6 +66,7 @@ type Client interface {
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
 	Incr(ctx context.Context, key string) *redis.IntCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
 }
 
 var (
@@ -114,6 +115,45 @@ type Gate struct {
 	// whose effects the rebuild discarded (it never reached the ledger) is applied again
 	// instead of being answered as a duplicate of effects that no longer exist.
 	epoch atomic.Int64
+	// server is the run_id of the Redis server the projection was last rebuilt on; stale
+	// is set when a new connection finds another server behind the address (Connected).
+	server atomic.Pointer[string]
+	stale  atomic.Bool
+}
+
+// Connected is an OnConnect hook for the gate's client (redis.Options.OnConnect): a new
+// connection that reaches another Redis server than the one the projection was rebuilt
+// on (Redis restarted, empty or from an older dump, or another master) marks the
+// projection stale, and Exec answers Unavailable until a rebuild: the store sells on the
+// ledger alone meanwhile and rebuilds at its next probe. go-redis reconnects silently, so
+// without it a restart between two calls went unnoticed and the projection was trusted.
+func (g *Gate) Connected(ctx context.Context, cn *redis.Conn) error {
+	cur := g.server.Load()
+	if cur == nil {
+		return nil // not rebuilt yet
+	}
+	id, err := runID(cn.Info(ctx, "server"))
+	if err != nil {
+		return nil // the next command on it will tell what is wrong
+	}
+	if id != *cur {
+		g.stale.Store(true)
+	}
+	return nil
+}
+
+// runID returns the run_id an INFO server answer names.
+func runID(info *redis.StringCmd) (string, error) {
+	text, err := info.Result()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(text) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", errors.New("INFO server names no run_id")
 }
 
 // New returns the gate of store storeID on rdb. It panics if storeID is not a valid id

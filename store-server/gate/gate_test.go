@@ -1198,3 +1198,38 @@ func TestRebuildForgetsIdempotency(t *testing.T) {
 	}
 	wantStock(t, g, map[string]int64{"A": 7})
 }
+
+// TestRedisServerChanged: Redis restarts between two calls (empty here: no persistence; an
+// older dump would do the same). go-redis reconnects without an error; the new connection
+// finds another server (Connected), and the gate answers Unavailable instead of deciding
+// on a projection that is not the ledger's, until a rebuild.
+func TestRedisServerChanged(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	var g *Gate
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(),
+		OnConnect: func(ctx context.Context, cn *redis.Conn) error { return g.Connected(ctx, cn) }})
+	t.Cleanup(func() { _ = rdb.Close() })
+	g = newGate(rdb)
+	MustStock(t, g, map[string]int64{"A": 10})
+	if v := MustOne(t, g, sale("T1", 1, true, 100, store.Line{SKU: "A", Qty: 1})); v.Status != wire.AckAccepted {
+		t.Fatalf("before the restart: %+v", v)
+	}
+	p := s.Redis[0]
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := g.Exec(ctxT(t), []Op{sale("T1", 2, true, 100, store.Line{SKU: "A", Qty: 1})})
+	if perr.KindOf(err) != perr.Unavailable {
+		t.Fatalf("Exec after the restart: %v; want unavailable", err)
+	}
+	if _, err := g.Exec(ctxT(t), []Op{sale("T1", 2, true, 100, store.Line{SKU: "A", Qty: 1})}); perr.KindOf(err) != perr.Unavailable {
+		t.Fatalf("Exec again before a rebuild: %v; want unavailable", err)
+	}
+	MustStock(t, g, map[string]int64{"A": 9})
+	if v := MustOne(t, g, sale("T1", 2, true, 100, store.Line{SKU: "A", Qty: 1})); v.Status != wire.AckAccepted {
+		t.Fatalf("after the rebuild: %+v", v)
+	}
+}

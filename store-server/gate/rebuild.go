@@ -59,7 +59,10 @@ func (g *Gate) Rebuild(ctx context.Context, snap store.Snapshot) error {
 		}
 	}
 
-	var err error
+	before, err := runID(g.rdb.Info(ctx, "server"))
+	if err != nil {
+		return g.fail("rebuild", err)
+	}
 	for range rebuildAttempts {
 		var keys []string
 		var args []any
@@ -79,6 +82,17 @@ func (g *Gate) Rebuild(ctx context.Context, snap store.Snapshot) error {
 		return g.fail("rebuild", err)
 	}
 	g.epoch.Store(epoch)
+	// The projection is the server's that took it: the one before the script and after the
+	// epoch, or none (it changed meanwhile: the next rebuild does it again).
+	after, err := runID(g.rdb.Info(ctx, "server"))
+	if err != nil {
+		return g.fail("rebuild", err)
+	}
+	if after != before {
+		return g.staleErr()
+	}
+	g.server.Store(&after)
+	g.stale.Store(false)
 	return g.loadScripts(ctx)
 }
 

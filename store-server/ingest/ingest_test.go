@@ -172,8 +172,21 @@ func TestCommitFailureIsVisible(t *testing.T) {
 // publishes.
 func newIngest(t *testing.T) (*Ingest, *ledger.Ledger, *sent) {
 	t.Helper()
-	s := stack.Run(t, stack.Options{Redis: true})
-	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	return newIngestOn(t, stack.Run(t, stack.Options{Redis: true}))
+}
+
+// newIngestOn is newIngest on the Redis of s, its client wired to the gate as the
+// store-server wires it (gate.Gate.Connected on each new connection).
+func newIngestOn(t *testing.T, s *stack.Stack) (*Ingest, *ledger.Ledger, *sent) {
+	t.Helper()
+	var g atomic.Pointer[gate.Gate]
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(),
+		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			if g := g.Load(); g != nil {
+				return g.Connected(ctx, cn)
+			}
+			return nil
+		}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	loc, err := wire.LoadLocation("Asia/Shanghai")
 	if err != nil {
@@ -188,7 +201,8 @@ func newIngest(t *testing.T) (*Ingest, *ledger.Ledger, *sent) {
 		t.Fatal(err)
 	}
 	out := &sent{got: make(chan struct{}, 100)}
-	return New(Config{Store: testStore, Gate: gate.New(rdb, testStore, gate.Options{}), Ledger: led, Out: out}), led, out
+	g.Store(gate.New(rdb, testStore, gate.Options{}))
+	return New(Config{Store: testStore, Gate: g.Load(), Ledger: led, Out: out}), led, out
 }
 
 // runIngest runs in until the test ends, and fails the test if Run fails.
@@ -378,5 +392,56 @@ func TestKilledBetweenGateAndLedgerOnADaysFirstSale(t *testing.T) {
 	}
 	if !red["T1"].Equal(lc["T1"]) || lc["T1"].Sales != 1 {
 		t.Fatalf("Redis counters %+v, ledger %+v; want one sale in both", red["T1"], lc["T1"])
+	}
+}
+
+// TestRedisRestartWhileQuiet: Redis restarts, empty, while no event is in flight; nothing
+// fails, go-redis reconnects. The next live sale is not refused by the empty projection:
+// the gate finds another server behind the address, the store sells on the ledger alone
+// for that sale and rebuilds at its next probe.
+func TestRedisRestartWhileQuiet(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, out := newIngestOn(t, s)
+	in.cfg.ProbeEvery = 50 * time.Millisecond
+	runIngest(t, in)
+	waitMode := func(m Mode) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("mode %s, want %s", in.Mode(), m)
+			}
+		}
+	}
+	waitMode(ModeRedis)
+	p := s.Redis[0]
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, false)) // live
+	select {
+	case <-out.got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ack")
+	}
+	out.mu.Lock()
+	a := out.msgs[0].Acks[0]
+	out.mu.Unlock()
+	if a.Status != wire.AckAccepted {
+		t.Fatalf("live sale of 1 A with 1000 in the ledger: %s %s %s", a.Status, a.Code, a.Message)
+	}
+	waitMode(ModeRedis) // rebuilt
+	rs, err := in.cfg.Gate.Stock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs["A"] != 999 {
+		t.Fatalf("Redis stock of A %d after the rebuild, want 999", rs["A"])
+	}
+	if tot, _ := led.Totals(context.Background(), led.BusinessDate(at)); tot["T1"].Sales != 1 {
+		t.Fatalf("ledger sales of T1: %+v", tot["T1"])
 	}
 }
