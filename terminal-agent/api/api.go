@@ -202,8 +202,21 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, body []byte, m m
 			verdict = s.up.Await(ctx, seq)
 		}
 	}
+	// The step is committed (or refused and undone): its answer no longer depends on the
+	// client, which may have gone meanwhile.
+	ctx = context.WithoutCancel(ctx)
 	status, answer := s.answer(ctx, ref, seq, verdict, m.render)
-	if err := s.store.Answer(context.WithoutCancel(ctx), token, status, answer); err != nil {
+	switch {
+	case verdict.Refused && verdict.Ack.Status == wire.AckRateLimited:
+		// The store said "not now" and the step was undone: the same request, sent again
+		// with the same key after retry_after_ms, is a new attempt, not a replay.
+		err = s.store.Forget(ctx, token)
+	case status >= http.StatusInternalServerError:
+		// Not recorded: a retry with the same key answers again from the stored state.
+	default:
+		err = s.store.Answer(ctx, token, status, answer)
+	}
+	if err != nil {
 		s.log.Error("record answer", "err", err)
 	}
 	writeRaw(w, status, answer)

@@ -466,3 +466,42 @@ func TestMoneyNeverFloat(t *testing.T) {
 		t.Fatalf("sale: %+v", s.Sale)
 	}
 }
+
+// TestStoredCardCapCountsOpenSales: offline, the card money already taken on a sale still
+// open counts against the cap on card money held offline, so split payments each under the
+// per-payment cap cannot add up past it.
+func TestStoredCardCapCountsOpenSales(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000})
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":1}`, 200) // 3999.00
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"500.00","reference":"A"}`, 200)
+	r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"400.00","reference":"B"}`)
+	if r.Status != http.StatusConflict || r.code(t) != "offline_cap_total" {
+		t.Fatalf("a second card payment taking 900.00 offline past the 800.00 cap: %d %s", r.Status, r.Body)
+	}
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"300.00","reference":"C"}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"3199.00"}`, 200)
+	var st api.StatusAnswer
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.StoredCard != 80000 {
+		t.Fatalf("card money held offline %s, want 800.00", st.StoredCard)
+	}
+}
+
+// TestSaleAmountLimit: a line that would take a sale above wire.MaxAmount, and a payment
+// above it, are refused with amount_above_limit, so the agent never takes a sale the store
+// would refuse.
+func TestSaleAmountLimit(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	id := a.openSale()
+	r := a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":250063}`) // 1,000,001,937.00
+	if r.Status != http.StatusConflict || r.code(t) != wire.CodeTooLarge {
+		t.Fatalf("a line taking the sale past the limit: %d %s", r.Status, r.Body)
+	}
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":250062}`, 200) // 999,997,938.00
+	r = a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"1000000000.01"}`)
+	if r.Status != http.StatusBadRequest || r.code(t) != wire.CodeTooLarge {
+		t.Fatalf("a payment above the limit: %d %s", r.Status, r.Body)
+	}
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"999997938.00"}`, 200)
+}

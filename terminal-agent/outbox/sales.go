@@ -152,6 +152,23 @@ func lookupRequest(tx txStmts, token, fingerprint string) (*Prior, error) {
 	return &p, nil
 }
 
+// Forget drops the record of the request with client token token, so that the same
+// request with the same token runs again (a step the store refused for now and that was
+// undone).
+func (s *Store) Forget(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	err := s.unsynced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE token = ?`, token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("forget request: %w", err)
+	}
+	return nil
+}
+
 // Answer records the answer given for a client token, so that a retry gets it again.
 //
 // The record is committed without an fsync of its own (synchronous=NORMAL for this one
@@ -290,6 +307,14 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	total, _, _, _, err := t.saleTotals(saleID)
+	if err != nil {
+		return 0, err
+	}
+	if sum, err := money.Add(total, amount); err != nil || sum > wire.MaxAmount {
+		return 0, perr.New(perr.Refused, wire.CodeTooLarge, "with this line the sale would come to more than the %s one sale may",
+			wire.MaxAmount)
+	}
 	var line, lines int
 	if err := t.queryRow(`SELECT next_line, (SELECT count(*) FROM sale_lines WHERE sale_id = ? AND removed = 0)
 		FROM sales WHERE id = ?`, saleID, saleID).Scan(&line, &lines); err != nil {
@@ -376,6 +401,9 @@ func (t *Tx) Pay(saleID, method string, amount money.Fen, reference string) erro
 	if _, err := money.Add(paid, amount); err != nil {
 		return err
 	}
+	if amount > wire.MaxAmount {
+		return perr.New(perr.Invalid, wire.CodeTooLarge, "a payment may be at most %s", wire.MaxAmount)
+	}
 	if method != wire.MethodCash {
 		if err := t.checkOfflineCaps(amount); err != nil {
 			return err
@@ -412,8 +440,12 @@ func (t *Tx) checkOfflineCaps(amount money.Fen) error {
 			"this terminal has been offline longer than %s; card and QR payments need the network, take cash", caps.MaxOffline)
 	}
 	if caps.MaxStoredCard > 0 {
+		// Held offline: the card and QR money of the events waiting to sync, and that of the
+		// sales still open, which their sale events will hold once they complete.
 		var stored money.Fen
-		if err := t.queryRow(`SELECT coalesce(sum(stored_fen), 0) FROM events WHERE state = 'pending'`).Scan(&stored); err != nil {
+		if err := t.queryRow(`SELECT coalesce((SELECT sum(stored_fen) FROM events WHERE state = 'pending'), 0) +
+			coalesce((SELECT sum(p.amount) FROM payments p JOIN sales s ON s.id = p.sale_id
+				WHERE s.state = 'open' AND p.method != 'cash' AND p.voided = 0), 0)`).Scan(&stored); err != nil {
 			return err
 		}
 		if stored+amount > caps.MaxStoredCard {
@@ -464,6 +496,9 @@ func (t *Tx) complete(saleID string, total, paid money.Fen) error {
 	}
 	rows.Close()
 	if err := p.Validate(); err != nil {
+		if perr.CodeOf(err) == wire.CodeTooLarge {
+			return err
+		}
 		return perr.Wrap(err, perr.Refused, "change_not_cash", "change can only be given for cash: %s", perr.As(err).Message)
 	}
 	if t.mode.Live {

@@ -96,7 +96,7 @@ type Uplink struct {
 	inflight     map[int64]time.Time // published, not yet acked: when
 	lastRewind   int64               // the expect of the last out_of_order rewind
 	pausedUntil  time.Time           // after a rate_limited ack of the sync lane
-	waiters      map[int64]chan wire.Ack
+	waiters      map[int64]*waiter
 }
 
 // New returns an Uplink for the outbox; Run connects it.
@@ -104,7 +104,7 @@ func New(cfg Config, store *outbox.Store) *Uplink {
 	cfg.defaults()
 	return &Uplink{
 		cfg: cfg, store: store, log: cfg.Logger.With("component", "uplink"),
-		wakeCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]chan wire.Ack{},
+		wakeCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]*waiter{},
 	}
 }
 
@@ -153,34 +153,53 @@ type Verdict struct {
 	Refused bool
 }
 
+// waiter is what the requests waiting on one live event's verdict share: a retry of a
+// request (a double click) waits with the first one and gets the same answer.
+type waiter struct {
+	done chan struct{} // closed once the verdict is in, or the event was decided locally
+	ack  *wire.Ack     // the verdict; nil if decided locally
+}
+
+func (w *waiter) verdict() Verdict {
+	if w.ack == nil {
+		return Verdict{}
+	}
+	return verdictOf(*w.ack)
+}
+
 // Await waits up to the verdict deadline for the store's answer on live event seq. Past the
 // deadline the event is marked offline (decided locally) and a nil Ack is returned; from then
-// on the store can no longer refuse it.
+// on the store can no longer refuse it. Requests that wait on the same event at once get the
+// same answer.
 func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
-	ch := make(chan wire.Ack, 1)
 	u.mu.Lock()
 	if st, err := u.store.EventState(ctx, seq); err == nil && st.State != "pending" {
 		u.mu.Unlock()
 		return verdictFromState(st)
 	}
-	u.waiters[seq] = ch
+	w := u.waiters[seq]
+	if w == nil {
+		w = &waiter{done: make(chan struct{})}
+		u.waiters[seq] = w
+	}
 	u.mu.Unlock()
 	u.Notify()
 	timer := time.NewTimer(u.cfg.VerdictTimeout)
 	defer timer.Stop()
 	select {
-	case a := <-ch:
-		return verdictOf(a)
+	case <-w.done:
+		return w.verdict()
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	u.mu.Lock()
-	if _, waiting := u.waiters[seq]; waiting {
+	if u.waiters[seq] == w {
 		delete(u.waiters, seq)
 		_, err := u.store.Apply(context.WithoutCancel(ctx), []outbox.Transition{{Seq: seq, Action: outbox.Offline}})
 		if _, sent := u.inflight[seq]; sent {
 			u.rewindLocked(seq) // resend it offline now, ahead of everything after it
 		}
+		close(w.done) // decided locally, for every request waiting on it
 		u.mu.Unlock()
 		u.Notify()
 		if err != nil {
@@ -189,7 +208,8 @@ func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
 		return Verdict{}
 	}
 	u.mu.Unlock()
-	return verdictOf(<-ch) // the ack handler delivered it as the deadline passed
+	<-w.done // the verdict was delivered, or another request decided, as the deadline passed
+	return w.verdict()
 }
 
 func verdictOf(a wire.Ack) Verdict {
@@ -515,8 +535,9 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 		if !ok && t.Action == outbox.Ack {
 			a, ok = t.Ack, true // a request that started waiting while the acks were written
 		}
-		if ch := u.waiters[t.Seq]; ok && ch != nil {
-			ch <- a
+		if w := u.waiters[t.Seq]; ok && w != nil {
+			w.ack = &a
+			close(w.done)
 			delete(u.waiters, t.Seq)
 		}
 	}

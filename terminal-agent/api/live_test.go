@@ -1,0 +1,141 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/storesim"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/uplink"
+)
+
+// newLiveAgent starts the API over a real outbox whose uplink reaches a real mosquitto, on
+// which a simulated store answers every event after ackDelay (with decide's verdicts, if
+// given).
+func newLiveAgent(t *testing.T, ackDelay time.Duration, decide ...storesim.DecideFunc) *agent {
+	t.Helper()
+	s := stack.Run(t, stack.Options{MQTT: true})
+	r, err := storesim.Start(context.Background(), storesim.Options{BrokerURL: s.MQTTURL(), Store: "S1", AckDelay: ackDelay,
+		Decide: append(decide, nil)[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if err := r.PublishCatalog(wire.Catalog{V: 1, Store: "S1", Version: 1,
+		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1"}, store)
+	done := make(chan struct{})
+	go func() { defer close(done); up.Run(ctx) }()
+	srv := httptest.NewServer(api.New(store, up, nil))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if v, _ := store.CatalogVersion(ctx); v == 1 && up.Status().Online {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not get the catalog and come online")
+		}
+	}
+	return &agent{t: t, srv: srv, store: store, path: path}
+}
+
+// TestLiveDoubleClick: a cashier's second click (the same Idempotency-Key) while the first
+// waits for the store's live verdict: both are answered, the same way.
+func TestLiveDoubleClick(t *testing.T) {
+	a := newLiveAgent(t, 150*time.Millisecond)
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	got := make(chan int, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", a.srv.URL+"/v1/sales/"+id+"/payments", strings.NewReader(`{"method":"cash","amount":"20.00"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "click-1")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				got <- -1
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			got <- res.StatusCode
+		}()
+		time.Sleep(40 * time.Millisecond)
+	}
+	for i := range 2 {
+		select {
+		case s := <-got:
+			if s != http.StatusOK {
+				t.Errorf("click %d answered %d, want 200", i+1, s)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("click %d was never answered", i+1)
+		}
+	}
+}
+
+// TestRetryAfterClientGaveUp: the POS app gives up on a live payment while the agent waits
+// for the verdict; the payment is committed and the sale completes. A retry with the same
+// key gets the payment's answer, not an error recorded because the first client had gone.
+func TestRetryAfterClientGaveUp(t *testing.T) {
+	a := newLiveAgent(t, time.Second)
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	body := `{"method":"cash","amount":"20.00"}`
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/v1/sales/"+id+"/payments", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "pay-1")
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+		t.Fatal("the request was answered within 100 ms; the store's verdict takes a second")
+	}
+	cancel()
+	time.Sleep(300 * time.Millisecond) // the agent decides the payment locally
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
+	if s.Sale.State != "completed" {
+		t.Fatalf("sale %s after the retry, want completed", s.Sale.State)
+	}
+}
+
+// TestRetryAfterRateLimited: the store refuses a live payment for now (rate_limited) and the
+// agent undoes it and answers 429. The same request sent again with the same key after
+// retry_after_ms is a new attempt, not a replay of the 429.
+func TestRetryAfterRateLimited(t *testing.T) {
+	var limited atomic.Bool
+	a := newLiveAgent(t, 0, func(env wire.Envelope, live bool) *wire.Ack {
+		if live && env.Kind == wire.KindSale && limited.CompareAndSwap(false, true) {
+			return &wire.Ack{Status: wire.AckRateLimited, Code: "rate_limited", RetryAfterMs: 50}
+		}
+		return nil
+	})
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	body := `{"method":"cash","amount":"20.00"}`
+	a.must("POST", "/v1/sales/"+id+"/payments", body, http.StatusTooManyRequests, "Idempotency-Key", "pay-1")
+	time.Sleep(60 * time.Millisecond)
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
+	if s.Sale.State != "completed" || s.Event == nil || s.Event.Offline {
+		t.Fatalf("the retry: sale %s, event %+v; want completed with the store's verdict", s.Sale.State, s.Event)
+	}
+}
