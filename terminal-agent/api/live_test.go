@@ -19,14 +19,21 @@ import (
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
 
+// liveOpts shape newLiveAgent's agent and store.
+type liveOpts struct {
+	ackDelay   time.Duration       // the simulated store answers after it
+	decide     storesim.DecideFunc // its verdicts, if not the default ones
+	caps       outbox.Caps         // the agent's offline caps
+	ackTimeout time.Duration       // the uplink's AckTimeout (0: its default)
+}
+
 // newLiveAgent starts the API over a real outbox whose uplink reaches a real mosquitto, on
-// which a simulated store answers every event after ackDelay (with decide's verdicts, if
-// given).
-func newLiveAgent(t *testing.T, ackDelay time.Duration, decide ...storesim.DecideFunc) *agent {
+// which a simulated store answers every event.
+func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	t.Helper()
 	s := stack.Run(t, stack.Options{MQTT: true})
-	r, err := storesim.Start(context.Background(), storesim.Options{BrokerURL: s.MQTTURL(), Store: "S1", AckDelay: ackDelay,
-		Decide: append(decide, nil)[0]})
+	r, err := storesim.Start(context.Background(), storesim.Options{BrokerURL: s.MQTTURL(), Store: "S1",
+		AckDelay: o.ackDelay, Decide: o.decide})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +44,11 @@ func newLiveAgent(t *testing.T, ackDelay time.Duration, decide ...storesim.Decid
 	}
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1"})
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: o.caps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1"}, store)
+	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1", AckTimeout: o.ackTimeout}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	srv := httptest.NewServer(api.New(store, up, nil))
@@ -54,13 +61,13 @@ func newLiveAgent(t *testing.T, ackDelay time.Duration, decide ...storesim.Decid
 			t.Fatal("the agent did not get the catalog and come online")
 		}
 	}
-	return &agent{t: t, srv: srv, store: store, path: path}
+	return &agent{t: t, srv: srv, store: store, path: path}, r
 }
 
 // TestLiveDoubleClick: a cashier's second click (the same Idempotency-Key) while the first
 // waits for the store's live verdict: both are answered, the same way.
 func TestLiveDoubleClick(t *testing.T) {
-	a := newLiveAgent(t, 150*time.Millisecond)
+	a, _ := newLiveAgent(t, liveOpts{ackDelay: 150 * time.Millisecond})
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 	got := make(chan int, 2)
@@ -96,7 +103,7 @@ func TestLiveDoubleClick(t *testing.T) {
 // for the verdict; the payment is committed and the sale completes. A retry with the same
 // key gets the payment's answer, not an error recorded because the first client had gone.
 func TestRetryAfterClientGaveUp(t *testing.T) {
-	a := newLiveAgent(t, time.Second)
+	a, _ := newLiveAgent(t, liveOpts{ackDelay: time.Second})
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 	body := `{"method":"cash","amount":"20.00"}`
@@ -122,12 +129,12 @@ func TestRetryAfterClientGaveUp(t *testing.T) {
 // retry_after_ms is a new attempt, not a replay of the 429.
 func TestRetryAfterRateLimited(t *testing.T) {
 	var limited atomic.Bool
-	a := newLiveAgent(t, 0, func(env wire.Envelope, live bool) *wire.Ack {
+	a, _ := newLiveAgent(t, liveOpts{decide: func(env wire.Envelope, live bool) *wire.Ack {
 		if live && env.Kind == wire.KindSale && limited.CompareAndSwap(false, true) {
 			return &wire.Ack{Status: wire.AckRateLimited, Code: "rate_limited", RetryAfterMs: 50}
 		}
 		return nil
-	})
+	}})
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 	body := `{"method":"cash","amount":"20.00"}`
@@ -137,5 +144,39 @@ func TestRetryAfterRateLimited(t *testing.T) {
 	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
 	if s.Sale.State != "completed" || s.Event == nil || s.Event.Offline {
 		t.Fatalf("the retry: sale %s, event %+v; want completed with the store's verdict", s.Sale.State, s.Event)
+	}
+}
+
+// TestStoreSilent: the broker is up but the store does not answer (store-server down or
+// stuck). Past the ack timeout the agent counts the store as unreachable: it decides at once
+// without waiting for verdicts, and the offline caps apply (a card payment over the
+// per-payment cap is refused, refunds are refused with offline refunds off); card money of
+// a sale decided locally counts as held offline.
+func TestStoreSilent(t *testing.T) {
+	a, r := newLiveAgent(t, liveOpts{ackTimeout: 300 * time.Millisecond,
+		caps: outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 300000, MaxOffline: time.Hour}})
+	r.SetSilent(true)
+	id := a.openSale()                                                        // sent, never answered
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":400}`, 200) // 5000.00
+	var s api.SaleAnswer
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1500.00","reference":"C"}`, 200).json(t, &s)
+	time.Sleep(400 * time.Millisecond) // past the ack timeout
+	r2 := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"2100.00","reference":"C"}`)
+	if r2.Status != http.StatusConflict || r2.code(t) != "offline_cap_payment" {
+		t.Fatalf("a card payment over the offline cap with the store silent: %d %s", r2.Status, r2.Body)
+	}
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1000.00","reference":"D"}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"2500.00"}`, 200).json(t, &s)
+	if s.Sale.State != "completed" || s.Event == nil || !s.Event.Offline {
+		t.Fatalf("sale %s, event %+v: want completed, decided locally", s.Sale.State, s.Event)
+	}
+	rf := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","method":"cash"}`)
+	if rf.Status != http.StatusConflict || rf.code(t) != "refund_offline_disabled" {
+		t.Fatalf("a refund with the store silent and offline refunds off: %d %s", rf.Status, rf.Body)
+	}
+	var st api.StatusAnswer
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if st.StoredCard != 250000 {
+		t.Fatalf("card money held offline %s, want 2500.00", st.StoredCard)
 	}
 }

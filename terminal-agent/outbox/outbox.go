@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -348,7 +349,23 @@ func applyOne(tx txStmts, t Transition, nowMs int64) (bool, error) {
 			err = undo(tx, wire.Kind(kind), t.Seq)
 		}
 	case Offline:
-		err = tx.queryRow(`UPDATE events SET offline = 1 WHERE seq = ? AND state = 'pending' RETURNING kind`, t.Seq).Scan(&kind)
+		var payload []byte
+		err = tx.queryRow(`UPDATE events SET offline = 1 WHERE seq = ? AND state = 'pending' RETURNING kind, payload`,
+			t.Seq).Scan(&kind, &payload)
+		if err == nil && wire.Kind(kind) == wire.KindSale {
+			// A sale decided locally holds its card and QR money offline like one taken
+			// offline: it was queued as live, with none counted.
+			var p wire.SalePayload
+			if err = json.Unmarshal(payload, &p); err == nil {
+				var stored money.Fen
+				for _, pm := range p.Payments {
+					if pm.Method != wire.MethodCash {
+						stored += pm.Amount // bounded: the sale's payments were validated
+					}
+				}
+				_, err = tx.exec(`UPDATE events SET stored_fen = ? WHERE seq = ?`, int64(stored), t.Seq)
+			}
+		}
 	default:
 		return false, fmt.Errorf("unknown action %d", t.Action)
 	}

@@ -91,12 +91,16 @@ type Uplink struct {
 	connected    bool
 	offlineSince time.Time
 	lastAck      time.Time
-	cursor       int64               // highest seq published in this pass
-	gen          uint64              // bumped by every rewind, so a racing read is dropped
-	inflight     map[int64]time.Time // published, not yet acked: when
-	lastRewind   int64               // the expect of the last out_of_order rewind
-	pausedUntil  time.Time           // after a rate_limited ack of the sync lane
-	waiters      map[int64]*waiter
+	// unanswered is when the first message was sent that no ack has followed yet (zero:
+	// every message sent has been answered since). The broker may be up while the store is
+	// down or stuck: past AckTimeout of it the store counts as unreachable (Mode).
+	unanswered  time.Time
+	cursor      int64               // highest seq published in this pass
+	gen         uint64              // bumped by every rewind, so a racing read is dropped
+	inflight    map[int64]time.Time // published, not yet acked: when
+	lastRewind  int64               // the expect of the last out_of_order rewind
+	pausedUntil time.Time           // after a rate_limited ack of the sync lane
+	waiters     map[int64]*waiter
 }
 
 // New returns an Uplink for the outbox; Run connects it.
@@ -126,8 +130,17 @@ func (u *Uplink) Status() Status {
 // Mode tells the local API how the next event will be decided: live (wait for the store's
 // verdict) only when connected and little is queued ahead of it.
 func (u *Uplink) Mode(ctx context.Context) outbox.Mode {
+	now := u.cfg.Now()
 	u.mu.Lock()
-	m := outbox.Mode{Live: u.connected, Disconnected: !u.connected, OfflineSince: u.offlineSince}
+	var silentSince time.Time // the store has not answered for longer than AckTimeout
+	if !u.unanswered.IsZero() && now.Sub(u.unanswered) > u.cfg.AckTimeout {
+		silentSince = u.unanswered
+	}
+	m := outbox.Mode{Live: u.connected && silentSince.IsZero(), Disconnected: !u.connected || !silentSince.IsZero(),
+		OfflineSince: u.offlineSince}
+	if !silentSince.IsZero() && (m.OfflineSince.IsZero() || silentSince.Before(m.OfflineSince)) {
+		m.OfflineSince = silentSince
+	}
 	u.mu.Unlock()
 	if m.Live {
 		if b, err := u.store.Backlog(ctx); err != nil || b.Count > u.cfg.LiveQueueMax {
@@ -390,6 +403,9 @@ func (u *Uplink) pump(ctx context.Context) error {
 		for _, e := range evs {
 			u.inflight[e.Seq] = now
 		}
+		if u.unanswered.IsZero() {
+			u.unanswered = now
+		}
 		u.cursor = evs[len(evs)-1].Seq
 		u.mu.Unlock()
 		// QoS 1; the PUBACK is not awaited: only the store's ack counts.
@@ -529,7 +545,7 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 		}
 		return
 	}
-	u.lastAck = now
+	u.lastAck, u.unanswered = now, time.Time{}
 	for _, t := range ts {
 		a, ok := deliver[t.Seq]
 		if !ok && t.Action == outbox.Ack {
