@@ -246,14 +246,7 @@ func TestRetiredSKU(t *testing.T) {
 			runIngest(t, in)
 			at := time.Now()
 			in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, tc.offline))
-			select {
-			case <-out.got:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no ack")
-			}
-			out.mu.Lock()
-			a := out.msgs[0].Acks[0]
-			out.mu.Unlock()
+			a := firstAck(t, out)
 			if a.Status != tc.status || (a.Status == wire.AckRejected && a.Code != CodeUnknownSKU) {
 				t.Fatalf("ack %s %s, want %s", a.Status, a.Code, tc.status)
 			}
@@ -326,15 +319,7 @@ func TestAdjustDuringRebuild(t *testing.T) {
 	in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
 		ProbeEvery: 50 * time.Millisecond})
 	runIngest(t, in)
-	waitMode := func(m Mode) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("mode %s, want %s", in.Mode(), m)
-			}
-		}
-	}
-	waitMode(ModeDegraded)
+	waitMode(t, in, ModeDegraded)
 	rdb.down.Store(false) // Redis is back: the next probe rebuilds
 	<-rdb.inside          // the snapshot is taken; the rebuild script waits
 	adjusted := make(chan error, 1)
@@ -347,7 +332,7 @@ func TestAdjustDuringRebuild(t *testing.T) {
 	if err := <-adjusted; err != nil {
 		t.Fatal(err)
 	}
-	waitMode(ModeRedis)
+	waitMode(t, in, ModeRedis)
 	rs, err := g.Stock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -404,15 +389,7 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 	in, led, out := newIngestOn(t, s)
 	in.cfg.ProbeEvery = 50 * time.Millisecond
 	runIngest(t, in)
-	waitMode := func(m Mode) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("mode %s, want %s", in.Mode(), m)
-			}
-		}
-	}
-	waitMode(ModeRedis)
+	waitMode(t, in, ModeRedis)
 	p := s.Redis[0]
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
@@ -422,18 +399,11 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 	}
 	at := time.Now()
 	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, false)) // live
-	select {
-	case <-out.got:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no ack")
-	}
-	out.mu.Lock()
-	a := out.msgs[0].Acks[0]
-	out.mu.Unlock()
+	a := firstAck(t, out)
 	if a.Status != wire.AckAccepted {
 		t.Fatalf("live sale of 1 A with 1000 in the ledger: %s %s %s", a.Status, a.Code, a.Message)
 	}
-	waitMode(ModeRedis) // rebuilt
+	waitMode(t, in, ModeRedis) // rebuilt
 	rs, err := in.cfg.Gate.Stock(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -444,4 +414,27 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 	if tot, _ := led.Totals(context.Background(), led.BusinessDate(at)); tot["T1"].Sales != 1 {
 		t.Fatalf("ledger sales of T1: %+v", tot["T1"])
 	}
+}
+
+// waitMode waits until in is in mode m.
+func waitMode(t *testing.T, in *Ingest, m Mode) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mode %s, want %s", in.Mode(), m)
+		}
+	}
+}
+
+// firstAck waits for the first acks message and returns its first ack.
+func firstAck(t *testing.T, out *sent) wire.Ack {
+	t.Helper()
+	select {
+	case <-out.got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ack")
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.msgs[0].Acks[0]
 }
