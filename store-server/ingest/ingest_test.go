@@ -188,18 +188,7 @@ func newIngestOn(t *testing.T, s *stack.Stack) (*Ingest, *ledger.Ledger, *sent) 
 			return nil
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
-	loc, err := wire.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { led.Close() })
-	if _, _, err := led.Adjust(context.Background(), "open-A", "A", 1000, "opening"); err != nil {
-		t.Fatal(err)
-	}
+	led := newLedger(t, 1000)
 	out := &sent{got: make(chan struct{}, 100)}
 	g.Store(gate.New(rdb, testStore, gate.Options{}))
 	return New(Config{Store: testStore, Gate: g.Load(), Ledger: led, Out: out}), led, out
@@ -302,19 +291,8 @@ func TestAdjustDuringRebuild(t *testing.T) {
 		inside: make(chan struct{}), release: make(chan struct{})}
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.down.Store(true)
-	loc, err := wire.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { led.Close() })
+	led := newLedger(t, 100)
 	ctx := context.Background()
-	if _, _, err := led.Adjust(ctx, "open-A", "A", 100, "opening"); err != nil {
-		t.Fatal(err)
-	}
 	g := gate.New(rdb, testStore, gate.Options{})
 	in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
 		ProbeEvery: 50 * time.Millisecond})
@@ -437,4 +415,23 @@ func firstAck(t *testing.T, out *sent) wire.Ack {
 	out.mu.Lock()
 	defer out.mu.Unlock()
 	return out.msgs[0].Acks[0]
+}
+
+// newLedger opens a fresh ledger (closed when the test ends) holding opening units of SKU
+// "A".
+func newLedger(t *testing.T, opening int64) *ledger.Ledger {
+	t.Helper()
+	loc, err := wire.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), testStore, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	if _, _, err := led.Adjust(context.Background(), "open-A", "A", opening, "opening"); err != nil {
+		t.Fatal(err)
+	}
+	return led
 }
