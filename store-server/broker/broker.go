@@ -92,7 +92,14 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	log = log.With("component", "broker")
 	srv := mqtt.New(&mqtt.Options{Capabilities: caps, Logger: log, InlineClient: true})
-	if err := srv.AddHook(newAuthHook(cfg, log), nil); err != nil {
+	auth := newAuthHook(cfg, log)
+	auth.owner = func(id string) (string, bool) {
+		if cl, ok := srv.Clients.Get(id); ok {
+			return string(cl.Properties.Username), true
+		}
+		return "", false
+	}
+	if err := srv.AddHook(auth, nil); err != nil {
 		return nil, err
 	}
 	if cfg.OnUp != nil { // before Serve: no up message can come before it
@@ -151,6 +158,9 @@ type authHook struct {
 	accounts map[string]*account // by username
 	catalog  string
 	log      *slog.Logger
+	// owner returns the user name of the client (connected, or with a session kept) that
+	// has client id id.
+	owner func(id string) (user string, ok bool)
 }
 
 // account is a terminal's credentials and the topics it may use, worked out once: the ACL
@@ -171,6 +181,13 @@ func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 
 func (h *authHook) ID() string { return "posgate-auth" }
 
+func (h *authHook) ownerOf(id string) (string, bool) {
+	if h.owner == nil {
+		return "", false
+	}
+	return h.owner(id)
+}
+
 func (h *authHook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
 }
@@ -187,6 +204,22 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	}
 	if subtle.ConstantTimeCompare([]byte(a.Password), pk.Connect.Password) != 1 {
 		h.log.Warn("connection refused: wrong password", "client", pk.Connect.ClientIdentifier,
+			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
+		return false
+	}
+	// The broker publishes a last will without an ACL check: a terminal may leave one only
+	// on its own status topic (its agent's "offline"), or it could publish as another
+	// terminal, or replace the retained catalog, by dropping its connection.
+	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.status {
+		h.log.Warn("connection refused: last will not on the terminal's status topic", "client", pk.Connect.ClientIdentifier,
+			"user", a.Username, "terminal", a.Terminal, "will_topic", pk.Connect.WillTopic, "remote", cl.Net.Remote)
+		return false
+	}
+	// A client id belongs to the account that holds it: another account connecting with it
+	// would take over its session, and the messages queued for it, which the broker sends
+	// again without an ACL check.
+	if owner, ok := h.ownerOf(pk.Connect.ClientIdentifier); ok && owner != a.Username {
+		h.log.Warn("connection refused: client id held by another account", "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}

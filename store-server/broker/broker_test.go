@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -245,5 +246,90 @@ func TestStatusReachesOnStatus(t *testing.T) {
 	want := []string{"pos/S1/T1/status online", "pos/S1/T1/status offline"}
 	if got := status.get(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("OnStatus got %q, want %q", got, want)
+	}
+}
+
+// TestWillOnlyOnOwnStatus: the broker publishes a last will without an ACL check, so a
+// terminal that asks for one on another topic (another terminal's up topic, the retained
+// catalog) is refused at connect; its own status topic is allowed.
+func TestWillOnlyOnOwnStatus(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	b, ups := startBroker(t, users)
+	if err := b.PublishRetained(wire.CatalogTopic("S1"), []byte("catalog v1")); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(will string, retain bool) error {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("will-"+will).SetUsername("t1").
+			SetPassword("p1").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
+			SetWill(will, `{"terminal":"T2","forged":true}`, 1, retain))
+		tok := c.Connect()
+		if !tok.WaitTimeout(5 * time.Second) {
+			return errors.New("connect timed out")
+		}
+		if tok.Error() == nil {
+			c.Disconnect(0)
+		}
+		return tok.Error()
+	}
+	for _, will := range []string{wire.UpTopic("S1", "T2"), wire.CatalogTopic("S1"), wire.StatusTopic("S1", "T2")} {
+		if err := dial(will, will == wire.CatalogTopic("S1")); err == nil {
+			t.Errorf("t1 connected with a last will on %s", will)
+		}
+	}
+	if err := dial(wire.StatusTopic("S1", "T1"), true); err != nil {
+		t.Fatalf("t1 with its last will on its own status topic: %v", err)
+	}
+	if got := ups.get(); len(got) > 0 {
+		t.Fatalf("up messages %q", got)
+	}
+}
+
+// TestClientIDBelongsToItsAccount: one terminal's credentials cannot take over another's
+// session by connecting with its client id (and read the acks queued for it); the terminal
+// itself reconnects to it and gets them.
+func TestClientIDBelongsToItsAccount(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	b, _ := startBroker(t, users)
+	var mu sync.Mutex
+	var got []string
+	opts := func(user, pass string) *paho.ClientOptions {
+		return paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T2").SetUsername(user).SetPassword(pass).
+			SetCleanSession(false).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).
+			SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+				mu.Lock()
+				got = append(got, user+" "+m.Topic())
+				mu.Unlock()
+			})
+	}
+	t2 := paho.NewClient(opts("t2", "p2"))
+	if tok := t2.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	t2.Subscribe(wire.DownTopic("S1", "T2"), 1, nil).WaitTimeout(5 * time.Second)
+	t2.Disconnect(50) // away for a moment; its session is kept
+	time.Sleep(100 * time.Millisecond)
+	if err := b.Publish(wire.DownTopic("S1", "T2"), []byte("acks for T2")); err != nil {
+		t.Fatal(err)
+	}
+	evil := paho.NewClient(opts("t1", "p1"))
+	if tok := evil.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		evil.Disconnect(50)
+		t.Fatal("t1 connected with T2's client id")
+	}
+	back := paho.NewClient(opts("t2", "p2"))
+	if tok := back.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer back.Disconnect(50)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := fmt.Sprint(got)
+		mu.Unlock()
+		if n == "[t2 "+wire.DownTopic("S1", "T2")+"]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("messages %s; want T2's acks, delivered to t2 once", n)
+		}
 	}
 }
