@@ -32,10 +32,11 @@ type Catalog struct {
 	path  string
 	store string
 
-	mu    sync.RWMutex
-	cur   wire.Catalog
-	skus  map[string]bool
-	known map[string]bool // the SKUs of every version installed here, kept in knownPath
+	replacing sync.Mutex // one import at a time: each takes the next version whole
+	mu        sync.RWMutex
+	cur       wire.Catalog
+	skus      map[string]bool
+	known     map[string]bool // the SKUs of every version installed here, kept in knownPath
 }
 
 // knownPath is where the SKUs of every version are kept: a terminal that sold a SKU
@@ -109,8 +110,12 @@ func (c *Catalog) Known(sku string) bool {
 	return c.known[sku]
 }
 
-// Replace installs items as the next version, saves it, and publishes it.
+// Replace installs items as the next version, saves it, and publishes it. Imports run one
+// after the other: two at once would both take the same version with other items, and the
+// terminals keep whichever comes first.
 func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog, error) {
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
 	c.mu.RLock()
 	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
 	c.mu.RUnlock()
@@ -152,13 +157,29 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	return next, nil
 }
 
-// writeFile replaces the file at path with body whole (a temporary file renamed over it).
+// writeFile replaces the file at path with body whole: a temporary file of its own, synced,
+// renamed over it.
 func writeFile(path string, body []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if _, err = f.Write(body); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o600)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 // Publish publishes the current catalog (at start, so a restarted broker has it).

@@ -1,7 +1,9 @@
 package catalog
 
 import (
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
@@ -49,4 +51,46 @@ func TestKnownAcrossVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(reopened)
+}
+
+type noPub struct{}
+
+func (noPub) PublishRetained(string, []byte) error { return nil }
+
+// TestConcurrentImports: two imports at once (a retry after a timeout, two managers) take
+// two versions, one after the other, and the saved catalog opens again.
+func TestConcurrentImports(t *testing.T) {
+	big := make([]string, 2000)
+	for i := range big {
+		big[i] = fmt.Sprintf("SKU%05d", i)
+	}
+	for round := range 30 {
+		path := filepath.Join(t.TempDir(), "catalog.json")
+		c, err := Open(path, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		vers := make([]int64, 2)
+		for i, skus := range [][]string{big[:1000], big[1000:]} {
+			wg.Go(func() {
+				cat, err := c.Replace(items(skus...), noPub{})
+				if err != nil {
+					t.Error(err)
+				}
+				vers[i] = cat.Version
+			})
+		}
+		wg.Wait()
+		if vers[0] == vers[1] {
+			t.Fatalf("round %d: both imports became version %d", round, vers[0])
+		}
+		reopened, err := Open(path, "S1")
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if reopened.Current().Version != 2 || !reopened.Known(big[0]) || !reopened.Known(big[1999]) {
+			t.Fatalf("round %d: reopened at version %d", round, reopened.Current().Version)
+		}
+	}
 }
