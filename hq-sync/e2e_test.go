@@ -229,6 +229,28 @@ func TestChainReconciles(t *testing.T) {
 	}
 	_, table, _ := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date)
 	t.Logf("reconcile %s:\n%s", date, table)
+
+	// With serve's stores file: the store declared the day and it reconciles; a second store
+	// in the file that HQ has nothing of (its upload stuck) makes the date fail.
+	if code, out, errs := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date, "--stores", stores); code != 0 {
+		t.Errorf("reconcile with the stores file: exit %d\n%s%s", code, out, errs)
+	}
+	both := filepath.Join(dir, "stores2.json")
+	os.WriteFile(both, []byte(fmt.Sprintf(`[{"store":%q,"secret":%q},{"store":"S_QUIET","secret":%q}]`, e2eStore, e2eSecret,
+		e2eSecret)), 0o600)
+	code, out, errs := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date, "--stores", both, "--format", "json")
+	var rep reconcile.Report
+	if err := json.Unmarshal([]byte(out), &rep); code != 1 || err != nil || rep.Counts[reconcile.NoStoreDay] != 1 {
+		t.Errorf("a store HQ has nothing of: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	// A mistyped database path is a usage error, not an empty HQ that reconciles.
+	missing := filepath.Join(dir, "no-such-hq.db")
+	if code, _, errs := runCmd(ctx, "reconcile", "--db", missing, "--date", date); code != 2 {
+		t.Errorf("reconcile of a missing database: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("reconcile created the missing database")
+	}
 }
 
 // get returns the body of a GET that must answer 200.

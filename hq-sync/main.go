@@ -15,10 +15,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -261,8 +263,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {
 	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", stderr)
-	var db, date, store, format string
+	var db, date, store, format, stores string
 	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
+	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", "serve's stores file: each store in it HQ holds nothing of for the date is no_store_day (default: only stores with rows or a declaration)")
 	fs.StringVar(&date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
 	fs.StringVar(&store, "store", "", "one store (default: every store)")
 	fs.StringVar(&format, "format", "table", "table, json or csv")
@@ -278,12 +281,27 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if format != "table" && format != "json" && format != "csv" {
 		return false, usageError{fmt.Errorf("--format %q: want table, json or csv", format)}
 	}
+	var expect []string
+	if stores != "" {
+		secrets, err := loadSecrets(stores)
+		if err != nil {
+			return false, usageError{err}
+		}
+		expect = slices.Sorted(maps.Keys(secrets))
+	}
+	if !strings.Contains(db, "://") {
+		// Opening creates a missing SQLite file: a mistyped path would reconcile an empty
+		// HQ as OK.
+		if _, err := os.Stat(strings.TrimPrefix(db, "sqlite:")); err != nil {
+			return false, usageError{fmt.Errorf("--db %s: %w", db, err)}
+		}
+	}
 	st, err := openStorage(ctx, db)
 	if err != nil {
 		return false, err
 	}
 	defer st.Close()
-	rep, err := reconcile.Run(ctx, st, date, store)
+	rep, err := reconcile.Run(ctx, st, date, store, expect...)
 	if err != nil {
 		return false, err
 	}

@@ -41,6 +41,8 @@ const (
 const (
 	// NoStoreDay: HQ has rows of a store for the date but no declaration of the day: the
 	// store's upload has not ended the day (it is behind, or the day is not over there).
+	// With the stores HQ expects (Run's expect), also one of them HQ has nothing of: its
+	// upload is stuck or it did not trade (its declaration of an empty day says which).
 	NoStoreDay = "no_store_day"
 	// NoDayClose: a terminal has transactions on the date but HQ has no day close of it.
 	NoDayClose = "no_day_close"
@@ -314,8 +316,10 @@ func (rc *reconciler) store(name string) *storeState {
 
 // Run reconciles a business date of one store (or of every store when store is "") from
 // what st holds. It reads each row once and looks transactions up in maps: the work grows
-// linearly with the day.
-func Run(ctx context.Context, st hq.Storage, date, store string) (Report, error) {
+// linearly with the day. expect names the stores HQ expects a declaration of every day
+// from (its stores file): one HQ holds nothing of for the date is reported NoStoreDay
+// instead of left out, so that a store whose upload is stuck does not pass for reconciled.
+func Run(ctx context.Context, st hq.Storage, date, store string, expect ...string) (Report, error) {
 	// The two reads are independent: run them side by side.
 	var days []hq.StoredDay
 	var daysErr error
@@ -335,14 +339,19 @@ func Run(ctx context.Context, st hq.Storage, date, store string) (Report, error)
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
-	return reconcile(date, store, rows, days), nil
+	return reconcile(date, store, rows, days, expect...), nil
 }
 
-func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay) Report {
+func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, expect ...string) Report {
 	r := Report{Date: date, Store: store, Txns: []TxnDiff{}, Totals: []TotalsDiff{},
 		Missing: []MissingDeclaration{}, Counts: map[string]int{}}
 	rc := &reconciler{byName: map[[2]string]int32{}, last: -1, stores: map[string]*storeState{}, rows: rows,
 		split: make([]methods, len(rows)), matched: make([]bool, len(rows)), report: &r}
+	for _, name := range expect {
+		if store == "" || name == store {
+			rc.store(name) // a store HQ has nothing of is missing its declaration
+		}
+	}
 
 	// HQ's rows: find each row's terminal and size each terminal's index, then index the
 	// transactions, count them and find each terminal's latest day close.

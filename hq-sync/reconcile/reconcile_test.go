@@ -136,6 +136,31 @@ func TestCleanDayReconciles(t *testing.T) {
 	}
 }
 
+// TestExpectedStoreWithNothing: a store HQ expects (its stores file) but holds nothing of
+// for the date, its upload stuck all day, is reported no_store_day and the date does not
+// reconcile; without the list it goes unnoticed, as before.
+func TestExpectedStoreWithNothing(t *testing.T) {
+	st, _ := MustOpenHQ(t)
+	newStoreDay("S1", 2, 10).upload(t, st)
+	expect := []string{"S1", "S2"}
+	for _, store := range []string{"", "S2"} {
+		r, err := Run(context.Background(), st, date, store, expect...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OK() || len(r.Missing) != 1 || r.Missing[0] != (MissingDeclaration{Kind: NoStoreDay, Store: "S2"}) ||
+			r.Counts[NoStoreDay] != 1 {
+			t.Errorf("store %q: %s, missing %+v; want S2's day missing", store, r.Summary(), r.Missing)
+		}
+	}
+	if r, err := Run(context.Background(), st, date, "S1", expect...); err != nil || !r.OK() || r.Stores != 1 {
+		t.Errorf("S1 alone with the list: %s (%v)", r.Summary(), err)
+	}
+	if r := MustRun(t, st, ""); !r.OK() {
+		t.Errorf("without the list: %s", r.Summary())
+	}
+}
+
 // findTxn returns the transaction difference of a kind and key, or fails the test.
 func findTxn(tb testing.TB, r *Report, kind, store, terminal string, seq int64) TxnDiff {
 	tb.Helper()
