@@ -830,3 +830,56 @@ func TestDayInPartsWaitsForHQ(t *testing.T) {
 		t.Fatal("a new uploader on the state believes HQ still takes parts")
 	}
 }
+
+// TestStateRestoredFromBackup: the upload state comes back from last night's backup (the
+// disk replaced; the ledger intact). Its next batch ids were taken by HQ since, with other
+// content: HQ refuses the first (422 batch_id_reused), the uploader starts a new batch
+// series, and every row of the day reaches HQ once.
+func TestStateRestoredFromBackup(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	t.Cleanup(srv.Close)
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	cfg.BatchRows = 50
+	copyState := func(from, to string) {
+		t.Helper()
+		for _, suffix := range []string{"", "-wal"} {
+			b, err := os.ReadFile(from + suffix)
+			if errors.Is(err, fs.ErrNotExist) {
+				os.Remove(to + suffix)
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(to+suffix, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		os.Remove(to + "-shm")
+	}
+	s.Sales(50, day0)
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	u.Close()
+	backup := cfg.StatePath + ".bak"
+	copyState(cfg.StatePath, backup) // the nightly backup
+	s.Sales(120, day0.Add(time.Hour))
+	u = MustNew(t, cfg)
+	MustOnce(t, u)
+	u.Close()
+	copyState(backup, cfg.StatePath) // the disk is replaced; the state comes back from the backup
+	s.Sales(10, day0.Add(2*time.Hour))
+	u = MustNew(t, cfg)
+	MustOnce(t, u)
+	if got, err := u.Status(context.Background()); err != nil || got.Pending != "" || got.Backlog != 0 {
+		t.Fatalf("status %+v (%v): want everything sent", got, err)
+	}
+	rows, err := st.Rows(context.Background(), date0, testStore)
+	if err != nil || len(rows) != 180 {
+		t.Fatalf("HQ holds %d rows of %s (%v), want 180", len(rows), date0, err)
+	}
+}

@@ -939,6 +939,11 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
 			return u.dropPartsBatch(ctx, b)
 		}
+		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == "batch_id_reused" {
+			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
+				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
+			return u.newSeries(ctx, b)
+		}
 		if se != nil && se.refused {
 			// Never skip the batch: its rows would be missing at HQ and the day could not be
 			// declared. It stays pending and the rows after it wait for an operator.
@@ -988,6 +993,26 @@ const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON
 // used again (the batch counter has moved past it); its rows are after the watermark
 // still, and go again.
 func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
+	if err := u.dropBatch(ctx, b, setTakesParts, "0"); err != nil {
+		return err
+	}
+	u.hqTakesParts = false
+	return nil
+}
+
+// newSeries forgets pending batch b, whose id HQ holds with other content, and starts a
+// new batch series: a state restored from a backup (or copied from another store's) goes
+// on numbering batches HQ already took from the state it was copied from, and every one of
+// them would be refused, the rows behind it held back for ever. The batch's rows are after
+// the watermark still and go again under new ids; HQ keeps one of each row, and answers a
+// declaration older than the one it holds with the revision it holds.
+func (u *Uploader) newSeries(ctx context.Context, b *batch) error {
+	return u.dropBatch(ctx, b, `UPDATE kv SET v = CASE k WHEN 'batch_series' THEN ? ELSE '0' END
+		WHERE k IN ('batch_series', 'next_batch')`, strings.ToLower(crand.Text()[:8]))
+}
+
+// dropBatch deletes pending batch b and runs stmt with args in the same transaction.
+func (u *Uploader) dropBatch(ctx context.Context, b *batch, stmt string, args ...any) error {
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("drop batch %s: %w", b.id, err)
@@ -995,7 +1020,7 @@ func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
 	defer tx.Rollback()
 	_, err = tx.ExecContext(ctx, `DELETE FROM batches WHERE batch_id = ? AND state = 'pending'`, b.id)
 	if err == nil {
-		_, err = tx.ExecContext(ctx, setTakesParts, "0")
+		_, err = tx.ExecContext(ctx, stmt, args...)
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -1003,7 +1028,6 @@ func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
 	if err != nil {
 		return fmt.Errorf("drop batch %s: %w", b.id, err)
 	}
-	u.hqTakesParts = false
 	return nil
 }
 
