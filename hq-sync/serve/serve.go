@@ -53,6 +53,7 @@ const (
 	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch" // 400: Idempotency-Key is not the body's batch_id
 	CodeBodyTooLarge           = "body_too_large"           // 413: the body is over hq.MaxBatchBytes
 	CodeJSONInvalid            = "json_invalid"             // 400: not one strict JSON hq.Batch
+	CodeBodyIncomplete         = "body_incomplete"          // 408: the body did not arrive whole; send it again
 	CodeBatchInvalid           = hqstore.CodeBatchInvalid   // 400: a rule of the batch is broken; the detail names the row
 	CodeBatchIDReused          = hqstore.CodeBatchIDReused  // 422: the batch id was stored with other content
 	CodeRowConflict            = hqstore.CodeRowConflict    // 409: a row is stored with another hash
@@ -75,6 +76,7 @@ var statuses = map[string]int{
 	CodeIdempotencyKeyMismatch: http.StatusBadRequest,
 	CodeBodyTooLarge:           http.StatusRequestEntityTooLarge,
 	CodeJSONInvalid:            http.StatusBadRequest,
+	CodeBodyIncomplete:         http.StatusRequestTimeout,
 	CodeBatchInvalid:           http.StatusBadRequest,
 	CodeBatchIDReused:          http.StatusUnprocessableEntity,
 	CodeRowConflict:            http.StatusConflict,
@@ -93,6 +95,7 @@ var titles = map[string]string{
 	CodeIdempotencyKeyMismatch: "Idempotency-Key does not match the batch id",
 	CodeBodyTooLarge:           "Request body too large",
 	CodeJSONInvalid:            "Malformed batch JSON",
+	CodeBodyIncomplete:         "Request body incomplete",
 	CodeBatchInvalid:           "Invalid batch",
 	CodeBatchIDReused:          "Batch id reused with other content",
 	CodeRowConflict:            "Row conflicts with a stored row",
@@ -353,7 +356,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	case errors.As(err, &mbe):
 		return nil, tooLarge()
 	case err != nil:
-		return nil, perr.Wrap(err, perr.Invalid, CodeJSONInvalid, "reading the body failed")
+		// The connection was too slow (the server's read timeout) or broke: nothing is
+		// wrong with the batch, and the same batch sent again may arrive whole. 408 tells
+		// the uploader to retry, where a 400 would hold the batch as refused.
+		return nil, perr.Wrap(err, perr.Invalid, CodeBodyIncomplete, "the body did not arrive whole: %v", err)
 	}
 	return body, nil
 }

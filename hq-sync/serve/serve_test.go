@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -592,4 +593,34 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 		t.Fatal(err)
 	}
 	return metricstest.Value(fams, name, labels)
+}
+
+// slowBody gives the start of a batch, then fails as the server's read timeout makes a
+// slow uplink's body fail.
+type slowBody struct{ sent bool }
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, `{"v":1,`), nil
+	}
+	return 0, os.ErrDeadlineExceeded
+}
+
+// TestBodyIncomplete: a body HQ could not read whole is answered 408 body_incomplete,
+// which the uploader retries, not 400, which it would hold as a refused batch.
+func TestBodyIncomplete(t *testing.T) {
+	e := newEnv(t, serve.Options{})
+	req := httptest.NewRequest(http.MethodPost, serve.BatchesPath, &slowBody{})
+	req.Header.Set(hq.HeaderStore, "S1")
+	req.Header.Set(hq.HeaderTimestamp, strconv.FormatInt(e.now.Unix(), 10))
+	req.Header.Set(hq.HeaderSignature, "00")
+	req.Header.Set(hq.HeaderIdemKey, "b1")
+	rec := httptest.NewRecorder()
+	e.srv.Config.Handler.ServeHTTP(rec, req)
+	var p serve.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusRequestTimeout ||
+		p.Code != serve.CodeBodyIncomplete {
+		t.Fatalf("answer %d %s (%v), want 408 body_incomplete", rec.Code, rec.Body, err)
+	}
 }
