@@ -307,6 +307,12 @@ func TestBatches(t *testing.T) {
 				b.Rows[2].ByMethod = map[string]money.Fen{"cash": -500}
 			})
 		}, 400, serve.CodeBatchInvalid, "rows[2]"},
+		{"amount above the limit", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				b.Rows[2].Amount = wire.MaxAmount + 1
+				b.Rows[2].ByMethod = map[string]money.Fen{"cash": wire.MaxAmount + 1}
+			})
+		}, 400, serve.CodeBatchInvalid, "above"},
 		{"bad business date", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].BusinessDate = "2025-02-30" }) }, 400, serve.CodeBatchInvalid, "rows[0]"},
 		{"no hash", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].Hash = "" }) }, 400, serve.CodeBatchInvalid, "hash"},
 		{"duplicate row in batch", func() request {

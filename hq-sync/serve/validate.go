@@ -24,8 +24,8 @@ const MaxHashLen = 128
 //   - each row: a known kind, a valid terminal id, seq > 0, business_date YYYY-MM-DD, a
 //     time, a hash of 1 to MaxHashLen bytes, flow_no ≥ 0, and no other row of the batch
 //     with the same (terminal, seq);
-//   - a sale or refund: amount ≥ 0, by_method naming only cash, card and qr, each ≥ 0,
-//     adding up to amount exactly;
+//   - a sale or refund: 0 ≤ amount ≤ wire.MaxAmount, by_method naming only cash, card and
+//     qr, each ≥ 0, adding up to amount exactly;
 //   - a day close: amount 0, no by_method, a payload that strictly decodes as a
 //     wire.DayClosePayload, passes its Validate and names the row's business date;
 //   - each day: business_date YYYY-MM-DD, not declared twice in the batch, revision > 0,
@@ -106,6 +106,9 @@ func checkRow(r *hq.Row) error {
 func checkAmounts(amount money.Fen, by map[string]money.Fen) error {
 	if amount < 0 {
 		return fmt.Errorf("amount %s is negative", amount)
+	}
+	if amount > wire.MaxAmount { // what no store takes: HQ's and reconcile's sums stay in int64
+		return fmt.Errorf("amount %s is above the %s one event may carry", amount, wire.MaxAmount)
 	}
 	parts := make([]money.Fen, 0, len(by))
 	for m, a := range by {
