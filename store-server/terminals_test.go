@@ -123,12 +123,15 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 			{"posgate_store_terminal_online", []string{"terminal", "T1"}, 1},
 			{"posgate_store_status_messages_dropped_total", nil, 1},
 			{"posgate_store_terminal_backlog_events", []string{"terminal", "T1"}, 3},
-			{"posgate_store_terminal_backlog_oldest_seconds", []string{"terminal", "T1"}, 0.03},
 			{"posgate_store_ledger_commit_records", nil, float64(mode.Stats.Groups)},
 		} {
 			if got, ok := value(c.name, c.labels...); !ok || got != c.want {
 				t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 			}
+		}
+		// The oldest unsent event's age as of the heartbeat (0.03 s), and aging since.
+		if got, ok := value("posgate_store_terminal_backlog_oldest_seconds", "terminal", "T1"); !ok || got < 0.03 || got > 60 {
+			t.Errorf("terminal_backlog_oldest_seconds = %v (present %v), want 0.03 and the time since the heartbeat", got, ok)
 		}
 		// Every up message was answered and observed (the probe's, T1's two).
 		if got, ok := value("posgate_store_ack_seconds"); !ok || got != float64(mode.Stats.Messages) || got < 3 {

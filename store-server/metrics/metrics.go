@@ -120,7 +120,7 @@ var (
 	modeDesc    = desc("gate_mode", "1 for the gate's current mode (redis, degraded: ledger only, rebuilding, starting).", "mode")
 	onlineDesc  = desc("terminal_online", "1 if the terminal's last status message said online, 0 if offline (its will).", "terminal")
 	backlogDesc = desc("terminal_backlog_events", "Events the terminal held unsent at its last heartbeat.", "terminal")
-	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event at its last heartbeat.", "terminal")
+	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event: at its last heartbeat, plus the time since while it had a backlog.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
 	droppedDesc = desc("status_messages_dropped_total", "Status messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
@@ -245,7 +245,14 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 			float64(t.LastReceived.UnixMilli())/1000, t.Terminal)
 		if hb := t.Heartbeat; hb != nil {
 			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(hb.Backlog), t.Terminal)
-			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, float64(hb.OldestAgeMs)/1000, t.Terminal)
+			// The oldest unsent event keeps aging after the heartbeat that told its age: a till
+			// that went offline with a backlog sends no more heartbeats, and its figure must
+			// not stand still under the alert meant for it.
+			oldest := float64(hb.OldestAgeMs) / 1000
+			if hb.Backlog > 0 {
+				oldest += max(0, time.Since(hb.Received).Seconds())
+			}
+			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest, t.Terminal)
 		}
 	}
 }

@@ -2,15 +2,18 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
@@ -50,4 +53,41 @@ func TestScrapeOutlivesTheLedger(t *testing.T) {
 			t.Errorf("scrape with the ledger closed: %d, no %q", code, want)
 		}
 	}
+}
+
+// TestBacklogAges: a terminal's oldest unsent event keeps aging after the heartbeat that
+// told its age (a till gone offline with a backlog sends no more): an hour later the gauge
+// reads an hour more, so the alert on it fires.
+func TestBacklogAges(t *testing.T) {
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), "S1", loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	hourAgo := time.Now().Add(-time.Hour)
+	led.Now = func() time.Time { return hourAgo }
+	payload, _ := json.Marshal(wire.HeartbeatPayload{Backlog: 3, OldestAgeMs: 30_000, CatalogVersion: 1})
+	outs, err := led.Commit(context.Background(), []ledger.Record{{Terminal: "T1", Seq: 1, Kind: wire.KindHeartbeat,
+		Hash: "h1", At: hourAgo, Payload: payload, Status: wire.AckAccepted, Final: true}})
+	if err != nil || outs[0].Err != nil || outs[0].Status != wire.AckAccepted {
+		t.Fatalf("commit a heartbeat: %+v %v", outs, err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := metrics.New()
+	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, nil, log)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for line := range strings.Lines(rec.Body.String()) {
+		if v, ok := strings.CutPrefix(line, `posgate_store_terminal_backlog_oldest_seconds{terminal="T1"} `); ok {
+			if age, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil || age < 3630 || age > 3700 {
+				t.Fatalf("oldest unsent event %s s old, want about 3630 (30 s at the heartbeat, an hour since)", strings.TrimSpace(v))
+			}
+			return
+		}
+	}
+	t.Fatalf("no backlog age in\n%s", rec.Body.String())
 }
