@@ -23,14 +23,7 @@ import (
 // with ingest's counters and the gate mode (what an alert needs then), without the
 // per-terminal series.
 func TestScrapeOutlivesTheLedger(t *testing.T) {
-	loc, err := time.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), "S1", loc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	led := openLedger(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.New()
 	in := ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m})
@@ -59,15 +52,7 @@ func TestScrapeOutlivesTheLedger(t *testing.T) {
 // told its age (a till gone offline with a backlog sends no more): an hour later the gauge
 // reads an hour more, so the alert on it fires.
 func TestBacklogAges(t *testing.T) {
-	loc, err := time.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), "S1", loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { led.Close() })
+	led := openLedger(t)
 	hourAgo := time.Now().Add(-time.Hour)
 	led.Now = func() time.Time { return hourAgo }
 	payload, _ := json.Marshal(wire.HeartbeatPayload{Backlog: 3, OldestAgeMs: 30_000, CatalogVersion: 1})
@@ -90,4 +75,20 @@ func TestBacklogAges(t *testing.T) {
 		}
 	}
 	t.Fatalf("no backlog age in\n%s", rec.Body.String())
+}
+
+// openLedger opens a fresh ledger of store S1, closed when the test ends (again, if the test
+// closed it).
+func openLedger(t *testing.T) *ledger.Ledger {
+	t.Helper()
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), "S1", loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	return led
 }
