@@ -263,7 +263,8 @@ func (m *Main) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}()
-	go func() { errc <- in.Run(runCtx) }()
+	ingested := make(chan struct{})
+	go func() { defer close(ingested); errc <- in.Run(runCtx) }()
 	m.Ready <- Addrs{API: ln.Addr().String(), Broker: brokerURL}
 	log.Info("store-server running", "api", ln.Addr().String(), "broker", brokerURL)
 	select {
@@ -274,6 +275,10 @@ func (m *Main) Run(ctx context.Context) error {
 	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	srv.Shutdown(shut)
+	// Ingest commits and acks the group it holds before the broker and the ledger close
+	// (deferred above): stopping with a group half-way logged commit errors, and its acks
+	// were lost (the terminals sent the events again).
+	<-ingested
 	return err
 }
 
