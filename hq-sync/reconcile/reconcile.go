@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -315,31 +316,44 @@ func (rc *reconciler) store(name string) *storeState {
 }
 
 // Run reconciles a business date of one store (or of every store when store is "") from
-// what st holds. It reads each row once and looks transactions up in maps: the work grows
-// linearly with the day. expect names the stores HQ expects a declaration of every day
+// what st holds. It reads the rows once (and the declarations twice, around them) and looks
+// transactions up in maps: the work grows linearly with the day. expect names the stores HQ expects a declaration of every day
 // from (its stores file): one HQ holds nothing of for the date is reported NoStoreDay
 // instead of left out, so that a store whose upload is stuck does not pass for reconciled.
 func Run(ctx context.Context, st hq.Storage, date, store string, expect ...string) (Report, error) {
-	// The two reads are independent: run them side by side.
-	var days []hq.StoredDay
-	var daysErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		days, daysErr = st.Days(ctx, date, store)
-	}()
-	rows, err := st.Rows(ctx, date, store)
-	<-done
-	if err != nil {
-		return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
+	// Rows and days are two reads. A declaration stored between them (a late row and the
+	// revision that lists it, while stores upload) would be compared with the rows from
+	// before it, and the row reported missing at HQ. A declaration's rows are stored before
+	// it and declarations only ever rise, so days read before and after the rows, and
+	// alike, make a consistent pair; while they differ, the reads are taken again.
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		before, err := st.Days(ctx, date, store)
+		if err != nil {
+			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
+		}
+		rows, err := st.Rows(ctx, date, store)
+		if err != nil {
+			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
+		}
+		days, err := st.Days(ctx, date, store)
+		if err != nil {
+			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return Report{}, err
+		}
+		if sameDeclarations(before, days) || attempt == attempts {
+			return reconcile(date, store, rows, days, expect...), nil
+		}
 	}
-	if daysErr != nil {
-		return Report{}, fmt.Errorf("reconcile %s: %w", date, daysErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return Report{}, err
-	}
-	return reconcile(date, store, rows, days, expect...), nil
+}
+
+// sameDeclarations reports whether a and b hold the same revisions of the same days.
+func sameDeclarations(a, b []hq.StoredDay) bool {
+	return slices.EqualFunc(a, b, func(x, y hq.StoredDay) bool {
+		return x.Store == y.Store && x.Day.BusinessDate == y.Day.BusinessDate && x.Day.Revision == y.Day.Revision
+	})
 }
 
 func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, expect ...string) Report {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -482,5 +483,44 @@ func TestCountsAndMethods(t *testing.T) {
 	}
 	if c := findTotals(&r, "S1", "T1", wire.MethodCash); c == nil || c.HQ.SaleCount != c.Ledger.SaleCount-1 {
 		t.Errorf("cash totals %+v", c)
+	}
+}
+
+// uploading is HQ's storage while a store uploads: right after reconcile's first read of
+// the rows, a late row and the store's revision that lists it are stored.
+type uploading struct {
+	hq.Storage
+	once    sync.Once
+	between func()
+}
+
+func (u *uploading) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+	rows, err := u.Storage.Rows(ctx, date, store)
+	u.once.Do(u.between)
+	return rows, err
+}
+
+// TestReconcileWhileUploading: a late row and the revision listing it stored between
+// reconcile's reads of the rows and of the declarations are not reported missing at HQ:
+// the reads are taken again until they agree.
+func TestReconcileWhileUploading(t *testing.T) {
+	st, _ := MustOpenHQ(t)
+	sd := newStoreDay("S1", 1, 5)
+	late := storetest.Sale("S1", "T1", 100, date, t0.Add(3*time.Hour), 777, wire.MethodCash)
+	all := append(append([]hq.Row{}, sd.rows...), late)
+	closeRow := storetest.DayClose("S1", "T1", 200, date, t0.Add(12*time.Hour), all) // counts the late sale
+	put(t, st, "S1", "rows", received, append(append([]hq.Row{}, sd.rows...), closeRow))
+	put(t, st, "S1", "day", received.Add(time.Second), nil, sd.day)
+	rev2 := storetest.Day(date, 2, t0.Add(20*time.Hour), all)
+	u := &uploading{Storage: st, between: func() {
+		put(t, st, "S1", "late", received.Add(time.Hour), []hq.Row{late})
+		put(t, st, "S1", "day2", received.Add(time.Hour+time.Second), nil, rev2)
+	}}
+	r, err := Run(context.Background(), u, date, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.HQTxns != len(all) {
+		t.Fatalf("reconcile while the store uploads: %s %+v; want OK with the late sale", r.Summary(), r.Txns)
 	}
 }
