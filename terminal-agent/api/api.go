@@ -445,9 +445,18 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 			return date, err
 		},
 		render: func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
-			if totals.BusinessDate == "" { // answering after a restart: recompute
+			if totals.BusinessDate == "" {
+				// A retry of a close committed but not answered (the agent stopped, or the
+				// first click still waits): the totals queued for the store, not the day's
+				// as it stands now, which later sales may have changed.
 				var err error
-				if totals, err = s.store.DayTotals(ctx, ref); err != nil {
+				if ev != nil {
+					totals, err = s.store.DayClosed(ctx, ev.Seq)
+				}
+				if ev == nil || perr.KindOf(err) == perr.NotFound { // pruned since it synced
+					totals, err = s.store.DayTotals(ctx, ref)
+				}
+				if err != nil {
 					return 0, nil, err
 				}
 			}

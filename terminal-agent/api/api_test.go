@@ -505,3 +505,37 @@ func TestSaleAmountLimit(t *testing.T) {
 	}
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"999997938.00"}`, 200)
 }
+
+// TestDayCloseRetryShowsQueuedTotals: a day close committed but never answered (the agent
+// stopped, or the first click still waited) is answered on its retry with the totals queued
+// for the store, not the day's as it stands by then.
+func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	sell := func() {
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	}
+	sell()
+	var first api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &first)
+	if first.Totals.SaleCount != 1 {
+		t.Fatalf("day close totals %+v, want one sale", first.Totals)
+	}
+	db, err := sql.Open("sqlite3", "file:"+a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// As if the agent had stopped before answering: the request keeps its event's seq only.
+	if _, err := db.Exec(`UPDATE requests SET status = 0, body = ? WHERE token = 'close-1'`,
+		fmt.Sprint(first.Event.Seq)); err != nil {
+		t.Fatal(err)
+	}
+	sell() // the day goes on
+	var retry api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &retry)
+	if retry.Totals.SaleCount != 1 || retry.Event == nil || retry.Event.Seq != first.Event.Seq {
+		t.Fatalf("retry: totals %+v, event %+v; want the queued close (one sale, event %+v)", retry.Totals, retry.Event, first.Event)
+	}
+}

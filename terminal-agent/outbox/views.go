@@ -3,11 +3,13 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -46,6 +48,21 @@ type Sale struct {
 	Payments     []SalePayment `json:"payments"`
 	Seq          int64         `json:"seq,omitempty"`
 	FlowNo       int64         `json:"flow_no,omitempty"`
+}
+
+// DayClosed returns the totals day close event seq carries, as queued for the store
+// (perr.NotFound if the event is pruned or is not a day close).
+func (s *Store) DayClosed(ctx context.Context, seq int64) (wire.DayClosePayload, error) {
+	var p wire.DayClosePayload
+	var body []byte
+	err := s.readRow(ctx, `SELECT payload FROM events WHERE seq = ? AND kind = ?`, seq, string(wire.KindDayClose)).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, perr.New(perr.NotFound, "event_not_found", "no day close event %d", seq)
+	}
+	if err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(body, &p)
 }
 
 // Sale returns a sale by id.
