@@ -46,26 +46,47 @@ func runCmd(ctx context.Context, args ...string) (int, string, string) {
 }
 
 // startServe runs "hq-sync serve" on db until the test ends and returns its batch URL and
-// its metrics URL.
+// its metrics URL. A port found free can be taken by another test's process before serve
+// binds it: serve is started again on other ports then.
 func startServe(t *testing.T, db, stores string) (batches, metrics string) {
 	t.Helper()
-	addr, maddr := freePort(t), freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--metrics-listen", maddr, "--db", db, "--stores", stores,
-			"--log-level", "warn"); code != 0 {
-			t.Errorf("serve exited %d: %s", code, errs)
+	for attempt := 1; ; attempt++ {
+		addr, maddr := freePort(t), freePort(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		exited := make(chan string, 1)
+		go func() {
+			code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--metrics-listen", maddr, "--db", db,
+				"--stores", stores, "--log-level", "warn")
+			if code != 0 {
+				exited <- fmt.Sprintf("serve exited %d: %s", code, errs)
+			}
+			close(exited)
+		}()
+		wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		listening := make(chan error, 1)
+		go func() { listening <- harness.WaitListening(wctx, addr) }()
+		var msg string
+		select {
+		case err := <-listening:
+			if err == nil {
+				wcancel()
+				t.Cleanup(func() {
+					cancel()
+					if msg, failed := <-exited; failed {
+						t.Error(msg)
+					}
+				})
+				return "http://" + addr + "/v1/batches", "http://" + maddr + "/metrics"
+			}
+			msg = err.Error()
+		case msg = <-exited: // serve gave up before it listened
 		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer wcancel()
-	if err := harness.WaitListening(wctx, addr); err != nil {
-		t.Fatal(err)
+		wcancel()
+		cancel()
+		if !strings.Contains(msg, "address already in use") || attempt == 3 {
+			t.Fatalf("serve on %s: %s", addr, msg)
+		}
 	}
-	return "http://" + addr + "/v1/batches", "http://" + maddr + "/metrics"
 }
 
 // TestChainReconciles runs agents → store-server → hq-sync upload → hq-sync serve →
