@@ -307,21 +307,20 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	total, _, _, _, err := t.saleTotals(saleID)
+	total, _, _, lines, err := t.saleTotals(saleID)
 	if err != nil {
 		return 0, err
+	}
+	if lines >= wire.MaxLines {
+		return 0, perr.New(perr.Refused, "too_many_lines", "a sale holds at most %d lines", wire.MaxLines)
 	}
 	if sum, err := money.Add(total, amount); err != nil || sum > wire.MaxAmount {
 		return 0, perr.New(perr.Refused, wire.CodeTooLarge, "with this line the sale would come to more than the %s one sale may",
 			wire.MaxAmount)
 	}
-	var line, lines int
-	if err := t.queryRow(`SELECT next_line, (SELECT count(*) FROM sale_lines WHERE sale_id = ? AND removed = 0)
-		FROM sales WHERE id = ?`, saleID, saleID).Scan(&line, &lines); err != nil {
+	var line int
+	if err := t.queryRow(`SELECT next_line FROM sales WHERE id = ?`, saleID).Scan(&line); err != nil {
 		return 0, err
-	}
-	if lines >= wire.MaxLines {
-		return 0, perr.New(perr.Refused, "too_many_lines", "a sale holds at most %d lines", wire.MaxLines)
 	}
 	seq, err := t.enqueue(wire.KindScan, wire.ScanPayload{SaleID: saleID, Line: line, SKU: it.SKU, Qty: qty, UnitPrice: it.Price}, 0)
 	if err != nil {
