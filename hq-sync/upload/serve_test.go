@@ -616,22 +616,14 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.h.ServeHTTP(w, r)
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	// As that release's strict decoding answers the first field it does not know.
+	if refusePart(w, r, &o.refused, serve.CodeJSONInvalid, `unknown field "part"`) {
 		return
 	}
-	if bytes.Contains(body, []byte(`"parts":`)) {
-		o.refused.Add(1)
-		// As that release's strict decoding answers the first field it does not know.
-		problem(w, serve.CodeJSONInvalid, `unknown field "part"`)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	rec := httptest.NewRecorder()
 	o.h.ServeHTTP(rec, r)
 	var rc map[string]any
-	body = rec.Body.Bytes()
+	body := rec.Body.Bytes()
 	if rec.Code == http.StatusOK && json.Unmarshal(body, &rc) == nil {
 		delete(rc, "takes_day_parts")
 		body, _ = json.Marshal(rc)
@@ -658,18 +650,28 @@ type refusingParts struct {
 }
 
 func (o *refusingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if o.on.Load() && refusePart(w, r, &o.refused, serve.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`) {
+		return
+	}
+	o.h.ServeHTTP(w, r)
+}
+
+// refusePart answers a batch that carries a part of a day's declaration with a 400 problem
+// of code and detail, counting it in refused, and reports whether it did; any other batch
+// is left in r to be served.
+func refusePart(w http.ResponseWriter, r *http.Request, refused *atomic.Int64, code, detail string) bool {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return true
 	}
-	if o.on.Load() && bytes.Contains(body, []byte(`"parts":`)) {
-		o.refused.Add(1)
-		problem(w, serve.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`)
-		return
+	if bytes.Contains(body, []byte(`"parts":`)) {
+		refused.Add(1)
+		problem(w, code, detail)
+		return true
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	o.h.ServeHTTP(w, r)
+	return false
 }
 
 // TestPartRefusedForItsContent: a batch with a part that an HQ taking parts refuses for
