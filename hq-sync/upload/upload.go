@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
@@ -939,7 +940,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
 			return u.dropPartsBatch(ctx, b)
 		}
-		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == "batch_id_reused" {
+		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == serve.CodeBatchIDReused {
 			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
 				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
 			return u.newSeries(ctx, b)
@@ -974,7 +975,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 // is unknown to it: a problem document with code json_invalid naming one of them, as the
 // serve of a release before parts answers.
 func partsUnknown(se *sendError) bool {
-	if se.status != http.StatusBadRequest || se.code != "json_invalid" {
+	if se.status != http.StatusBadRequest || se.code != serve.CodeJSONInvalid {
 		return false
 	}
 	for _, f := range []string{"part", "parts", "split"} {
