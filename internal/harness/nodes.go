@@ -34,12 +34,10 @@ type StoreServer struct {
 	Broker string // MQTT URL terminals connect to
 }
 
-// StartStore starts a store-server and waits until its API and broker listen.
+// StartStore starts a store-server and waits until its API and broker listen. A port that
+// another process took between FreeAddr and the server's bind makes it start again on
+// other ports (up to five times); restarts keep the ports.
 func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, error) {
-	api, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
 	if o.Token == "" {
 		o.Token = "manager-token"
 	}
@@ -49,13 +47,30 @@ func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, 
 	if o.LogLevel == "" {
 		o.LogLevel = "warn"
 	}
-	broker := o.MQTTURL
-	if broker == "" {
-		if o.MQTTListen == "" {
-			if o.MQTTListen, err = FreeAddr(); err != nil {
+	pickListen := o.MQTTURL == "" && o.MQTTListen == ""
+	for attempt := 1; ; attempt++ {
+		api, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		if pickListen {
+			if o.MQTTListen, err = freeAddr(); err != nil {
 				return nil, err
 			}
 		}
+		s := newStore(bin, o, api)
+		if err = s.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
+			return s, err
+		}
+	}
+}
+
+// freeAddr is FreeAddr; tests replace it to hand out a taken port.
+var freeAddr = FreeAddr
+
+func newStore(bin string, o StoreOptions, api string) *StoreServer {
+	broker := o.MQTTURL
+	if broker == "" {
 		broker = "tcp://" + o.MQTTListen
 	}
 	args := []string{"--store", o.Store, "--data-dir", o.DataDir, "--tz", o.TZ, "--api-listen", api,
@@ -73,9 +88,8 @@ func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, 
 	if o.Catalog != "" {
 		args = append(args, "--catalog", o.Catalog)
 	}
-	s := &StoreServer{Proc: &Proc{Name: "store-server " + o.Store, Bin: bin, Args: args,
+	return &StoreServer{Proc: &Proc{Name: "store-server " + o.Store, Bin: bin, Args: args,
 		Log: filepath.Join(o.DataDir, "store-server.log")}, Opts: o, API: api, Broker: broker}
-	return s, s.Restart(ctx)
 }
 
 // Restart starts the (stopped or killed) store-server again and waits until it listens.
@@ -85,10 +99,11 @@ func (s *StoreServer) Restart(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := WaitListening(ctx, s.API); err != nil {
-		return fmt.Errorf("%s (log %s): %w", s.Name, s.Log, err)
+	addrs := []string{s.API}
+	if s.Opts.MQTTURL == "" {
+		addrs = append(addrs, s.Opts.MQTTListen)
 	}
-	return nil
+	return s.waitUp(ctx, addrs...)
 }
 
 // Call calls the manager API; out, if not nil, receives the JSON answer.
@@ -132,20 +147,25 @@ type Agent struct {
 	API  string
 }
 
-// StartAgent starts a terminal-agent and waits until its API listens.
+// StartAgent starts a terminal-agent and waits until its API listens; like StartStore, it
+// starts again on another port if its port was taken before it bound it.
 func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error) {
-	api, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
 	if o.TZ == "" {
 		o.TZ = "Asia/Shanghai"
 	}
-	args := append([]string{"--store", o.Store, "--terminal", o.Terminal, "--broker", o.Broker, "--data-dir", o.DataDir,
-		"--listen", api, "--tz", o.TZ, "--ack-timeout", "1s", "--heartbeat", "0", "--log-level", "warn"}, o.Extra...)
-	a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
-		Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
-	return a, a.Restart(ctx)
+	for attempt := 1; ; attempt++ {
+		api, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{"--store", o.Store, "--terminal", o.Terminal, "--broker", o.Broker, "--data-dir", o.DataDir,
+			"--listen", api, "--tz", o.TZ, "--ack-timeout", "1s", "--heartbeat", "0", "--log-level", "warn"}, o.Extra...)
+		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
+			Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
+		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
+			return a, err
+		}
+	}
 }
 
 // Restart starts the agent again and waits until it listens.
@@ -155,8 +175,5 @@ func (a *Agent) Restart(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := WaitListening(ctx, a.API); err != nil {
-		return fmt.Errorf("%s (log %s): %w", a.Name, a.Log, err)
-	}
-	return nil
+	return a.waitUp(ctx, a.API)
 }

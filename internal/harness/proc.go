@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/posgate/posgate/internal/freeport"
 )
 
 // Binaries are the paths of the posgate binaries.
@@ -122,7 +125,10 @@ func (p *Proc) signal(sig syscall.Signal) error {
 }
 
 // WaitListening waits until addr accepts TCP connections.
-func WaitListening(ctx context.Context, addr string) error {
+func WaitListening(ctx context.Context, addr string) error { return waitListening(ctx, addr, nil) }
+
+// waitListening is WaitListening that gives up when exited is closed.
+func waitListening(ctx context.Context, addr string, exited <-chan struct{}) error {
 	for {
 		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
@@ -132,17 +138,45 @@ func WaitListening(ctx context.Context, addr string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s never listened: %w", addr, err)
+		case <-exited:
+			return errExited
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
 }
 
-// FreeAddr returns a free loopback TCP address.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// errExited is a process that ended while it was awaited.
+var errExited = errors.New("exited")
+
+// waitUp waits until the process listens on every one of addrs. If it exits first, the error
+// ends with the end of its log; a port that something else took before the process bound
+// it reads "address already in use" there (portTaken).
+func (p *Proc) waitUp(ctx context.Context, addrs ...string) error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	for _, a := range addrs {
+		err := waitListening(ctx, a, done)
+		if errors.Is(err, errExited) {
+			p.mu.Lock()
+			p.cmd = nil // it has ended: Start may run it again
+			p.mu.Unlock()
+			log, _ := os.ReadFile(p.Log)
+			return fmt.Errorf("%s exited while starting: %w; its log ends:\n%s", p.Name, errExited, log[max(0, len(log)-2000):])
+		}
+		if err != nil {
+			return fmt.Errorf("%s (log %s): %w", p.Name, p.Log, err)
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return nil
 }
+
+// portTaken says a first start failed because another process took one of its ports
+// between FreeAddr and the bind; it is then worth starting again on other ports.
+func portTaken(err error) bool {
+	return errors.Is(err, errExited) && strings.Contains(err.Error(), "address already in use")
+}
+
+// FreeAddr returns a loopback TCP address that is free now (freeport.Addr: below the
+// kernel's ephemeral range, so that no test's outgoing connection takes it meanwhile).
+func FreeAddr() (string, error) { return freeport.Addr() }

@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/posgate/posgate/internal/freeport"
 )
 
 // DefaultMasterName is the sentinel master name used when Options.MasterName is empty.
@@ -405,16 +407,9 @@ func (s *Stack) freePort() (int, error) {
 	}
 }
 
-// pickPort asks the kernel for a free loopback port. Tests replace it to hand out a taken
+// pickPort picks a free loopback port (freeport.Port). Tests replace it to hand out a taken
 // port.
-var pickPort = func() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+var pickPort = freeport.Port
 
 // waitReplicas waits until every replica reports master_link_status:up.
 func (s *Stack) waitReplicas(ctx context.Context) error {
