@@ -82,6 +82,11 @@ type Outcome struct {
 // declared totals and an hq_outbox row; an accepted scan or heartbeat only its events row; a
 // final rejection or conflict also parks the event. Business dates come from Record.At.
 //
+// Once the group's rows are written, each refund it accepted is held to the sale it names
+// and that sale's earlier refunds; one the ledger's records do not cover gets a refund
+// exception row (Ledger.RefundExceptions). Its outcome stays accepted: the gate has applied
+// it already, and an offline refund has paid the money out.
+//
 // The group is first decided in memory against what the ledger holds (read with a few
 // multi-key queries) and written table by table with multi-row statements: a dozen
 // statements per 64 records instead of about 16 per sale. If SQLite refuses any of those writes (a
@@ -139,7 +144,8 @@ func (l *Ledger) transact(ctx context.Context, fn func(w *writer) error) (fnErr,
 	return nil, nil
 }
 
-// commitEach stores the records one by one, each inside its own savepoint.
+// commitEach stores the records one by one, each inside its own savepoint, then flags the
+// refunds the ledger does not cover (checkRefunds).
 func (l *Ledger) commitEach(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
 	for i := range recs {
 		r := recs[i] // a copy: checkRecord may fill in its payload
@@ -149,7 +155,7 @@ func (l *Ledger) commitEach(ctx context.Context, w *writer, recs []Record, out [
 		}
 		out[i] = o
 	}
-	return nil
+	return w.checkRefunds(ctx, recs, out)
 }
 
 // commitOne stores one record inside a savepoint. A *perr.Error from apply rolls the record
@@ -747,7 +753,8 @@ type single struct {
 	args  []any
 }
 
-// commitStaged decides recs in memory, writes them, and fills in out. An error means nothing
+// commitStaged decides recs in memory, writes them, flags the refunds the ledger does not
+// cover (checkRefunds, as commitEach does), and fills in out. An error means nothing
 // it wrote may be kept (the caller rolls back) and the group must be stored record by record.
 func (l *Ledger) commitStaged(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
 	s := &stage{l: l, w: w, nowMs: nowMs, keys: map[eventKey]*known{}, stock: map[string]int64{},
@@ -782,6 +789,10 @@ func (l *Ledger) commitStaged(ctx context.Context, w *writer, recs []Record, out
 		}
 	}
 	if err := s.flush(ctx); err != nil {
+		stagedFallbacks.Add(1)
+		return err
+	}
+	if err := w.checkRefunds(ctx, recs, out); err != nil {
 		stagedFallbacks.Add(1)
 		return err
 	}

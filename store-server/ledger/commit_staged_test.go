@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"pgregory.net/rapid"
@@ -98,11 +100,13 @@ func sameOutcome(a, b Outcome) bool {
 // day closes, scans, heartbeats, refusals final and not, replays, conflicts, replacements
 // of live refusals, flow clashes, degrade-mode flow numbers, unreadable payloads, invalid
 // records, the same key twice in a group) to two ledgers, staged and record by record, and
-// wants the same outcomes and the same rows.
+// wants the same outcomes and the same rows. Refunds name earlier sales, or none, so that
+// refunds covered by their sale and both kinds of refund exception all occur.
 func TestStagedCommitIsCommitEach(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	runs := 0
+	refunds := map[string]int{} // refund exception code ("" covered) → refunds seen
 	fallbacks := stagedFallbacks.Load()
 	rapid.Check(t, func(rt *rapid.T) {
 		runs++
@@ -157,9 +161,28 @@ func TestStagedCommitIsCommitEach(t *testing.T) {
 			}
 			rt.FailNow()
 		}
+		rows, err := staged.db.R.Query(`SELECT coalesce(x.code, '') FROM refunds r
+			LEFT JOIN refund_exceptions x ON x.terminal = r.terminal AND x.seq = r.seq`)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var code string
+			if err := rows.Scan(&code); err != nil {
+				rt.Fatal(err)
+			}
+			refunds[code]++
+		}
 	})
 	if n := stagedFallbacks.Load() - fallbacks; n != 0 {
 		t.Errorf("%d staged commits fell back to record by record; the generator makes no record SQLite refuses", n)
+	}
+	t.Logf("accepted refunds by exception: %v", refunds)
+	for _, code := range []string{"", CodeRefundSaleUnknown, CodeRefundExceedsSale} {
+		if refunds[code] == 0 {
+			t.Errorf("no accepted refund with exception %q was generated: %v", code, refunds)
+		}
 	}
 }
 
@@ -207,8 +230,7 @@ func drawRecord(rt *rapid.T, skus, terminals []string, next map[string]int64, se
 			r.Sale = nil // the ledger decodes the payload
 		}
 	case 4:
-		r = withFlow(accepted(term, seq, at, refundPayload(fmt.Sprintf("r%d", seq), "s1", 1,
-			rapid.Bool().Draw(rt, "restock"), wire.MethodCard, items)), flow())
+		r = withFlow(accepted(term, seq, at, drawRefund(rt, term, seq, items, sent)), flow())
 	case 5:
 		r = accepted(term, seq, at, &wire.DayClosePayload{BusinessDate: dayDate, SaleCount: seq,
 			SaleAmount: 100, Methods: []wire.MethodTotal{}})
@@ -250,6 +272,52 @@ func drawRecord(rt *rapid.T, skus, terminals []string, next map[string]int64, se
 		r = refused(r, wire.AckRejected, false, "out_of_stock")
 	}
 	return r
+}
+
+// drawRefund draws a refund by terminal term: mostly of one of the sales it sent before
+// (some of the sale's lines, at times more than was sold or at a higher price, on a line
+// the sale does not have or with another SKU, or under another sale id: refund exceptions),
+// else of a sale it never made.
+func drawRefund(rt *rapid.T, term string, seq int64, items []item, sent []Record) *wire.RefundPayload {
+	restock := rapid.Bool().Draw(rt, "restock")
+	var sales []Record
+	for _, r := range sent {
+		if r.Terminal == term && r.Kind == wire.KindSale && r.Seq > 0 {
+			sales = append(sales, r)
+		}
+	}
+	var sale wire.SalePayload
+	if len(sales) == 0 || rapid.IntRange(0, 4).Draw(rt, "refund of no sale") == 0 {
+		return refundPayload(fmt.Sprintf("r%d", seq), "s1", 1, restock, wire.MethodCard, items)
+	}
+	sr := rapid.SampledFrom(sales).Draw(rt, "refunded sale")
+	if json.Unmarshal(sr.Payload, &sale) != nil || len(sale.Lines) == 0 {
+		return refundPayload(fmt.Sprintf("r%d", seq), "s1", sr.Seq, restock, wire.MethodCard, items)
+	}
+	p := &wire.RefundPayload{RefundID: fmt.Sprintf("r%d", seq), SaleID: sale.SaleID, SaleSeq: sr.Seq,
+		Method: wire.MethodCard, Reference: "refund-ref", Restock: restock}
+	if rapid.IntRange(0, 7).Draw(rt, "other sale id") == 0 {
+		p.SaleID = "s-other"
+	}
+	for range rapid.IntRange(1, len(sale.Lines)).Draw(rt, "refund lines") {
+		ln := rapid.SampledFrom(sale.Lines).Draw(rt, "refunded line")
+		rl := wire.RefundLine{Line: ln.Line, SKU: ln.SKU, Qty: rapid.Int64Range(1, ln.Qty).Draw(rt, "refunded qty")}
+		price := ln.UnitPrice
+		switch rapid.IntRange(0, 15).Draw(rt, "line twist") {
+		case 0:
+			rl.Line += len(sale.Lines) // no such line
+		case 1:
+			rl.SKU += "-other"
+		case 2:
+			rl.Qty = ln.Qty + 1
+		case 3:
+			price += 50
+		}
+		rl.Amount = price * money.Fen(rl.Qty)
+		p.Lines = append(p.Lines, rl)
+		p.Amount += rl.Amount
+	}
+	return p
 }
 
 // TestStagedCommitFallsBack makes a write of the staged commit fail (a payments row the

@@ -1,7 +1,7 @@
 // Package ledger is the store's SQLite ledger, the final judge of what the store sold: every
 // event the store decided, unique per (terminal, seq); accepted sales, refunds and day closes;
-// stock and the moves that prove it; store flow numbers; oversell exceptions; parked events;
-// and the queue of rows owed to headquarters.
+// stock and the moves that prove it; store flow numbers; oversell and refund exceptions;
+// parked events; and the queue of rows owed to headquarters.
 //
 // The ledger is written by one goroutine (the ingest's committer) through the single writer
 // connection, many events per transaction (Commit). Reads go through the read-only pool.

@@ -245,6 +245,61 @@ func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64
 	return o, n == 1, nil
 }
 
+// RefundException is an accepted refund the ledger's records do not cover: Code is
+// CodeRefundSaleUnknown or CodeRefundExceedsSale, Detail says what was found (the first
+// problem of the refund).
+type RefundException struct {
+	Terminal     string    `json:"terminal"`
+	Seq          int64     `json:"seq"` // the refund's event
+	Code         string    `json:"code"`
+	Detail       string    `json:"detail"`
+	At           time.Time `json:"at"`
+	BusinessDate string    `json:"business_date"`
+	// Resolved says a manager explained the refund: when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
+}
+
+const selRefundExceptions = `SELECT terminal, seq, code, detail, at, business_date, resolved, resolved_at, resolution
+	FROM refund_exceptions`
+
+func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (RefundException, error) {
+	var x RefundException
+	var at, resolvedAt string
+	err := sc.Scan(&x.Terminal, &x.Seq, &x.Code, &x.Detail, &at, &x.BusinessDate, &x.Resolved, &resolvedAt, &x.Resolution)
+	x.At, x.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
+	return x, err
+}
+
+// RefundExceptions returns the refund exceptions of a business date ("" for every date),
+// by date, terminal and seq: the open ones, or with resolved also those a manager resolved.
+func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved bool) ([]RefundException, error) {
+	query := selRefundExceptions + ` WHERE 1`
+	var args []any
+	if !resolved {
+		query += ` AND resolved = 0`
+	}
+	if date != "" {
+		query += ` AND business_date = ?`
+		args = append(args, date)
+	}
+	query += ` ORDER BY business_date, terminal, seq`
+	out := []RefundException{}
+	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
+		x, err := l.scanRefundException(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refund exceptions: %w", err)
+	}
+	return out, nil
+}
+
 // Parked is an event the store refused for good (a final rejection or conflict).
 type Parked struct {
 	Terminal string    `json:"terminal"`

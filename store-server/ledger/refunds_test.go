@@ -1,0 +1,232 @@
+package ledger
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// refundSale is the sale the refund tests return goods of: T1:1, two A at 100 and one B at
+// 50, 250 in all, paid by card.
+func refundSale() Record {
+	return withFlow(accepted("T1", 1, day, salePayload("s1", []item{{"A", 2, 100}, {"B", 1, 50}})), 1)
+}
+
+// refundOf returns a refund of T1:1 ("s1") as the event (terminal, seq), flow number flow,
+// its lines on the sale's lines lines.
+func refundOf(terminal string, seq, flow int64, items []item, lines ...int) Record {
+	p := onLines(refundPayload("r"+wire.Key(terminal, seq), "s1", 1, false, wire.MethodCard, items), lines...)
+	return withFlow(accepted(terminal, seq, day.Add(time.Duration(seq)*time.Minute), p), flow)
+}
+
+// TestRefundExceptions commits refunds against the sale they name, group by group, both ways
+// of committing (staged and record by record), and wants every refund accepted, the refund
+// exceptions listed (code by refund) and the same rows from both ways.
+func TestRefundExceptions(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		groups [][]Record
+		want   map[string]string // refund key → exception code
+	}{
+		{
+			name: "refunded in full",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 2, 100}, {"B", 1, 50}}, 1, 2),
+			}},
+		},
+		{
+			name: "two partial refunds within the sale",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1),
+			}, {
+				refundOf("T1", 3, 3, []item{{"B", 1, 50}, {"A", 1, 100}}, 2, 1),
+			}},
+		},
+		{
+			name: "the second refund returns more of a line than was sold",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1),
+			}, {
+				refundOf("T1", 3, 3, []item{{"A", 2, 100}}, 1),
+			}},
+			want: map[string]string{"T1:3": CodeRefundExceedsSale},
+		},
+		{
+			name:   "one refund pays back more than the sale took",
+			groups: [][]Record{{refundSale()}, {refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1)}},
+			want:   map[string]string{"T1:2": CodeRefundExceedsSale},
+		},
+		{
+			name: "refunds pay back more than the sale took in all",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 2, 100}}, 1),
+				refundOf("T1", 3, 3, []item{{"B", 1, 60}}, 2),
+			}},
+			want: map[string]string{"T1:3": CodeRefundExceedsSale},
+		},
+		{
+			name:   "a line the sale does not have",
+			groups: [][]Record{{refundSale()}, {refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 3)}},
+			want:   map[string]string{"T1:2": CodeRefundExceedsSale},
+		},
+		{
+			name:   "another SKU than the sale's line",
+			groups: [][]Record{{refundSale()}, {refundOf("T1", 2, 2, []item{{"B", 1, 50}}, 1)}},
+			want:   map[string]string{"T1:2": CodeRefundExceedsSale},
+		},
+		{
+			name: "unknown sale seq",
+			groups: [][]Record{{refundSale()}, {withFlow(accepted("T1", 2, day,
+				refundPayload("r2", "s1", 9, false, wire.MethodCard, []item{{"A", 1, 100}})), 2)}},
+			want: map[string]string{"T1:2": CodeRefundSaleUnknown},
+		},
+		{
+			name: "another sale id at the sale's seq",
+			groups: [][]Record{{refundSale()}, {withFlow(accepted("T1", 2, day,
+				refundPayload("r2", "s-other", 1, false, wire.MethodCard, []item{{"A", 1, 100}})), 2)}},
+			want: map[string]string{"T1:2": CodeRefundSaleUnknown},
+		},
+		{
+			name:   "the sale's seq on another terminal",
+			groups: [][]Record{{refundSale()}, {refundOf("T2", 1, 2, []item{{"A", 1, 100}}, 1)}},
+			want:   map[string]string{"T2:1": CodeRefundSaleUnknown},
+		},
+		{
+			name: "the event at the sale's seq is a refused sale",
+			groups: [][]Record{{refused(refundSale(), wire.AckRejected, true, "payload_invalid")}, {
+				refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1),
+			}},
+			want: map[string]string{"T1:2": CodeRefundSaleUnknown},
+		},
+		{
+			name: "a refund naming another sale id does not count against the sale",
+			groups: [][]Record{{refundSale()}, {
+				withFlow(accepted("T1", 2, day, refundPayload("r2", "s-other", 1, false, wire.MethodCard,
+					[]item{{"A", 2, 100}})), 2),
+				refundOf("T1", 3, 3, []item{{"A", 2, 100}}, 1),
+			}},
+			want: map[string]string{"T1:2": CodeRefundSaleUnknown},
+		},
+		{
+			name: "the sale and its refunds in one group",
+			groups: [][]Record{{
+				refundSale(),
+				refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1),
+				refundOf("T1", 3, 3, []item{{"A", 1, 100}, {"B", 1, 50}}, 1, 2),
+				refundOf("T1", 4, 4, []item{{"B", 1, 50}}, 2),
+			}},
+			want: map[string]string{"T1:4": CodeRefundExceedsSale},
+		},
+		{
+			name: "a refund replayed is checked once",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 3, 100}}, 1),
+			}, {
+				refundOf("T1", 2, 2, []item{{"A", 3, 100}}, 1),
+				refundOf("T1", 2, 2, []item{{"A", 3, 100}}, 1),
+			}},
+			want: map[string]string{"T1:2": CodeRefundExceedsSale},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rows [2]map[string][]string
+			for i, staged := range []bool{true, false} {
+				l := MustOpen(t, day)
+				withStaged(staged, func() {
+					for _, g := range tt.groups {
+						for j, o := range MustCommit(t, l, g...) {
+							if o.Err != nil || (g[j].Status == wire.AckAccepted && o.Status != wire.AckAccepted) {
+								t.Fatalf("staged %v: %s: %+v", staged, wire.Key(g[j].Terminal, g[j].Seq), o)
+							}
+						}
+					}
+				})
+				got, err := l.RefundExceptions(ctx, "", true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				codes := map[string]string{}
+				for _, x := range got {
+					codes[wire.Key(x.Terminal, x.Seq)] = x.Code
+					s := mustLookup(t, l, x.Terminal, x.Seq)
+					if x.Detail == "" || x.BusinessDate != s.BusinessDate || x.BusinessDate != dayDate || x.At.IsZero() ||
+						x.Resolved || s.Kind != wire.KindRefund || s.Status != wire.AckAccepted {
+						t.Errorf("staged %v: exception %+v of event %+v", staged, x, s)
+					}
+					t.Logf("%s %s: %s", wire.Key(x.Terminal, x.Seq), x.Code, x.Detail)
+				}
+				want := tt.want
+				if want == nil {
+					want = map[string]string{}
+				}
+				if !reflect.DeepEqual(codes, want) {
+					t.Errorf("staged %v: exceptions %v, want %v", staged, codes, want)
+				}
+				rows[i] = dump(t, l)
+			}
+			if !reflect.DeepEqual(rows[0], rows[1]) {
+				t.Errorf("the two ways of committing wrote different rows:\nstaged %v\nrecord by record %v", rows[0], rows[1])
+			}
+		})
+	}
+}
+
+// TestRefundExceptionDetail: the exception says what the ledger found, and takes the
+// refund's business time and date, not the sale's.
+func TestRefundExceptionDetail(t *testing.T) {
+	ctx := context.Background()
+	l := MustOpen(t, day)
+	next := day.AddDate(0, 0, 1)
+	MustCommit(t, l, refundSale(),
+		withFlow(accepted("T1", 2, day, refundPayload("r2", "s1", 1, false, wire.MethodCard, []item{{"A", 1, 100}})), 2),
+		withFlow(accepted("T1", 3, next, refundPayload("r3", "s1", 1, false, wire.MethodCard, []item{{"A", 2, 100}})), 1))
+	got, err := l.RefundExceptions(ctx, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []RefundException{{Terminal: "T1", Seq: 3, Code: CodeRefundExceedsSale,
+		Detail: `line 1 of sale T1:1 ("A"): 3 returned in all, 2 sold`, At: next, BusinessDate: "2025-03-02"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("exceptions\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestRefundCheckSeeks: the refund check seeks by key or index and never reads sale_lines
+// (which has no index by event on purpose) nor scans a table.
+func TestRefundCheckSeeks(t *testing.T) {
+	l := MustOpen(t, day)
+	for q, want := range map[string]string{
+		selRefundOf:        "refunds USING INDEX sqlite_autoindex_refunds_1 (terminal=? AND seq=?)",
+		selRefundedSale:    "SEARCH s USING PRIMARY KEY (business_date=? AND flow_no=?)",
+		selSaleRefundLines: "r USING INDEX refunds_sale (terminal=? AND sale_seq=?)",
+	} {
+		rows, err := l.db.R.Query(`EXPLAIN QUERY PLAN `+q, []any{"T1", 1, "s1", 2}[:strings.Count(q, "?")]...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var detail string
+			if err := rows.Scan(new(int), new(int), new(int), &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		all := strings.Join(plan, "; ")
+		if !strings.Contains(all, want) || strings.Contains(q, "sale_lines") {
+			t.Errorf("%s\nplan %q, want %q", q, all, want)
+		}
+		for _, step := range plan {
+			if strings.HasPrefix(step, "SCAN") || strings.Contains(step, "TEMP B-TREE") {
+				t.Errorf("%s\nplan: %s", q, all)
+			}
+		}
+	}
+}
