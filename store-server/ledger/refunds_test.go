@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -194,6 +195,71 @@ func TestRefundExceptionDetail(t *testing.T) {
 		Detail: `line 1 of sale T1:1 ("A"): 3 returned in all, 2 sold`, At: next, BusinessDate: "2025-03-02"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("exceptions\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestResolveRefundException(t *testing.T) {
+	ctx := context.Background()
+	l := MustOpen(t, day)
+	next := day.AddDate(0, 0, 1)
+	MustCommit(t, l, refundSale(),
+		refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1),                                                           // covered
+		refundOf("T1", 3, 3, []item{{"A", 1, 100}}, 2),                                                           // line 2 sold B
+		withFlow(accepted("T1", 4, next, refundPayload("r4", "s9", 1, false, "card", []item{{"A", 1, 100}})), 1), // not s1
+	)
+	all, err := l.RefundExceptions(ctx, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Seq != 3 || all[0].Code != CodeRefundExceedsSale || all[1].Seq != 4 ||
+		all[1].Code != CodeRefundSaleUnknown || all[1].BusinessDate != "2025-03-02" {
+		t.Fatalf("open exceptions %+v", all)
+	}
+	if got, _ := l.RefundExceptions(ctx, "2025-03-02", false); !reflect.DeepEqual(got, all[1:]) {
+		t.Errorf("exceptions of 2025-03-02: %+v", got)
+	}
+	if got, _ := l.RefundExceptions(ctx, "2025-02-28", true); got == nil || len(got) != 0 {
+		t.Errorf("exceptions of a quiet day: %#v, want an empty list", got)
+	}
+
+	// A manager resolves the first: it leaves the open list, keeps its note, and a retry
+	// changes nothing.
+	resolvedAt := day.Add(3 * time.Hour)
+	l.Now = func() time.Time { return resolvedAt }
+	x, applied, err := l.ResolveRefundException(ctx, "T1", 3, "  the till's line 2 was keyed for line 1; the goods came back ")
+	resolved := all[0]
+	resolved.Resolved, resolved.ResolvedAt = true, resolvedAt
+	resolved.Resolution = "the till's line 2 was keyed for line 1; the goods came back"
+	if err != nil || !applied || !reflect.DeepEqual(x, resolved) {
+		t.Fatalf("resolve: %+v applied %v err %v, want %+v", x, applied, err, resolved)
+	}
+	l.Now = func() time.Time { return resolvedAt.Add(time.Hour) }
+	if x, applied, err := l.ResolveRefundException(ctx, "T1", 3, "another note"); err != nil || applied || !reflect.DeepEqual(x, resolved) {
+		t.Errorf("resolving again: %+v applied %v err %v, want the first resolution unchanged", x, applied, err)
+	}
+	if got, _ := l.RefundExceptions(ctx, "", false); !reflect.DeepEqual(got, all[1:]) {
+		t.Errorf("open exceptions after resolving one: %+v", got)
+	}
+	if got, _ := l.RefundExceptions(ctx, "", true); !reflect.DeepEqual(got, []RefundException{resolved, all[1]}) {
+		t.Errorf("all exceptions: %+v", got)
+	}
+	for _, tc := range []struct {
+		terminal string
+		seq      int64
+		note     string
+		code     string
+	}{
+		{"T1", 2, "x", CodeRefundExceptionNotFound}, // a covered refund
+		{"T9", 3, "x", CodeRefundExceptionNotFound},
+		{"T1", 4, " ", CodeRefundExceptionResolutionRequired},
+		{"T1", 4, strings.Repeat("é", wire.MaxTextLen/2+1), CodeRefundExceptionResolutionRequired}, // 2 bytes each
+	} {
+		if _, _, err := l.ResolveRefundException(ctx, tc.terminal, tc.seq, tc.note); perr.CodeOf(err) != tc.code {
+			t.Errorf("resolve %s:%d %.10q: %v, want %s", tc.terminal, tc.seq, tc.note, err, tc.code)
+		}
+	}
+	if got, _ := l.RefundExceptions(ctx, "", false); !reflect.DeepEqual(got, all[1:]) {
+		t.Errorf("open exceptions after refused resolutions: %+v", got)
 	}
 }
 

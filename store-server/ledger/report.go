@@ -255,7 +255,7 @@ type RefundException struct {
 	Detail       string    `json:"detail"`
 	At           time.Time `json:"at"`
 	BusinessDate string    `json:"business_date"`
-	// Resolved says a manager explained the refund: when, and how.
+	// Resolved says a manager explained the refund (ResolveRefundException): when, and how.
 	Resolved   bool      `json:"resolved"`
 	ResolvedAt time.Time `json:"resolved_at,omitzero"`
 	Resolution string    `json:"resolution,omitempty"`
@@ -298,6 +298,44 @@ func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved boo
 		return nil, fmt.Errorf("refund exceptions: %w", err)
 	}
 	return out, nil
+}
+
+// Codes of ResolveRefundException's errors.
+const (
+	CodeRefundExceptionNotFound           = "refund_exception_not_found"
+	CodeRefundExceptionResolutionRequired = "refund_exception_resolution_required"
+)
+
+// ResolveRefundException marks the refund exception of the refund (terminal, seq) resolved
+// with the manager's note of what explained it. Resolving a resolved exception changes
+// nothing and returns it with its first resolution (applied false): a retried request is
+// harmless. The refund itself stands in the ledger either way.
+func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, seq int64, note string) (RefundException, bool, error) {
+	note = strings.TrimSpace(note)
+	if note == "" || len(note) > wire.MaxTextLen {
+		return RefundException{}, false, perr.New(perr.Invalid, CodeRefundExceptionResolutionRequired,
+			"say what explained the refund (1 to %d bytes of UTF-8)", wire.MaxTextLen)
+	}
+	res, err := l.db.W.ExecContext(ctx, `UPDATE refund_exceptions SET resolved = 1, resolved_at = ?, resolution = ?
+		WHERE terminal = ? AND seq = ? AND resolved = 0`,
+		l.now().UTC().Format(timeFormat), note, terminal, seq)
+	if err != nil {
+		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
+	}
+	x, err := l.scanRefundException(l.db.W.QueryRowContext(ctx, selRefundExceptions+` WHERE terminal = ? AND seq = ?`,
+		terminal, seq))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return RefundException{}, false, perr.New(perr.NotFound, CodeRefundExceptionNotFound,
+			"no refund exception for event %s", wire.Key(terminal, seq))
+	case err != nil:
+		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
+	}
+	return x, n == 1, nil
 }
 
 // Parked is an event the store refused for good (a final rejection or conflict).
