@@ -614,7 +614,7 @@ func (r *biRun) payloadCases(t *testing.T) {
 	sale := func(name, code string, oldNew ...string) { bad(name, wire.KindSale, biSaleWith(t, oldNew...), code) }
 	cashPay := `{"method":"cash","amount":"7.00"}`
 
-	first := good("good 1") // A1 × 2, 7.00 cash
+	first := good("good 1") // B2 × 1 and C3 × 3, 20.25 card
 	sale("sub-fen unit price", money.CodeSubFen, `"unit_price":"3.50"`, `"unit_price":"0.001"`)
 	sale("sub-fen payment", money.CodeSubFen, cashPay, `{"method":"cash","amount":"7.001"}`)
 	sale("sub-fen change", money.CodeSubFen, `"change":"0.00"`, `"change":"0.005"`)
@@ -702,11 +702,12 @@ func (r *biRun) payloadCases(t *testing.T) {
 			biAccepted(s))
 	}
 	{
-		// A partial refund of good 1, restocked.
+		// A partial refund of good 1 (one of its first line), restocked.
 		s := next()
+		ln := first.Lines[0]
 		p := &wire.RefundPayload{RefundID: "T_PAY-refund-1", SaleID: first.SaleID, SaleSeq: 1, Restock: true,
-			Lines:  []wire.RefundLine{{Line: 1, SKU: "A1", Qty: 1, Amount: 350}},
-			Amount: 350, Method: wire.MethodCash}
+			Lines:  []wire.RefundLine{{Line: ln.Line, SKU: ln.SKU, Qty: 1, Amount: ln.UnitPrice}},
+			Amount: ln.UnitPrice, Method: wire.MethodCash}
 		r.step(t, "good refund", term, biMarshal(t, r.seal(wire.KindRefund, term, s, biMarshal(t, p))),
 			biWant{seq: s, status: wire.AckAccepted, refund: p})
 	}
