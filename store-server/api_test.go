@@ -41,6 +41,8 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/totals"},
 	{"GET", "/v1/oversells"},
 	{"POST", "/v1/oversells/resolve"},
+	{"GET", "/v1/refund-exceptions"},
+	{"POST", "/v1/refund-exceptions/resolve"},
 	{"GET", "/v1/parked"},
 	{"GET", "/v1/terminals"},
 	{"GET", "/v1/hq"},
@@ -442,6 +444,8 @@ func TestManagerAPI(t *testing.T) {
 		for _, tc := range []struct{ path, field string }{
 			{"/v1/oversells", "oversells"},
 			{"/v1/oversells?date=2026-03-01", "oversells"},
+			{"/v1/refund-exceptions", "refund_exceptions"},
+			{"/v1/refund-exceptions?date=2026-03-01&all=1", "refund_exceptions"},
 			{"/v1/parked", "parked"},
 		} {
 			var out map[string]json.RawMessage

@@ -998,6 +998,13 @@ func (r *biRun) checkLedger(t *testing.T) {
 	if len(overs.Oversells) != 0 {
 		t.Errorf("oversells: %+v, want none", overs.Oversells)
 	}
+	var refunds struct {
+		RefundExceptions []ledger.RefundException `json:"refund_exceptions"`
+	}
+	r.srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &refunds)
+	if len(refunds.RefundExceptions) != 0 {
+		t.Errorf("refund exceptions: %+v, want none (every refund sent is covered by its sale)", refunds.RefundExceptions)
+	}
 
 	var mode api.ModeAnswer
 	r.srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)

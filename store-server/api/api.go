@@ -1,7 +1,7 @@
 // Package api is the store-server's local API for store managers (token auth): the gate
 // mode, stock and adjustments, catalog import, the store's and each terminal's day from the
-// ledger, from Redis and as the terminals declared it, with the differences, oversell
-// exceptions and their resolution, parked events, the terminals (presence, last event,
+// ledger, from Redis and as the terminals declared it, with the differences, oversell and
+// refund exceptions and their resolution, parked events, the terminals (presence, last event,
 // reported backlog), how far headquarters has the store's rows, limits and the promo
 // coefficient; the Prometheus metrics; and the web dashboard that reads them. Errors are
 // application/problem+json with a stable code. It never writes the ledger except through
@@ -82,6 +82,8 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/totals", s.totals)
 	s.route("GET /v1/oversells", s.oversells)
 	s.route("POST /v1/oversells/resolve", s.resolveOversell)
+	s.route("GET /v1/refund-exceptions", s.refundExceptions)
+	s.route("POST /v1/refund-exceptions/resolve", s.resolveRefundException)
 	s.route("GET /v1/parked", s.parked)
 	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/hq", s.hq)
@@ -441,6 +443,39 @@ func (s *Server) resolveOversell(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return map[string]any{"oversell": o, "applied": applied}, nil
+}
+
+func (s *Server) refundExceptions(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	all := q.Get("all")
+	if all != "" && all != "1" && all != "0" {
+		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	}
+	x, err := s.Ledger.RefundExceptions(r.Context(), q.Get("date"), all == "1")
+	if x == nil {
+		x = []ledger.RefundException{}
+	}
+	return map[string]any{"refund_exceptions": x}, err
+}
+
+// ResolveRefundRequest resolves the refund exception of one refund (its event) with what
+// explained it.
+type ResolveRefundRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	Note     string `json:"note"`
+}
+
+func (s *Server) resolveRefundException(r *http.Request) (any, error) {
+	var req ResolveRefundRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	x, applied, err := s.Ledger.ResolveRefundException(r.Context(), req.Terminal, req.Seq, req.Note)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"refund_exception": x, "applied": applied}, nil
 }
 
 func (s *Server) parked(r *http.Request) (any, error) {
