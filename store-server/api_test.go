@@ -147,10 +147,10 @@ func TestManagerAPI(t *testing.T) {
 			if m == nil {
 				t.Fatalf("no %s in dashboard.js", name)
 			}
-			return regexp.MustCompile(`"(/v1/[a-z/]+)"`).FindAllStringSubmatch(m[1], -1)
+			return regexp.MustCompile(`"(/v1/[a-z/-]+)"`).FindAllStringSubmatch(m[1], -1)
 		}
 		reads, actions := block("ENDPOINTS"), block("ACTIONS")
-		if len(reads) < 8 || len(actions) != 2 {
+		if len(reads) < 9 || len(actions) != 3 {
 			t.Fatalf("found %d endpoints and %d actions in dashboard.js", len(reads), len(actions))
 		}
 		for _, p := range reads {

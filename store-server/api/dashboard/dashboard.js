@@ -13,15 +13,17 @@ const ENDPOINTS = {
   terminals: "/v1/terminals",
   stock: "/v1/stock",
   oversells: "/v1/oversells",
+  refundExceptions: "/v1/refund-exceptions",
   parked: "/v1/parked",
   limits: "/v1/limits",
   hq: "/v1/hq",
 };
 
-// The changes the page makes (POST): a manager resolves an oversell exception, or books
-// a shelf count as a stock adjustment.
+// The changes the page makes (POST): a manager resolves an oversell or refund exception,
+// or books a shelf count as a stock adjustment.
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
+  resolveRefundException: "/v1/refund-exceptions/resolve",
   adjustStock: "/v1/stock/adjust",
 };
 
@@ -267,6 +269,32 @@ async function resolveOversell(x) {
   refresh();
 }
 
+function drawRefundExceptions(r) {
+  fill("refund-exceptions", r.refund_exceptions.map((x) => {
+    const button = el("button", "Resolve…");
+    button.addEventListener("click", () => resolveRefundException(x));
+    const action = el("td");
+    action.append(button);
+    return row([x.business_date, x.terminal, x.seq, el("td", x.code, "bad"), el("td", x.detail, "wrap"),
+      new Date(x.at).toLocaleString(), action]);
+  }), "None.");
+}
+
+// resolveRefundException asks what explained a refund the sale does not cover and records
+// it. The refund itself stands in the ledger.
+async function resolveRefundException(x) {
+  const note = prompt("Refund " + x.terminal + " #" + x.seq + ": " + x.detail +
+    ".\nWhat explained it? (e.g. goods checked back in, till keyed the wrong line)");
+  if (note === null) return;
+  try {
+    await api(ACTIONS.resolveRefundException, { terminal: x.terminal, seq: x.seq, note: note });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut("The token was refused.");
+    alert("Not resolved: " + e.message);
+  }
+  refresh();
+}
+
 function drawParked(p) {
   fill("parked", p.parked.slice(0, 50).map((x) => row([x.terminal, x.seq, x.kind || "—", x.code,
     el("td", x.message, "wrap"), x.at && !x.at.startsWith("0001") ? new Date(x.at).toLocaleString() : "—"])), "None.");
@@ -357,6 +385,7 @@ async function refresh() {
   draw("terminals", () => drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts));
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
+  draw("refundExceptions", () => drawRefundExceptions(got.refundExceptions));
   draw("parked", () => drawParked(got.parked));
   draw("hq", () => drawHQ(got.hq, got.terminals ? Date.parse(got.terminals.now) : Date.now(), alerts));
   if (got.limits) drawLimits(got.limits);
