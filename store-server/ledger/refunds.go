@@ -20,7 +20,8 @@ const (
 	CodeRefundSaleUnknown = "refund_sale_unknown"
 	// CodeRefundExceedsSale: with the store's earlier refunds of the same sale, the refund
 	// names a line the sale does not have or another SKU than the sale's line, returns more
-	// of a line than was sold, or pays back more than the sale's total.
+	// of a line than was sold or pays back more for it than the sale took for it, or pays
+	// back more than the sale's total.
 	CodeRefundExceedsSale = "refund_exceeds_sale"
 )
 
@@ -80,8 +81,9 @@ func (w *writer) checkRefund(ctx context.Context, terminal string, seq int64) er
 //
 // The refund is held to its sale together with the earlier refunds of the same sale (same
 // terminal, sale_seq and sale id, a lower seq): its lines must name lines of the sale with
-// their SKUs, each line it names must not have been returned, in all, more than sold, and
-// the refunds' amounts must not add up to more than the sale's total.
+// their SKUs, each line it names must not have been returned, in all, more than sold nor
+// paid back more than the sale took for it, and the refunds' amounts must not add up to
+// more than the sale's total.
 func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, saleID string, saleSeq int64) (
 	code, detail string, err error) {
 	sale := wire.Key(terminal, saleSeq)
@@ -114,9 +116,10 @@ func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, 
 		qty     int64
 		amount  money.Fen
 	}
-	var own []line          // the refund's lines, put in order below
-	back := map[int]int64{} // line → quantity returned by the refund and the earlier ones
-	var paid money.Fen      // paid back by the refund and the earlier ones
+	var own []line                  // the refund's lines, put in order below
+	back := map[int]int64{}         // line → quantity returned by the refund and the earlier ones
+	backPaid := map[int]money.Fen{} // line → paid back for it by the refund and the earlier ones
+	var paid money.Fen              // paid back by the refund and the earlier ones
 	st, err := w.stmt(ctx, selSaleRefundLines)
 	if err != nil {
 		return "", "", err
@@ -133,7 +136,8 @@ func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, 
 			return "", "", err
 		}
 		back[l.line] += l.qty
-		paid += l.amount // each at most wire.MaxAmount: no overflow
+		backPaid[l.line] += l.amount // each at most wire.MaxAmount: no overflow
+		paid += l.amount
 		if rseq == seq {
 			own = append(own, l)
 		}
@@ -153,9 +157,14 @@ func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, 
 		}
 	}
 	for _, l := range own {
-		if s := sold[l.line]; back[l.line] > s.Qty {
+		s := sold[l.line]
+		switch {
+		case back[l.line] > s.Qty:
 			return CodeRefundExceedsSale, fmt.Sprintf("line %d of sale %s (%q): %d returned in all, %d sold",
 				l.line, sale, s.SKU, back[l.line], s.Qty), nil
+		case backPaid[l.line] > s.Amount:
+			return CodeRefundExceedsSale, fmt.Sprintf("line %d of sale %s (%q): %s paid back in all, %s taken for it",
+				l.line, sale, s.SKU, backPaid[l.line], s.Amount), nil
 		}
 	}
 	if paid > total {

@@ -63,6 +63,20 @@ func TestRefundExceptions(t *testing.T) {
 			want:   map[string]string{"T1:2": CodeRefundExceedsSale},
 		},
 		{
+			name:   "one line paid back above what it took, within the sale's total",
+			groups: [][]Record{{refundSale()}, {refundOf("T1", 2, 2, []item{{"B", 1, 150}}, 2)}},
+			want:   map[string]string{"T1:2": CodeRefundExceedsSale},
+		},
+		{
+			name: "two refunds of a line pay back more than it took in all",
+			groups: [][]Record{{refundSale()}, {
+				refundOf("T1", 2, 2, []item{{"A", 1, 150}}, 1),
+			}, {
+				refundOf("T1", 3, 3, []item{{"A", 1, 60}}, 1),
+			}},
+			want: map[string]string{"T1:3": CodeRefundExceedsSale},
+		},
+		{
 			name: "refunds pay back more than the sale took in all",
 			groups: [][]Record{{refundSale()}, {
 				refundOf("T1", 2, 2, []item{{"A", 2, 100}}, 1),
