@@ -6,7 +6,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
 )
 
@@ -54,6 +56,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		terms = append(terms, t)
 	}
 	sort.Strings(terms)
+	var refunds int64 // the ledger's, over the dates
 	for _, date := range dates {
 		var tot struct {
 			Terminals []api.TerminalTotals `json:"terminals"`
@@ -74,6 +77,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 			}
 			agent := api.DeclaredCounters(own)
 			led := byTerm[term].Ledger
+			refunds += led.Refunds
 			var red store.Counters
 			if r := byTerm[term].Redis; r != nil {
 				red = *r
@@ -83,6 +87,17 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 				term, date, agent.Sales, led.Sales, red.Sales, agent.Amount, led.Amount, red.Amount,
 				agent.RefundAmount, led.RefundAmount, red.RefundAmount)
 		}
+	}
+	// The agents refund only what their own sales leave to refund; the ledger, which holds
+	// each refund to its sale as well, must agree on every one.
+	var rx struct {
+		Exceptions []ledger.RefundException `json:"refund_exceptions"`
+	}
+	if err := s.Call(ctx, "GET", "/v1/refund-exceptions?all=1", "", nil, &rx); err != nil {
+		rep.add(false, "store refund exceptions: %v", err)
+	} else {
+		rep.add(len(rx.Exceptions) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
+			refunds, len(rx.Exceptions), firstException(rx.Exceptions))
 	}
 	var stock struct {
 		Stock []api.StockRow `json:"stock"`
@@ -104,4 +119,11 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 			row.SKU, row.Ledger, proven, red)
 	}
 	return rep
+}
+
+func firstException(x []ledger.RefundException) string {
+	if len(x) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (first: %s %s)", wire.Key(x[0].Terminal, x[0].Seq), x[0].Detail)
 }
