@@ -602,8 +602,8 @@ func TestOfflineOversell(t *testing.T) {
 	}
 }
 
-// TestStockIsConserved checks invariant 4 over random adjustments, sales (live, offline,
-// degrade mode) and refunds in random group commits: Stock = ProvenStock = a model.
+// TestStockIsConserved checks invariant 4 over random adjustments, shelf counts, sales (live,
+// offline, degrade mode) and refunds in random group commits: Stock = ProvenStock = a model.
 func TestStockIsConserved(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -639,7 +639,7 @@ func TestStockIsConserved(t *testing.T) {
 		}
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for range steps {
-			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0: // adjustment, sometimes a repeated id
 				flush()
 				sku := rapid.SampledFrom(skus).Draw(rt, "sku")
@@ -702,6 +702,25 @@ func TestStockIsConserved(t *testing.T) {
 				}
 			case 3:
 				flush()
+			case 4: // shelf count, sometimes a repeated id: the stock becomes what was counted
+				flush()
+				sku := rapid.SampledFrom(skus).Draw(rt, "sku")
+				counted := rapid.Int64Range(0, 20).Draw(rt, "counted")
+				id := fmt.Sprintf("count-%s-%d", sku, counted)
+				if rapid.Bool().Draw(rt, "new id") {
+					adj++
+					id = fmt.Sprintf("count-%d", adj)
+				}
+				delta, _, applied, err := l.Count(ctx, id, sku, counted)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if applied {
+					if delta != counted-model[sku] {
+						rt.Fatalf("count of %d %s with %d in the model booked %+d", counted, sku, model[sku], delta)
+					}
+					model[sku] = counted
+				}
 			}
 		}
 		flush()
