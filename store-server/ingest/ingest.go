@@ -116,10 +116,10 @@ type Ingest struct {
 
 	// proj orders the manager's stock adjustments with rebuilds of the projection: a
 	// rebuild holds it from its snapshot of the ledger until it has set the mode it leaves,
-	// an adjustment (AdjustStock) from its ledger write until Redis has it too or it is
-	// left to a rebuild to come. Without it an adjustment committed after a rebuild's
-	// snapshot, while the mode still said degraded, was missing from Redis until some later
-	// rebuild; one that read the mode just before a rebuild was applied twice.
+	// an adjustment (AdjustStock, CountStock) from its ledger write until Redis has it too
+	// or it is left to a rebuild to come. Without it an adjustment committed after a
+	// rebuild's snapshot, while the mode still said degraded, was missing from Redis until
+	// some later rebuild; one that read the mode just before a rebuild was applied twice.
 	proj sync.RWMutex
 
 	stopped  chan struct{} // closed by Stop: Handle no longer waits for room in the queue
@@ -388,6 +388,26 @@ func (in *Ingest) AdjustStock(ctx context.Context, id, sku string, delta int64, 
 		in.Rebuild()
 	}
 	return qty, applied, nil
+}
+
+// CountStock books a shelf count of the manager's (ledger.Count: the ledger books counted
+// minus its own quantity, in the transaction that books it; idempotent by id) and has Redis
+// follow it as AdjustStock does, by the delta the ledger booked: Redis's stock is a
+// projection of the ledger's, so the difference is never worked out from it. It returns
+// the delta booked, the ledger's new quantity and whether this call booked the count.
+func (in *Ingest) CountStock(ctx context.Context, id, sku string, counted int64) (delta, qty int64, applied bool, err error) {
+	in.proj.RLock()
+	defer in.proj.RUnlock()
+	delta, qty, applied, err = in.cfg.Ledger.Count(ctx, id, sku, counted)
+	// A count of what the ledger holds (delta 0) moves nothing, in Redis either.
+	if err != nil || !applied || delta == 0 || in.Mode() != ModeRedis {
+		return delta, qty, applied, err
+	}
+	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
+		in.log.Warn("redis stock count failed; rebuilding", "err", err)
+		in.Rebuild()
+	}
+	return delta, qty, applied, nil
 }
 
 // item is one event on its way through a group.

@@ -282,45 +282,111 @@ func (c *slowRebuild) EvalSha(ctx context.Context, sha string, keys []string, ar
 }
 
 // TestAdjustDuringRebuild: Redis comes back while the store sells on the ledger alone, and
-// a manager's stock adjustment arrives while the probe's rebuild runs (its snapshot taken,
-// the mode still degraded). The adjustment waits for the rebuild and then reaches Redis
-// too: once the store is quiet, Redis's stock is the ledger's.
+// a manager's stock adjustment or shelf count arrives while the probe's rebuild runs (its
+// snapshot taken, the mode still degraded). It waits for the rebuild and then reaches
+// Redis too: once the store is quiet, Redis's stock is the ledger's.
 func TestAdjustDuringRebuild(t *testing.T) {
-	s := stack.Run(t, stack.Options{Redis: true})
-	rdb := &slowRebuild{Client: redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()}),
-		inside: make(chan struct{}), release: make(chan struct{})}
-	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.down.Store(true)
-	led := newLedger(t, 100)
-	ctx := context.Background()
-	g := gate.New(rdb, testStore, gate.Options{})
-	in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
-		ProbeEvery: 50 * time.Millisecond})
+	for name, change := range map[string]func(ctx context.Context, in *Ingest) error{
+		"adjust": func(ctx context.Context, in *Ingest) error {
+			_, _, err := in.AdjustStock(ctx, "damaged-1", "A", -30, "adjust")
+			return err
+		},
+		"count": func(ctx context.Context, in *Ingest) error {
+			_, _, _, err := in.CountStock(ctx, "count-1", "A", 70)
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := stack.Run(t, stack.Options{Redis: true})
+			rdb := &slowRebuild{Client: redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()}),
+				inside: make(chan struct{}), release: make(chan struct{})}
+			t.Cleanup(func() { _ = rdb.Close() })
+			rdb.down.Store(true)
+			led := newLedger(t, 100)
+			ctx := context.Background()
+			g := gate.New(rdb, testStore, gate.Options{})
+			in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
+				ProbeEvery: 50 * time.Millisecond})
+			runIngest(t, in)
+			waitMode(t, in, ModeDegraded)
+			rdb.down.Store(false) // Redis is back: the next probe rebuilds
+			<-rdb.inside          // the snapshot is taken; the rebuild script waits
+			changed := make(chan error, 1)
+			go func() { changed <- change(ctx, in) }()
+			time.Sleep(100 * time.Millisecond) // the change is under way, waiting or not
+			close(rdb.release)
+			if err := <-changed; err != nil {
+				t.Fatal(err)
+			}
+			waitMode(t, in, ModeRedis)
+			rs, err := g.Stock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := led.Stock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs["A"] != 70 || ls["A"] != 70 {
+				t.Fatalf("quiet store: stock of A %d in Redis, %d in the ledger; want 70 in both", rs["A"], ls["A"])
+			}
+		})
+	}
+}
+
+// TestCountStock: in Redis mode a shelf count moves Redis's stock by the delta the ledger
+// booked against its own quantity, after live sales: Redis's stock is the ledger's, which
+// is what was counted. A retry and a count the ledger agrees with change neither, and the
+// latter asks Redis nothing (the gate refuses an adjustment by 0) and starts no rebuild.
+func TestCountStock(t *testing.T) {
+	in, led, out := newIngest(t)
 	runIngest(t, in)
-	waitMode(t, in, ModeDegraded)
-	rdb.down.Store(false) // Redis is back: the next probe rebuilds
-	<-rdb.inside          // the snapshot is taken; the rebuild script waits
-	adjusted := make(chan error, 1)
-	go func() {
-		_, _, err := in.AdjustStock(ctx, "damaged-1", "A", -30, "adjust")
-		adjusted <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the adjustment is under way, waiting or not
-	close(rdb.release)
-	if err := <-adjusted; err != nil {
-		t.Fatal(err)
-	}
 	waitMode(t, in, ModeRedis)
-	rs, err := g.Stock(ctx)
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	at := time.Now()
+	for seq := int64(1); seq <= 3; seq++ { // three live sales of one A
+		in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", seq, at, false))
+		select {
+		case <-out.got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no ack")
+		}
 	}
-	ls, err := led.Stock(ctx)
-	if err != nil {
-		t.Fatal(err)
+	same := func(t *testing.T, want int64) {
+		t.Helper()
+		rs, err := in.cfg.Gate.Stock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := led.Stock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs["A"] != want || ls["A"] != want {
+			t.Fatalf("stock of A %d in Redis, %d in the ledger; want %d in both", rs["A"], ls["A"], want)
+		}
 	}
-	if rs["A"] != 70 || ls["A"] != 70 {
-		t.Fatalf("quiet store: stock of A %d in Redis, %d in the ledger; want 70 in both", rs["A"], ls["A"])
+	same(t, 997)
+	rebuilds := in.Stats().Rebuilds
+	for _, c := range []struct {
+		id             string
+		counted, delta int64
+		applied        bool
+	}{
+		{"count-1", 990, -7, true},
+		{"count-1", 990, -7, false}, // a retry
+		{"count-2", 990, 0, true},   // the ledger agrees
+		{"count-3", 1000, 10, true},
+	} {
+		delta, qty, applied, err := in.CountStock(ctx, c.id, "A", c.counted)
+		if err != nil || delta != c.delta || qty != c.counted || applied != c.applied {
+			t.Fatalf("CountStock(%s, %d): delta %d qty %d applied %v err %v; want %+d %d %v",
+				c.id, c.counted, delta, qty, applied, err, c.delta, c.counted, c.applied)
+		}
+		same(t, c.counted)
+	}
+	if in.Mode() != ModeRedis || in.Stats().Rebuilds != rebuilds {
+		t.Fatalf("mode %s, %d rebuilds after the counts (%d before)", in.Mode(), in.Stats().Rebuilds, rebuilds)
 	}
 }
 
