@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -36,6 +37,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/mode"},
 	{"GET", "/v1/stock"},
 	{"POST", "/v1/stock/adjust"},
+	{"POST", "/v1/stock/count"},
 	{"GET", "/v1/catalog"},
 	{"POST", "/v1/catalog"},
 	{"GET", "/v1/totals"},
@@ -326,6 +328,57 @@ func TestManagerAPI(t *testing.T) {
 		// The refused adjustments changed nothing, also not in Redis.
 		if qty, applied := srv.adjust(t, "open-A1", "A1", 100, ledger.ReasonOpening); qty != 93 || applied {
 			t.Fatalf("opening A1 after the refusals: qty %d applied %v, want 93 false", qty, applied)
+		}
+	})
+
+	t.Run("stock count", func(t *testing.T) {
+		// The stock of the previous subtest: A1 93, B2 50, C3 8.
+		for _, c := range []struct {
+			id, sku        string
+			counted, delta int64
+			applied        bool
+		}{
+			{"count-C3-1", "C3", 6, -2, true},
+			{"count-C3-1", "C3", 6, -2, false}, // a retry
+			{"count-C3-2", "C3", 8, 2, true},
+			{"count-A1-1", "A1", 93, 0, true}, // the ledger agrees: recorded, nothing moves
+			{"count-A1-1", "A1", 93, 0, false},
+		} {
+			if delta, qty, applied := srv.count(t, c.id, c.sku, c.counted); delta != c.delta || qty != c.counted || applied != c.applied {
+				t.Fatalf("count %s of %d %s: delta %d qty %d applied %v, want %+d %d %v",
+					c.id, c.counted, c.sku, delta, qty, applied, c.delta, c.counted, c.applied)
+			}
+		}
+		for _, tc := range []struct {
+			name   string
+			body   string
+			status int
+			code   string
+		}{
+			{"same id other count", `{"id":"count-C3-1","sku":"C3","counted":7}`, http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
+			{"same id other sku", `{"id":"count-C3-1","sku":"B2","counted":6}`, http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
+			{"an adjustment's id", `{"id":"open-A1","sku":"A1","counted":93}`, http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
+			{"unknown sku", `{"id":"y-1","sku":"ZZ","counted":1}`, http.StatusNotFound, ingest.CodeUnknownSKU},
+			{"missing id", `{"sku":"A1","counted":1}`, http.StatusBadRequest, "adjustment_id_required"},
+			{"id too long", `{"id":"` + strings.Repeat("i", 129) + `","sku":"A1","counted":1}`, http.StatusBadRequest, "adjustment_id_required"},
+			{"missing count", `{"id":"y-2","sku":"A1"}`, http.StatusBadRequest, ledger.CodeAdjustmentInvalid},
+			{"negative count", `{"id":"y-3","sku":"A1","counted":-1}`, http.StatusBadRequest, ledger.CodeAdjustmentInvalid},
+			{"count beyond the bound", fmt.Sprintf(`{"id":"y-4","sku":"A1","counted":%d}`, ledger.MaxAdjust+1),
+				http.StatusBadRequest, ledger.CodeAdjustmentInvalid},
+			{"a delta instead", `{"id":"y-5","sku":"A1","delta":1}`, http.StatusBadRequest, "json_invalid"},
+			{"count as a string", `{"id":"y-6","sku":"A1","counted":"1"}`, http.StatusBadRequest, "json_invalid"},
+			{"count with a fraction", `{"id":"y-7","sku":"A1","counted":1.5}`, http.StatusBadRequest, "json_invalid"},
+		} {
+			srv.problem(t, tc.name, "POST", "/v1/stock/count", biToken, "application/json", []byte(tc.body), tc.status, tc.code)
+		}
+		srv.problem(t, "count without token", "POST", "/v1/stock/count", "", "application/json",
+			[]byte(`{"id":"y-8","sku":"A1","counted":0}`), http.StatusUnauthorized, "unauthorized")
+
+		rows := srv.stock(t) // and Redis, the ledger and its proof agree
+		for sku, q := range map[string]int64{"A1": 93, "B2": 50, "C3": 8} {
+			if rows[sku].Ledger != q {
+				t.Errorf("%s: ledger %d, want %d", sku, rows[sku].Ledger, q)
+			}
 		}
 	})
 

@@ -212,6 +212,23 @@ func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason stri
 	return out.Qty, out.Applied
 }
 
+// count books a shelf count through the manager API and returns the delta the ledger
+// booked and the SKU's stock after it.
+func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qty int64, applied bool) {
+	t.Helper()
+	var out struct {
+		SKU     string `json:"sku"`
+		Delta   int64  `json:"delta"`
+		Qty     int64  `json:"qty"`
+		Applied bool   `json:"applied"`
+	}
+	s.mustJSON(t, "POST", "/v1/stock/count", api.CountRequest{ID: id, SKU: sku, Counted: &counted}, &out)
+	if out.SKU != sku {
+		t.Fatalf("count %s: answer names sku %q", id, out.SKU)
+	}
+	return out.Delta, out.Qty, out.Applied
+}
+
 // stock returns /v1/stock's rows by SKU, checking that ledger, proven and Redis agree.
 func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
 	t.Helper()

@@ -1,11 +1,11 @@
 // Package api is the store-server's local API for store managers (token auth): the gate
-// mode, stock and adjustments, catalog import, the store's and each terminal's day from the
-// ledger, from Redis and as the terminals declared it, with the differences, oversell and
-// refund exceptions and their resolution, parked events, the terminals (presence, last event,
-// reported backlog), how far headquarters has the store's rows, limits and the promo
-// coefficient; the Prometheus metrics; and the web dashboard that reads them. Errors are
-// application/problem+json with a stable code. It never writes the ledger except through
-// the ledger's own idempotent methods.
+// mode, stock, adjustments and shelf counts, catalog import, the store's and each
+// terminal's day from the ledger, from Redis and as the terminals declared it, with the
+// differences, oversell and refund exceptions and their resolution, parked events, the
+// terminals (presence, last event, reported backlog), how far headquarters has the store's
+// rows, limits and the promo coefficient; the Prometheus metrics; and the web dashboard
+// that reads them. Errors are application/problem+json with a stable code. It never writes
+// the ledger except through the ledger's own idempotent methods.
 package api
 
 import (
@@ -77,6 +77,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/mode", s.mode)
 	s.route("GET /v1/stock", s.stock)
 	s.route("POST /v1/stock/adjust", s.adjust)
+	s.route("POST /v1/stock/count", s.count)
 	s.route("GET /v1/catalog", s.getCatalog)
 	s.route("POST /v1/catalog", s.importCatalog)
 	s.route("GET /v1/totals", s.totals)
@@ -315,6 +316,35 @@ func (s *Server) adjust(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied}, nil
+}
+
+// CountRequest books a shelf count: Counted units of SKU are on the shelf. The ledger books
+// the difference from its own quantity when it books it, so sales and refunds during the
+// count are not counted twice. ID makes it idempotent.
+type CountRequest struct {
+	ID      string `json:"id"`
+	SKU     string `json:"sku"`
+	Counted *int64 `json:"counted"` // required: 0 is a count (an empty shelf)
+}
+
+func (s *Server) count(r *http.Request) (any, error) {
+	var req CountRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.ID == "" || len(req.ID) > 128:
+		return nil, perr.New(perr.Invalid, "adjustment_id_required", "give each count a unique id (at most 128 characters)")
+	case !s.Catalog.Has(req.SKU):
+		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q is not in the catalog", req.SKU)
+	case req.Counted == nil:
+		return nil, perr.New(perr.Invalid, ledger.CodeAdjustmentInvalid, "say how many units were counted on the shelf (counted)")
+	}
+	delta, qty, applied, err := s.Ingest.CountStock(r.Context(), req.ID, req.SKU, *req.Counted)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied, "delta": delta}, nil
 }
 
 func (s *Server) getCatalog(r *http.Request) (any, error) { return s.Catalog.Current(), nil }
