@@ -11,8 +11,8 @@ import (
 
 // TestOversellResolution: an offline sale beyond stock is recorded and listed as an oversell
 // exception; in the dashboard (a headless Chromium driven by chromedriver) the manager
-// proves the stock from its moves, books the shelf count as an adjustment, and resolves the
-// exception with what explained it,
+// proves the stock from its moves, books the shelf count (the ledger books the difference),
+// and resolves the exception with what explained it,
 // after which it leaves the open list, keeps its note, and a retried request through the
 // API changes nothing. Real mosquitto, Redis and ledger.
 func TestOversellResolution(t *testing.T) {
@@ -66,8 +66,11 @@ func TestOversellResolution(t *testing.T) {
 	if msg := b.answerPrompt("0"); !strings.Contains(msg, "D4 (the ledger says -3)") {
 		t.Errorf("count prompt %q", msg)
 	}
-	if msg := b.acceptDialog(); !strings.Contains(msg, "Adjust D4 by +3") {
+	if msg := b.acceptDialog(); !strings.Contains(msg, "Book 0 × D4") {
 		t.Errorf("count confirmation %q", msg)
+	}
+	if msg := b.acceptDialog(); !strings.Contains(msg, "booked +3 and now says 0") {
+		t.Errorf("after the count %q", msg)
 	}
 	b.waitText("#stock tbody", "D4 0 — 0 0") // the proof taken before the count is dropped
 	if row := srv.stock(t)["D4"]; row.Ledger != 0 || row.Redis == nil || *row.Redis != 0 {

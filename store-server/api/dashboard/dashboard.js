@@ -20,11 +20,11 @@ const ENDPOINTS = {
 };
 
 // The changes the page makes (POST): a manager resolves an oversell or refund exception,
-// or books a shelf count as a stock adjustment.
+// or books a shelf count (the store books the difference from the ledger's stock).
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
   resolveRefundException: "/v1/refund-exceptions/resolve",
-  adjustStock: "/v1/stock/adjust",
+  countStock: "/v1/stock/count",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -198,9 +198,11 @@ function drawStock(stock) {
   $("proof-at").textContent = proof ? "as of " + proof.at.toLocaleTimeString() : "";
 }
 
-// countShelf books what the manager counted on the shelf as an adjustment of the
-// difference from the ledger's stock as shown (quantities are whole units). The id makes
-// the adjustment idempotent: a retried request is booked once.
+// countShelf books what the manager counted on the shelf (whole units). It sends the count,
+// not a difference from the stock shown: the table may be seconds old, and the prompt stays
+// open while the manager counts, so sales since then are in the shelf already; the ledger
+// books the difference from its own stock at that moment. The id makes the count
+// idempotent: a retried request is booked once.
 async function countShelf(s) {
   const answer = prompt("Counted on the shelf for " + s.sku + " (the ledger says " + s.ledger + "):");
   if (answer === null) return;
@@ -208,21 +210,20 @@ async function countShelf(s) {
     alert("A count is a whole number of units, 0 or more.");
     return;
   }
-  const delta = Number(answer.trim()) - s.ledger;
-  if (delta === 0) {
-    alert(s.sku + ": the count matches the ledger; nothing to adjust.");
-    return;
-  }
-  if (!confirm("Adjust " + s.sku + " by " + (delta > 0 ? "+" : "") + delta + " (ledger " + s.ledger + ", counted " + answer.trim() + ")?")) return;
+  const counted = Number(answer.trim());
+  if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
+    "from its own stock at that moment (it said " + s.ledger + " when the table was drawn).")) return;
   const rnd = new Uint8Array(8);
   crypto.getRandomValues(rnd);
   const id = "count-" + s.sku + "-" + Array.from(rnd, (b) => b.toString(16).padStart(2, "0")).join("");
   try {
-    await api(ACTIONS.adjustStock, { id: id, sku: s.sku, delta: delta, reason: "adjust" });
+    const booked = await api(ACTIONS.countStock, { id: id, sku: s.sku, counted: counted });
     proof = null; // it no longer describes the stock: prove again
+    alert(s.sku + ": " + counted + " counted; the ledger " + (booked.delta === 0 ? "agreed and booked nothing" :
+      "booked " + (booked.delta > 0 ? "+" : "") + booked.delta) + " and now says " + booked.qty + ".");
   } catch (e) {
     if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Not adjusted: " + e.message);
+    alert("Not counted: " + e.message);
   }
   refresh();
 }
@@ -255,7 +256,7 @@ function drawOversells(o) {
 }
 
 // resolveOversell asks what explained the shortfall and records it. Stock is corrected by
-// an adjustment (POST /v1/stock/adjust), not here.
+// a shelf count (POST /v1/stock/count), not here.
 async function resolveOversell(x) {
   const note = prompt("Oversell of " + x.short + " × " + x.sku + " by " + x.terminal + " #" + x.seq +
     ".\nWhat explained it? (e.g. shelf counted, stock adjusted)");
