@@ -380,14 +380,23 @@ func (in *Ingest) AdjustStock(ctx context.Context, id, sku string, delta int64, 
 	in.proj.RLock()
 	defer in.proj.RUnlock()
 	qty, applied, err = in.cfg.Ledger.Adjust(ctx, id, sku, delta, reason)
-	if err != nil || !applied || in.Mode() != ModeRedis {
-		return qty, applied, err
+	if err == nil && applied {
+		in.follow(ctx, id, sku, delta)
+	}
+	return qty, applied, err
+}
+
+// follow has Redis take a stock change the ledger booked under id, at once in Redis mode;
+// otherwise, or if Redis fails it, the rebuild to come brings it. The caller holds proj
+// from before its ledger write.
+func (in *Ingest) follow(ctx context.Context, id, sku string, delta int64) {
+	if in.Mode() != ModeRedis {
+		return
 	}
 	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
-		in.log.Warn("redis stock adjust failed; rebuilding", "err", err)
+		in.log.Warn("redis stock adjust failed; rebuilding", "id", id, "err", err)
 		in.Rebuild()
 	}
-	return qty, applied, nil
 }
 
 // CountStock books a shelf count of the manager's (ledger.Count: the ledger books counted
@@ -400,14 +409,10 @@ func (in *Ingest) CountStock(ctx context.Context, id, sku string, counted int64)
 	defer in.proj.RUnlock()
 	delta, qty, applied, err = in.cfg.Ledger.Count(ctx, id, sku, counted)
 	// A count of what the ledger holds (delta 0) moves nothing, in Redis either.
-	if err != nil || !applied || delta == 0 || in.Mode() != ModeRedis {
-		return delta, qty, applied, err
+	if err == nil && applied && delta != 0 {
+		in.follow(ctx, id, sku, delta)
 	}
-	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
-		in.log.Warn("redis stock count failed; rebuilding", "err", err)
-		in.Rebuild()
-	}
-	return delta, qty, applied, nil
+	return delta, qty, applied, err
 }
 
 // item is one event on its way through a group.
