@@ -272,6 +272,17 @@ func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (Refund
 	return x, err
 }
 
+// OpenExceptions counts the exceptions waiting for a manager: oversells and refund
+// exceptions nobody has resolved yet.
+func (l *Ledger) OpenExceptions(ctx context.Context) (oversells, refunds int64, err error) {
+	err = l.db.R.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM oversells WHERE resolved = 0),
+		(SELECT count(*) FROM refund_exceptions WHERE resolved = 0)`).Scan(&oversells, &refunds)
+	if err != nil {
+		return 0, 0, fmt.Errorf("open exceptions: %w", err)
+	}
+	return oversells, refunds, nil
+}
+
 // RefundExceptions returns the refund exceptions of a business date ("" for every date),
 // by date, terminal and seq: the open ones, or with resolved also those a manager resolved.
 func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved bool) ([]RefundException, error) {

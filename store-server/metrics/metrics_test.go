@@ -77,6 +77,41 @@ func TestBacklogAges(t *testing.T) {
 	t.Fatalf("no backlog age in\n%s", rec.Body.String())
 }
 
+// TestOpenExceptions: a refund the ledger's sales do not cover shows as an open refund
+// exception until a manager resolves it.
+func TestOpenExceptions(t *testing.T) {
+	led := openLedger(t)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	payload, _ := json.Marshal(wire.RefundPayload{RefundID: "R1", SaleID: "nowhere", SaleSeq: 7, Method: wire.MethodCash,
+		Amount: 100, Lines: []wire.RefundLine{{Line: 1, SKU: "A", Qty: 1, Amount: 100}}})
+	outs, err := led.Commit(ctx, []ledger.Record{{Terminal: "T1", Seq: 8, Kind: wire.KindRefund, Hash: "h8", At: at,
+		Payload: payload, Status: wire.AckAccepted, Final: true, FlowNo: 1}})
+	if err != nil || outs[0].Err != nil || outs[0].Status != wire.AckAccepted {
+		t.Fatalf("commit a refund of no sale: %+v %v", outs, err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := metrics.New()
+	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, nil, log)
+	want := func(oversell, refund string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		body := rec.Body.String()
+		for _, w := range []string{`posgate_store_open_exceptions{kind="oversell"} ` + oversell,
+			`posgate_store_open_exceptions{kind="refund"} ` + refund} {
+			if !strings.Contains(body, w+"\n") {
+				t.Fatalf("no %q in\n%s", w, body)
+			}
+		}
+	}
+	want("0", "1")
+	if _, _, err := led.ResolveRefundException(ctx, "T1", 8, "a refund at the till of another store's sale"); err != nil {
+		t.Fatal(err)
+	}
+	want("0", "0")
+}
+
 // openLedger opens a fresh ledger of store S1, closed when the test ends (again, if the test
 // closed it).
 func openLedger(t *testing.T) *ledger.Ledger {
