@@ -182,7 +182,19 @@ func (l *Ledger) scanOversell(sc interface{ Scan(...any) error }) (Oversell, err
 // date, terminal, seq and SKU: the open ones, or with resolved also those a manager
 // resolved.
 func (l *Ledger) Oversells(ctx context.Context, date string, resolved bool) ([]Oversell, error) {
-	query := selOversells + ` WHERE 1`
+	out, err := exceptions(ctx, l, selOversells, "terminal, seq, sku", date, resolved, l.scanOversell)
+	if err != nil {
+		return nil, fmt.Errorf("oversells: %w", err)
+	}
+	return out, nil
+}
+
+// exceptions lists the rows of an exception table (sel reads them, scan scans one) of a
+// business date ("" for every date), by date and then order: the open ones, or with
+// resolved also those a manager resolved.
+func exceptions[T any](ctx context.Context, l *Ledger, sel, order, date string, resolved bool,
+	scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+	query := sel + ` WHERE 1`
 	var args []any
 	if !resolved {
 		query += ` AND resolved = 0`
@@ -191,20 +203,17 @@ func (l *Ledger) Oversells(ctx context.Context, date string, resolved bool) ([]O
 		query += ` AND business_date = ?`
 		args = append(args, date)
 	}
-	query += ` ORDER BY business_date, terminal, seq, sku`
-	out := []Oversell{}
+	query += ` ORDER BY business_date, ` + order
+	out := []T{}
 	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
-		o, err := l.scanOversell(rows)
+		x, err := scan(rows)
 		if err != nil {
 			return err
 		}
-		out = append(out, o)
+		out = append(out, x)
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("oversells: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // Codes of ResolveOversell's errors.
@@ -218,31 +227,45 @@ const (
 // returns it with its first resolution (applied false): a retried request is harmless. The
 // stock itself is corrected by an adjustment (Adjust), never here.
 func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64, sku, note string) (Oversell, bool, error) {
-	note = strings.TrimSpace(note)
-	if note == "" || len(note) > wire.MaxTextLen {
+	o, applied, err := resolve(ctx, l, "oversells", selOversells, "terminal = ? AND seq = ? AND sku = ?",
+		[]any{terminal, seq, sku}, note, l.scanOversell)
+	switch {
+	case errors.Is(err, errNoNote):
 		return Oversell{}, false, perr.New(perr.Invalid, CodeResolutionRequired,
 			"say what explained the shortfall (1 to %d bytes of UTF-8)", wire.MaxTextLen)
-	}
-	res, err := l.db.W.ExecContext(ctx, `UPDATE oversells SET resolved = 1, resolved_at = ?, resolution = ?
-		WHERE terminal = ? AND seq = ? AND sku = ? AND resolved = 0`,
-		l.now().UTC().Format(timeFormat), note, terminal, seq, sku)
-	if err != nil {
-		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
-	}
-	o, err := l.scanOversell(l.db.W.QueryRowContext(ctx, selOversells+` WHERE terminal = ? AND seq = ? AND sku = ?`,
-		terminal, seq, sku))
-	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return Oversell{}, false, perr.New(perr.NotFound, CodeOversellNotFound,
 			"no oversell of %s by event %s", sku, wire.Key(terminal, seq))
 	case err != nil:
 		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
 	}
-	return o, n == 1, nil
+	return o, applied, nil
+}
+
+// errNoNote is a resolution without a note (or one longer than wire.MaxTextLen).
+var errNoNote = errors.New("no note")
+
+// resolve marks the exception of table where key (args) holds resolved with the manager's
+// note, unless it is resolved already, and returns it as sel and scan read it and whether
+// this call resolved it. It fails with errNoNote for an empty or oversized note, and with
+// sql.ErrNoRows when there is no such exception.
+func resolve[T any](ctx context.Context, l *Ledger, table, sel, key string, args []any, note string,
+	scan func(interface{ Scan(...any) error }) (T, error)) (x T, applied bool, err error) {
+	note = strings.TrimSpace(note)
+	if note == "" || len(note) > wire.MaxTextLen {
+		return x, false, errNoNote
+	}
+	res, err := l.db.W.ExecContext(ctx, `UPDATE `+table+` SET resolved = 1, resolved_at = ?, resolution = ?
+		WHERE `+key+` AND resolved = 0`, append([]any{l.now().UTC().Format(timeFormat), note}, args...)...)
+	if err != nil {
+		return x, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return x, false, err
+	}
+	x, err = scan(l.db.W.QueryRowContext(ctx, sel+` WHERE `+key, args...))
+	return x, n == 1, err
 }
 
 // RefundException is an accepted refund the ledger's records do not cover: Code is
@@ -286,25 +309,7 @@ func (l *Ledger) OpenExceptions(ctx context.Context) (oversells, refunds int64, 
 // RefundExceptions returns the refund exceptions of a business date ("" for every date),
 // by date, terminal and seq: the open ones, or with resolved also those a manager resolved.
 func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved bool) ([]RefundException, error) {
-	query := selRefundExceptions + ` WHERE 1`
-	var args []any
-	if !resolved {
-		query += ` AND resolved = 0`
-	}
-	if date != "" {
-		query += ` AND business_date = ?`
-		args = append(args, date)
-	}
-	query += ` ORDER BY business_date, terminal, seq`
-	out := []RefundException{}
-	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
-		x, err := l.scanRefundException(rows)
-		if err != nil {
-			return err
-		}
-		out = append(out, x)
-		return nil
-	})
+	out, err := exceptions(ctx, l, selRefundExceptions, "terminal, seq", date, resolved, l.scanRefundException)
 	if err != nil {
 		return nil, fmt.Errorf("refund exceptions: %w", err)
 	}
@@ -322,31 +327,19 @@ const (
 // nothing and returns it with its first resolution (applied false): a retried request is
 // harmless. The refund itself stands in the ledger either way.
 func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, seq int64, note string) (RefundException, bool, error) {
-	note = strings.TrimSpace(note)
-	if note == "" || len(note) > wire.MaxTextLen {
+	x, applied, err := resolve(ctx, l, "refund_exceptions", selRefundExceptions, "terminal = ? AND seq = ?",
+		[]any{terminal, seq}, note, l.scanRefundException)
+	switch {
+	case errors.Is(err, errNoNote):
 		return RefundException{}, false, perr.New(perr.Invalid, CodeRefundExceptionResolutionRequired,
 			"say what explained the refund (1 to %d bytes of UTF-8)", wire.MaxTextLen)
-	}
-	res, err := l.db.W.ExecContext(ctx, `UPDATE refund_exceptions SET resolved = 1, resolved_at = ?, resolution = ?
-		WHERE terminal = ? AND seq = ? AND resolved = 0`,
-		l.now().UTC().Format(timeFormat), note, terminal, seq)
-	if err != nil {
-		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
-	}
-	x, err := l.scanRefundException(l.db.W.QueryRowContext(ctx, selRefundExceptions+` WHERE terminal = ? AND seq = ?`,
-		terminal, seq))
-	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return RefundException{}, false, perr.New(perr.NotFound, CodeRefundExceptionNotFound,
 			"no refund exception for event %s", wire.Key(terminal, seq))
 	case err != nil:
 		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
 	}
-	return x, n == 1, nil
+	return x, applied, nil
 }
 
 // Parked is an event the store refused for good (a final rejection or conflict).
