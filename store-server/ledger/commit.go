@@ -562,6 +562,25 @@ func (w *writer) scan(ctx context.Context, query string, args []any, dest ...any
 	return s.QueryRowContext(ctx, args...).Scan(dest...)
 }
 
+// each runs a query and calls fn for each row it returns.
+func (w *writer) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
+	s, err := w.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	rows, err := s.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 func (w *writer) lookup(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
 	s, err := w.stmt(ctx, lookupQuery)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/posgate/posgate/internal/money"
@@ -31,8 +32,15 @@ const (
 // SQLite takes the refunds' key for "terminal = ? AND seq <= ?" and reads every earlier
 // refund of the terminal.)
 const (
-	selRefundOf     = `SELECT sale_id, sale_seq, at, business_date FROM refunds WHERE terminal = ? AND seq = ?`
-	selRefundedSale = `SELECT e.payload, s.sale_id, s.total FROM events e
+	selRefundSaleSeq = `SELECT sale_seq FROM refunds WHERE terminal = ? AND seq = ?`
+	selRefundsOfSale = `SELECT seq, sale_id, at, business_date FROM refunds INDEXED BY refunds_sale
+		WHERE terminal = ? AND sale_seq = ?`
+	// The sales that refunds flagged refund_sale_unknown are waiting for.
+	selWaitingForSale = `SELECT r.terminal, r.sale_seq FROM refund_exceptions x INDEXED BY refund_exceptions_open_unknown
+		JOIN refunds r ON r.terminal = x.terminal AND r.seq = x.seq
+		WHERE x.resolved = 0 AND x.code = 'refund_sale_unknown'`
+	delOpenRefundException = `DELETE FROM refund_exceptions WHERE terminal = ? AND seq = ? AND resolved = 0`
+	selRefundedSale        = `SELECT e.payload, s.sale_id, s.total FROM events e
 		JOIN sales s ON s.business_date = e.business_date AND s.flow_no = e.flow_no
 		WHERE e.terminal = ? AND e.seq = ? AND e.kind = 'sale' AND e.status = 'accepted'
 			AND s.terminal = e.terminal AND s.seq = e.seq`
@@ -43,37 +51,102 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
 )
 
-// checkRefunds flags, once the group's rows are written, each refund the group accepted
-// that the ledger's records do not cover (a refund exception). The refund stands: the gate
-// has applied it, and an offline one has paid the money out. Both ways of committing call
-// it last, over the transaction's own rows, so a sale and its refund in one group are
-// checked as if committed one after the other. A group without a refund runs no query.
+// checkRefunds holds, once the group's rows are written, every refund of each sale the group
+// touches to that sale, and keeps the sale's refund exceptions to what it finds (a refund
+// exception per refund its records do not cover). A sale is touched by an accepted refund of
+// it in the group, or by its own acceptance when a refund of it came first and was flagged
+// refund_sale_unknown: a sale refused live and resent offline once the terminal had decided
+// it, and refunded it, on its own. All of a sale's refunds are held again, not only the
+// group's, because refunds can be accepted out of seq order too (one refused live, resent
+// offline after a later one): each is held to the sale with every refund of a lower seq,
+// whenever it was committed.
+//
+// The refunds stand whatever is found: the gate has applied them, and an offline refund has
+// paid the money out. An open exception a refund no longer deserves is deleted; one a
+// manager resolved stays. Both ways of committing call this last, over the transaction's own
+// rows, so a sale and its refund in one group are held as if committed one after the other.
+// A group without a refund or a sale runs no query; one with sales, one seek in the open
+// refund_sale_unknown exceptions (index refund_exceptions_open_unknown, nearly always empty).
 func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome) error {
+	touched := map[eventKey]bool{} // sales whose refunds to hold again
+	sold := map[eventKey]bool{}    // sales the group accepted
 	for i := range recs {
-		o := &out[i]
-		if recs[i].Kind != wire.KindRefund || o.Status != wire.AckAccepted || o.Duplicate || o.Err != nil {
+		r, o := &recs[i], &out[i]
+		if o.Status != wire.AckAccepted || o.Duplicate || o.Err != nil {
 			continue
 		}
-		if err := w.checkRefund(ctx, recs[i].Terminal, recs[i].Seq); err != nil {
-			return fmt.Errorf("check refund %s: %w", wire.Key(recs[i].Terminal, recs[i].Seq), err)
+		switch r.Kind {
+		case wire.KindRefund:
+			var saleSeq int64
+			if err := w.scan(ctx, selRefundSaleSeq, []any{r.Terminal, r.Seq}, &saleSeq); err != nil {
+				return fmt.Errorf("check refund %s: %w", wire.Key(r.Terminal, r.Seq), err)
+			}
+			touched[eventKey{r.Terminal, saleSeq}] = true
+		case wire.KindSale:
+			sold[eventKey{r.Terminal, r.Seq}] = true
+		}
+	}
+	if len(sold) > 0 {
+		err := w.each(ctx, selWaitingForSale, nil, func(rows *sql.Rows) error {
+			var k eventKey
+			if err := rows.Scan(&k.terminal, &k.seq); err != nil {
+				return err
+			}
+			if sold[k] {
+				touched[k] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("check refunds: %w", err)
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(touched), func(a, b eventKey) int {
+		return cmp.Or(cmp.Compare(a.terminal, b.terminal), cmp.Compare(a.seq, b.seq))
+	})
+	for _, k := range keys {
+		if err := w.holdRefunds(ctx, k.terminal, k.seq); err != nil {
+			return fmt.Errorf("check refunds of sale %s: %w", wire.Key(k.terminal, k.seq), err)
 		}
 	}
 	return nil
 }
 
-// checkRefund records a refund exception for the accepted refund (terminal, seq) if the
-// ledger's records do not cover it.
-func (w *writer) checkRefund(ctx context.Context, terminal string, seq int64) error {
-	var saleID, at, date string
-	var saleSeq int64
-	if err := w.scan(ctx, selRefundOf, []any{terminal, seq}, &saleID, &saleSeq, &at, &date); err != nil {
+// holdRefunds holds every refund of the sale at (terminal, saleSeq) to it: it deletes their
+// open refund exceptions and records one for each refund the ledger's records do not cover
+// (a resolved exception stays as the manager left it).
+func (w *writer) holdRefunds(ctx context.Context, terminal string, saleSeq int64) error {
+	type refund struct {
+		seq            int64
+		saleID, at, dt string
+	}
+	var refunds []refund
+	err := w.each(ctx, selRefundsOfSale, []any{terminal, saleSeq}, func(rows *sql.Rows) error {
+		var r refund
+		if err := rows.Scan(&r.seq, &r.saleID, &r.at, &r.dt); err != nil {
+			return err
+		}
+		refunds = append(refunds, r)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	code, detail, err := w.refundProblem(ctx, terminal, seq, saleID, saleSeq)
-	if err != nil || code == "" {
-		return err
+	for _, r := range refunds {
+		if err := w.exec(ctx, delOpenRefundException, terminal, r.seq); err != nil {
+			return err
+		}
+		code, detail, err := w.refundProblem(ctx, terminal, r.seq, r.saleID, saleSeq)
+		if err != nil {
+			return err
+		}
+		if code != "" {
+			if err := w.exec(ctx, insRefundException, terminal, r.seq, code, detail, r.at, r.dt); err != nil {
+				return err
+			}
+		}
 	}
-	return w.exec(ctx, insRefundException, terminal, seq, code, detail, at, date)
+	return nil
 }
 
 // refundProblem returns the first problem of the refund (terminal, seq) of sale saleID at
@@ -120,20 +193,11 @@ func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, 
 	back := map[int]int64{}         // line → quantity returned by the refund and the earlier ones
 	backPaid := map[int]money.Fen{} // line → paid back for it by the refund and the earlier ones
 	var paid money.Fen              // paid back by the refund and the earlier ones
-	st, err := w.stmt(ctx, selSaleRefundLines)
-	if err != nil {
-		return "", "", err
-	}
-	rows, err := st.QueryContext(ctx, terminal, saleSeq, saleID, seq)
-	if err != nil {
-		return "", "", err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err = w.each(ctx, selSaleRefundLines, []any{terminal, saleSeq, saleID, seq}, func(rows *sql.Rows) error {
 		var rseq int64
 		var l line
 		if err := rows.Scan(&rseq, &l.n, &l.line, &l.sku, &l.qty, &l.amount); err != nil {
-			return "", "", err
+			return err
 		}
 		back[l.line] += l.qty
 		backPaid[l.line] += l.amount // each at most wire.MaxAmount: no overflow
@@ -141,8 +205,9 @@ func (w *writer) refundProblem(ctx context.Context, terminal string, seq int64, 
 		if rseq == seq {
 			own = append(own, l)
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return "", "", err
 	}
 	slices.SortFunc(own, func(a, b line) int { return cmp.Compare(a.n, b.n) })
