@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/posgate/posgate/internal/stack"
@@ -48,5 +49,57 @@ func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
 	var status map[string]any
 	if err := srv.Call(context.Background(), "GET", "/v1/mode", "", nil, &status); err != nil {
 		t.Fatalf("the restarted store does not answer: %v", err)
+	}
+}
+
+// TestAgentStartsAgainWhenItsPortWasTaken hands StartAgent a port another server listens
+// on: a connection to it is answered, but not by the agent, which exits on its bind. The
+// agent must be started again on another port, and be the one that answers.
+func TestAgentStartsAgainWhenItsPortWasTaken(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := Build(context.Background(), root, t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	go func() { // answers like a server would, and holds nothing
+		for {
+			c, err := taken.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	orig := freeAddr
+	t.Cleanup(func() { freeAddr = orig })
+	calls := 0
+	freeAddr = func() (string, error) {
+		calls++
+		if calls == 1 {
+			return taken.Addr().String(), nil
+		}
+		return orig()
+	}
+	a, err := StartAgent(context.Background(), bins.TerminalAgent, AgentOptions{Store: "S1", Terminal: "T1",
+		Broker: "tcp://127.0.0.1:1", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if a.API == taken.Addr().String() || calls != 2 {
+		t.Fatalf("agent on %s after %d picks; the taken port was %s", a.API, calls, taken.Addr())
+	}
+	_, port, _ := net.SplitHostPort(a.API)
+	p, _ := strconv.Atoi(port)
+	if ours, err := listensOn(a.cmd.Process.Pid, p); err != nil || !ours {
+		t.Fatalf("the agent does not hold %s: %v %v", a.API, ours, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,15 +126,29 @@ func (p *Proc) signal(sig syscall.Signal) error {
 }
 
 // WaitListening waits until addr accepts TCP connections.
-func WaitListening(ctx context.Context, addr string) error { return waitListening(ctx, addr, nil) }
+func WaitListening(ctx context.Context, addr string) error { return waitListening(ctx, addr, 0, nil) }
 
-// waitListening is WaitListening that gives up when exited is closed.
-func waitListening(ctx context.Context, addr string, exited <-chan struct{}) error {
+// waitListening is WaitListening that, for a pid other than 0, also waits until that
+// process is the one listening (listensOn), and gives up when exited is closed.
+func waitListening(ctx context.Context, addr string, pid int, exited <-chan struct{}) error {
+	port := 0
+	if _, p, err := net.SplitHostPort(addr); err == nil {
+		port, _ = strconv.Atoi(p)
+	}
 	for {
 		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			conn.Close()
-			return nil
+			ours := true
+			if pid != 0 {
+				if ours, err = listensOn(pid, port); err != nil {
+					return fmt.Errorf("who listens on %s: %w", addr, err)
+				}
+			}
+			if ours {
+				return nil
+			}
+			err = fmt.Errorf("%s is answered by another process", addr)
 		}
 		select {
 		case <-ctx.Done():
@@ -148,15 +163,19 @@ func waitListening(ctx context.Context, addr string, exited <-chan struct{}) err
 // errExited is a process that ended while it was awaited.
 var errExited = errors.New("exited")
 
-// waitUp waits until the process listens on every one of addrs. If it exits first, the error
+// waitUp waits until the process listens on every one of addrs (itself, not another process
+// that took one of its ports; see listensOn). If it exits first, the error
 // ends with the end of its log; a port that something else took before the process bound
 // it reads "address already in use" there (portTaken).
 func (p *Proc) waitUp(ctx context.Context, addrs ...string) error {
 	p.mu.Lock()
-	done := p.done
+	done, pid := p.done, 0
+	if p.cmd != nil {
+		pid = p.cmd.Process.Pid
+	}
 	p.mu.Unlock()
 	for _, a := range addrs {
-		err := waitListening(ctx, a, done)
+		err := waitListening(ctx, a, pid, done)
 		if errors.Is(err, errExited) {
 			p.mu.Lock()
 			p.cmd = nil // it has ended: Start may run it again
