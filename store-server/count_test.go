@@ -88,3 +88,35 @@ func ledgerQty(t *testing.T, srv *biServer, sku string) int64 {
 	}
 	return 0
 }
+
+// TestShelfCountWarnsOfUnsentSales: a till reports events it has not sent yet (an offline
+// till's sales have left the shelf but not the ledger, and will be taken off the stock again
+// when they arrive). The dashboard's count confirmation says so before the manager books.
+func TestShelfCountWarnsOfUnsentSales(t *testing.T) {
+	t.Parallel()
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.adjust(t, "opening-A1", "A1", 12, ledger.ReasonOpening)
+	r := biStartRun(t, srv)
+	hb := r.seal(wire.KindHeartbeat, "T1", 1, []byte(`{"backlog":3,"oldest_age_ms":60000,"catalog_version":1}`))
+	r.bus.publish(t, "T1", biMarshal(t, hb))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || len(d.acks.Acks) != 1 ||
+		d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("the heartbeat answered %s (%v)", d.raw, d.err)
+	}
+
+	b := startBrowser(t)
+	b.open(srv.Base + "/#token=" + biToken)
+	b.waitText("#stock tbody", "A1 12 — 12 0")
+	b.waitText("#terminals tbody", "T1")
+	b.click("#stock tbody button")
+	b.answerPrompt("12")
+	msg := b.acceptDialog()
+	if !strings.Contains(msg, "3 events not yet sent") || !strings.Contains(msg, "backlog 0") {
+		t.Errorf("count confirmation with 3 unsent events on a till: %q", msg)
+	}
+	if msg := b.acceptDialog(); !strings.Contains(msg, "agreed and booked nothing") {
+		t.Errorf("after the count %q", msg)
+	}
+}

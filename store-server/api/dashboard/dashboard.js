@@ -211,8 +211,13 @@ async function countShelf(s) {
     return;
   }
   const counted = Number(answer.trim());
+  // Sales a till holds unsent have left the shelf but not the ledger: booked now, the count
+  // takes them off once, and their arrival a second time.
+  const warning = unsent > 0 ? "\n\nThe tills last reported " + unsent + " events not yet sent to the store. " +
+    "Sales among them have left the shelf but not the ledger, and will be taken off the stock again when " +
+    "they arrive: count once the tills have sent them (Terminals: backlog 0)." : "";
   if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
-    "from its own stock at that moment (it said " + s.ledger + " when the table was drawn).")) return;
+    "from its own stock at that moment (it said " + s.ledger + " when the table was drawn)." + warning)) return;
   const rnd = new Uint8Array(8);
   crypto.getRandomValues(rnd);
   const id = "count-" + s.sku + "-" + Array.from(rnd, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -345,6 +350,7 @@ let timer = null;
 let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
+let unsent = 0; // events the tills last reported holding unsent (heartbeats)
 let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
@@ -383,7 +389,10 @@ async function refresh() {
     $("store").textContent = "store " + got.mode.store + (got.terminals ? " · catalog v" + got.terminals.catalog_version : "");
   });
   draw("totals", () => drawDay(got.totals));
-  draw("terminals", () => drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts));
+  draw("terminals", () => {
+    drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts);
+    unsent = got.terminals.terminals.reduce((n, t) => n + (t.heartbeat ? Math.max(t.heartbeat.backlog, 0) : 0), 0);
+  });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
   draw("refundExceptions", () => drawRefundExceptions(got.refundExceptions));
