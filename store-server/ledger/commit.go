@@ -568,17 +568,7 @@ func (w *writer) each(ctx context.Context, query string, args []any, fn func(*sq
 	if err != nil {
 		return err
 	}
-	rows, err := s.QueryContext(ctx, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(s.QueryContext(ctx, args...))(fn)
 }
 
 func (w *writer) lookup(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
@@ -909,17 +899,7 @@ func (s *stage) query(ctx context.Context, m *multi, fixed, keys []any, fn func(
 		if err != nil {
 			return err
 		}
-		rows, err := st.QueryContext(ctx, append(slices.Clip(fixed), keys[from:to]...)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := fn(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+		return eachRow(st.QueryContext(ctx, append(slices.Clip(fixed), keys[from:to]...)...))(fn)
 	})
 }
 

@@ -404,17 +404,24 @@ func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.Da
 
 // each runs query and calls fn for every row.
 func each(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
+	return eachRow(q.QueryContext(ctx, query, args...))(fn)
+}
+
+// eachRow takes a query's answer and returns what calls fn for each of its rows, then closes
+// them: the query's error, fn's, or the rows'.
+func eachRow(rows *sql.Rows, err error) func(fn func(*sql.Rows) error) error {
+	return func(fn func(*sql.Rows) error) error {
+		if err != nil {
 			return err
 		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := fn(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
 	}
-	return rows.Err()
 }
 
 // parseTime reads a stored time into the store's zone (the zero time for an empty string).
