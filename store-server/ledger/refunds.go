@@ -35,10 +35,6 @@ const (
 	selRefundSaleSeq = `SELECT sale_seq FROM refunds WHERE terminal = ? AND seq = ?`
 	selRefundsOfSale = `SELECT seq, sale_id, at, business_date FROM refunds INDEXED BY refunds_sale
 		WHERE terminal = ? AND sale_seq = ?`
-	// The sales that refunds flagged refund_sale_unknown are waiting for.
-	selWaitingForSale = `SELECT r.terminal, r.sale_seq FROM refund_exceptions x INDEXED BY refund_exceptions_open_unknown
-		JOIN refunds r ON r.terminal = x.terminal AND r.seq = x.seq
-		WHERE x.resolved = 0 AND x.code = 'refund_sale_unknown'`
 	delOpenRefundException = `DELETE FROM refund_exceptions WHERE terminal = ? AND seq = ? AND resolved = 0`
 	selRefundedSale        = `SELECT e.payload, s.sale_id, s.total FROM events e
 		JOIN sales s ON s.business_date = e.business_date AND s.flow_no = e.flow_no
@@ -47,29 +43,36 @@ const (
 	selSaleRefundLines = `SELECT r.seq, l.n, l.line, l.sku, l.qty, l.amount FROM refunds r INDEXED BY refunds_sale
 		JOIN refund_lines l ON l.terminal = r.terminal AND l.seq = r.seq
 		WHERE r.terminal = ? AND r.sale_seq = ? AND r.sale_id = ? AND r.seq <= ?`
+	// A refund whose exception a manager resolved keeps it while its problem is the same;
+	// another problem (its sale landed after the resolution, and the refund turned out to
+	// exceed it) opens it again, the earlier resolution kept in the detail.
 	insRefundException = `INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO UPDATE SET
+			code = excluded.code,
+			detail = excluded.detail || ' (earlier ' || refund_exceptions.code || ', resolved: ' ||
+				refund_exceptions.resolution || ')',
+			resolved = 0, resolved_at = '', resolution = ''
+		WHERE refund_exceptions.code <> excluded.code`
 )
 
 // checkRefunds holds, once the group's rows are written, every refund of each sale the group
 // touches to that sale, and keeps the sale's refund exceptions to what it finds (a refund
 // exception per refund its records do not cover). A sale is touched by an accepted refund of
-// it in the group, or by its own acceptance when a refund of it came first and was flagged
-// refund_sale_unknown: a sale refused live and resent offline once the terminal had decided
-// it, and refunded it, on its own. All of a sale's refunds are held again, not only the
-// group's, because refunds can be accepted out of seq order too (one refused live, resent
-// offline after a later one): each is held to the sale with every refund of a lower seq,
-// whenever it was committed.
+// it in the group, and by its own acceptance in place of a live refusal of an earlier
+// commit: a sale refused live and resent offline once the terminal had decided it, and
+// refunded it, on its own, so that its refunds came first. All of a sale's refunds are held
+// again, not only the group's, because refunds can be accepted out of seq order too (one
+// refused live, resent offline after a later one): each is held to the sale with every
+// refund of a lower seq, whenever it was committed.
 //
 // The refunds stand whatever is found: the gate has applied them, and an offline refund has
 // paid the money out. An open exception a refund no longer deserves is deleted; one a
-// manager resolved stays. Both ways of committing call this last, over the transaction's own
-// rows, so a sale and its refund in one group are held as if committed one after the other.
-// A group without a refund or a sale runs no query; one with sales, one seek in the open
-// refund_sale_unknown exceptions (index refund_exceptions_open_unknown, nearly always empty).
+// manager resolved stays, unless the refund now has another problem (see insRefundException).
+// Both ways of committing call this last, over the transaction's own rows, so a sale and its
+// refund in one group are held as if committed one after the other. A group without a
+// refund or a replaced sale runs no query.
 func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome) error {
 	touched := map[eventKey]bool{} // sales whose refunds to hold again
-	sold := map[eventKey]bool{}    // sales the group accepted
 	for i := range recs {
 		r, o := &recs[i], &out[i]
 		if o.Status != wire.AckAccepted || o.Duplicate || o.Err != nil {
@@ -83,22 +86,9 @@ func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome)
 			}
 			touched[eventKey{r.Terminal, saleSeq}] = true
 		case wire.KindSale:
-			sold[eventKey{r.Terminal, r.Seq}] = true
-		}
-	}
-	if len(sold) > 0 {
-		err := w.each(ctx, selWaitingForSale, nil, func(rows *sql.Rows) error {
-			var k eventKey
-			if err := rows.Scan(&k.terminal, &k.seq); err != nil {
-				return err
-			}
-			if sold[k] {
+			if k := (eventKey{r.Terminal, r.Seq}); w.replaced[k] {
 				touched[k] = true
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("check refunds: %w", err)
 		}
 	}
 	keys := slices.SortedFunc(maps.Keys(touched), func(a, b eventKey) int {
