@@ -2,9 +2,12 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os/exec"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/posgate/posgate/internal/stack"
 )
@@ -101,5 +104,36 @@ func TestAgentStartsAgainWhenItsPortWasTaken(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	if ours, err := listensOn(a.cmd.Process.Pid, p); err != nil || !ours {
 		t.Fatalf("the agent does not hold %s: %v %v", a.API, ours, err)
+	}
+}
+
+// TestExitedProcessWhosePortAnotherHolds: the process has ended and been reaped (no /proc
+// entry) while another server answers on its port: waitListening says errExited, so that
+// StartAgent and StartStore start again on another port instead of failing.
+func TestExitedProcessWhosePortAnotherHolds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil { // reaped
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := waitListening(ctx, ln.Addr().String(), cmd.Process.Pid, done); !errors.Is(err, errExited) {
+		t.Fatalf("waitListening: %v, want errExited", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -141,7 +142,9 @@ func waitListening(ctx context.Context, addr string, pid int, exited <-chan stru
 			conn.Close()
 			ours := true
 			if pid != 0 {
-				if ours, err = listensOn(pid, port); err != nil {
+				// A process reaped since the dial has no /proc entry: not ours, and exited
+				// below tells why.
+				if ours, err = listensOn(pid, port); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("who listens on %s: %w", addr, err)
 				}
 			}
