@@ -89,34 +89,45 @@ func ledgerQty(t *testing.T, srv *biServer, sku string) int64 {
 	return 0
 }
 
-// TestShelfCountWarnsOfUnsentSales: a till reports events it has not sent yet (an offline
-// till's sales have left the shelf but not the ledger, and will be taken off the stock again
-// when they arrive). The dashboard's count confirmation says so before the manager books.
-func TestShelfCountWarnsOfUnsentSales(t *testing.T) {
+// TestShelfCountWarnsOfOfflineTills: a till is offline (its status topic says so: the will
+// the broker publishes when its connection drops). Sales it makes meanwhile have left the
+// shelf but not the ledger, and will be taken off the stock again when they arrive; the
+// dashboard's count confirmation names the till before the manager books. A till that
+// comes back online (and sends what it holds) is not named any more.
+func TestShelfCountWarnsOfOfflineTills(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
 	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
 	srv.adjust(t, "opening-A1", "A1", 12, ledger.ReasonOpening)
-	r := biStartRun(t, srv)
-	hb := r.seal(wire.KindHeartbeat, "T1", 1, []byte(`{"backlog":3,"oldest_age_ms":60000,"catalog_version":1}`))
-	r.bus.publish(t, "T1", biMarshal(t, hb))
-	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || len(d.acks.Acks) != 1 ||
-		d.acks.Acks[0].Status != wire.AckAccepted {
-		t.Fatalf("the heartbeat answered %s (%v)", d.raw, d.err)
+	t1 := dialTerminal(t, srv.Broker, "T1")
+	presence := func(online bool) {
+		p, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: "T1", Online: online, At: time.Now()})
+		if tok := t1.c.Publish(wire.StatusTopic(biStoreID, "T1"), 1, true, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish presence: %v", tok.Error())
+		}
 	}
+	presence(false)
 
 	b := startBrowser(t)
 	b.open(srv.Base + "/#token=" + biToken)
 	b.waitText("#stock tbody", "A1 12 — 12 0")
-	b.waitText("#terminals tbody", "T1")
+	b.waitText("#terminals tbody", "offline since")
 	b.click("#stock tbody button")
 	b.answerPrompt("12")
-	msg := b.acceptDialog()
-	if !strings.Contains(msg, "3 events not yet sent") || !strings.Contains(msg, "backlog 0") {
-		t.Errorf("count confirmation with 3 unsent events on a till: %q", msg)
+	if msg := b.acceptDialog(); !strings.Contains(msg, "Offline now: T1.") {
+		t.Errorf("count confirmation with T1 offline: %q", msg)
 	}
 	if msg := b.acceptDialog(); !strings.Contains(msg, "agreed and booked nothing") {
 		t.Errorf("after the count %q", msg)
 	}
+
+	presence(true)
+	b.waitText("#terminals tbody", "online")
+	b.click("#stock tbody button")
+	b.answerPrompt("12")
+	if msg := b.acceptDialog(); strings.Contains(msg, "Offline now") {
+		t.Errorf("count confirmation with T1 back online: %q", msg)
+	}
+	b.acceptDialog()
 }

@@ -211,11 +211,12 @@ async function countShelf(s) {
     return;
   }
   const counted = Number(answer.trim());
-  // Sales a till holds unsent have left the shelf but not the ledger: booked now, the count
-  // takes them off once, and their arrival a second time.
-  const warning = unsent > 0 ? "\n\nThe tills last reported " + unsent + " events not yet sent to the store. " +
-    "Sales among them have left the shelf but not the ledger, and will be taken off the stock again when " +
-    "they arrive: count once the tills have sent them (Terminals: backlog 0)." : "";
+  // An offline till's sales have left the shelf but not the ledger: booked now, the count
+  // takes them off once, and their arrival a second time. (An online till sends each sale at
+  // once; a heartbeat's backlog is in the ledger by the time the heartbeat is.)
+  const warning = offlineTills.length > 0 ? "\n\nOffline now: " + offlineTills.join(", ") + ". Sales made " +
+    "there while offline have left the shelf but not the ledger, and will be taken off the stock again when " +
+    "they arrive: count once those tills are back online and have sent them." : "";
   if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
     "from its own stock at that moment (it said " + s.ledger + " when the table was drawn)." + warning)) return;
   const rnd = new Uint8Array(8);
@@ -350,7 +351,7 @@ let timer = null;
 let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
-let unsent = 0; // events the tills last reported holding unsent (heartbeats)
+let offlineTills = []; // the tills whose status topic last said offline
 let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
@@ -391,7 +392,7 @@ async function refresh() {
   draw("totals", () => drawDay(got.totals));
   draw("terminals", () => {
     drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts);
-    unsent = got.terminals.terminals.reduce((n, t) => n + (t.heartbeat ? Math.max(t.heartbeat.backlog, 0) : 0), 0);
+    offlineTills = got.terminals.terminals.filter((t) => t.online === false).map((t) => t.terminal).sort();
   });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
