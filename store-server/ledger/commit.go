@@ -265,7 +265,7 @@ func (d *decision) outcome() Outcome {
 // apply writes one record; a *perr.Error means the record cannot be stored.
 func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, nowMs int64) (Outcome, error) {
 	if replace {
-		if err := w.dropNonFinal(ctx, r.Terminal, r.Seq); err != nil {
+		if err := w.exec(ctx, deleteNonFinal, r.Terminal, r.Seq); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -512,14 +512,10 @@ type writer struct {
 	tx     *sql.Tx
 	stmts  map[string]*sql.Stmt
 	missed []string // statements prepared inside tx, to prepare on the connection afterwards
-	// replaced holds the keys whose non-final events of earlier commits this transaction
-	// replaced (a live refusal resent offline): checkRefunds holds again the refunds of a
-	// sale accepted that way, which came before it.
-	replaced map[eventKey]bool
 }
 
 func (l *Ledger) newWriter(tx *sql.Tx) *writer {
-	return &writer{l: l, tx: tx, stmts: map[string]*sql.Stmt{}, replaced: map[eventKey]bool{}}
+	return &writer{l: l, tx: tx, stmts: map[string]*sql.Stmt{}}
 }
 
 func (w *writer) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -564,13 +560,6 @@ func (w *writer) scan(ctx context.Context, query string, args []any, dest ...any
 		return err
 	}
 	return s.QueryRowContext(ctx, args...).Scan(dest...)
-}
-
-// dropNonFinal deletes the non-final event (terminal, seq) that a record of this transaction
-// replaces, and remembers the key (replaced).
-func (w *writer) dropNonFinal(ctx context.Context, terminal string, seq int64) error {
-	w.replaced[eventKey{terminal, seq}] = true
-	return w.exec(ctx, deleteNonFinal, terminal, seq)
 }
 
 // each runs a query and calls fn for each row it returns.
@@ -1112,7 +1101,7 @@ func (s *stage) add1(m *multi, args ...any) { s.rows[m] = append(s.rows[m], args
 // order (so AUTOINCREMENT ids follow the records, as hq_outbox's order must), the stock last.
 func (s *stage) flush(ctx context.Context) error {
 	for _, a := range s.deletes {
-		if err := s.w.dropNonFinal(ctx, a[0].(string), a[1].(int64)); err != nil {
+		if err := s.w.exec(ctx, deleteNonFinal, a...); err != nil {
 			return err
 		}
 	}

@@ -58,21 +58,23 @@ const (
 // checkRefunds holds, once the group's rows are written, every refund of each sale the group
 // touches to that sale, and keeps the sale's refund exceptions to what it finds (a refund
 // exception per refund its records do not cover). A sale is touched by an accepted refund of
-// it in the group, and by its own acceptance in place of a live refusal of an earlier
-// commit: a sale refused live and resent offline once the terminal had decided it, and
-// refunded it, on its own, so that its refunds came first. All of a sale's refunds are held
-// again, not only the group's, because refunds can be accepted out of seq order too (one
-// refused live, resent offline after a later one): each is held to the sale with every
-// refund of a lower seq, whenever it was committed.
+// it in the group, and by its own acceptance when the ledger already holds refunds of it.
+// Those came first when the sale's first record did not stand: a live refusal resent offline
+// once the terminal had decided it, and refunded it, on its own; or a record that failed to
+// commit while ingest went on with the terminal's next events, and was sent again. All of a
+// sale's refunds are held again, not only the group's, because refunds can be accepted out of
+// seq order too (one refused live, resent offline after a later one): each is held to the
+// sale with every refund of a lower seq, whenever it was committed.
 //
 // The refunds stand whatever is found: the gate has applied them, and an offline refund has
 // paid the money out. An open exception a refund no longer deserves is deleted; one a
 // manager resolved stays, unless the refund now has another problem (see insRefundException).
 // Both ways of committing call this last, over the transaction's own rows, so a sale and its
-// refund in one group are held as if committed one after the other. A group without a
-// refund or a replaced sale runs no query.
+// refund in one group are held as if committed one after the other. A group with sales asks
+// index refunds_sale once (one multi-key statement per multiRows sales) which of them have refunds.
 func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome) error {
 	touched := map[eventKey]bool{} // sales whose refunds to hold again
+	var sales []any                // terminal, seq, … of the group's accepted sales
 	for i := range recs {
 		r, o := &recs[i], &out[i]
 		if o.Status != wire.AckAccepted || o.Duplicate || o.Err != nil {
@@ -86,10 +88,21 @@ func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome)
 			}
 			touched[eventKey{r.Terminal, saleSeq}] = true
 		case wire.KindSale:
-			if k := (eventKey{r.Terminal, r.Seq}); w.replaced[k] {
-				touched[k] = true
-			}
+			sales = append(sales, r.Terminal, r.Seq)
 		}
+	}
+	err := selRefundedSales.chunks(len(sales)/2, func(query string, from, to int) error {
+		return w.each(ctx, query, sales[2*from:2*to], func(rows *sql.Rows) error {
+			var k eventKey
+			if err := rows.Scan(&k.terminal, &k.seq); err != nil {
+				return err
+			}
+			touched[k] = true
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("check refunds: %w", err)
 	}
 	keys := slices.SortedFunc(maps.Keys(touched), func(a, b eventKey) int {
 		return cmp.Or(cmp.Compare(a.terminal, b.terminal), cmp.Compare(a.seq, b.seq))
@@ -101,6 +114,11 @@ func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome)
 	}
 	return nil
 }
+
+// selRefundedSales names, of the sales (terminal, seq) it is given, those the ledger holds
+// refunds of.
+var selRefundedSales = newMulti(`SELECT terminal, sale_seq FROM refunds INDEXED BY refunds_sale
+	WHERE (terminal, sale_seq) IN (VALUES `, "(?, ?)", ")")
 
 // holdRefunds holds every refund of the sale at (terminal, saleSeq) to it: it deletes their
 // open refund exceptions and records one for each refund the ledger's records do not cover
