@@ -50,7 +50,10 @@ func TestShelfCountDuringSale(t *testing.T) {
 	}
 
 	b.answerPrompt("10")
-	if msg := b.acceptDialog(); !strings.Contains(msg, "10 × A1") || !strings.Contains(msg, "at that moment") {
+	// T_PROBE sent a heartbeat, but no status of it was heard (as after a restart of the
+	// store's broker): it is named as not known to be online.
+	if msg := b.acceptDialog(); !strings.Contains(msg, "10 × A1") || !strings.Contains(msg, "at that moment") ||
+		!strings.Contains(msg, "Not known to be online: T_PROBE.") {
 		t.Errorf("count confirmation %q", msg)
 	}
 	// The booking is in the ledger before the dashboard says what it booked.
@@ -115,7 +118,7 @@ func TestShelfCountWarnsOfOfflineTills(t *testing.T) {
 	b.waitText("#terminals tbody", "offline since")
 	b.click("#stock tbody button")
 	b.answerPrompt("12")
-	if msg := b.acceptDialog(); !strings.Contains(msg, "Offline now: T1.") {
+	if msg := b.acceptDialog(); !strings.Contains(msg, "Not known to be online: T1.") {
 		t.Errorf("count confirmation with T1 offline: %q", msg)
 	}
 	if msg := b.acceptDialog(); !strings.Contains(msg, "agreed and booked nothing") {
@@ -126,7 +129,7 @@ func TestShelfCountWarnsOfOfflineTills(t *testing.T) {
 	b.waitText("#terminals tbody", "online")
 	b.click("#stock tbody button")
 	b.answerPrompt("12")
-	if msg := b.acceptDialog(); strings.Contains(msg, "Offline now") {
+	if msg := b.acceptDialog(); strings.Contains(msg, "Not known to be online") {
 		t.Errorf("count confirmation with T1 back online: %q", msg)
 	}
 	b.acceptDialog()

@@ -213,10 +213,12 @@ async function countShelf(s) {
   const counted = Number(answer.trim());
   // An offline till's sales have left the shelf but not the ledger: booked now, the count
   // takes them off once, and their arrival a second time. (An online till sends each sale at
-  // once; a heartbeat's backlog is in the ledger by the time the heartbeat is.)
-  const warning = offlineTills.length > 0 ? "\n\nOffline now: " + offlineTills.join(", ") + ". Sales made " +
-    "there while offline have left the shelf but not the ledger, and will be taken off the stock again when " +
-    "they arrive: count once those tills are back online and have sent them." : "";
+  // once; a heartbeat's backlog is in the ledger by the time the heartbeat is.) A till not
+  // heard since the store started (the broker keeps no status across a restart) may be
+  // offline too.
+  const warning = offlineTills.length > 0 ? "\n\nNot known to be online: " + offlineTills.join(", ") +
+    ". Sales made at a till while offline have left the shelf but not the ledger, and will be taken off " +
+    "the stock again when they arrive: count once those tills are online and have sent them." : "";
   if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
     "from its own stock at that moment (it said " + s.ledger + " when the table was drawn)." + warning)) return;
   const rnd = new Uint8Array(8);
@@ -351,7 +353,7 @@ let timer = null;
 let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
-let offlineTills = []; // the tills whose status topic last said offline
+let offlineTills = []; // the tills not known to be online (status offline, or not heard since the store started)
 let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
@@ -392,7 +394,7 @@ async function refresh() {
   draw("totals", () => drawDay(got.totals));
   draw("terminals", () => {
     drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts);
-    offlineTills = got.terminals.terminals.filter((t) => t.online === false).map((t) => t.terminal).sort();
+    offlineTills = got.terminals.terminals.filter((t) => t.online !== true).map((t) => t.terminal).sort();
   });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
