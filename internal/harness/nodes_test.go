@@ -17,37 +17,15 @@ import (
 // start it again on other ports instead of failing or waiting 30 s.
 func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true})
-	root, err := ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := Build(context.Background(), root, t.TempDir(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	orig := freeAddr
-	t.Cleanup(func() { freeAddr = orig })
-	calls := 0
-	freeAddr = func() (string, error) {
-		calls++
-		if calls == 2 { // the first start's broker port
-			return taken.Addr().String(), nil
-		}
-		return orig()
-	}
+	bins, taken, calls := takenOnPick(t, 2) // the first start's broker port
 	srv, err := StartStore(context.Background(), bins.StoreServer, StoreOptions{Store: "S1", DataDir: t.TempDir(),
 		RedisAddr: s.Redis[0].Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	if srv.Opts.MQTTListen == taken.Addr().String() || calls != 4 {
-		t.Fatalf("broker on %s after %d picks; the taken port was %s", srv.Opts.MQTTListen, calls, taken.Addr())
+	if srv.Opts.MQTTListen == taken || *calls != 4 {
+		t.Fatalf("broker on %s after %d picks; the taken port was %s", srv.Opts.MQTTListen, *calls, taken)
 	}
 	var status map[string]any
 	if err := srv.Call(context.Background(), "GET", "/v1/mode", "", nil, &status); err != nil {
@@ -59,46 +37,15 @@ func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
 // on: a connection to it is answered, but not by the agent, which exits on its bind. The
 // agent must be started again on another port, and be the one that answers.
 func TestAgentStartsAgainWhenItsPortWasTaken(t *testing.T) {
-	root, err := ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := Build(context.Background(), root, t.TempDir(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	go func() { // answers like a server would, and holds nothing
-		for {
-			c, err := taken.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	orig := freeAddr
-	t.Cleanup(func() { freeAddr = orig })
-	calls := 0
-	freeAddr = func() (string, error) {
-		calls++
-		if calls == 1 {
-			return taken.Addr().String(), nil
-		}
-		return orig()
-	}
+	bins, taken, calls := takenOnPick(t, 1)
 	a, err := StartAgent(context.Background(), bins.TerminalAgent, AgentOptions{Store: "S1", Terminal: "T1",
 		Broker: "tcp://127.0.0.1:1", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Stop()
-	if a.API == taken.Addr().String() || calls != 2 {
-		t.Fatalf("agent on %s after %d picks; the taken port was %s", a.API, calls, taken.Addr())
+	if a.API == taken || *calls != 2 {
+		t.Fatalf("agent on %s after %d picks; the taken port was %s", a.API, *calls, taken)
 	}
 	_, port, _ := net.SplitHostPort(a.API)
 	p, _ := strconv.Atoi(port)
@@ -136,4 +83,42 @@ func TestExitedProcessWhosePortAnotherHolds(t *testing.T) {
 	if err := waitListening(ctx, ln.Addr().String(), cmd.Process.Pid, done); !errors.Is(err, errExited) {
 		t.Fatalf("waitListening: %v, want errExited", err)
 	}
+}
+
+// takenOnPick builds the binaries and makes the n-th address freeAddr hands out one another
+// server listens on (and answers, holding nothing). It returns that address and the count of
+// picks so far.
+func takenOnPick(t *testing.T, n int) (bins Binaries, taken string, calls *int) {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bins, err = Build(context.Background(), root, t.TempDir(), false); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	orig := freeAddr
+	t.Cleanup(func() { freeAddr = orig })
+	calls = new(int)
+	freeAddr = func() (string, error) {
+		if *calls++; *calls == n {
+			return ln.Addr().String(), nil
+		}
+		return orig()
+	}
+	return bins, ln.Addr().String(), calls
 }

@@ -289,19 +289,7 @@ func TestRefundCheckSeeks(t *testing.T) {
 		selRefundedSale:           "SEARCH s USING PRIMARY KEY (business_date=? AND flow_no=?)",
 		selSaleRefundLines:        "r USING INDEX refunds_sale (terminal=? AND sale_seq=?)",
 	} {
-		rows, err := l.db.R.Query(`EXPLAIN QUERY PLAN `+q, []any{"T1", 1, "s1", 2}[:strings.Count(q, "?")]...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var detail string
-			if err := rows.Scan(new(int), new(int), new(int), &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, l, q, "T1", 1, "s1", 2)
 		all := strings.Join(plan, "; ")
 		if !strings.Contains(all, want) || strings.Contains(q, "sale_lines") {
 			t.Errorf("%s\nplan %q, want %q", q, all, want)

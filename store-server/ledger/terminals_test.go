@@ -82,20 +82,7 @@ func TestTerminalsFindsAnOldHeartbeat(t *testing.T) {
 func TestTerminalsSeek(t *testing.T) {
 	l := MustOpen(t, day)
 	for _, q := range []string{selTerminals, selLastEvent, selLastHeartbeat, selParked} {
-		args := []any{"T1", 1}[:strings.Count(q, "?")]
-		rows, err := l.db.R.Query(`EXPLAIN QUERY PLAN `+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var detail string
-			if err := rows.Scan(new(int), new(int), new(int), &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, l, q, "T1", 1)
 		all := strings.Join(plan, "; ")
 		for _, step := range plan {
 			// Only the recursive CTE's own rows (t) may be scanned.
@@ -107,4 +94,27 @@ func TestTerminalsSeek(t *testing.T) {
 			t.Errorf("%s\nplan without a seek: %s", q, all)
 		}
 	}
+}
+
+// queryPlan returns the steps of SQLite's plan for query q, given the first of args for its
+// parameters.
+func queryPlan(t *testing.T, l *Ledger, q string, args ...any) []string {
+	t.Helper()
+	rows, err := l.db.R.Query(`EXPLAIN QUERY PLAN `+q, args[:strings.Count(q, "?")]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var detail string
+		if err := rows.Scan(new(int), new(int), new(int), &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
