@@ -703,6 +703,11 @@ func TestPersistentSessionAndBrokerRestart(t *testing.T) {
 		ft.send(ft.event(seq, 0))
 		select {
 		case a := <-ft.acks:
+			if a.Acks[0].Seq < seq && a.Acks[0].Status == wire.AckDuplicate {
+				// A late answer for an earlier event: the terminal's client resent its
+				// publish over the new connection, and the store answered it again.
+				continue
+			}
 			// A resent copy may be answered as a duplicate of the one that was queued (its
 			// accepted ack can be lost with the terminal's old connection).
 			if st := a.Acks[0].Status; (st != wire.AckAccepted && st != wire.AckDuplicate) || a.Acks[0].Seq != seq {
