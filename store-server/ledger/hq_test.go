@@ -251,12 +251,7 @@ func TestOpenReader(t *testing.T) {
 
 func TestOutboxDateIndex(t *testing.T) {
 	l := MustOpen(t, day)
-	var plan string
-	err := l.db.R.QueryRow(`EXPLAIN QUERY PLAN SELECT 1 FROM hq_outbox WHERE business_date = ? AND id > ? LIMIT 1`,
-		dayDate, 0).Scan(new(int), new(int), new(int), &plan)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := strings.Join(queryPlan(t, l, `SELECT 1 FROM hq_outbox WHERE business_date = ? AND id > ? LIMIT 1`, dayDate, 0), "; ")
 	if want := "USING COVERING INDEX hq_outbox_date"; !strings.Contains(plan, want) {
 		t.Errorf("plan %q does not use the date index", plan)
 	}
@@ -271,11 +266,7 @@ func TestFlowQueriesSeek(t *testing.T) {
 		selFlowTaken:      "USING COVERING INDEX events_flow (business_date=? AND flow_no=?)",
 		selFlows.shape(3): "USING COVERING INDEX events_flow (business_date=? AND flow_no=?)",
 	} {
-		args := []any{dayDate, 1, 2, 3}[:strings.Count(q, "?")]
-		var plan string
-		if err := l.db.R.QueryRow(`EXPLAIN QUERY PLAN `+q, args...).Scan(new(int), new(int), new(int), &plan); err != nil {
-			t.Fatal(err)
-		}
+		plan := strings.Join(queryPlan(t, l, q, dayDate, 1, 2, 3), "; ")
 		if !strings.Contains(plan, want) {
 			t.Errorf("%s\nplan %q, want %q", q, plan, want)
 		}
