@@ -206,8 +206,8 @@ function drawStock(stock) {
 async function countShelf(s) {
   const answer = prompt("Counted on the shelf for " + s.sku + " (the ledger says " + s.ledger + "):");
   if (answer === null) return;
-  if (!/^\d+$/.test(answer.trim())) {
-    alert("A count is a whole number of units, 0 or more.");
+  if (!/^\d{1,12}$/.test(answer.trim())) {
+    alert("A count is a whole number of units, 0 or more, of at most 12 digits.");
     return;
   }
   const counted = Number(answer.trim());
