@@ -243,7 +243,7 @@ func decodeItem(b []byte) Item {
 	return it
 }
 
-// MaxPresenceBytes bounds a status message (a presence is under 200 bytes).
+// MaxPresenceBytes bounds a status or backlog message (either is under 200 bytes).
 const MaxPresenceBytes = 4 << 10
 
 // DecodePresence strictly decodes a terminal's status message.
@@ -262,6 +262,30 @@ func DecodePresence(b []byte) (Presence, error) {
 		return p, invalid(CodeID, "status terminal id %q is not valid", p.Terminal)
 	}
 	return p, nil
+}
+
+// DecodeBacklog strictly decodes a terminal's backlog report.
+func DecodeBacklog(b []byte) (Backlog, error) {
+	var r Backlog
+	if len(b) > MaxPresenceBytes {
+		return r, invalid(CodeOversize, "backlog report of %d bytes is over the %d byte limit", len(b), MaxPresenceBytes)
+	}
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	switch {
+	case r.V != Version:
+		return r, invalid(CodeVersion, "protocol version %d is not supported", r.V)
+	case !ValidID(r.Terminal):
+		return r, invalid(CodeID, "backlog terminal id %q is not valid", r.Terminal)
+	case r.Events < 0 || r.OldestMs < 0 || (r.Events == 0 && r.OldestMs != 0):
+		return r, invalid(CodePayload, "backlog report of %d events, the oldest %d ms old, is not a count", r.Events, r.OldestMs)
+	case r.At.IsZero():
+		return r, invalid(CodeMissing, "field \"at\" is missing")
+	case r.At.UTC().Year() < 1970 || r.At.UTC().Year() > 9998:
+		return r, invalid(CodeTime, "backlog time %s is outside the years 1970-9998", r.At.Format(time.RFC3339))
+	}
+	return r, nil
 }
 
 // DecodeAcks strictly decodes a down message.

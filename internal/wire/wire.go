@@ -209,7 +209,7 @@ type Acks struct {
 // KindAcks is the kind of a down message carrying acks.
 const KindAcks = "acks"
 
-// Topics. Every topic is per store; up, down and status are per terminal too.
+// Topics. Every topic is per store; up, down, status and backlog are per terminal too.
 
 // UpTopic is where a terminal publishes its events.
 func UpTopic(store, terminal string) string { return "pos/" + store + "/" + terminal + "/up" }
@@ -222,6 +222,13 @@ func StatusTopic(store, terminal string) string {
 	return "pos/" + store + "/" + terminal + "/status"
 }
 
+// BacklogTopic carries a terminal's retained report of the events it holds that the store
+// has not acknowledged (Backlog). It goes beside the events, not behind them, so that the
+// store sees what a till holds while the till is still sending it.
+func BacklogTopic(store, terminal string) string {
+	return "pos/" + store + "/" + terminal + "/backlog"
+}
+
 // CatalogTopic carries the store's retained, versioned catalog.
 func CatalogTopic(store string) string { return "pos/" + store + "/catalog" }
 
@@ -231,6 +238,9 @@ func UpWildcard(store string) string { return "pos/" + store + "/+/up" }
 // StatusWildcard subscribes to every terminal's status topic of a store.
 func StatusWildcard(store string) string { return "pos/" + store + "/+/status" }
 
+// BacklogWildcard subscribes to every terminal's backlog topic of a store.
+func BacklogWildcard(store string) string { return "pos/" + store + "/+/backlog" }
+
 // ParseUpTopic returns the store and terminal of an up topic.
 func ParseUpTopic(topic string) (store, terminal string, ok bool) {
 	return parseTerminalTopic(topic, "up")
@@ -239,6 +249,11 @@ func ParseUpTopic(topic string) (store, terminal string, ok bool) {
 // ParseStatusTopic returns the store and terminal of a status topic.
 func ParseStatusTopic(topic string) (store, terminal string, ok bool) {
 	return parseTerminalTopic(topic, "status")
+}
+
+// ParseBacklogTopic returns the store and terminal of a backlog topic.
+func ParseBacklogTopic(topic string) (store, terminal string, ok bool) {
+	return parseTerminalTopic(topic, "backlog")
 }
 
 // parseTerminalTopic splits pos/{store}/{terminal}/{leaf}.
@@ -256,4 +271,17 @@ type Presence struct {
 	Terminal string    `json:"terminal"`
 	Online   bool      `json:"online"`
 	At       time.Time `json:"at,omitzero"`
+}
+
+// Backlog is the retained message on a terminal's backlog topic: what the terminal holds
+// that the store has not acknowledged, as it counted it at At (its own clock). A terminal
+// publishes it when it connects and whenever the figures change, at QoS 0: a report lost
+// with a connection is sent again on the next one, and a store whose broker does not know
+// the topic drops it without closing the terminal's connection.
+type Backlog struct {
+	V        int       `json:"v"`
+	Terminal string    `json:"terminal"`
+	Events   int64     `json:"events"`                  // events not acknowledged, in flight ones included
+	OldestMs int64     `json:"oldest_age_ms,omitempty"` // age of the oldest of them at At
+	At       time.Time `json:"at"`
 }

@@ -405,6 +405,8 @@ func TestKeyAndTopics(t *testing.T) {
 		{"catalog", wire.CatalogTopic("s1"), "pos/s1/catalog"},
 		{"up wildcard", wire.UpWildcard("s1"), "pos/s1/+/up"},
 		{"status wildcard", wire.StatusWildcard("s1"), "pos/s1/+/status"},
+		{"backlog", wire.BacklogTopic("s1", "t1"), "pos/s1/t1/backlog"},
+		{"backlog wildcard", wire.BacklogWildcard("s1"), "pos/s1/+/backlog"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {
@@ -461,6 +463,62 @@ func TestParseStatusTopic(t *testing.T) {
 			s, term, ok := wire.ParseStatusTopic(tc.topic)
 			if s != tc.store || term != tc.terminal || ok != tc.ok {
 				t.Fatalf("ParseStatusTopic(%q) = %q, %q, %v; want %q, %q, %v", tc.topic, s, term, ok, tc.store, tc.terminal, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseBacklogTopic(t *testing.T) {
+	for _, tc := range []struct {
+		name, topic     string
+		store, terminal string
+		ok              bool
+	}{
+		{"good", "pos/s1/t1/backlog", "s1", "t1", true},
+		{"good from BacklogTopic", wire.BacklogTopic(testStore, testTerm), testStore, testTerm, true},
+		{"status topic", "pos/s1/t1/status", "", "", false},
+		{"empty terminal", "pos/s1//backlog", "", "", false},
+		{"too many levels", "pos/s1/t1/backlog/x", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, term, ok := wire.ParseBacklogTopic(tc.topic)
+			if s != tc.store || term != tc.terminal || ok != tc.ok {
+				t.Fatalf("ParseBacklogTopic(%q) = %q, %q, %v; want %q, %q, %v", tc.topic, s, term, ok, tc.store, tc.terminal, tc.ok)
+			}
+		})
+	}
+}
+
+func TestDecodeBacklog(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	good, err := json.Marshal(wire.Backlog{V: wire.Version, Terminal: testTerm, Events: 12, OldestMs: 90_000, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wire.DecodeBacklog(good)
+	if err != nil || r.Terminal != testTerm || r.Events != 12 || r.OldestMs != 90_000 || !r.At.Equal(at) {
+		t.Fatalf("DecodeBacklog(%s) = %+v, %v", good, r, err)
+	}
+	// An empty backlog has no oldest event.
+	if r, err := wire.DecodeBacklog([]byte(`{"v":1,"terminal":"T1","events":0,"at":"2026-11-30T09:00:00Z"}`)); err != nil || r.Events != 0 {
+		t.Fatalf("empty: %+v, %v", r, err)
+	}
+	for _, tc := range []struct{ name, body, code string }{
+		{"wrong version", `{"v":2,"terminal":"T1","events":1,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodeVersion},
+		{"bad terminal", `{"v":1,"terminal":"T/1","events":1,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodeID},
+		{"negative events", `{"v":1,"terminal":"T1","events":-1,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
+		{"negative age", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":-5,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
+		{"age of nothing", `{"v":1,"terminal":"T1","events":0,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
+		{"no time", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":5}`, wire.CodeMissing},
+		{"time before 1970", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":5,"at":"1969-12-31T23:00:00Z"}`, wire.CodeTime},
+		{"events as text", `{"v":1,"terminal":"T1","events":"1","at":"2026-11-30T09:00:00Z"}`, wire.CodeType},
+		{"unknown field", `{"v":1,"terminal":"T1","events":1,"at":"2026-11-30T09:00:00Z","x":1}`, wire.CodeUnknownField},
+		{"oversize", `{"v":1,"terminal":"T1","events":1,"at":"` + strings.Repeat("x", wire.MaxPresenceBytes) + `"}`, wire.CodeOversize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := wire.DecodeBacklog([]byte(tc.body))
+			if got := perr.CodeOf(err); got != tc.code {
+				t.Fatalf("DecodeBacklog(%.60s) code %q (%v), want %q", tc.body, got, err, tc.code)
 			}
 		})
 	}
