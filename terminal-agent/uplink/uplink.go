@@ -45,8 +45,12 @@ type Config struct {
 	LiveQueueMax int64
 	// HeartbeatEvery queues a heartbeat event this often while online (0: never).
 	HeartbeatEvery time.Duration
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// BacklogEvery is how often, while online, the lane looks at the backlog and publishes
+	// it on the terminal's backlog topic if it changed; it also publishes it on each
+	// connection (0: never).
+	BacklogEvery time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 func (c *Config) defaults() {
@@ -87,6 +91,13 @@ type Uplink struct {
 	client mqtt.Client
 	wakeCh chan struct{}
 
+	// reportCh tells the backlog loop that a connection published a report: its interval
+	// starts over.
+	reportCh chan struct{}
+	// reportMu orders the backlog reports; reported is the last one's count and oldest seq.
+	reportMu sync.Mutex
+	reported [2]int64
+
 	mu           sync.Mutex
 	connected    bool
 	offlineSince time.Time
@@ -108,7 +119,7 @@ func New(cfg Config, store *outbox.Store) *Uplink {
 	cfg.defaults()
 	return &Uplink{
 		cfg: cfg, store: store, log: cfg.Logger.With("component", "uplink"),
-		wakeCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]*waiter{},
+		wakeCh: make(chan struct{}, 1), reportCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]*waiter{},
 	}
 }
 
@@ -288,6 +299,10 @@ func (u *Uplink) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); u.heartbeatLoop(ctx) }()
 	}
+	if u.cfg.BacklogEvery > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); u.backlogLoop(ctx) }()
+	}
 	<-ctx.Done()
 	wg.Wait()
 	u.client.Disconnect(250)
@@ -306,6 +321,14 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	c.Publish(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), 1, true, online)
 	if err := u.store.SetKV(ctx, outbox.KVOfflineSince, 0); err != nil {
 		u.log.Error("record online", "err", err)
+	}
+	if u.cfg.BacklogEvery > 0 {
+		// Counted before anything is sent again: what the till holds as it comes back.
+		u.publishBacklog(ctx, c, true)
+		select {
+		case u.reportCh <- struct{}{}:
+		default:
+		}
 	}
 	u.mu.Lock()
 	u.connected = true
@@ -608,6 +631,67 @@ func (u *Uplink) heartbeatLoop(ctx context.Context) {
 		}
 		u.Notify()
 	}
+}
+
+// backlogLoop publishes the backlog while online every BacklogEvery if the count or the
+// oldest event changed since the last report (its age alone does not count: the store ages
+// it from when it heard it). A new connection publishes at once (onConnect) and starts the
+// interval over.
+func (u *Uplink) backlogLoop(ctx context.Context) {
+	t := time.NewTicker(u.cfg.BacklogEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.reportCh:
+			t.Reset(u.cfg.BacklogEvery)
+			continue
+		case <-t.C:
+		}
+		u.mu.Lock()
+		online := u.connected
+		u.mu.Unlock()
+		if online {
+			u.publishBacklog(ctx, u.client, false)
+		}
+	}
+}
+
+// publishBacklog publishes what the outbox holds unacknowledged on the terminal's retained
+// backlog topic, unless it is what the last report said and force is false. A heartbeat
+// goes behind the events it counts, so by the time the store has it they are there too;
+// this report goes beside them, so the store sees what a till back from offline still
+// holds while it sends it, and sees it reach 0.
+//
+// QoS 0: nothing to wait for, and a broker that refuses the topic (a store of an earlier
+// release) drops the report instead of closing the connection. Reports are published one
+// at a time, so they reach the broker in the order they were counted.
+func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) {
+	u.reportMu.Lock()
+	defer u.reportMu.Unlock()
+	b, err := u.store.Backlog(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			u.log.Error("count the backlog", "err", err)
+		}
+		return
+	}
+	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} {
+		return
+	}
+	now := u.cfg.Now()
+	r := wire.Backlog{V: wire.Version, Terminal: u.cfg.Terminal, Events: b.Count, At: now}
+	if b.Count > 0 && !b.OldestAt.IsZero() {
+		r.OldestMs = max(0, now.Sub(b.OldestAt).Milliseconds())
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		u.log.Error("encode the backlog report", "err", err)
+		return
+	}
+	c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, body)
+	u.reported = [2]int64{b.Count, b.OldestSeq}
 }
 
 // String describes the lane for logs.
