@@ -200,6 +200,21 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		t.Errorf("T2 (presence only): %+v", got)
 	}
 
+	// T2 reports what it holds beside its events: the view and the dashboard show that,
+	// aged since the store heard it.
+	report, _ := json.Marshal(wire.Backlog{V: wire.Version, Terminal: "T2", Events: 7, OldestMs: 90_000, At: time.Now()})
+	if tok := t2.c.Publish(wire.BacklogTopic(biStoreID, "T2"), 0, true, report); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish backlog: %v", tok.Error())
+	}
+	a = waitFor("T2's backlog", func(a api.TerminalsAnswer) bool { return row(a, "T2").Backlog != nil })
+	if b := row(a, "T2").Backlog; b.Events != 7 || b.OldestMs != 90_000 || b.OldestNowMs < 90_000 || b.Heard.IsZero() {
+		t.Errorf("T2's backlog: %+v", b)
+	}
+	if dom := browse(t, srv.Base+"/#token="+biToken+"&date="+r.date); !strings.Contains(dom,
+		`<td>T2</td><td class="good">online</td><td>—</td><td class="num warn">7</td><td>2 min (`) {
+		t.Errorf("the dashboard does not show T2's 7 events, the oldest 2 min old:\n%s", dom)
+	}
+
 	// T1's connection drops without a DISCONNECT: the broker publishes its will.
 	t1.drop()
 	waitFor("T1 offline", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), false) })

@@ -524,8 +524,18 @@ type TerminalRow struct {
 	Online      *bool     `json:"online,omitempty"`
 	OnlineSince time.Time `json:"online_since,omitzero"`
 	StatusHeard time.Time `json:"status_heard,omitzero"`
+	// Backlog is the backlog report the terminal last published beside its events (nil
+	// when none was heard since the store-server started, or from an agent of an earlier
+	// release, which reports its backlog only in its heartbeats).
+	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
+}
+
+// BacklogRow is a terminal's last backlog report, with its oldest event's age now.
+type BacklogRow struct {
+	presence.Backlog
+	OldestNowMs int64 `json:"oldest_now_ms"` // presence.Backlog.OldestAge at the answer's time
 }
 
 // TerminalsAnswer is the answer of GET /v1/terminals.
@@ -541,15 +551,21 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		return nil, err
 	}
 	var live map[string]presence.Seen
+	var reports map[string]presence.Backlog
 	if s.Presence != nil {
-		live = s.Presence.All()
+		live, reports = s.Presence.All(), s.Presence.Backlogs()
 	}
+	now := s.Now()
 	version := s.Catalog.Current().Version
 	rows := make([]TerminalRow, 0, len(seen)+len(live))
 	add := func(row TerminalRow) {
 		if p, ok := live[row.Terminal]; ok {
 			row.Online, row.OnlineSince, row.StatusHeard = &p.Online, p.Since, p.Heard
 			delete(live, row.Terminal)
+		}
+		if r, ok := reports[row.Terminal]; ok {
+			row.Backlog = &BacklogRow{Backlog: r, OldestNowMs: r.OldestAge(now).Milliseconds()}
+			delete(reports, row.Terminal)
 		}
 		if hb := row.Heartbeat; hb != nil && hb.CatalogVersion < version {
 			row.CatalogBehind = true
@@ -562,8 +578,11 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	for t := range live { // connected, nothing recorded yet
 		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
 	}
+	for t := range reports { // a backlog reported, nothing else heard yet
+		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+	}
 	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return TerminalsAnswer{Now: s.Now(), CatalogVersion: version, Terminals: rows}, nil
+	return TerminalsAnswer{Now: now, CatalogVersion: version, Terminals: rows}, nil
 }
 
 // HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.

@@ -5,7 +5,7 @@
 //
 // Its limits are raised above mochi's defaults (which silently dropped most of a 100k-message
 // burst to a slow subscriber), and, when given a credentials file, it enforces that each
-// terminal publishes only on its own up and status topics and reads only its own down topic
+// terminal publishes only on its own up, status and backlog topics and reads only its own down topic
 // and the catalog. posgate never relies on the broker keeping messages: every message that
 // matters is acked end to end.
 package broker
@@ -44,8 +44,8 @@ type Config struct {
 	// the publishing terminal's connection goroutine, after the broker's PUBACK, so a slow
 	// OnUp holds back that terminal's next messages and no other's.
 	OnUp func(topic string, payload []byte)
-	// OnStatus, if not nil, gets every message on the store's status topics (the terminals'
-	// presence and last wills), inside the broker.
+	// OnStatus, if not nil, gets every message on the store's status and backlog topics
+	// (the terminals' presence, last wills and backlog reports), inside the broker.
 	OnStatus func(topic string, payload []byte)
 	Logger   *slog.Logger
 }
@@ -111,11 +111,13 @@ func Start(cfg Config) (*Broker, error) {
 		}
 	}
 	if cfg.OnStatus != nil {
-		err := srv.Subscribe(wire.StatusWildcard(cfg.Store), 2, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-			cfg.OnStatus(pk.TopicName, pk.Payload)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("mqtt inline subscription: %w", err)
+		for i, filter := range []string{wire.StatusWildcard(cfg.Store), wire.BacklogWildcard(cfg.Store)} {
+			err := srv.Subscribe(filter, 2+i, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+				cfg.OnStatus(pk.TopicName, pk.Payload)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("mqtt inline subscription: %w", err)
+			}
 		}
 	}
 	tcp := listeners.NewTCP(listeners.Config{Type: "tcp", ID: "posgate", Address: cfg.Addr})
@@ -167,14 +169,15 @@ type authHook struct {
 // check runs for every message a terminal publishes.
 type account struct {
 	User
-	up, status, down string
+	up, status, backlog, down string
 }
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store), log: log}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
-			status: wire.StatusTopic(cfg.Store, u.Terminal), down: wire.DownTopic(cfg.Store, u.Terminal)}
+			status: wire.StatusTopic(cfg.Store, u.Terminal), backlog: wire.BacklogTopic(cfg.Store, u.Terminal),
+			down: wire.DownTopic(cfg.Store, u.Terminal)}
 	}
 	return h
 }
@@ -235,7 +238,7 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false // not authenticated by this hook
 	}
 	if write {
-		if topic == a.up || topic == a.status {
+		if topic == a.up || topic == a.status || topic == a.backlog {
 			return true
 		}
 		h.log.Warn("publish refused: not this terminal's topic", "client", cl.ID, "user", a.Username,

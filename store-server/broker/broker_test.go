@@ -203,8 +203,9 @@ func TestRefusalsAreLogged(t *testing.T) {
 	}
 }
 
-// TestStatusReachesOnStatus: a terminal's presence and, when its connection drops, its last
-// will reach OnStatus inside the broker; another terminal may not speak for it.
+// TestStatusReachesOnStatus: a terminal's presence, its backlog reports and, when its
+// connection drops, its last will reach OnStatus inside the broker; another terminal may not
+// speak for it, and a refused backlog report (QoS 0) does not close the sender's connection.
 func TestStatusReachesOnStatus(t *testing.T) {
 	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
 	status := &upLog{}
@@ -236,14 +237,26 @@ func TestStatusReachesOnStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tok := t1.Publish(wire.BacklogTopic("S1", "T1"), 0, true, "backlog 3"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	wait(t, "T1's backlog report", func() bool { return len(status.get()) >= 2 })
+	forger.Publish(wire.BacklogTopic("S1", "T1"), 0, true, "forged").WaitTimeout(time.Second)
+	forger.Publish(wire.BacklogTopic("S1", "T2"), 0, true, "backlog 0").WaitTimeout(time.Second)
+	wait(t, "T2's own backlog report", func() bool { return len(status.get()) >= 3 })
+	if !forger.IsConnectionOpen() {
+		t.Fatal("the broker closed T2's connection over a refused QoS 0 report")
+	}
+	// A refused QoS 1 publish closes the connection (MQTT 3.1.1 has no refusal to send).
 	forger.Publish(wire.StatusTopic("S1", "T1"), 1, true, "forged").WaitTimeout(time.Second)
 
 	mu.Lock()
 	conn.Close() // no DISCONNECT: the broker publishes the will
 	mu.Unlock()
-	wait(t, "the will", func() bool { return len(status.get()) >= 2 })
+	wait(t, "the will", func() bool { return len(status.get()) >= 4 })
 	time.Sleep(50 * time.Millisecond) // anything forged would have come by now
-	want := []string{"pos/S1/T1/status online", "pos/S1/T1/status offline"}
+	want := []string{"pos/S1/T1/status online", "pos/S1/T1/backlog backlog 3", "pos/S1/T2/backlog backlog 0",
+		"pos/S1/T1/status offline"}
 	if got := status.get(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("OnStatus got %q, want %q", got, want)
 	}

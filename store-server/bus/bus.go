@@ -26,7 +26,7 @@ type Config struct {
 	Username, Password string
 	// OnUp receives every up message in arrival order; it may block (back-pressure).
 	OnUp func(topic string, payload []byte)
-	// OnStatus, if not nil, receives every message on the store's status topics.
+	// OnStatus, if not nil, receives every message on the store's status and backlog topics.
 	OnStatus func(topic string, payload []byte)
 	Logger   *slog.Logger
 }
@@ -66,11 +66,13 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 			return
 		}
 		if cfg.OnStatus != nil {
-			t := c.Subscribe(wire.StatusWildcard(cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) {
-				cfg.OnStatus(m.Topic(), m.Payload())
-			})
-			if t.Wait() && t.Error() != nil {
-				log.Error("subscribe", "err", t.Error())
+			for _, filter := range []string{wire.StatusWildcard(cfg.Store), wire.BacklogWildcard(cfg.Store)} {
+				t := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
+					cfg.OnStatus(m.Topic(), m.Payload())
+				})
+				if t.Wait() && t.Error() != nil {
+					log.Error("subscribe", "err", t.Error())
+				}
 			}
 		}
 		log.Info("connected", "broker", cfg.URL)

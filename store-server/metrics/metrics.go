@@ -119,10 +119,10 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	modeDesc    = desc("gate_mode", "1 for the gate's current mode (redis, degraded: ledger only, rebuilding, starting).", "mode")
 	onlineDesc  = desc("terminal_online", "1 if the terminal's last status message said online, 0 if offline (its will).", "terminal")
-	backlogDesc = desc("terminal_backlog_events", "Events the terminal held unsent at its last heartbeat.", "terminal")
-	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unsent event: at its last heartbeat, plus the time since while it had a backlog.", "terminal")
+	backlogDesc = desc("terminal_backlog_events", "Events the terminal held that the store had not acknowledged, at its last backlog report (an agent of an earlier release: its last heartbeat).", "terminal")
+	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unacknowledged event: at its last backlog report (or heartbeat), plus the time since while it had a backlog.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
-	droppedDesc = desc("status_messages_dropped_total", "Status messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
+	droppedDesc = desc("status_messages_dropped_total", "Status and backlog messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
@@ -248,19 +248,30 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 		s.log.Warn("metrics: terminals from the ledger", "err", err)
 		return
 	}
+	var reports map[string]presence.Backlog
+	if s.board != nil {
+		reports = s.board.Backlogs()
+	}
+	now := time.Now()
+	backlog := func(t string, events int64, oldest time.Duration) {
+		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(events), t)
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest.Seconds(), t)
+	}
 	for _, t := range terms {
 		ch <- prometheus.MustNewConstMetric(seenDesc, prometheus.GaugeValue,
 			float64(t.LastReceived.UnixMilli())/1000, t.Terminal)
-		if hb := t.Heartbeat; hb != nil {
-			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(hb.Backlog), t.Terminal)
-			// The oldest unsent event keeps aging after the heartbeat that told its age: a till
-			// that went offline with a backlog sends no more heartbeats, and its figure must
-			// not stand still under the alert meant for it.
-			oldest := float64(hb.OldestAgeMs) / 1000
-			if hb.Backlog > 0 {
-				oldest += max(0, time.Since(hb.Received).Seconds())
-			}
-			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest, t.Terminal)
+		if r, ok := reports[t.Terminal]; ok {
+			// The report goes beside the events; a heartbeat goes behind those it counts, so
+			// they have all arrived by the time it has.
+			backlog(t.Terminal, r.Events, r.OldestAge(now))
+			delete(reports, t.Terminal)
+		} else if hb := t.Heartbeat; hb != nil {
+			// An agent of an earlier release reports only in heartbeats; aged as a report is.
+			old := presence.Backlog{Events: hb.Backlog, OldestMs: hb.OldestAgeMs, Heard: hb.Received}
+			backlog(t.Terminal, hb.Backlog, old.OldestAge(now))
 		}
+	}
+	for t, r := range reports { // nothing in the ledger yet
+		backlog(t, r.Events, r.OldestAge(now))
 	}
 }

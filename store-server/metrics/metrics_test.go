@@ -17,6 +17,7 @@ import (
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
+	"github.com/posgate/posgate/store-server/presence"
 )
 
 // TestScrapeOutlivesTheLedger: when the ledger cannot be read, a scrape still answers 200
@@ -75,6 +76,50 @@ func TestBacklogAges(t *testing.T) {
 		}
 	}
 	t.Fatalf("no backlog age in\n%s", rec.Body.String())
+}
+
+// TestBacklogReportOverHeartbeat: a terminal's backlog report, which goes beside its events,
+// stands over its last heartbeat, which went behind those it counted: a till whose
+// heartbeat counted 3 unsent events and whose report since says 0 reads 0. A report of a
+// terminal the ledger has nothing of yet has its series too.
+func TestBacklogReportOverHeartbeat(t *testing.T) {
+	led := openLedger(t)
+	payload, _ := json.Marshal(wire.HeartbeatPayload{Backlog: 3, OldestAgeMs: 30_000, CatalogVersion: 1})
+	outs, err := led.Commit(context.Background(), []ledger.Record{{Terminal: "T1", Seq: 1, Kind: wire.KindHeartbeat,
+		Hash: "h1", At: time.Now(), Payload: payload, Status: wire.AckAccepted, Final: true}})
+	if err != nil || outs[0].Err != nil || outs[0].Status != wire.AckAccepted {
+		t.Fatalf("commit a heartbeat: %+v %v", outs, err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	board := presence.New("S1", nil, log)
+	for _, r := range []wire.Backlog{
+		{V: wire.Version, Terminal: "T1", Events: 0, At: time.Now()},
+		{V: wire.Version, Terminal: "T2", Events: 5, OldestMs: 120_000, At: time.Now()},
+	} {
+		raw, _ := json.Marshal(r)
+		board.Handle(wire.BacklogTopic("S1", r.Terminal), raw)
+	}
+	m := metrics.New()
+	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, board, log)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	got := map[string]float64{}
+	for line := range strings.Lines(rec.Body.String()) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && strings.HasPrefix(name, "posgate_store_terminal_backlog_") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			got[name] = f
+		}
+	}
+	if got[`posgate_store_terminal_backlog_events{terminal="T1"}`] != 0 ||
+		got[`posgate_store_terminal_backlog_oldest_seconds{terminal="T1"}`] != 0 ||
+		got[`posgate_store_terminal_backlog_events{terminal="T2"}`] != 5 ||
+		got[`posgate_store_terminal_backlog_oldest_seconds{terminal="T2"}`] < 120 || len(got) != 4 {
+		t.Fatalf("backlog series %v, want T1 0 events (its report, not its heartbeat's 3) and T2 5, 120 s old", got)
+	}
 }
 
 // TestOpenExceptions: a refund the ledger's sales do not cover shows as an open refund

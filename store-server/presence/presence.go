@@ -2,7 +2,9 @@
 // (pos/{store}/{terminal}/status): an agent publishes "online" when it connects and leaves
 // "offline" as its last will, which the broker publishes when the connection is lost. The
 // store-server subscribes to them so that a manager sees which tills are connected now,
-// beside what the ledger last heard from each.
+// beside what the ledger last heard from each. It follows their retained backlog reports
+// (pos/{store}/{terminal}/backlog) too: what a till holds that the store has not
+// acknowledged, sent beside its events rather than behind them.
 package presence
 
 import (
@@ -24,16 +26,37 @@ type Seen struct {
 	Heard time.Time `json:"heard"`
 }
 
-// Board holds the latest presence of every terminal of a store. It is safe for concurrent
-// use.
+// Backlog is a terminal's backlog as it last reported it.
+type Backlog struct {
+	Events int64 `json:"events"`
+	// OldestMs is the age of the oldest event it holds, when it counted (At, its clock).
+	OldestMs int64     `json:"oldest_age_ms"`
+	At       time.Time `json:"at"`
+	Heard    time.Time `json:"heard"` // when the store received the report
+}
+
+// OldestAge is the age of the oldest event the report counted, now: it keeps growing from
+// when the report was heard while the terminal reported a backlog, since a till that went
+// offline with one reports nothing more and its figure must not stand still under the alert
+// meant for it. 0 for an empty backlog.
+func (r Backlog) OldestAge(now time.Time) time.Duration {
+	if r.Events == 0 {
+		return 0
+	}
+	return time.Duration(r.OldestMs)*time.Millisecond + max(0, now.Sub(r.Heard))
+}
+
+// Board holds the latest presence and backlog report of every terminal of a store. It is
+// safe for concurrent use.
 type Board struct {
 	store string
 	now   func() time.Time
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	seen  map[string]Seen
-	wrong int64
+	mu      sync.Mutex
+	seen    map[string]Seen
+	backlog map[string]Backlog
+	wrong   int64
 }
 
 // New returns an empty board for store. now is the clock (time.Now if nil).
@@ -44,17 +67,22 @@ func New(store string, now func() time.Time, log *slog.Logger) *Board {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Board{store: store, now: now, log: log.With("component", "presence"), seen: map[string]Seen{}}
+	return &Board{store: store, now: now, log: log.With("component", "presence"),
+		seen: map[string]Seen{}, backlog: map[string]Backlog{}}
 }
 
-// Handle takes one message from a status topic. An empty payload (a cleared retained
-// message) forgets the terminal. A message on a topic that is not one of the store's status
-// topics, that cannot be decoded or that names another terminal than its topic is counted,
-// logged and dropped: it changes nothing.
+// Handle takes one message from a status or backlog topic. An empty payload (a cleared
+// retained message) forgets the terminal's presence or backlog. A message on a topic that
+// is not one of the store's status or backlog topics, that cannot be decoded or that names
+// another terminal than its topic is counted, logged and dropped: it changes nothing.
 func (b *Board) Handle(topic string, payload []byte) {
+	if store, terminal, ok := wire.ParseBacklogTopic(topic); ok && store == b.store {
+		b.handleBacklog(topic, terminal, payload)
+		return
+	}
 	store, terminal, ok := wire.ParseStatusTopic(topic)
 	if !ok || store != b.store {
-		b.drop("not a status topic of this store", "topic", topic)
+		b.drop("not a status or backlog topic of this store", "topic", topic)
 		return
 	}
 	if len(payload) == 0 {
@@ -81,6 +109,27 @@ func (b *Board) Handle(topic string, payload []byte) {
 	b.mu.Unlock()
 }
 
+func (b *Board) handleBacklog(topic, terminal string, payload []byte) {
+	if len(payload) == 0 {
+		b.mu.Lock()
+		delete(b.backlog, terminal)
+		b.mu.Unlock()
+		return
+	}
+	r, err := wire.DecodeBacklog(payload)
+	if err != nil {
+		b.drop("undecodable backlog report", "topic", topic, "err", err)
+		return
+	}
+	if r.Terminal != terminal {
+		b.drop("backlog report names another terminal", "topic", topic, "terminal", r.Terminal)
+		return
+	}
+	b.mu.Lock()
+	b.backlog[terminal] = Backlog{Events: r.Events, OldestMs: r.OldestMs, At: r.At, Heard: b.now()}
+	b.mu.Unlock()
+}
+
 func (b *Board) drop(msg string, args ...any) {
 	b.mu.Lock()
 	b.wrong++
@@ -95,7 +144,14 @@ func (b *Board) All() map[string]Seen {
 	return maps.Clone(b.seen)
 }
 
-// Dropped returns how many status messages were dropped as wrong.
+// Backlogs returns a copy of every terminal's last backlog report.
+func (b *Board) Backlogs() map[string]Backlog {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.backlog)
+}
+
+// Dropped returns how many status and backlog messages were dropped as wrong.
 func (b *Board) Dropped() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -136,6 +136,16 @@ function drawDay(totals) {
   $("today").replaceChildren(...figs);
 }
 
+// holding is what a till last said it holds that the store has not acknowledged: its
+// backlog report, which it publishes beside its events (oldest_now_ms has aged since), or,
+// from an agent of an earlier release, its last heartbeat, which went behind the events it
+// counted. null when it said neither.
+function holding(t) {
+  if (t.backlog) return { events: t.backlog.events, oldestMs: t.backlog.oldest_now_ms, heard: t.backlog.heard };
+  if (t.heartbeat) return { events: t.heartbeat.backlog, oldestMs: t.heartbeat.oldest_age_ms, heard: t.heartbeat.received };
+  return null;
+}
+
 function drawTerminals(view, totals, alerts) {
   const now = Date.parse(view.now);
   const day = new Map(totals.terminals.map((t) => [t.terminal, t]));
@@ -150,8 +160,9 @@ function drawTerminals(view, totals, alerts) {
     if (t.online === false) conn = el("td", "offline since " + ago(t.status_heard, now), "bad");
     const last = t.last_seq ? t.last_kind + " #" + t.last_seq + ", " + ago(t.last_received, now) : "—";
     const hb = t.heartbeat;
-    const backlog = hb ? el("td", hb.backlog, "num" + (hb.backlog > 0 ? " warn" : "")) : el("td", "—", "num muted");
-    const oldest = hb && hb.backlog > 0 ? duration(hb.oldest_age_ms) + " (" + ago(hb.received, now) + ")" : "—";
+    const held = holding(t);
+    const backlog = held ? el("td", held.events, "num" + (held.events > 0 ? " warn" : "")) : el("td", "—", "num muted");
+    const oldest = held && held.events > 0 ? duration(held.oldestMs) + " (" + ago(held.heard, now) + ")" : "—";
     const catalog = hb ? el("td", "v" + hb.catalog_version, t.catalog_behind ? "warn" : "") : el("td", "—", "muted");
     const parked = el("td", t.parked || 0, "num" + (t.parked ? " bad" : ""));
     let redis = el("td", "—", "muted");
@@ -163,8 +174,8 @@ function drawTerminals(view, totals, alerts) {
     rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
       el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close]));
 
-    if (t.online === false && hb && hb.backlog > 0) {
-      alerts.push([name + " is offline and last reported " + hb.backlog + " unsent events.", "warn"]);
+    if (t.online === false && held && held.events > 0) {
+      alerts.push([name + " is offline and last reported " + held.events + " unsent events.", "warn"]);
     }
     if (d && d.redis_differs) alerts.push([name + ": Redis counters differ from the ledger for " + totals.business_date + ".", ""]);
     if (d && d.declared && !d.declared_matches) alerts.push([name + ": its day close differs from the ledger.", ""]);
@@ -212,12 +223,14 @@ async function countShelf(s) {
   }
   const counted = Number(answer.trim());
   // An offline till's sales have left the shelf but not the ledger: booked now, the count
-  // takes them off once, and their arrival a second time. (An online till sends each sale at
-  // once; a heartbeat's backlog is in the ledger by the time the heartbeat is.) A till not
-  // heard since the store started (the broker keeps no status across a restart) may be
-  // offline too.
-  const warning = offlineTills.length > 0 ? "\n\nNot known to be online: " + offlineTills.join(", ") +
-    ". Sales made at a till while offline have left the shelf but not the ledger, and will be taken off " +
+  // takes them off once, and their arrival a second time. So have those an online till is
+  // still sending after being offline (its backlog report). A till not heard since the
+  // store started (the broker keeps no status across a restart) may be offline too.
+  const tills = [];
+  if (offlineTills.length > 0) tills.push("Not known to be online: " + offlineTills.join(", ") + ".");
+  if (sendingTills.length > 0) tills.push("Still sending sales made offline: " + sendingTills.join(", ") + ".");
+  const warning = tills.length > 0 ? "\n\n" + tills.join(" ") +
+    " Sales made at a till while offline have left the shelf but not the ledger, and will be taken off " +
     "the stock again when they arrive: count once those tills are online and have sent them." : "";
   if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
     "from its own stock at that moment (it said " + s.ledger + " when the table was drawn)." + warning)) return;
@@ -354,6 +367,7 @@ let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
 let offlineTills = []; // the tills not known to be online (status offline, or not heard since the store started)
+let sendingTills = []; // online tills whose last backlog report counted events the store has not acknowledged
 let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
@@ -395,6 +409,8 @@ async function refresh() {
   draw("terminals", () => {
     drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts);
     offlineTills = got.terminals.terminals.filter((t) => t.online !== true).map((t) => t.terminal).sort();
+    sendingTills = got.terminals.terminals.filter((t) => t.online === true && t.backlog && t.backlog.events > 0)
+      .map((t) => t.terminal).sort();
   });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
