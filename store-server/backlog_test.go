@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,32 +62,9 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 
-	row := func() api.TerminalRow {
-		t.Helper()
-		var ans api.TerminalsAnswer
-		if err := e.store.Call(ctx, "GET", "/v1/terminals", "", nil, &ans); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range ans.Terminals {
-			if r.Terminal == "T01" {
-				return r
-			}
-		}
-		return api.TerminalRow{}
-	}
 	poll := func(what string, within time.Duration, ok func(api.TerminalRow) bool) api.TerminalRow {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			r := row()
-			if ok(r) {
-				return r
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v; T01 %+v, backlog %+v", what, within, r, r.Backlog)
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
+		return pollTerminal(t, e, "T01", what, within, ok)
 	}
 	poll("T01 online with nothing to send", 15*time.Second, func(r api.TerminalRow) bool {
 		return r.Online != nil && *r.Online && r.Backlog != nil && r.Backlog.Events == 0
@@ -115,11 +97,18 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 	if b := back.Backlog; b.OldestMs <= 0 || b.OldestNowMs < b.OldestMs || b.Heard.IsZero() {
 		t.Errorf("T01's backlog on its return: %+v, want the oldest sale's age", b)
 	}
-	poll("T01 sent everything", 30*time.Second, func(r api.TerminalRow) bool {
+	done := poll("T01 sent everything", 30*time.Second, func(r api.TerminalRow) bool {
 		return r.Backlog != nil && r.Backlog.Events == 0 && r.Online != nil && *r.Online
 	})
-	if st, err := c.Status(); err != nil || st.Backlog != 0 {
-		t.Fatalf("T01 says %+v, %v: the store showed 0 before it had everything", st, err)
+	var last int64 // the last event the till answered its POS app for
+	for key := range c.OK() {
+		var seq int64
+		if _, err := fmt.Sscanf(strings.TrimPrefix(key, "T01:"), "%d", &seq); err == nil {
+			last = max(last, seq)
+		}
+	}
+	if last == 0 || done.LastSeq < last {
+		t.Fatalf("the store showed 0 to send with its ledger at T01:%d, the till's last event T01:%d", done.LastSeq, last)
 	}
 
 	mu.Lock()
@@ -133,4 +122,153 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 		t.Fatalf("T01's reports counted %v, want 0, then at least %d, then 0", counts, sales)
 	}
 	t.Logf("T01's reports: %v events", counts)
+}
+
+// terminalRow is terminal's row of GET /v1/terminals (its zero value if none).
+func terminalRow(t *testing.T, e *env, terminal string) api.TerminalRow {
+	t.Helper()
+	var ans api.TerminalsAnswer
+	if err := e.store.Call(context.Background(), "GET", "/v1/terminals", "", nil, &ans); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ans.Terminals {
+		if r.Terminal == terminal {
+			return r
+		}
+	}
+	return api.TerminalRow{}
+}
+
+// pollTerminal polls terminal's row until ok holds, for up to within.
+func pollTerminal(t *testing.T, e *env, terminal, what string, within time.Duration, ok func(api.TerminalRow) bool) api.TerminalRow {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := terminalRow(t, e, terminal)
+		if ok(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; %s %+v, backlog %+v", what, within, terminal, r, r.Backlog)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// metricLine is the line of the store's /metrics that starts with prefix ("" if none).
+func metricLine(t *testing.T, e *env, prefix string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+e.store.API+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+e.store.Opts.Token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for l := range strings.Lines(string(b)) {
+		if strings.HasPrefix(l, prefix) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// TestBacklogAgeOutlivesAStoreRestart: a till reported 5 unsent events, the oldest a minute
+// old, and went quiet. The store ages the oldest from when it heard the report; restarted,
+// it hears the retained report again (mosquitto keeps it), and the age must not go back.
+func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", nil)
+	ctx := context.Background()
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(e.stack.MQTTURL()).SetClientID("T09"))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	body, _ := json.Marshal(wire.Backlog{V: wire.Version, Terminal: "T09", Events: 5, OldestMs: 60_000, At: time.Now()})
+	if tok := c.Publish(wire.BacklogTopic("S1", "T09"), 0, true, body); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	c.Disconnect(100)
+	has := func(r api.TerminalRow) bool { return r.Backlog != nil }
+	pollTerminal(t, e, "T09", "the report", 10*time.Second, has)
+	time.Sleep(3 * time.Second)
+	before := terminalRow(t, e, "T09").Backlog
+
+	e.store.Kill()
+	if err := e.store.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := pollTerminal(t, e, "T09", "the report after the restart", 10*time.Second, has).Backlog
+	if after.OldestNowMs < before.OldestNowMs || after.OldestNowMs < 63_000 {
+		t.Fatalf("the oldest unsent event was %d ms old before the restart, %d ms after", before.OldestNowMs, after.OldestNowMs)
+	}
+	m := metricLine(t, e, `posgate_store_terminal_backlog_oldest_seconds{terminal="T09"}`)
+	var secs float64
+	if _, err := fmt.Sscanf(m[strings.LastIndexByte(m, ' ')+1:], "%g", &secs); err != nil || secs < 63 {
+		t.Fatalf("metric %q, want at least 63 s", m)
+	}
+}
+
+// TestHeartbeatOverAnOlderReport: a till reported 3 unsent events while the store was
+// down, then ran without reports (--backlog-every 0: an agent of an earlier release after a
+// rollback does the same, without clearing). It sends everything, and its heartbeats say 0:
+// the store shows 0, not the report's 3 for good.
+func TestHeartbeatOverAnOlderReport(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", []string{"T01"})
+	ctx := context.Background()
+	a, c := e.agents["T01"], e.cashiers["T01"]
+
+	e.store.Kill() // mosquitto stays: the till is online and gets no acks
+	for i := range 3 {
+		if err := c.Sale([]string{"MILK", "BREAD", "TEA"}[i:i+1], "cash"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The retained report as it is now: the till's count of its 3 sales' events.
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(e.stack.MQTTURL()).SetClientID("backlog-watch"))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer sub.Disconnect(50)
+	got := make(chan wire.Backlog, 100)
+	sub.Subscribe(wire.BacklogTopic("S1", "T01"), 0, func(_ mqtt.Client, m mqtt.Message) {
+		if r, err := wire.DecodeBacklog(m.Payload()); err == nil {
+			got <- r
+		}
+	}).WaitTimeout(10 * time.Second)
+	for deadline := time.After(15 * time.Second); ; {
+		select {
+		case r := <-got:
+			if r.Events < 3 {
+				continue
+			}
+		case <-deadline:
+			t.Fatal("no report of the 3 sales")
+		}
+		break
+	}
+
+	a.Kill()
+	a.Args = append(a.Args, "--backlog-every", "0", "--heartbeat", "1s")
+	if err := a.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.WaitDrained(wctx); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Now()
+	r := pollTerminal(t, e, "T01", "a heartbeat after the drain", 20*time.Second, func(r api.TerminalRow) bool {
+		return r.Heartbeat != nil && r.Heartbeat.Received.After(drained)
+	})
+	if r.Backlog != nil || r.Heartbeat.Backlog != 0 {
+		t.Fatalf("T01 sent everything; the store shows report %+v, heartbeat backlog %d", r.Backlog, r.Heartbeat.Backlog)
+	}
+	if m := metricLine(t, e, `posgate_store_terminal_backlog_events{terminal="T01"}`); !strings.HasSuffix(m, " 0") {
+		t.Fatalf("metric %q, want 0", m)
+	}
 }

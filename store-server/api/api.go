@@ -525,8 +525,9 @@ type TerminalRow struct {
 	OnlineSince time.Time `json:"online_since,omitzero"`
 	StatusHeard time.Time `json:"status_heard,omitzero"`
 	// Backlog is the backlog report the terminal last published beside its events (nil
-	// when none was heard since the store-server started, or from an agent of an earlier
-	// release, which reports its backlog only in its heartbeats).
+	// when none was heard since the store-server started, or when its last heartbeat is
+	// newer: an agent of an earlier release, or one with reports turned off, reports its
+	// backlog only in its heartbeats).
 	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
@@ -564,7 +565,9 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			delete(live, row.Terminal)
 		}
 		if r, ok := reports[row.Terminal]; ok {
-			row.Backlog = &BacklogRow{Backlog: r, OldestNowMs: r.OldestAge(now).Milliseconds()}
+			if row.Heartbeat == nil || r.Supersedes(row.Heartbeat.At) {
+				row.Backlog = &BacklogRow{Backlog: r, OldestNowMs: r.OldestAge(now).Milliseconds()}
+			}
 			delete(reports, row.Terminal)
 		}
 		if hb := row.Heartbeat; hb != nil && hb.CatalogVersion < version {

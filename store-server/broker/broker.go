@@ -45,8 +45,9 @@ type Config struct {
 	// OnUp holds back that terminal's next messages and no other's.
 	OnUp func(topic string, payload []byte)
 	// OnStatus, if not nil, gets every message on the store's status and backlog topics
-	// (the terminals' presence, last wills and backlog reports), inside the broker.
-	OnStatus func(topic string, payload []byte)
+	// (the terminals' presence, last wills and backlog reports), inside the broker, and
+	// whether it is a retained message sent on subscribing.
+	OnStatus func(topic string, payload []byte, retained bool)
 	Logger   *slog.Logger
 }
 
@@ -113,7 +114,9 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.OnStatus != nil {
 		for i, filter := range []string{wire.StatusWildcard(cfg.Store), wire.BacklogWildcard(cfg.Store)} {
 			err := srv.Subscribe(filter, 2+i, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-				cfg.OnStatus(pk.TopicName, pk.Payload)
+				// Never a retained message sent on subscribing: this subscription is made
+				// before the broker serves, and it keeps no messages across a restart.
+				cfg.OnStatus(pk.TopicName, pk.Payload, false)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("mqtt inline subscription: %w", err)

@@ -209,7 +209,7 @@ func TestRefusalsAreLogged(t *testing.T) {
 func TestStatusReachesOnStatus(t *testing.T) {
 	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
 	status := &upLog{}
-	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: func(string, []byte) {}, OnStatus: status.add})
+	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: func(string, []byte) {}, OnStatus: func(topic string, p []byte, _ bool) { status.add(topic, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}

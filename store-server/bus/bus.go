@@ -26,8 +26,9 @@ type Config struct {
 	Username, Password string
 	// OnUp receives every up message in arrival order; it may block (back-pressure).
 	OnUp func(topic string, payload []byte)
-	// OnStatus, if not nil, receives every message on the store's status and backlog topics.
-	OnStatus func(topic string, payload []byte)
+	// OnStatus, if not nil, receives every message on the store's status and backlog topics,
+	// and whether the broker sent it as the topic's retained message.
+	OnStatus func(topic string, payload []byte, retained bool)
 	Logger   *slog.Logger
 }
 
@@ -65,13 +66,21 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 			log.Error("subscribe", "err", t.Error())
 			return
 		}
+		if refused(t) {
+			log.Error("the broker refused the subscription to the terminals' events: nothing will be ingested; "+
+				"give the store's account read on it", "filter", wire.UpWildcard(cfg.Store))
+			return
+		}
 		if cfg.OnStatus != nil {
 			for _, filter := range []string{wire.StatusWildcard(cfg.Store), wire.BacklogWildcard(cfg.Store)} {
 				t := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
-					cfg.OnStatus(m.Topic(), m.Payload())
+					cfg.OnStatus(m.Topic(), m.Payload(), m.Retained())
 				})
 				if t.Wait() && t.Error() != nil {
 					log.Error("subscribe", "err", t.Error())
+				} else if refused(t) {
+					log.Error("the broker refused the subscription: give the store's account read on it",
+						"filter", filter)
 				}
 			}
 		}
@@ -115,3 +124,19 @@ func (b *Client) PublishRetained(topic string, payload []byte) error {
 
 // Close disconnects.
 func (b *Client) Close() { b.c.Disconnect(500) }
+
+// refused reports whether the broker answered a subscription with the failure code 0x80:
+// paho counts that as done, without an error, and the messages never come. (mosquitto 2.0
+// grants a filter the account may not read, and then delivers nothing of it.)
+func refused(t mqtt.Token) bool {
+	st, ok := t.(*mqtt.SubscribeToken)
+	if !ok {
+		return false
+	}
+	for _, code := range st.Result() {
+		if code == 0x80 {
+			return true
+		}
+	}
+	return false
+}

@@ -260,13 +260,15 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range terms {
 		ch <- prometheus.MustNewConstMetric(seenDesc, prometheus.GaugeValue,
 			float64(t.LastReceived.UnixMilli())/1000, t.Terminal)
-		if r, ok := reports[t.Terminal]; ok {
+		r, ok := reports[t.Terminal]
+		delete(reports, t.Terminal)
+		if hb := t.Heartbeat; ok && (hb == nil || r.Supersedes(hb.At)) {
 			// The report goes beside the events; a heartbeat goes behind those it counts, so
 			// they have all arrived by the time it has.
 			backlog(t.Terminal, r.Events, r.OldestAge(now))
-			delete(reports, t.Terminal)
-		} else if hb := t.Heartbeat; hb != nil {
-			// An agent of an earlier release reports only in heartbeats; aged as a report is.
+		} else if hb != nil {
+			// An agent of an earlier release, or one with reports off, reports only in
+			// heartbeats; aged as a report is.
 			old := presence.Backlog{Events: hb.Backlog, OldestMs: hb.OldestAgeMs, Heard: hb.Received}
 			backlog(t.Terminal, hb.Backlog, old.OldestAge(now))
 		}

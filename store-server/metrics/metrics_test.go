@@ -79,25 +79,32 @@ func TestBacklogAges(t *testing.T) {
 }
 
 // TestBacklogReportOverHeartbeat: a terminal's backlog report, which goes beside its events,
-// stands over its last heartbeat, which went behind those it counted: a till whose
-// heartbeat counted 3 unsent events and whose report since says 0 reads 0. A report of a
+// stands over an older heartbeat, which went behind those it counted: a till whose
+// heartbeat counted 3 unsent events and whose report since says 0 reads 0. A heartbeat
+// newer than the last report (a till that stopped reporting) stands over it. A report of a
 // terminal the ledger has nothing of yet has its series too.
 func TestBacklogReportOverHeartbeat(t *testing.T) {
 	led := openLedger(t)
 	payload, _ := json.Marshal(wire.HeartbeatPayload{Backlog: 3, OldestAgeMs: 30_000, CatalogVersion: 1})
-	outs, err := led.Commit(context.Background(), []ledger.Record{{Terminal: "T1", Seq: 1, Kind: wire.KindHeartbeat,
-		Hash: "h1", At: time.Now(), Payload: payload, Status: wire.AckAccepted, Final: true}})
-	if err != nil || outs[0].Err != nil || outs[0].Status != wire.AckAccepted {
-		t.Fatalf("commit a heartbeat: %+v %v", outs, err)
+	empty, _ := json.Marshal(wire.HeartbeatPayload{CatalogVersion: 1})
+	outs, err := led.Commit(context.Background(), []ledger.Record{
+		{Terminal: "T1", Seq: 1, Kind: wire.KindHeartbeat, Hash: "h1", At: time.Now(), Payload: payload,
+			Status: wire.AckAccepted, Final: true},
+		{Terminal: "T3", Seq: 1, Kind: wire.KindHeartbeat, Hash: "h3", At: time.Now(), Payload: empty,
+			Status: wire.AckAccepted, Final: true},
+	})
+	if err != nil || outs[0].Err != nil || outs[0].Status != wire.AckAccepted || outs[1].Status != wire.AckAccepted {
+		t.Fatalf("commit heartbeats: %+v %v", outs, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	board := presence.New("S1", nil, log)
 	for _, r := range []wire.Backlog{
 		{V: wire.Version, Terminal: "T1", Events: 0, At: time.Now()},
 		{V: wire.Version, Terminal: "T2", Events: 5, OldestMs: 120_000, At: time.Now()},
+		{V: wire.Version, Terminal: "T3", Events: 9, OldestMs: 1_000, At: time.Now().Add(-time.Hour)},
 	} {
 		raw, _ := json.Marshal(r)
-		board.Handle(wire.BacklogTopic("S1", r.Terminal), raw)
+		board.Handle(wire.BacklogTopic("S1", r.Terminal), raw, false)
 	}
 	m := metrics.New()
 	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, board, log)
@@ -117,8 +124,10 @@ func TestBacklogReportOverHeartbeat(t *testing.T) {
 	if got[`posgate_store_terminal_backlog_events{terminal="T1"}`] != 0 ||
 		got[`posgate_store_terminal_backlog_oldest_seconds{terminal="T1"}`] != 0 ||
 		got[`posgate_store_terminal_backlog_events{terminal="T2"}`] != 5 ||
-		got[`posgate_store_terminal_backlog_oldest_seconds{terminal="T2"}`] < 120 || len(got) != 4 {
-		t.Fatalf("backlog series %v, want T1 0 events (its report, not its heartbeat's 3) and T2 5, 120 s old", got)
+		got[`posgate_store_terminal_backlog_oldest_seconds{terminal="T2"}`] < 120 ||
+		got[`posgate_store_terminal_backlog_events{terminal="T3"}`] != 0 || len(got) != 6 {
+		t.Fatalf("backlog series %v, want T1 0 events (its report, not its heartbeat's 3), T2 5, 120 s old, "+
+			"and T3 0 (its heartbeat, newer than its report of 9)", got)
 	}
 }
 

@@ -35,6 +35,12 @@ type Backlog struct {
 	Heard    time.Time `json:"heard"` // when the store received the report
 }
 
+// Supersedes reports whether the report is not older than a heartbeat taken at
+// heartbeatAt (both times are the terminal's clock): a till that stopped reporting (an agent
+// of an earlier release, or reports turned off) still sends heartbeats, and a newer
+// heartbeat is the better account of what it holds.
+func (r Backlog) Supersedes(heartbeatAt time.Time) bool { return !r.At.Before(heartbeatAt) }
+
 // OldestAge is the age of the oldest event the report counted, now: it keeps growing from
 // when the report was heard while the terminal reported a backlog, since a till that went
 // offline with one reports nothing more and its figure must not stand still under the alert
@@ -71,13 +77,15 @@ func New(store string, now func() time.Time, log *slog.Logger) *Board {
 		seen: map[string]Seen{}, backlog: map[string]Backlog{}}
 }
 
-// Handle takes one message from a status or backlog topic. An empty payload (a cleared
-// retained message) forgets the terminal's presence or backlog. A message on a topic that
-// is not one of the store's status or backlog topics, that cannot be decoded or that names
-// another terminal than its topic is counted, logged and dropped: it changes nothing.
-func (b *Board) Handle(topic string, payload []byte) {
+// Handle takes one message from a status or backlog topic; retained says the broker sent
+// it as the topic's retained message (on subscribing) rather than as it was published. An
+// empty payload (a cleared retained message) forgets the terminal's presence or backlog. A
+// message on a topic that is not one of the store's status or backlog topics, that cannot be
+// decoded or that names another terminal than its topic is counted, logged and dropped: it
+// changes nothing.
+func (b *Board) Handle(topic string, payload []byte, retained bool) {
 	if store, terminal, ok := wire.ParseBacklogTopic(topic); ok && store == b.store {
-		b.handleBacklog(topic, terminal, payload)
+		b.handleBacklog(topic, terminal, payload, retained)
 		return
 	}
 	store, terminal, ok := wire.ParseStatusTopic(topic)
@@ -109,7 +117,7 @@ func (b *Board) Handle(topic string, payload []byte) {
 	b.mu.Unlock()
 }
 
-func (b *Board) handleBacklog(topic, terminal string, payload []byte) {
+func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained bool) {
 	if len(payload) == 0 {
 		b.mu.Lock()
 		delete(b.backlog, terminal)
@@ -126,8 +134,21 @@ func (b *Board) handleBacklog(topic, terminal string, payload []byte) {
 		return
 	}
 	b.mu.Lock()
-	b.backlog[terminal] = Backlog{Events: r.Events, OldestMs: r.OldestMs, At: r.At, Heard: b.now()}
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	heard := b.now()
+	if retained {
+		// A report published before the store subscribed (its restart, or its reconnection
+		// to the broker): the same report keeps the time it was first heard, and another
+		// one counts from when the till took it, by its clock, never later than now. Heard
+		// again as new, a till gone quiet with a backlog would look younger after every
+		// restart, and its alert would clear.
+		if old, ok := b.backlog[terminal]; ok && old.At.Equal(r.At) {
+			heard = old.Heard
+		} else if r.At.Before(heard) {
+			heard = r.At
+		}
+	}
+	b.backlog[terminal] = Backlog{Events: r.Events, OldestMs: r.OldestMs, At: r.At, Heard: heard}
 }
 
 func (b *Board) drop(msg string, args ...any) {

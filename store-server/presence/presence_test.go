@@ -24,19 +24,18 @@ func TestBoard(t *testing.T) {
 	}
 	since := heard.Add(-time.Hour)
 
-	b.Handle(wire.StatusTopic("S1", "T1"), msg("T1", true, since))
-	b.Handle(wire.StatusTopic("S1", "T2"), msg("T2", true, since))
-	b.Handle(wire.StatusTopic("S1", "T2"), msg("T2", false, time.Time{})) // T2's will
-	b.Handle(wire.StatusTopic("S1", "T3"), msg("T3", true, since))
-	b.Handle(wire.StatusTopic("S1", "T3"), nil) // retained message cleared
+	b.Handle(wire.StatusTopic("S1", "T1"), msg("T1", true, since), false)
+	b.Handle(wire.StatusTopic("S1", "T2"), msg("T2", true, since), false)
+	b.Handle(wire.StatusTopic("S1", "T2"), msg("T2", false, time.Time{}), false) // T2's will
+	b.Handle(wire.StatusTopic("S1", "T3"), msg("T3", true, since), false)
+	b.Handle(wire.StatusTopic("S1", "T3"), nil, false) // retained message cleared
 
 	// Each of these is dropped and changes nothing.
-	b.Handle(wire.StatusTopic("S1", "T1"), msg("T9", false, time.Time{})) // names another terminal
-	b.Handle(wire.StatusTopic("S2", "T1"), msg("T1", false, time.Time{})) // another store
-	b.Handle(wire.UpTopic("S1", "T1"), msg("T1", false, time.Time{}))     // not a status topic
-	b.Handle(wire.StatusTopic("S1", "T1"), []byte(`{"v":1,"terminal":"T1","online":"no"}`))
-	b.Handle(wire.StatusTopic("S1", "T1"), []byte(`{"v":9,"terminal":"T1","online":false}`))
-
+	b.Handle(wire.StatusTopic("S1", "T1"), msg("T9", false, time.Time{}), false) // names another terminal
+	b.Handle(wire.StatusTopic("S2", "T1"), msg("T1", false, time.Time{}), false) // another store
+	b.Handle(wire.UpTopic("S1", "T1"), msg("T1", false, time.Time{}), false)     // not a status topic
+	b.Handle(wire.StatusTopic("S1", "T1"), []byte(`{"v":1,"terminal":"T1","online":"no"}`), false)
+	b.Handle(wire.StatusTopic("S1", "T1"), []byte(`{"v":9,"terminal":"T1","online":false}`), false)
 	want := map[string]presence.Seen{
 		"T1": {Online: true, Since: since, Heard: heard},
 		"T2": {Online: false, Heard: heard},
@@ -55,14 +54,14 @@ func TestBoard(t *testing.T) {
 		}
 		return raw
 	}
-	b.Handle(wire.BacklogTopic("S1", "T1"), report("T1", 40, 60_000))
-	b.Handle(wire.BacklogTopic("S1", "T1"), report("T1", 7, 30_000))
-	b.Handle(wire.BacklogTopic("S1", "T4"), report("T4", 3, 1_000)) // no status heard: a report alone
-	b.Handle(wire.BacklogTopic("S1", "T5"), report("T5", 0, 0))
-	b.Handle(wire.BacklogTopic("S1", "T5"), nil)                // cleared
-	b.Handle(wire.BacklogTopic("S1", "T1"), report("T9", 1, 1)) // names another terminal
-	b.Handle(wire.BacklogTopic("S2", "T1"), report("T1", 1, 1)) // another store
-	b.Handle(wire.BacklogTopic("S1", "T1"), []byte(`{"v":1,"terminal":"T1","events":-1,"at":"2026-11-29T09:00:00Z"}`))
+	b.Handle(wire.BacklogTopic("S1", "T1"), report("T1", 40, 60_000), false)
+	b.Handle(wire.BacklogTopic("S1", "T1"), report("T1", 7, 30_000), false)
+	b.Handle(wire.BacklogTopic("S1", "T4"), report("T4", 3, 1_000), false) // no status heard: a report alone
+	b.Handle(wire.BacklogTopic("S1", "T5"), report("T5", 0, 0), false)
+	b.Handle(wire.BacklogTopic("S1", "T5"), nil, false)                // cleared
+	b.Handle(wire.BacklogTopic("S1", "T1"), report("T9", 1, 1), false) // names another terminal
+	b.Handle(wire.BacklogTopic("S2", "T1"), report("T1", 1, 1), false) // another store
+	b.Handle(wire.BacklogTopic("S1", "T1"), []byte(`{"v":1,"terminal":"T1","events":-1,"at":"2026-11-29T09:00:00Z"}`), false)
 	wantBacklog := map[string]presence.Backlog{
 		"T1": {Events: 7, OldestMs: 30_000, At: since, Heard: heard},
 		"T4": {Events: 3, OldestMs: 1_000, At: since, Heard: heard},
@@ -88,5 +87,48 @@ func TestBoard(t *testing.T) {
 	b.All()["T1"] = presence.Seen{}
 	if got := b.All()["T1"]; !got.Online {
 		t.Fatalf("changing All's map changed the board: %+v", got)
+	}
+}
+
+// TestRetainedReportKeepsItsAge: a retained backlog report the broker sends again (the store
+// restarted, or reconnected to the broker) does not make the till's oldest event younger:
+// the same report keeps the time it was first heard, and a board that never heard it ages
+// it from when the till took it (never from later than now).
+func TestRetainedReportKeepsItsAge(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	now := t0
+	clock := func() time.Time { return now }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	report := func(at time.Time) []byte {
+		raw, err := json.Marshal(wire.Backlog{V: wire.Version, Terminal: "T1", Events: 5, OldestMs: 60_000, At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	topic := wire.BacklogTopic("S1", "T1")
+	took := t0.Add(-2 * time.Second) // the till counted 2 s before the store heard it
+
+	b := presence.New("S1", clock, log)
+	b.Handle(topic, report(took), false)
+	now = t0.Add(time.Hour)
+	b.Handle(topic, report(took), true) // the broker again, after a reconnection
+	if got := b.Backlogs()["T1"]; !got.Heard.Equal(t0) || got.OldestAge(now) != time.Hour+time.Minute {
+		t.Fatalf("the same report again: heard %v, oldest %v; want %v, 1h1m", got.Heard, got.OldestAge(now), t0)
+	}
+
+	restarted := presence.New("S1", clock, log)
+	restarted.Handle(topic, report(took), true)
+	if got := restarted.Backlogs()["T1"]; !got.Heard.Equal(took) {
+		t.Fatalf("a retained report on a new board: heard %v, want when the till took it, %v", got.Heard, took)
+	}
+	ahead := now.Add(time.Minute) // a till whose clock runs ahead
+	restarted.Handle(topic, report(ahead), true)
+	if got := restarted.Backlogs()["T1"]; !got.Heard.Equal(now) {
+		t.Fatalf("a retained report taken after now: heard %v, want now %v", got.Heard, now)
+	}
+	restarted.Handle(topic, report(now.Add(-time.Hour)), false) // published now, however old its clock says
+	if got := restarted.Backlogs()["T1"]; !got.Heard.Equal(now) {
+		t.Fatalf("a report as published: heard %v, want now %v", got.Heard, now)
 	}
 }

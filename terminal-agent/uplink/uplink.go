@@ -46,8 +46,9 @@ type Config struct {
 	// HeartbeatEvery queues a heartbeat event this often while online (0: never).
 	HeartbeatEvery time.Duration
 	// BacklogEvery is how often, while online, the lane looks at the backlog and publishes
-	// it on the terminal's backlog topic if it changed; it also publishes it on each
-	// connection (0: never).
+	// it on the terminal's backlog topic if it changed (and every backlogRefresh if not); it
+	// also publishes it on each connection. 0: never, and each connection clears the
+	// topic's retained report, which would otherwise stand for the till for good.
 	BacklogEvery time.Duration
 	Logger       *slog.Logger
 	Now          func() time.Time
@@ -94,9 +95,11 @@ type Uplink struct {
 	// reportCh tells the backlog loop that a connection published a report: its interval
 	// starts over.
 	reportCh chan struct{}
-	// reportMu orders the backlog reports; reported is the last one's count and oldest seq.
-	reportMu sync.Mutex
-	reported [2]int64
+	// reportMu orders the backlog reports; reported is the last one the broker took (its
+	// count and oldest seq), reportedAt when.
+	reportMu   sync.Mutex
+	reported   [2]int64
+	reportedAt time.Time
 
 	mu           sync.Mutex
 	connected    bool
@@ -322,8 +325,11 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	if err := u.store.SetKV(ctx, outbox.KVOfflineSince, 0); err != nil {
 		u.log.Error("record online", "err", err)
 	}
-	if u.cfg.BacklogEvery > 0 {
-		// Counted before anything is sent again: what the till holds as it comes back.
+	if u.cfg.BacklogEvery <= 0 {
+		c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, []byte{})
+	} else {
+		// Counted as the connection is made, before the lane sends anything again: what the
+		// till holds as it comes back.
 		u.publishBacklog(ctx, c, true)
 		select {
 		case u.reportCh <- struct{}{}:
@@ -633,10 +639,14 @@ func (u *Uplink) heartbeatLoop(ctx context.Context) {
 	}
 }
 
+// backlogRefresh is how often an unchanged backlog is published again: a QoS 0 report the
+// broker dropped, or a retained one it lost, is replaced within it.
+const backlogRefresh = time.Minute
+
 // backlogLoop publishes the backlog while online every BacklogEvery if the count or the
 // oldest event changed since the last report (its age alone does not count: the store ages
-// it from when it heard it). A new connection publishes at once (onConnect) and starts the
-// interval over.
+// it from when it heard it), or backlogRefresh has passed. A new connection publishes at
+// once (onConnect) and starts the interval over.
 func (u *Uplink) backlogLoop(ctx context.Context) {
 	t := time.NewTicker(u.cfg.BacklogEvery)
 	defer t.Stop()
@@ -659,7 +669,8 @@ func (u *Uplink) backlogLoop(ctx context.Context) {
 }
 
 // publishBacklog publishes what the outbox holds unacknowledged on the terminal's retained
-// backlog topic, unless it is what the last report said and force is false. A heartbeat
+// backlog topic, unless force is false and it is what the last report the broker took said,
+// less than backlogRefresh ago. A heartbeat
 // goes behind the events it counts, so by the time the store has it they are there too;
 // this report goes beside them, so the store sees what a till back from offline still
 // holds while it sends it, and sees it reach 0.
@@ -677,7 +688,7 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		}
 		return
 	}
-	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} {
+	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} && u.cfg.Now().Sub(u.reportedAt) < backlogRefresh {
 		return
 	}
 	now := u.cfg.Now()
@@ -690,8 +701,13 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		u.log.Error("encode the backlog report", "err", err)
 		return
 	}
-	c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, body)
-	u.reported = [2]int64{b.Count, b.OldestSeq}
+	tok := c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, body)
+	if !tok.WaitTimeout(2*time.Second) || tok.Error() != nil {
+		// Not written: the next tick tries again, whatever the count then.
+		u.reported = [2]int64{-1, -1}
+		return
+	}
+	u.reported, u.reportedAt = [2]int64{b.Count, b.OldestSeq}, now
 }
 
 // String describes the lane for logs.

@@ -217,8 +217,9 @@ function drawStock(stock) {
 async function countShelf(s) {
   const answer = prompt("Counted on the shelf for " + s.sku + " (the ledger says " + s.ledger + "):");
   if (answer === null) return;
-  if (!/^\d{1,12}$/.test(answer.trim())) {
-    alert("A count is a whole number of units, 0 or more, of at most 12 digits.");
+  // The ledger books a count of up to 10^12 units (MaxAdjust).
+  if (!/^\d{1,13}$/.test(answer.trim()) || Number(answer.trim()) > 1e12) {
+    alert("A count is a whole number of units, from 0 to 1000000000000.");
     return;
   }
   const counted = Number(answer.trim());
@@ -366,8 +367,9 @@ let timer = null;
 let chosenDay = null; // a business date the manager picked, or null: today
 let lastStock = null; // the last stock answer, redrawn as the SKU filter changes
 let proof = null; // the last proof of stock the manager asked for: {at, rows by SKU}
+const SENDING_MS = 10000;
 let offlineTills = []; // the tills not known to be online (status offline, or not heard since the store started)
-let sendingTills = []; // online tills whose last backlog report counted events the store has not acknowledged
+let sendingTills = []; // online tills whose last backlog report counted events waiting longer than a live sale does
 let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
@@ -409,8 +411,11 @@ async function refresh() {
   draw("terminals", () => {
     drawTerminals(got.terminals, got.totals || { terminals: [] }, alerts);
     offlineTills = got.terminals.terminals.filter((t) => t.online !== true).map((t) => t.terminal).sort();
-    sendingTills = got.terminals.terminals.filter((t) => t.online === true && t.backlog && t.backlog.events > 0)
-      .map((t) => t.terminal).sort();
+    // A till selling live holds each sale for the milliseconds it takes the store to answer;
+    // one whose oldest unacknowledged event is older than SENDING_MS sold it without the
+    // store, offline or while the store did not answer.
+    sendingTills = got.terminals.terminals.filter((t) => t.online === true && t.backlog && t.backlog.events > 0 &&
+      t.backlog.oldest_now_ms >= SENDING_MS).map((t) => t.terminal).sort();
   });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
