@@ -1,6 +1,6 @@
 // Package hq is the contract between a store's uploader and headquarters: the batch a store
-// uploads (its ledger's sales, refunds and day closes, and its own declaration of each
-// closed business day), how a request is signed with the store's secret, the receipt HQ
+// uploads (its ledger's sales, refunds and day closes, its own declaration of each closed
+// business day, and the state of the exceptions its ledger flagged), how a request is signed with the store's secret, the receipt HQ
 // answers, and the Storage interface that HQ's engines (SQLite, PostgreSQL) implement.
 //
 // Money is int64 fen throughout; the package does no I/O.
@@ -32,6 +32,9 @@ const (
 	MaxDayParts = 1000
 )
 
+// MaxBatchExceptions bounds the exceptions in one batch.
+const MaxBatchExceptions = 5000
+
 // Row kinds.
 const (
 	KindSale     = "sale"
@@ -57,6 +60,51 @@ type Row struct {
 // Key is a row's identity at HQ.
 func (r *Row) Key(store string) string {
 	return store + "/" + r.Terminal + "/" + strconv.FormatInt(r.Seq, 10)
+}
+
+// Exception kinds: what a store's ledger flagged for a manager.
+const (
+	// ExceptionOversell: an offline sale took a SKU's stock below zero (one per sale and SKU).
+	ExceptionOversell = "oversell"
+	// ExceptionRefund: an accepted refund the store's records of its sale do not cover.
+	ExceptionRefund = "refund"
+)
+
+// CodeOversold is the code of every oversell exception.
+const CodeOversold = "oversold"
+
+// Exception is the state of one exception a store's ledger flagged, as the ledger holds it
+// after its change number Change: an oversell line or a refund exception, open or resolved
+// by the store's manager, or withdrawn (the ledger no longer holds it: a refund its sale,
+// arrived late, now covers). A store sends an exception again each time it changes; HQ keeps,
+// per (store, kind, terminal, seq, sku), the state with the highest Change.
+//
+// Exceptions go to HQ beside the rows: they are the store's judgement on its rows, not rows,
+// and they change after the fact (a resolution, a late sale), which rows never do.
+type Exception struct {
+	Change       int64  `json:"change"` // the ledger's change number, > 0
+	Kind         string `json:"kind"`   // ExceptionOversell or ExceptionRefund
+	Terminal     string `json:"terminal"`
+	Seq          int64  `json:"seq"`           // the sale's (oversell) or the refund's event
+	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero; refund: empty
+	BusinessDate string `json:"business_date"`
+	// Withdrawn: the ledger no longer holds the exception; the fields below are empty.
+	Withdrawn bool `json:"withdrawn,omitempty"`
+	// Code is CodeOversold for an oversell; for a refund, what the ledger found
+	// (refund_sale_unknown, refund_exceeds_sale), and Detail how.
+	Code     string    `json:"code,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+	QtyShort int64     `json:"qty_short,omitempty"` // oversell: units below zero
+	At       time.Time `json:"at,omitzero"`         // the sale's or refund's business time
+	// Resolved says the store's manager explained it: when, and how.
+	Resolved   bool      `json:"resolved,omitempty"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
+}
+
+// Key is an exception's identity at HQ within its store.
+func (x *Exception) Key() string {
+	return x.Kind + "/" + x.Terminal + "/" + strconv.FormatInt(x.Seq, 10) + "/" + x.SKU
 }
 
 // Txn is one transaction in a store's declaration of a day: enough to name each difference.
@@ -98,12 +146,15 @@ func (d *StoreDay) InParts() bool { return d.Parts > 1 }
 // Batch is one upload. Its ID is stable: a retry after any failure resends the same rows
 // under the same ID, and the same ID never names other rows.
 type Batch struct {
-	V      int        `json:"v"`
-	Store  string     `json:"store"`
-	ID     string     `json:"batch_id"`
-	Rows   []Row      `json:"rows"`
-	Days   []StoreDay `json:"days,omitempty"`
-	SentAt time.Time  `json:"sent_at"`
+	V     int        `json:"v"`
+	Store string     `json:"store"`
+	ID    string     `json:"batch_id"`
+	Rows  []Row      `json:"rows"`
+	Days  []StoreDay `json:"days,omitempty"`
+	// Exceptions are sent only once a receipt has said TakesExceptions: an HQ of an
+	// earlier release refuses a batch with an unknown field.
+	Exceptions []Exception `json:"exceptions,omitempty"`
+	SentAt     time.Time   `json:"sent_at"`
 }
 
 // Receipt is HQ's answer to a stored batch.
@@ -136,6 +187,12 @@ type Receipt struct {
 	// parts only once a receipt has said so: an HQ of an earlier release refuses a batch
 	// with a part (an unknown field), and a refused batch holds back every row after it.
 	TakesDayParts bool `json:"takes_day_parts,omitempty"`
+
+	// Exceptions counts the batch's exceptions HQ applied (those it held at a higher or the
+	// same change number it left as they were).
+	Exceptions int `json:"exceptions,omitempty"`
+	// TakesExceptions says that HQ takes a batch's exceptions.
+	TakesExceptions bool `json:"takes_exceptions,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the
@@ -188,6 +245,13 @@ type StoredDay struct {
 	FirstAt    time.Time // when HQ received the first declaration of the day ("closed"; in parts: its part 1)
 }
 
+// StoredException is an exception as HQ holds it: its latest state from the store.
+type StoredException struct {
+	Store string
+	Exception
+	ReceivedAt time.Time // when HQ received this state
+}
+
 // Storage is HQ's database. Both engines (SQLite, PostgreSQL) pass the same test suite.
 type Storage interface {
 	// PutBatch stores a batch in one transaction. A batch ID seen before with the same
@@ -202,6 +266,9 @@ type Storage interface {
 	Rows(ctx context.Context, date, store string) ([]StoredRow, error)
 	// Days returns the latest declaration of a business date of each store (or one store).
 	Days(ctx context.Context, date, store string) ([]StoredDay, error)
+	// Exceptions returns the exceptions of a business date that are not withdrawn, of each
+	// store (or one store), by store, kind, terminal, seq and SKU.
+	Exceptions(ctx context.Context, date, store string) ([]StoredException, error)
 	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
 	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
 	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)

@@ -1,6 +1,7 @@
 // Package hqstore holds what HQ's storage engines (hqstore/sqlite, hqstore/postgres) share:
 // the stable error codes of hq.Storage, the checks a batch passes before any engine writes
-// it, and the column layout of a per-method amount map.
+// it, the column layout of a per-method amount map and the text a time a store sent is
+// kept as.
 //
 // Both engines implement hq.Storage with the same semantics and pass the same suite
 // (hqstore/storetest). This package does no I/O and must never hold engine-specific SQL.
@@ -8,6 +9,8 @@ package hqstore
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/internal/money"
@@ -40,8 +43,10 @@ func ErrRowConflict(store, terminal string, seq int64) error {
 }
 
 // Check verifies what an engine relies on before it writes a batch: a store, an id and a
-// content hash, payment methods it has columns for, and declarations in parts numbered as
-// DayParts requires (an engine keys a day's parts by their number). It is not the protocol's
+// content hash, payment methods it has columns for, declarations in parts numbered as
+// DayParts requires (an engine keys a day's parts by their number), and exceptions whose
+// text ExceptionText accepts, each listed once (of two states of one exception in a batch,
+// the order an engine applies them in would decide which stands). It is not the protocol's
 // validation (hq-sync serve does that); it keeps an engine from storing something it would
 // read back differently.
 func Check(b *hq.Batch, contentHash string) error {
@@ -66,6 +71,38 @@ func Check(b *hq.Batch, contentHash string) error {
 			if _, err := Split(b.Days[i].Txns[j].ByMethod); err != nil {
 				return fmt.Errorf("days[%d].txns[%d]: %w", i, j, err)
 			}
+		}
+	}
+	type key struct {
+		kind, terminal string
+		seq            int64
+		sku            string
+	}
+	seen := make(map[key]int, len(b.Exceptions))
+	for i := range b.Exceptions {
+		x := &b.Exceptions[i]
+		if err := ExceptionText(x); err != nil {
+			return fmt.Errorf("exceptions[%d]: %w", i, err)
+		}
+		k := key{x.Kind, x.Terminal, x.Seq, x.SKU}
+		if j, dup := seen[k]; dup {
+			return perr.New(perr.Invalid, CodeBatchInvalid, "exceptions[%d] is the same exception as exceptions[%d]", i, j)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// ExceptionText returns a perr.Invalid error if a text of x holds a NUL character, which
+// PostgreSQL's text cannot hold: the engines refuse it alike, and hq-sync serve with the
+// same words.
+func ExceptionText(x *hq.Exception) error {
+	for _, f := range []struct{ name, text string }{
+		{"kind", x.Kind}, {"terminal", x.Terminal}, {"sku", x.SKU}, {"business_date", x.BusinessDate},
+		{"code", x.Code}, {"detail", x.Detail}, {"resolution", x.Resolution},
+	} {
+		if strings.ContainsRune(f.text, 0) {
+			return perr.New(perr.Invalid, CodeBatchInvalid, "%s holds a NUL character", f.name)
 		}
 	}
 	return nil
@@ -196,4 +233,21 @@ func Dropped(m map[string]int64, date string, rev int64) map[string]int64 {
 	}
 	m[date] = rev
 	return m
+}
+
+// TimeText is how the engines keep a time a store sent: RFC 3339 in UTC to the
+// nanosecond, "" for the zero time (none sent).
+func TimeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// ParseTime reads back a time kept as TimeText wrote it.
+func ParseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
 }

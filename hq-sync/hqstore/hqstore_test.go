@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
@@ -36,7 +37,11 @@ func TestMethodsRoundTrip(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	good := &hq.Batch{Store: "S1", ID: "b", Rows: []hq.Row{{ByMethod: map[string]money.Fen{"cash": 1}}}}
+	good := &hq.Batch{Store: "S1", ID: "b", Rows: []hq.Row{{ByMethod: map[string]money.Fen{"cash": 1}}},
+		Exceptions: []hq.Exception{ // one sale's oversells of two SKUs, and its refund's exception
+			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 1},
+			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "B", Change: 2},
+			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3, Detail: "é"}}}
 	if err := hqstore.Check(good, "h"); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +59,14 @@ func TestCheck(t *testing.T) {
 		"part above its parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{
 			{Part: 1, Parts: 2}, {BusinessDate: "2025-03-02", Part: 3, Parts: 2}}}, "h"},
 		"part without parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{{Part: 1}}}, "h"},
+		"exception twice": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
+			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1},
+			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 2},
+			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3}}}, "h"},
+		"NUL in an exception's detail": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
+			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Detail: "a\x00b"}}}, "h"},
+		"NUL in an exception's resolution": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
+			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Resolution: "\x00"}}}, "h"},
 	} {
 		err := hqstore.Check(c.b, c.hash)
 		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {
@@ -103,6 +116,20 @@ func TestInterner(t *testing.T) {
 	}
 	if hqstore.DayStored(3, 3) || hqstore.DayStored(3, 2) || !hqstore.DayStored(0, 1) || !hqstore.DayStored(2, 3) {
 		t.Fatal("DayStored")
+	}
+}
+
+// TestTimeText: a time a store sent reads back as the same instant, in UTC; none reads
+// back as none.
+func TestTimeText(t *testing.T) {
+	for _, at := range []time.Time{{}, time.Date(2025, 3, 1, 10, 0, 0, 123456789, time.FixedZone("UTC+08:00", 8*3600))} {
+		got, err := hqstore.ParseTime(hqstore.TimeText(at))
+		if err != nil || !got.Equal(at) || got.Location() != time.UTC {
+			t.Errorf("%v read back as %v (%v)", at, got, err)
+		}
+	}
+	if s := hqstore.TimeText(time.Time{}); s != "" {
+		t.Errorf("no time written %q", s)
 	}
 }
 

@@ -5,11 +5,13 @@
 // CONFLICT DO NOTHING, which makes a concurrent copy of the same batch wait and then see
 // it), its rows are COPYed (straight into rows when none is held yet, otherwise into a
 // per-connection temporary staging table and moved with one INSERT ... SELECT ... ON
-// CONFLICT DO NOTHING), and the receipt is written last. A deadlock between two batches
-// is retried. The package never stores a batch partially.
+// CONFLICT DO NOTHING), its declarations of days and its exceptions are applied, and the
+// receipt is written last. A deadlock between two batches is retried. The package never
+// stores a batch partially.
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -182,7 +184,8 @@ const maxAttempts = 8
 // PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
 // the day's current one (a revision higher than the one held, whole or by its last part),
-// Receipt.DayParts the parts kept aside (see putDays).
+// Receipt.DayParts the parts kept aside (see putDays), Receipt.Exceptions the exceptions
+// applied (see putExceptions).
 func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
 		return hq.Receipt{}, err
@@ -230,6 +233,9 @@ func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at
 		return hq.Receipt{}, err
 	}
 	if err = putDays(ctx, tx, b, at, &rc); err != nil {
+		return hq.Receipt{}, err
+	}
+	if rc.Exceptions, err = putExceptions(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -615,6 +621,61 @@ func copyTxns(ctx context.Context, tx pgx.Tx, table, store string, d *hq.StoreDa
 	return nil
 }
 
+// putException stores an exception's state unless HQ holds the exception at the same or a
+// higher change number: $1 store, $2 batch id, $3 received_ms, then the state's columns.
+const putException = `INSERT INTO exceptions (store, kind, terminal, seq, sku, change, business_date, withdrawn,
+		code, detail, qty_short, at, resolved, resolved_at, resolution, batch_id, received_ms)
+	VALUES ($1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $2, $3)
+	ON CONFLICT (store, kind, terminal, seq, sku) DO UPDATE SET change = EXCLUDED.change,
+		business_date = EXCLUDED.business_date, withdrawn = EXCLUDED.withdrawn, code = EXCLUDED.code,
+		detail = EXCLUDED.detail, qty_short = EXCLUDED.qty_short, at = EXCLUDED.at, resolved = EXCLUDED.resolved,
+		resolved_at = EXCLUDED.resolved_at, resolution = EXCLUDED.resolution, batch_id = EXCLUDED.batch_id,
+		received_ms = EXCLUDED.received_ms
+	WHERE exceptions.change < EXCLUDED.change`
+
+// putExceptions applies the batch's exceptions, with the semantics of the SQLite engine,
+// and returns how many it stored: each one HQ holds no state of, or a state of a lower
+// change number. A withdrawn one is stored as any other (withdrawn), so that an older
+// state arriving later is not stored over it.
+//
+// The statements go in one round trip, in key order (hqstore.Check lets a key in once),
+// so that two batches applying states of the same exceptions lock them in the same order
+// and never wait for each other. Each upsert waits for a concurrent one of its key and
+// then compares change numbers with the state that one committed.
+func putExceptions(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+	if len(b.Exceptions) == 0 {
+		return 0, nil
+	}
+	order := make([]*hq.Exception, len(b.Exceptions))
+	for i := range b.Exceptions {
+		order[i] = &b.Exceptions[i]
+	}
+	slices.SortFunc(order, func(x, y *hq.Exception) int {
+		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Terminal, y.Terminal), cmp.Compare(x.Seq, y.Seq),
+			cmp.Compare(x.SKU, y.SKU))
+	})
+	var batch pgx.Batch
+	for _, x := range order {
+		batch.Queue(putException, b.Store, b.ID, at.UnixMilli(), x.Kind, x.Terminal, x.Seq, x.SKU, x.Change,
+			x.BusinessDate, x.Withdrawn, x.Code, x.Detail, x.QtyShort, hqstore.TimeText(x.At), x.Resolved,
+			hqstore.TimeText(x.ResolvedAt), x.Resolution)
+	}
+	res := tx.SendBatch(ctx, &batch)
+	applied := 0
+	for _, x := range order {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return 0, fmt.Errorf("put batch: exception %s: %w", x.Key(), err)
+		}
+		applied += int(tag.RowsAffected())
+	}
+	if err := res.Close(); err != nil {
+		return 0, fmt.Errorf("put batch: exceptions: %w", err)
+	}
+	return applied, nil
+}
+
 // Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
 // rows carry their Payload.
 func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
@@ -764,4 +825,42 @@ func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, d
 		return fmt.Errorf("days of %s: transactions: %w", date, err)
 	}
 	return nil
+}
+
+// Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
+// order; withdrawn ones are left out.
+func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
+	q, args := `SELECT store, kind, terminal, seq, sku, change, code, detail, qty_short, at, resolved, resolved_at,
+		resolution, received_ms FROM exceptions WHERE business_date = $1 AND NOT withdrawn`, []any{date}
+	if store != "" {
+		q += ` AND store = $2`
+		args = append(args, store)
+	}
+	rows, err := s.pool.Query(ctx, q+` ORDER BY store, kind, terminal, seq, sku`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+	}
+	defer rows.Close()
+	var out []hq.StoredException
+	for rows.Next() {
+		x := hq.StoredException{Exception: hq.Exception{BusinessDate: date}}
+		var at, resolvedAt string
+		var received int64
+		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.Change, &x.Code, &x.Detail,
+			&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+		}
+		if x.At, err = hqstore.ParseTime(at); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: at: %w", date, x.Store, x.Key(), err)
+		}
+		if x.ResolvedAt, err = hqstore.ParseTime(resolvedAt); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: resolved_at: %w", date, x.Store, x.Key(), err)
+		}
+		x.ReceivedAt = time.UnixMilli(received).UTC()
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+	}
+	return out, nil
 }

@@ -87,7 +87,8 @@ func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
 // PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
 // the day's current one (a revision higher than the one held, whole or by its last part),
-// Receipt.DayParts the parts kept aside (see putDays).
+// Receipt.DayParts the parts kept aside (see putDays), Receipt.Exceptions the exceptions
+// applied (see putExceptions).
 func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
 		return hq.Receipt{}, err
@@ -107,6 +108,9 @@ func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, a
 		return hq.Receipt{}, err
 	}
 	if err = putDays(ctx, tx, b, at, &rc); err != nil {
+		return hq.Receipt{}, err
+	}
+	if rc.Exceptions, err = putExceptions(ctx, tx, b, at); err != nil {
 		return hq.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
@@ -454,6 +458,48 @@ func insertTxns(ctx context.Context, tx *sql.Tx, ins txnInsert, store string, d 
 	return nil
 }
 
+// putException stores an exception's state unless HQ holds the exception at the same or a
+// higher change number: ?1 store, ?2 batch id, ?3 received_ms, then the state's columns.
+const putException = `INSERT INTO exceptions (store, kind, terminal, seq, sku, change, business_date, withdrawn,
+		code, detail, qty_short, at, resolved, resolved_at, resolution, batch_id, received_ms)
+	VALUES (?1, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?2, ?3)
+	ON CONFLICT (store, kind, terminal, seq, sku) DO UPDATE SET change = excluded.change,
+		business_date = excluded.business_date, withdrawn = excluded.withdrawn, code = excluded.code,
+		detail = excluded.detail, qty_short = excluded.qty_short, at = excluded.at, resolved = excluded.resolved,
+		resolved_at = excluded.resolved_at, resolution = excluded.resolution, batch_id = excluded.batch_id,
+		received_ms = excluded.received_ms
+	WHERE exceptions.change < excluded.change`
+
+// putExceptions applies the batch's exceptions and returns how many it stored: each one
+// HQ holds no state of, or a state of a lower change number. A withdrawn one is stored as
+// any other (withdrawn), so that an older state arriving later is not stored over it.
+func putExceptions(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+	if len(b.Exceptions) == 0 {
+		return 0, nil
+	}
+	st, err := tx.PrepareContext(ctx, putException)
+	if err != nil {
+		return 0, fmt.Errorf("put batch: exceptions: %w", err)
+	}
+	defer st.Close()
+	applied := 0
+	for i := range b.Exceptions {
+		x := &b.Exceptions[i]
+		res, err := st.ExecContext(ctx, b.Store, b.ID, at.UnixMilli(), x.Kind, x.Terminal, x.Seq, x.SKU, x.Change,
+			x.BusinessDate, x.Withdrawn, x.Code, x.Detail, x.QtyShort, hqstore.TimeText(x.At), x.Resolved,
+			hqstore.TimeText(x.ResolvedAt), x.Resolution)
+		if err != nil {
+			return 0, fmt.Errorf("put batch: exception %s: %w", x.Key(), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("put batch: exception %s: %w", x.Key(), err)
+		}
+		applied += int(n)
+	}
+	return applied, nil
+}
+
 // Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
 // rows carry their Payload.
 //
@@ -566,6 +612,44 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 		return nil, fmt.Errorf("days of %s: %w", date, err)
 	}
 	return days, nil
+}
+
+// Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
+// order; withdrawn ones are left out.
+func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
+	q, args := `SELECT store, kind, terminal, seq, sku, change, code, detail, qty_short, at, resolved, resolved_at,
+		resolution, received_ms FROM exceptions WHERE business_date = ? AND NOT withdrawn`, []any{date}
+	if store != "" {
+		q += ` AND store = ?`
+		args = append(args, store)
+	}
+	rows, err := s.db.R.QueryContext(ctx, q+` ORDER BY store, kind, terminal, seq, sku`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+	}
+	defer rows.Close()
+	var out []hq.StoredException
+	for rows.Next() {
+		x := hq.StoredException{Exception: hq.Exception{BusinessDate: date}}
+		var at, resolvedAt string
+		var received int64
+		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.Change, &x.Code, &x.Detail,
+			&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+		}
+		if x.At, err = hqstore.ParseTime(at); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: at: %w", date, x.Store, x.Key(), err)
+		}
+		if x.ResolvedAt, err = hqstore.ParseTime(resolvedAt); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: resolved_at: %w", date, x.Store, x.Key(), err)
+		}
+		x.ReceivedAt = time.UnixMilli(received).UTC()
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+	}
+	return out, nil
 }
 
 // rawConn is a read-only connection used through the driver's own interfaces.

@@ -131,11 +131,52 @@ func Sales(store, terminal string, first int64, n int, date string, at time.Time
 func NewBatch(store, id string, rows []hq.Row, days ...hq.StoreDay) (*hq.Batch, string) {
 	b := &hq.Batch{V: hq.Version, Store: store, ID: id, Rows: rows, Days: days,
 		SentAt: time.Date(2025, 3, 2, 3, 0, 0, 0, time.UTC)}
+	return b, BatchHash(b)
+}
+
+// ExceptionBatch returns a batch of rows and exceptions, without days, and its content hash.
+func ExceptionBatch(store, id string, rows []hq.Row, xs ...hq.Exception) (*hq.Batch, string) {
+	b, _ := NewBatch(store, id, rows)
+	b.Exceptions = xs
+	return b, BatchHash(b)
+}
+
+// BatchHash returns the content hash of b: of its JSON encoding, as hq-sync serve hashes
+// the request body.
+func BatchHash(b *hq.Batch) string {
 	js, err := json.Marshal(b)
 	if err != nil {
 		panic(err)
 	}
-	return b, hq.ContentHash(js)
+	return hq.ContentHash(js)
+}
+
+// Oversell returns the open oversell exception of the sale terminal/seq, which took sku
+// short units below zero at at, as the store's ledger holds it after change.
+func Oversell(terminal string, seq int64, sku, date string, at time.Time, short, change int64) hq.Exception {
+	return hq.Exception{Change: change, Kind: hq.ExceptionOversell, Terminal: terminal, Seq: seq, SKU: sku,
+		BusinessDate: date, Code: hq.CodeOversold, QtyShort: short, At: at}
+}
+
+// RefundException returns the open refund exception of the refund terminal/seq of at, as
+// the store's ledger holds it after change.
+func RefundException(terminal string, seq int64, date string, at time.Time, code, detail string, change int64) hq.Exception {
+	return hq.Exception{Change: change, Kind: hq.ExceptionRefund, Terminal: terminal, Seq: seq,
+		BusinessDate: date, Code: code, Detail: detail, At: at}
+}
+
+// Resolved returns x as its store's manager resolved it at at, explaining resolution: the
+// ledger's state after change.
+func Resolved(x hq.Exception, at time.Time, resolution string, change int64) hq.Exception {
+	x.Change, x.Resolved, x.ResolvedAt, x.Resolution = change, true, at, resolution
+	return x
+}
+
+// Withdrawn returns x withdrawn (the ledger no longer holds it) after change: its key,
+// business date and change number, nothing else.
+func Withdrawn(x hq.Exception, change int64) hq.Exception {
+	return hq.Exception{Change: change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+		BusinessDate: x.BusinessDate, Withdrawn: true}
 }
 
 // Parts cuts declaration d into n parts as an uploader sends them: part k of n carries the
