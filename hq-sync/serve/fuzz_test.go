@@ -22,6 +22,17 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	b.Exceptions = []hq.Exception{
+		storetest.Oversell("T1", 1, "SKU-0001", storetest.D1, storetest.T0, 2, 1),
+		storetest.Resolved(storetest.RefundException("T1", 2, storetest.D1, storetest.T0, "refund_sale_unknown", "d", 2),
+			storetest.T0, "r", 3),
+		storetest.Withdrawn(storetest.Oversell("T1", 3, "SKU-0002", storetest.D1, storetest.T0, 1, 4), 5),
+	}
+	withExceptions, err := json.Marshal(b)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(withExceptions)
 	f.Add([]byte(`{"v":1,"store":"S1","batch_id":"b","rows":[],"sent_at":"2025-03-01T00:00:00Z"}`))
 	f.Add([]byte(`{"v":1,"rows":[{"kind":"sale","amount":"1.00","by_method":{"cash":"1.00"}}]}`))
 	f.Add([]byte(`[]`))
@@ -39,7 +50,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			return
 		}
-		if b.V != hq.Version || len(b.Rows) > hq.MaxBatchRows {
+		if b.V != hq.Version || len(b.Rows) > hq.MaxBatchRows || len(b.Exceptions) > hq.MaxBatchExceptions {
 			t.Fatalf("accepted batch %+v", b)
 		}
 	})

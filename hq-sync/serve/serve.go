@@ -321,7 +321,8 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("batch stored", "store", store, "batch", b.ID, "rows", rc.Rows, "new_rows", rc.New,
-		"days", rc.Days, "day_parts", rc.DayParts, "parts_dropped", len(rc.PartsDropped), "duplicate", rc.Duplicate)
+		"days", rc.Days, "day_parts", rc.DayParts, "parts_dropped", len(rc.PartsDropped), "exceptions", rc.Exceptions,
+		"duplicate", rc.Duplicate)
 	if h.met != nil {
 		if rc.Duplicate { // the original receipt: its new rows were counted then
 			h.count(store, "duplicate")
@@ -331,6 +332,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc.TakesDayParts = true
+	rc.TakesExceptions = true
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -191,7 +193,7 @@ func TestBatches(t *testing.T) {
 	good := batch("S1", "b-1", first, storetest.Day(storetest.D1, 1, storetest.T0.Add(3*time.Hour), first))
 	rc := e.mustStore(upload(good))
 	if rc.Store != "S1" || rc.BatchID != "b-1" || rc.Rows != 12 || rc.New != 12 || rc.Days != 1 || rc.Duplicate ||
-		!rc.StoredAt.Equal(e.now) {
+		!rc.StoredAt.Equal(e.now) || !rc.TakesDayParts || !rc.TakesExceptions {
 		t.Fatalf("receipt %+v", rc)
 	}
 	storetest.CheckRows(t, rowsOf(t, e, storetest.D1, "S1"), storedAll("S1", first, e.now))
@@ -370,6 +372,26 @@ func TestBatches(t *testing.T) {
 				b.Days = []hq.StoreDay{d, d}
 			})
 		}, 400, serve.CodeBatchInvalid, "days[1]"},
+		{"too many exceptions", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				for i := range hq.MaxBatchExceptions + 1 {
+					b.Exceptions = append(b.Exceptions, storetest.Oversell("T1", int64(i+1), "SKU-0001", storetest.D1,
+						storetest.T0, 1, 1))
+				}
+			})
+		}, 400, serve.CodeBatchInvalid, "5001 exceptions are over the 5000"},
+		{"exception of an unknown kind", func() request {
+			return next("b-2", exceptions(1, func(x *hq.Exception) { x.Kind = "shrink" }))
+		}, 400, serve.CodeBatchInvalid, `exceptions[1] (kind "shrink"`},
+		{"exception listed twice", func() request {
+			return next("b-2", func(b *hq.Batch) {
+				exceptions(0, func(*hq.Exception) {})(b)
+				b.Exceptions = append(b.Exceptions, storetest.Resolved(b.Exceptions[0], storetest.T0, "counted", 9))
+			})
+		}, 400, serve.CodeBatchInvalid, "exceptions[2]"},
+		{"open oversell without qty_short", func() request {
+			return next("b-2", exceptions(0, func(x *hq.Exception) { x.QtyShort = 0 }))
+		}, 400, serve.CodeBatchInvalid, "exceptions[0]"},
 		{"batch id replayed with other content", func() request {
 			return upload(batch("S1", "b-1", sales("S1", 100, 3)))
 		}, 422, serve.CodeBatchIDReused, "b-1"},
@@ -418,6 +440,195 @@ func TestBatches(t *testing.T) {
 	if err != nil || len(days) != 1 || days[0].Day.Revision != 2 || len(days[0].Day.Txns) != len(parts[0].Txns)+len(parts[1].Txns) {
 		t.Fatalf("days of %s after its parts: %+v, %v", storetest.D1, days, err)
 	}
+}
+
+// validExceptions returns a valid open oversell and a valid resolved refund exception.
+func validExceptions() []hq.Exception {
+	return []hq.Exception{
+		storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 2, 1),
+		storetest.Resolved(storetest.RefundException("T1", 101, storetest.D1, storetest.T0.Add(time.Hour),
+			"refund_sale_unknown", "sale T1/9 is not the sale accepted at seq 9", 2),
+			storetest.T0.Add(2*time.Hour), "the customer had the receipt", 3),
+	}
+}
+
+// exceptions returns a batch modifier that lists validExceptions, exceptions[i] changed
+// by mod.
+func exceptions(i int, mod func(x *hq.Exception)) func(b *hq.Batch) {
+	return func(b *hq.Batch) {
+		b.Exceptions = validExceptions()
+		mod(&b.Exceptions[i])
+	}
+}
+
+// TestValidateExceptions: each rule on an exception refuses the batch with batch_invalid,
+// naming the exception and what is wrong with it; what the rules allow passes, a refund
+// code this release does not know included.
+func TestValidateExceptions(t *testing.T) {
+	const oversell, refund = 0, 1
+	withdrawn := func(mod func(x *hq.Exception)) func(x *hq.Exception) {
+		return func(x *hq.Exception) {
+			*x = storetest.Withdrawn(*x, x.Change+10)
+			mod(x)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		i    int
+		mod  func(x *hq.Exception)
+	}{
+		{"both as made", oversell, func(*hq.Exception) {}},
+		{"a refund code of a later release", refund, func(x *hq.Exception) { x.Code = "refund_method_mismatch_2" }},
+		{"a refund without detail", refund, func(x *hq.Exception) { x.Detail = "" }},
+		{"an oversell with a detail", oversell, func(x *hq.Exception) { x.Detail = "two crates short" }},
+		{"resolved without resolved_at or resolution", refund, func(x *hq.Exception) { x.ResolvedAt, x.Resolution = time.Time{}, "" }},
+		{"open, without at", oversell, func(x *hq.Exception) { x.At = time.Time{} }},
+		{"a withdrawn oversell", oversell, withdrawn(func(*hq.Exception) {})},
+		{"a withdrawn refund", refund, withdrawn(func(*hq.Exception) {})},
+		{"the longest code, detail, resolution and sku", refund, func(x *hq.Exception) {
+			x.Code = strings.Repeat("z", serve.MaxCodeLen)
+			x.Detail = strings.Repeat("é", serve.MaxExceptionText/2)
+			x.Resolution = strings.Repeat("r", serve.MaxExceptionText)
+		}},
+		{"an oversell's longest sku", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", wire.MaxTextLen) }},
+	} {
+		b := batch("S1", "b-1", nil)
+		exceptions(c.i, c.mod)(b)
+		if err := serve.Validate(b); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	maxed := batch("S1", "b-1", nil)
+	for i := range hq.MaxBatchExceptions {
+		maxed.Exceptions = append(maxed.Exceptions, storetest.Oversell("T1", int64(i+1), "SKU-0001", storetest.D1,
+			storetest.T0, 1, 1))
+	}
+	if err := serve.Validate(maxed); err != nil {
+		t.Errorf("%d exceptions: %v", hq.MaxBatchExceptions, err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		i      int
+		mod    func(x *hq.Exception)
+		detail string // the detail must contain "exceptions[i] (" and this
+	}{
+		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell or refund`},
+		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell or refund"},
+		{"terminal not an id", oversell, func(x *hq.Exception) { x.Terminal = "T/1" }, "terminal is not an id"},
+		{"no terminal", refund, func(x *hq.Exception) { x.Terminal = "" }, "terminal is not an id"},
+		{"seq 0", oversell, func(x *hq.Exception) { x.Seq = 0 }, "seq 0 is not positive"},
+		{"negative seq", refund, func(x *hq.Exception) { x.Seq = -4 }, "seq -4 is not positive"},
+		{"change 0", refund, func(x *hq.Exception) { x.Change = 0 }, "change 0 is not positive"},
+		{"negative change", oversell, func(x *hq.Exception) { x.Change = -1 }, "change -1 is not positive"},
+		{"bad business date", oversell, func(x *hq.Exception) { x.BusinessDate = "2025-02-30" }, `business_date "2025-02-30"`},
+		{"no business date", refund, func(x *hq.Exception) { x.BusinessDate = "" }, "business_date"},
+		{"oversell without sku", oversell, func(x *hq.Exception) { x.SKU = "" }, "an oversell needs a sku"},
+		{"oversell sku too long", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", wire.MaxTextLen+1) },
+			"an oversell needs a sku of 1 to 128 bytes"},
+		{"refund with a sku", refund, func(x *hq.Exception) { x.SKU = "SKU-0001" }, "a refund exception has no sku"},
+		{"NUL in a detail", refund, func(x *hq.Exception) { x.Detail = "line\x001" }, "detail holds a NUL character"},
+		{"NUL in a sku", oversell, func(x *hq.Exception) { x.SKU = "SKU\x00" }, "sku holds a NUL character"},
+		{"oversell qty_short 0", oversell, func(x *hq.Exception) { x.QtyShort = 0 }, "qty_short 0 of an oversell"},
+		{"oversell qty_short negative", oversell, func(x *hq.Exception) { x.QtyShort = -2 }, "qty_short -2 of an oversell"},
+		{"oversell of another code", oversell, func(x *hq.Exception) { x.Code = "refund_sale_unknown" },
+			`code "refund_sale_unknown" of an oversell is not oversold`},
+		{"oversell without code", oversell, func(x *hq.Exception) { x.Code = "" }, "of an oversell is not oversold"},
+		{"refund with qty_short", refund, func(x *hq.Exception) { x.QtyShort = 1 }, "a refund exception has no qty_short"},
+		{"refund without code", refund, func(x *hq.Exception) { x.Code = "" }, `code "" is not 1 to 64 characters [a-z0-9_]`},
+		{"refund code too long", refund, func(x *hq.Exception) { x.Code = strings.Repeat("z", serve.MaxCodeLen+1) },
+			"is not 1 to 64 characters"},
+		{"refund code in capitals", refund, func(x *hq.Exception) { x.Code = "Refund_Sale_Unknown" }, "is not 1 to 64"},
+		{"refund code with a dash", refund, func(x *hq.Exception) { x.Code = "refund-sale-unknown" }, "is not 1 to 64"},
+		{"refund code with a space", refund, func(x *hq.Exception) { x.Code = "refund sale" }, "is not 1 to 64"},
+		{"detail too long", refund, func(x *hq.Exception) { x.Detail = strings.Repeat("é", serve.MaxExceptionText/2) + "d" },
+			"detail is longer than 1000 bytes"},
+		{"resolution too long", oversell, func(x *hq.Exception) {
+			*x = storetest.Resolved(*x, storetest.T0, strings.Repeat("r", serve.MaxExceptionText+1), x.Change+1)
+		}, "resolution is longer than 1000 bytes"},
+		{"resolved_at without resolved", refund, func(x *hq.Exception) { x.Resolved = false }, "resolved_at without resolved"},
+		{"resolution without resolved", refund, func(x *hq.Exception) { x.Resolved, x.ResolvedAt = false, time.Time{} },
+			"a resolution without resolved"},
+		{"withdrawn with a code", oversell, withdrawn(func(x *hq.Exception) { x.Code = hq.CodeOversold }),
+			"a withdrawn exception carries no code"},
+		{"withdrawn with a detail", refund, withdrawn(func(x *hq.Exception) { x.Detail = "d" }), "a withdrawn exception"},
+		{"withdrawn with qty_short", oversell, withdrawn(func(x *hq.Exception) { x.QtyShort = 1 }), "a withdrawn exception"},
+		{"withdrawn with at", refund, withdrawn(func(x *hq.Exception) { x.At = storetest.T0 }), "a withdrawn exception"},
+		{"withdrawn and resolved", refund, withdrawn(func(x *hq.Exception) { x.Resolved = true }), "a withdrawn exception"},
+		{"withdrawn with resolved_at", oversell, withdrawn(func(x *hq.Exception) { x.ResolvedAt = storetest.T0 }),
+			"a withdrawn exception"},
+		{"withdrawn with a resolution", refund, withdrawn(func(x *hq.Exception) { x.Resolution = "r" }),
+			"a withdrawn exception"},
+		{"withdrawn oversell without sku", oversell, withdrawn(func(x *hq.Exception) { x.SKU = "" }),
+			"an oversell needs a sku"},
+		{"withdrawn refund with a sku", refund, withdrawn(func(x *hq.Exception) { x.SKU = "s" }),
+			"a refund exception has no sku"},
+		{"withdrawn with change 0", refund, withdrawn(func(x *hq.Exception) { x.Change = 0 }), "change 0"},
+	} {
+		b := batch("S1", "b-1", sales("S1", 1, 2))
+		exceptions(c.i, c.mod)(b)
+		err := serve.Validate(b)
+		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeBatchInvalid {
+			t.Errorf("%s: %v, want %s", c.name, err, serve.CodeBatchInvalid)
+			continue
+		}
+		msg := perr.As(err).Message
+		if prefix := fmt.Sprintf("exceptions[%d] (", c.i); !strings.HasPrefix(msg, prefix) || !strings.Contains(msg, c.detail) {
+			t.Errorf("%s: %q, want %q… and %q", c.name, msg, prefix, c.detail)
+		}
+	}
+
+	// The same exception twice (its key: kind, terminal, seq and sku), whatever its states.
+	b := batch("S1", "b-1", nil)
+	b.Exceptions = append(validExceptions(), storetest.Withdrawn(validExceptions()[0], 9))
+	err := serve.Validate(b)
+	if msg := perr.As(err).Message; perr.CodeOf(err) != serve.CodeBatchInvalid ||
+		!strings.Contains(msg, "exceptions[2] (") || !strings.Contains(msg, "the same exception as exceptions[0]") {
+		t.Errorf("an exception twice: %v", err)
+	}
+	b.Exceptions[2].SKU = "SKU-0002" // another SKU of the same sale is another exception
+	if err := serve.Validate(b); err != nil {
+		t.Errorf("two SKUs of one sale: %v", err)
+	}
+}
+
+// TestExceptions: a batch's exceptions are stored with its rows; the receipt counts those
+// applied and says HQ takes exceptions, and a replay answers the same; a state of a lower
+// change number is not applied.
+func TestExceptions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{})
+	xs := validExceptions()
+	xs[1].Code = "refund_method_mismatch" // a code of a later store release
+	later := storetest.Withdrawn(storetest.Oversell("T1", 102, "SKU-0003", storetest.D1, storetest.T0, 1, 1), 4)
+	b := batch("S1", "b-1", sales("S1", 1, 3))
+	b.Exceptions = append(xs, later)
+	rc := e.mustStore(upload(b))
+	if rc.Exceptions != 3 || rc.New != 3 || !rc.TakesExceptions || rc.Duplicate {
+		t.Fatalf("receipt %+v, want 3 exceptions applied and takes_exceptions", rc)
+	}
+	stored := e.now
+	want := []hq.StoredException{storetest.StoredException("S1", xs[0], stored), storetest.StoredException("S1", xs[1], stored)}
+	got, err := e.store.Exceptions(context.Background(), storetest.D1, "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckExceptions(t, got, want)
+
+	e.now = e.now.Add(time.Minute)
+	again := e.mustStore(upload(b))
+	if !again.Duplicate || again.Exceptions != 3 || !again.TakesExceptions {
+		t.Fatalf("replay receipt %+v, want a duplicate of %+v", again, rc)
+	}
+	older := batch("S1", "b-2", nil)
+	older.Exceptions = []hq.Exception{storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 5, 1)}
+	if rc := e.mustStore(upload(older)); rc.Exceptions != 0 || !rc.TakesExceptions {
+		t.Fatalf("an older state: %+v, want none applied", rc)
+	}
+	if got, err = e.store.Exceptions(context.Background(), storetest.D1, "S1"); err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckExceptions(t, got, want)
 }
 
 // dayPart returns a batch modifier that declares the day of the batch's rows, numbered

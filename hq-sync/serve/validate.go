@@ -15,6 +15,12 @@ import (
 // MaxHashLen bounds a row's hash (internal/wire writes 64 hex digits).
 const MaxHashLen = 128
 
+// Limits on an exception's text.
+const (
+	MaxCodeLen       = 64   // an exception's code, characters [a-z0-9_]
+	MaxExceptionText = 1000 // an exception's detail, and its resolution, in bytes
+)
+
 // Validate checks a decoded batch against the upload protocol's rules and returns a
 // perr.Invalid error with code batch_invalid whose message names the offending row, day
 // or transaction:
@@ -33,7 +39,19 @@ const MaxHashLen = 128
 //     split id only on a part, an id if any (as hqstore.DayParts checks them), and
 //     transactions checked as sales and refunds are
 //     (terminal, seq > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq)
-//     listed twice. Within one part only: a part cannot see the ones HQ kept aside.
+//     listed twice. Within one part only: a part cannot see the ones HQ kept aside;
+//   - at most hq.MaxBatchExceptions exceptions, each: kind oversell or refund, a valid
+//     terminal id, seq > 0, change > 0, business_date YYYY-MM-DD, no NUL in its text (as
+//     hqstore.ExceptionText checks it), and no other exception of the batch with the same
+//     (kind, terminal, seq, sku); an oversell has a sku of 1 to wire.MaxTextLen bytes, a
+//     refund none;
+//   - a withdrawn exception carries nothing more: no code, detail, qty_short, at or
+//     resolution;
+//   - any other has a code of 1 to MaxCodeLen characters [a-z0-9_] (hq.CodeOversold for
+//     an oversell; a refund's code is not tied to the codes this release knows, so that a
+//     later store release may add some without its batches being refused), qty_short > 0
+//     on an oversell and none on a refund, a detail and a resolution of at most
+//     MaxExceptionText bytes each, and resolved_at or a resolution only when resolved.
 func Validate(b *hq.Batch) error {
 	switch {
 	case b.V != hq.Version:
@@ -44,6 +62,8 @@ func Validate(b *hq.Batch) error {
 		return invalid("batch_id %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.ID), wire.MaxIDLen)
 	case len(b.Rows) > hq.MaxBatchRows:
 		return invalid("%d rows are over the %d row limit of a batch", len(b.Rows), hq.MaxBatchRows)
+	case len(b.Exceptions) > hq.MaxBatchExceptions:
+		return invalid("%d exceptions are over the %d exception limit of a batch", len(b.Exceptions), hq.MaxBatchExceptions)
 	}
 	type key struct {
 		terminal string
@@ -71,6 +91,25 @@ func Validate(b *hq.Batch) error {
 			return invalid("days[%d] (business_date %s): the day is declared in days[%d] too", i, d.BusinessDate, j)
 		}
 		days[d.BusinessDate] = i
+	}
+	type exceptionKey struct {
+		kind, terminal string
+		seq            int64
+		sku            string
+	}
+	exceptions := make(map[exceptionKey]int, len(b.Exceptions))
+	for i := range b.Exceptions {
+		x := &b.Exceptions[i]
+		if err := checkException(x); err != nil {
+			return invalid("exceptions[%d] (kind %q terminal %q seq %d sku %q): %s", i, clip(x.Kind), clip(x.Terminal),
+				x.Seq, clip(x.SKU), err)
+		}
+		k := exceptionKey{x.Kind, x.Terminal, x.Seq, x.SKU}
+		if j, dup := exceptions[k]; dup {
+			return invalid("exceptions[%d] (kind %q terminal %q seq %d sku %q): the same exception as exceptions[%d]",
+				i, x.Kind, x.Terminal, x.Seq, clip(x.SKU), j)
+		}
+		exceptions[k] = i
 	}
 	return nil
 }
@@ -190,6 +229,68 @@ func checkTxn(t *hq.Txn) error {
 		return fmt.Errorf("flow_no %d is negative", t.FlowNo)
 	}
 	return checkAmounts(t.Amount, t.ByMethod)
+}
+
+func checkException(x *hq.Exception) error {
+	oversell := x.Kind == hq.ExceptionOversell
+	switch {
+	case !oversell && x.Kind != hq.ExceptionRefund:
+		return fmt.Errorf("kind %q is not oversell or refund", clip(x.Kind))
+	case !wire.ValidID(x.Terminal):
+		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
+	case x.Seq <= 0:
+		return fmt.Errorf("seq %d is not positive", x.Seq)
+	case x.Change <= 0:
+		return fmt.Errorf("change %d is not positive", x.Change)
+	case !validDate(x.BusinessDate):
+		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
+	case oversell && (x.SKU == "" || len(x.SKU) > wire.MaxTextLen):
+		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", wire.MaxTextLen)
+	case !oversell && x.SKU != "":
+		return fmt.Errorf("a refund exception has no sku")
+	}
+	if err := hqstore.ExceptionText(x); err != nil {
+		return errors.New(perr.As(err).Message)
+	}
+	if x.Withdrawn {
+		if x.Code != "" || x.Detail != "" || x.QtyShort != 0 || !x.At.IsZero() || x.Resolved ||
+			!x.ResolvedAt.IsZero() || x.Resolution != "" {
+			return fmt.Errorf("a withdrawn exception carries no code, detail, qty_short, at or resolution")
+		}
+		return nil
+	}
+	switch {
+	case oversell && x.QtyShort <= 0:
+		return fmt.Errorf("qty_short %d of an oversell is not positive", x.QtyShort)
+	case oversell && x.Code != hq.CodeOversold:
+		return fmt.Errorf("code %q of an oversell is not %s", clip(x.Code), hq.CodeOversold)
+	case !oversell && x.QtyShort != 0:
+		return fmt.Errorf("a refund exception has no qty_short")
+	case !validCode(x.Code):
+		return fmt.Errorf("code %q is not 1 to %d characters [a-z0-9_]", clip(x.Code), MaxCodeLen)
+	case len(x.Detail) > MaxExceptionText:
+		return fmt.Errorf("detail is longer than %d bytes", MaxExceptionText)
+	case len(x.Resolution) > MaxExceptionText:
+		return fmt.Errorf("resolution is longer than %d bytes", MaxExceptionText)
+	case !x.Resolved && !x.ResolvedAt.IsZero():
+		return fmt.Errorf("resolved_at without resolved")
+	case !x.Resolved && x.Resolution != "":
+		return fmt.Errorf("a resolution without resolved")
+	}
+	return nil
+}
+
+// validCode reports whether s is an exception's code: 1 to MaxCodeLen characters [a-z0-9_].
+func validCode(s string) bool {
+	if s == "" || len(s) > MaxCodeLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // validDate reports whether s is a calendar date written YYYY-MM-DD.
