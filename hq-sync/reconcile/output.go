@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/posgate/posgate/internal/money"
 )
@@ -19,9 +20,10 @@ const (
 	FigureRefundAmount = "refund_amount"
 )
 
-// CSVHeader is the first record WriteCSV writes.
+// CSVHeader is the first record WriteCSV writes. The columns after detail are an
+// exception's; the other sections leave them empty.
 var CSVHeader = []string{"section", "kind", "store", "terminal", "seq", "method", "figure", "declared", "ledger",
-	"hq", "detail"}
+	"hq", "detail", "sku", "code", "qty_short", "resolved", "resolution"}
 
 // Summary is the report's one-line verdict.
 func (r *Report) Summary() string {
@@ -35,8 +37,8 @@ func (r *Report) Summary() string {
 	}
 	diffs := len(r.Txns) - r.Counts[Late] + len(r.Totals) + len(r.Missing)
 	return fmt.Sprintf("reconcile %s (%s): %d stores, %d terminals, %d declared txns, %d HQ txns, %d day closes: "+
-		"%d differences, %d late: %s", r.Date, scope, r.Stores, r.Terminals, r.LedgerTxns, r.HQTxns, r.DayCloses,
-		diffs, r.Counts[Late], verdict)
+		"%d differences, %d late, %d exceptions (%d open): %s", r.Date, scope, r.Stores, r.Terminals, r.LedgerTxns,
+		r.HQTxns, r.DayCloses, diffs, r.Counts[Late], len(r.Exceptions), r.OpenExceptions(), verdict)
 }
 
 // figureRow is one figure of a TotalsDiff that the accounts disagree on.
@@ -92,6 +94,45 @@ func amountsText(a *Amounts) string {
 	return fmt.Sprintf("%s %s (%s)", a.Kind, a.Amount, strings.Join(parts, ", "))
 }
 
+// exceptionState is an exception's state as WriteTable shows it.
+func exceptionState(x *StoreException) string {
+	if x.Resolved {
+		return "resolved"
+	}
+	return "open"
+}
+
+// exceptionNote is an exception's detail and, once resolved, its resolution, on one line.
+func exceptionNote(x *StoreException) string {
+	note := oneLine(x.Detail)
+	if x.Resolution != "" {
+		if note != "" {
+			note += "; "
+		}
+		note += "resolution: " + oneLine(x.Resolution)
+	}
+	return note
+}
+
+// oneLine returns a store's text with its control characters (tabs, line breaks) as
+// spaces, so that it keeps to its cell of a table.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// qtyText is an oversell's qty_short as text, "" for none.
+func qtyText(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -100,7 +141,7 @@ func orDash(s string) string {
 }
 
 // WriteTable writes the report as aligned text tables: the verdict, then the transaction
-// differences, the totals that disagree and the missing declarations.
+// differences, the totals that disagree, the missing declarations and the exceptions.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, r.Summary())
@@ -131,39 +172,61 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", m.Kind, m.Store, orDash(m.Terminal), m.Txns)
 		}
 	}
+	if len(r.Exceptions) > 0 {
+		fmt.Fprintf(tw, "\nEXCEPTIONS (%d, %d open): flagged by the stores' ledgers, not differences\n",
+			len(r.Exceptions), r.OpenExceptions())
+		fmt.Fprintln(tw, "KIND\tSTORE\tTERMINAL\tSEQ\tSKU\tCODE\tQTY_SHORT\tSTATE\tDETAIL")
+		for i := range r.Exceptions {
+			x := &r.Exceptions[i]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", x.Kind, x.Store, x.Terminal, x.Seq,
+				orDash(oneLine(x.SKU)), x.Code, orDash(qtyText(x.QtyShort)), exceptionState(x), orDash(exceptionNote(x)))
+		}
+	}
 	return tw.Flush()
 }
 
 // WriteCSV writes the report as CSV: CSVHeader, then one record per transaction
 // difference (section "txn"; ledger and hq hold the amounts), per disagreeing figure of a
 // terminal's totals (section "totals"; declared, ledger and hq hold the figure, empty for an
-// absent account) and per missing declaration (section "declaration"; detail holds its
-// transaction count). Amounts are decimal yuan text ("12.30").
+// absent account), per missing declaration (section "declaration"; detail holds its
+// transaction count) and per exception (section "exception"; kind is oversell or refund,
+// detail its detail, and sku, code, qty_short, resolved ("true" or "false") and resolution
+// its own columns, which the other sections leave empty). Amounts are decimal yuan text
+// ("12.30").
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
 	}
+	write := func(rec ...string) error { // every record has every column
+		return cw.Write(append(rec, make([]string, len(CSVHeader)-len(rec))...))
+	}
 	for i := range r.Txns {
 		d := &r.Txns[i]
-		rec := []string{"txn", d.Kind, d.Store, d.Terminal, strconv.FormatInt(d.Seq, 10), "", "amount",
-			"", amountOf(d.Ledger), amountOf(d.HQ), d.Detail}
-		if err := cw.Write(rec); err != nil {
+		if err := write("txn", d.Kind, d.Store, d.Terminal, strconv.FormatInt(d.Seq, 10), "", "amount",
+			"", amountOf(d.Ledger), amountOf(d.HQ), d.Detail); err != nil {
 			return err
 		}
 	}
 	for i := range r.Totals {
 		d := &r.Totals[i]
 		for _, f := range d.figures() {
-			if err := cw.Write([]string{"totals", KindTotals, d.Store, d.Terminal, "", d.Method, f.name,
-				f.declared, f.ledger, f.hqv, ""}); err != nil {
+			if err := write("totals", KindTotals, d.Store, d.Terminal, "", d.Method, f.name,
+				f.declared, f.ledger, f.hqv, ""); err != nil {
 				return err
 			}
 		}
 	}
 	for _, m := range r.Missing {
-		if err := cw.Write([]string{"declaration", m.Kind, m.Store, m.Terminal, "", "", "", "", "", "",
-			strconv.Itoa(m.Txns)}); err != nil {
+		if err := write("declaration", m.Kind, m.Store, m.Terminal, "", "", "", "", "", "",
+			strconv.Itoa(m.Txns)); err != nil {
+			return err
+		}
+	}
+	for i := range r.Exceptions {
+		x := &r.Exceptions[i]
+		if err := write("exception", x.Kind, x.Store, x.Terminal, strconv.FormatInt(x.Seq, 10), "", "", "", "", "",
+			x.Detail, x.SKU, x.Code, qtyText(x.QtyShort), strconv.FormatBool(x.Resolved), x.Resolution); err != nil {
 			return err
 		}
 	}

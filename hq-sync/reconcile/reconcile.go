@@ -1,7 +1,10 @@
 // Package reconcile is hq-sync's nightly check of a business date at HQ: per store,
 // terminal and payment method it compares three accounts of the day — what each terminal
 // declared (its day_close row), what the store's ledger declared (the store's StoreDay), and
-// the rows HQ holds — and lists every difference by transaction, not only totals.
+// the rows HQ holds — and lists every difference by transaction, not only totals. Beside
+// them it lists the exceptions the stores' ledgers flagged on the date (oversells, refunds
+// a store's records do not cover), open or resolved: the stores' own flags on transactions
+// the accounts hold, which do not decide whether the date reconciles.
 //
 // It reads hq.Storage and never writes it. Money is compared in int64 fen, exactly.
 package reconcile
@@ -106,6 +109,22 @@ type MissingDeclaration struct {
 	Txns     int    `json:"txns"` // its transactions at HQ and in the store's declaration
 }
 
+// StoreException is an exception a store's ledger flagged on a transaction of the date, in
+// the latest state HQ holds of it: an oversell (a sale took a SKU below zero) or a refund
+// the store's records of its sale do not cover, open or resolved by the store's manager.
+type StoreException struct {
+	Kind       string `json:"kind"` // hq.ExceptionOversell or hq.ExceptionRefund
+	Store      string `json:"store"`
+	Terminal   string `json:"terminal"`
+	Seq        int64  `json:"seq"`           // the sale's (oversell) or the refund's
+	SKU        string `json:"sku,omitempty"` // oversell: the SKU taken below zero
+	Code       string `json:"code"`
+	Detail     string `json:"detail,omitempty"`
+	QtyShort   int64  `json:"qty_short,omitempty"` // oversell: units below zero
+	Resolved   bool   `json:"resolved"`
+	Resolution string `json:"resolution,omitempty"`
+}
+
 // Report is the reconciliation of one business date (of one store, or of all).
 type Report struct {
 	Date       string `json:"date"`
@@ -123,15 +142,32 @@ type Report struct {
 	Missing []MissingDeclaration `json:"missing"`
 	// Counts counts the entries above by kind (TotalsDiff as "totals_differ").
 	Counts map[string]int `json:"counts"`
+	// Exceptions lists the exceptions the stores flagged on the date, withdrawn ones left
+	// out, by store, kind, terminal, seq and SKU. They are not differences and do not
+	// count in OK or Counts.
+	Exceptions []StoreException `json:"exceptions"`
 }
 
 // KindTotals is the Counts key of TotalsDiff entries.
 const KindTotals = "totals_differ"
 
 // OK reports whether the date reconciles exactly: no transaction difference other than
-// Late, no totals difference and no missing declaration.
+// Late, no totals difference and no missing declaration. Exceptions do not count:
+// reconciliation proves that the accounts agree, and an exception is the store's own flag
+// on a transaction they all hold.
 func (r *Report) OK() bool {
 	return len(r.Totals) == 0 && len(r.Missing) == 0 && len(r.Txns) == r.Counts[Late]
+}
+
+// OpenExceptions returns how many of the report's exceptions are not resolved.
+func (r *Report) OpenExceptions() int {
+	n := 0
+	for i := range r.Exceptions {
+		if !r.Exceptions[i].Resolved {
+			n++
+		}
+	}
+	return n
 }
 
 // method indexes of the fixed methods; others go to a terminal's map.
@@ -317,7 +353,8 @@ func (rc *reconciler) store(name string) *storeState {
 
 // Run reconciles a business date of one store (or of every store when store is "") from
 // what st holds. It reads the rows once (and the declarations twice, around them) and looks
-// transactions up in maps: the work grows linearly with the day. expect names the stores HQ expects a declaration of every day
+// transactions up in maps: the work grows linearly with the day. It then reads the date's
+// exceptions into the report. expect names the stores HQ expects a declaration of every day
 // from (its stores file): one HQ holds nothing of for the date is reported NoStoreDay
 // instead of left out, so that a store whose upload is stuck does not pass for reconciled.
 func Run(ctx context.Context, st hq.Storage, date, store string, expect ...string) (Report, error) {
@@ -344,9 +381,27 @@ func Run(ctx context.Context, st hq.Storage, date, store string, expect ...strin
 			return Report{}, err
 		}
 		if sameDeclarations(before, days) || attempt == attempts {
-			return reconcile(date, store, rows, days, expect...), nil
+			xs, err := st.Exceptions(ctx, date, store)
+			if err != nil {
+				return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
+			}
+			r := reconcile(date, store, rows, days, expect...)
+			r.Exceptions = storeExceptions(xs)
+			return r, nil
 		}
 	}
+}
+
+// storeExceptions returns the report's list of the exceptions HQ holds, in the order
+// hq.Storage.Exceptions returns them: by store, kind, terminal, seq and SKU.
+func storeExceptions(xs []hq.StoredException) []StoreException {
+	out := make([]StoreException, len(xs))
+	for i := range xs {
+		x := &xs[i]
+		out[i] = StoreException{Kind: x.Kind, Store: x.Store, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+			Code: x.Code, Detail: x.Detail, QtyShort: x.QtyShort, Resolved: x.Resolved, Resolution: x.Resolution}
+	}
+	return out
 }
 
 // sameDeclarations reports whether a and b hold the same revisions of the same days.
@@ -358,7 +413,7 @@ func sameDeclarations(a, b []hq.StoredDay) bool {
 
 func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, expect ...string) Report {
 	r := Report{Date: date, Store: store, Txns: []TxnDiff{}, Totals: []TotalsDiff{},
-		Missing: []MissingDeclaration{}, Counts: map[string]int{}}
+		Missing: []MissingDeclaration{}, Counts: map[string]int{}, Exceptions: []StoreException{}}
 	rc := &reconciler{byName: map[[2]string]int32{}, last: -1, stores: map[string]*storeState{}, rows: rows,
 		split: make([]methods, len(rows)), matched: make([]bool, len(rows)), report: &r}
 	for _, name := range expect {

@@ -524,3 +524,122 @@ func TestReconcileWhileUploading(t *testing.T) {
 		t.Fatalf("reconcile while the store uploads: %s %+v; want OK with the late sale", r.Summary(), r.Txns)
 	}
 }
+
+// TestExceptionsListed: the exceptions the stores flagged on the date are listed, open and
+// resolved, withdrawn ones and other dates' left out, in (store, kind, terminal, seq, sku)
+// order; a clean day with exceptions still reconciles, and the summary, the table, the CSV
+// and the JSON carry them.
+func TestExceptionsListed(t *testing.T) {
+	st, _ := MustOpenHQ(t)
+	s1, s2 := newStoreDay("S1", 2, 10), newStoreDay("S2", 1, 5)
+	s1.upload(t, st)
+	s2.upload(t, st)
+	at := t0.Add(time.Hour)
+	shortB := storetest.Oversell("T1", 2, "SKU-B", date, t0, 3, 1)
+	shortA := storetest.Oversell("T1", 2, "SKU-A", date, t0, 1, 2)
+	shortA.Detail = "2 crates"
+	shortA = storetest.Resolved(shortA, at, "found\tin the\nback room", 5)
+	refund := storetest.RefundException("T2", 12, date, t0, "refund_exceeds_sale", "line 1: 2 refunded\nof 1 sold", 3)
+	gone := storetest.Withdrawn(storetest.RefundException("T1", 12, date, t0, "refund_sale_unknown", "", 4), 6)
+	other := storetest.Oversell("T1", 30, "SKU-A", storetest.D2, t0.Add(24*time.Hour), 1, 7)
+	b, h := storetest.ExceptionBatch("S1", "exceptions", nil, refund, shortB, gone, other, shortA)
+	storetest.MustPut(t, st, b, h, received.Add(time.Hour))
+	b, h = storetest.ExceptionBatch("S2", "exceptions", nil, storetest.RefundException("T1", 7, date, t0,
+		"refund_sale_unknown", "", 1))
+	storetest.MustPut(t, st, b, h, received.Add(time.Hour))
+
+	r := MustRun(t, st, "")
+	want := []StoreException{
+		{Kind: hq.ExceptionOversell, Store: "S1", Terminal: "T1", Seq: 2, SKU: "SKU-A", Code: hq.CodeOversold,
+			Detail: "2 crates", QtyShort: 1, Resolved: true, Resolution: "found\tin the\nback room"},
+		{Kind: hq.ExceptionOversell, Store: "S1", Terminal: "T1", Seq: 2, SKU: "SKU-B", Code: hq.CodeOversold, QtyShort: 3},
+		{Kind: hq.ExceptionRefund, Store: "S1", Terminal: "T2", Seq: 12, Code: "refund_exceeds_sale",
+			Detail: "line 1: 2 refunded\nof 1 sold"},
+		{Kind: hq.ExceptionRefund, Store: "S2", Terminal: "T1", Seq: 7, Code: "refund_sale_unknown"},
+	}
+	if !reflect.DeepEqual(r.Exceptions, want) {
+		t.Fatalf("exceptions\n got %+v\nwant %+v", r.Exceptions, want)
+	}
+	if !r.OK() || len(r.Txns)+len(r.Totals)+len(r.Missing) != 0 || r.OpenExceptions() != 3 {
+		t.Fatalf("a clean day with exceptions: %s", r.Summary())
+	}
+	if s := r.Summary(); !strings.HasSuffix(s, ": 0 differences, 0 late, 4 exceptions (3 open): OK") {
+		t.Errorf("summary %q", s)
+	}
+	if one := MustRun(t, st, "S2"); !reflect.DeepEqual(one.Exceptions, want[3:]) || !one.OK() {
+		t.Errorf("store S2 alone: %s, exceptions %+v", one.Summary(), one.Exceptions)
+	}
+
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+	text := squeeze(table.String())
+	for _, s := range []string{
+		"EXCEPTIONS (4, 3 open)",
+		"KIND  STORE  TERMINAL  SEQ  SKU  CODE  QTY_SHORT  STATE  DETAIL\n",
+		"oversell  S1  T1  2  SKU-A  oversold  1  resolved  2 crates; resolution: found in the back room\n",
+		"oversell  S1  T1  2  SKU-B  oversold  3  open  -\n",
+		"refund  S1  T2  12  -  refund_exceeds_sale  -  open  line 1: 2 refunded of 1 sold\n",
+		"refund  S2  T1  7  -  refund_sale_unknown  -  open  -\n",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("table lacks %q", s)
+		}
+	}
+
+	var cb bytes.Buffer
+	if err := r.WriteCSV(&cb); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&cb).ReadAll() // every record as long as the header
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The columns of the other sections stay where they were.
+	before := []string{"section", "kind", "store", "terminal", "seq", "method", "figure", "declared", "ledger", "hq", "detail"}
+	if !reflect.DeepEqual(recs[0], CSVHeader) || !reflect.DeepEqual(CSVHeader[:len(before)], before) {
+		t.Errorf("CSV header %v", recs[0])
+	}
+	wantCSV := [][]string{
+		{"exception", "oversell", "S1", "T1", "2", "", "", "", "", "", "2 crates", "SKU-A", "oversold", "1", "true",
+			"found\tin the\nback room"},
+		{"exception", "oversell", "S1", "T1", "2", "", "", "", "", "", "", "SKU-B", "oversold", "3", "false", ""},
+		{"exception", "refund", "S1", "T2", "12", "", "", "", "", "", "line 1: 2 refunded\nof 1 sold", "",
+			"refund_exceeds_sale", "", "false", ""},
+		{"exception", "refund", "S2", "T1", "7", "", "", "", "", "", "", "", "refund_sale_unknown", "", "false", ""},
+	}
+	if !reflect.DeepEqual(recs[1:], wantCSV) {
+		t.Errorf("CSV records\n got %q\nwant %q", recs[1:], wantCSV)
+	}
+
+	js, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(back.Exceptions, want) {
+		t.Errorf("JSON round trip: %+v (%v)", back.Exceptions, err)
+	}
+}
+
+// TestExceptionsDoNotDecide: exceptions neither make a day that does not reconcile pass
+// nor count among its differences, and a day without any lists none.
+func TestExceptionsDoNotDecide(t *testing.T) {
+	st, _ := MustOpenHQ(t)
+	sd := newStoreDay("S1", 1, 5)
+	put(t, st, "S1", "rows", received, append(append([]hq.Row{}, sd.rows...), sd.closes...))
+	r := MustRun(t, st, "")
+	if r.Exceptions == nil || len(r.Exceptions) != 0 {
+		t.Fatalf("exceptions of a day without any: %#v, want an empty list", r.Exceptions)
+	}
+	b, h := storetest.ExceptionBatch("S1", "exceptions", nil, storetest.Resolved(
+		storetest.RefundException("T1", 7, date, t0, "refund_sale_unknown", "", 1), t0, "explained", 2))
+	storetest.MustPut(t, st, b, h, received)
+	r = MustRun(t, st, "")
+	if r.OK() || len(r.Missing) != 1 || len(r.Exceptions) != 1 || r.OpenExceptions() != 0 ||
+		!strings.Contains(r.Summary(), "1 differences, 0 late, 1 exceptions (0 open): NOT OK") {
+		t.Fatalf("a day without its declaration, with a resolved exception: %s", r.Summary())
+	}
+}
