@@ -164,8 +164,9 @@ type Uploader struct {
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
 	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
 
-	hqTakesParts bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
-	prog         progress
+	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
+	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
+	prog              progress
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -231,6 +232,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 		return err
 	}
 	u.hqTakesParts = kv["hq_takes_day_parts"] == "1"
+	u.hqTakesExceptions = kv["hq_takes_exceptions"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -358,6 +360,7 @@ type batch struct {
 	days        map[string]int64  // business date → revision declared whole
 	parts       map[string]partOf // business date → the part of a declaration in parts
 	lastKey     string
+	xThrough    int64 // the exception change its receipt acknowledges through (0: none carried)
 	body        []byte
 	contentHash string
 	attempts    int
@@ -368,8 +371,8 @@ func (u *Uploader) pending(ctx context.Context) (*batch, error) {
 	var b batch
 	var dates, days, parts string
 	err := u.state.R.QueryRowContext(ctx, `SELECT batch_id, first_id, last_id, rows, dates, days, parts, last_key,
-		content_hash, body, attempts FROM batches WHERE state = 'pending'`).Scan(&b.id, &b.firstID, &b.lastID,
-		&b.rows, &dates, &days, &parts, &b.lastKey, &b.contentHash, &b.body, &b.attempts)
+		exceptions_through, content_hash, body, attempts FROM batches WHERE state = 'pending'`).Scan(&b.id, &b.firstID,
+		&b.lastID, &b.rows, &dates, &days, &parts, &b.lastKey, &b.xThrough, &b.contentHash, &b.body, &b.attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -399,6 +402,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		return nil, err
 	}
 	through := atoi(kv["sent_through"])
+	xThrough := atoi(kv["exceptions_through"])
 	now := u.cfg.Now()
 	today := now.In(u.cfg.Location).Format(wire.BusinessDate)
 	candidates, err := u.undeclared(ctx, today)
@@ -442,6 +446,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 	}
 	var rows []ledger.OutboxRow
+	var xs []hq.Exception // the exceptions this batch carries
+	var xCursor int64     // the change the batch's receipt acknowledges exceptions through
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
@@ -506,6 +512,31 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				break
 			}
 		}
+		if u.hqTakesExceptions {
+			changed, last, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+			if err != nil {
+				return err
+			}
+			for i := range changed {
+				js, err := json.Marshal(&changed[i])
+				if err != nil {
+					return err
+				}
+				if used+len(js)+1 > u.budget && (len(xs) > 0 || len(out.Days) > 0) {
+					// The next batch takes the rest: every exception whose last change is up
+					// to the cursor is in this one (they come in change order).
+					if len(xs) > 0 {
+						last = xs[len(xs)-1].Change
+					}
+					break
+				}
+				used += len(js) + 1
+				xs = append(xs, changed[i])
+			}
+			if len(xs) > 0 {
+				xCursor = last
+			}
+		}
 		maxID, err := r.OutboxMaxID(ctx)
 		if err != nil {
 			return err
@@ -517,7 +548,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if u.firstSeen.IsZero() {
 			u.firstSeen = time.Now()
 		}
-		if !force && len(out.Days) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
+		if !force && len(out.Days) == 0 && len(xs) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
 			time.Since(u.firstSeen) < u.cfg.BatchAge {
 			return nil
 		}
@@ -536,11 +567,13 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			return nil, fmt.Errorf("build batch: %w", err)
 		}
 	}
-	if len(out.Days) == 0 && len(rows) == 0 {
+	if len(out.Days) == 0 && len(rows) == 0 && len(xs) == 0 {
 		return nil, nil
 	}
 
-	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts}
+	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,
+		xThrough: xCursor}
+	out.Exceptions = xs
 	for _, d := range out.Days {
 		if !d.InParts() {
 			b.days[d.BusinessDate] = d.Revision
@@ -556,7 +589,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			return nil, fmt.Errorf("hq_outbox row %d: %w", rows[i].ID, err)
 		}
 		n := len(js) + 1
-		if used+n > u.budget && (len(out.Rows) > 0 || len(out.Days) > 0) {
+		if used+n > u.budget && (len(out.Rows) > 0 || len(out.Days) > 0 || len(xs) > 0) {
 			break // the rest go in the next batch
 		}
 		if n > u.budget {
@@ -792,9 +825,9 @@ func (u *Uploader) record(ctx context.Context, b *batch) error {
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (batch_id, first_id, last_id, rows, dates, days, parts,
-		last_key, content_hash, body, state, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)`, b.id,
-		b.firstID, b.lastID, b.rows, string(dates), string(days), string(parts), b.lastKey, b.contentHash, b.body,
-		u.stamp()); err != nil {
+		last_key, exceptions_through, content_hash, body, state, created)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)`, b.id, b.firstID, b.lastID, b.rows, string(dates),
+		string(days), string(parts), b.lastKey, b.xThrough, b.contentHash, b.body, u.stamp()); err != nil {
 		return fmt.Errorf("record batch %s: %w", b.id, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES ('next_batch', '1')
@@ -810,7 +843,8 @@ func (u *Uploader) record(ctx context.Context, b *batch) error {
 func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339Nano) }
 
 // markSent records HQ's receipt: the batch is sent, the watermark moves to its last row,
-// its rows count for their dates, and its declarations are acknowledged.
+// its rows count for their dates, its declarations are acknowledged, and so are its
+// exceptions' changes.
 func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, receipt []byte) error {
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
@@ -829,6 +863,11 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		exec(`INSERT INTO kv (k, v) VALUES ('sent_through', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
 			strconv.FormatInt(b.lastID, 10))
 		exec(`INSERT INTO kv (k, v) VALUES ('sent_key', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, b.lastKey)
+	}
+	if b.xThrough > 0 {
+		exec(`INSERT INTO kv (k, v) VALUES ('exceptions_through', ?)
+			ON CONFLICT (k) DO UPDATE SET v = excluded.v WHERE CAST(excluded.v AS INTEGER) > CAST(v AS INTEGER)`,
+			strconv.FormatInt(b.xThrough, 10))
 	}
 	for date, n := range b.dates {
 		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, ?)
@@ -886,13 +925,23 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		u.log.Warn("HQ no longer says it takes day declarations in parts; large days wait for it")
 		exec(setTakesParts, "0")
 	}
+	switch {
+	case rc.TakesExceptions && !u.hqTakesExceptions:
+		u.log.Info("HQ takes the ledger's exceptions")
+		exec(setTakesExceptions, "1")
+	case !rc.TakesExceptions && u.hqTakesExceptions:
+		// HQ went back to a release without them: none go until a receipt says otherwise
+		// again, and then from the last change HQ acknowledged.
+		u.log.Warn("HQ no longer says it takes the ledger's exceptions; they wait for it")
+		exec(setTakesExceptions, "0")
+	}
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
-	u.hqTakesParts = rc.TakesDayParts
+	u.hqTakesParts, u.hqTakesExceptions = rc.TakesDayParts, rc.TakesExceptions
 	return nil
 }
 
@@ -915,7 +964,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 				log.Info("HQ acknowledged the batch after retries", "attempts", b.attempts+attempt+1)
 			}
 			log.Debug("batch sent", "rows", b.rows, "new", receipt.New, "duplicate", receipt.Duplicate,
-				"days", len(b.days))
+				"days", len(b.days), "exceptions", receipt.Exceptions)
 			u.prog.sent(u, ctx, b)
 			return nil
 		}
@@ -929,7 +978,18 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			WHERE batch_id = ?`, err.Error(), b.id); uerr != nil && ctx.Err() == nil {
 			log.Warn("cannot count the failed attempt", "err", uerr)
 		}
-		if se != nil && se.refused && len(b.parts) > 0 && partsUnknown(se) {
+		if se != nil && se.refused && b.xThrough > 0 && fieldUnknown(se, "exceptions") {
+			// As for parts below: an HQ gone back to a release without exceptions kept
+			// nothing of the batch; its rows go again without them.
+			log.Warn("HQ refused a batch with the ledger's exceptions; sending its rows again without them "+
+				"until HQ takes them", "status", se.status, "answer", se.body)
+			if err := u.dropBatch(ctx, b, setTakesExceptions, "0"); err != nil {
+				return err
+			}
+			u.hqTakesExceptions = false
+			return nil
+		}
+		if se != nil && se.refused && len(b.parts) > 0 && fieldUnknown(se, "part", "parts", "split") {
 			// A part refused as an unknown field: an HQ gone back to a release that does not
 			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
 			// next batch, under a new id, and large days wait until HQ says it takes parts
@@ -971,14 +1031,14 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 	}
 }
 
-// partsUnknown reports whether HQ refused a batch because a field of declarations in parts
-// is unknown to it: a problem document with code json_invalid naming one of them, as the
-// serve of a release before parts answers.
-func partsUnknown(se *sendError) bool {
+// fieldUnknown reports whether HQ refused a batch because one of fields is unknown to it: a
+// problem document with code json_invalid naming it, as the serve of a release from before
+// the field answers.
+func fieldUnknown(se *sendError, fields ...string) bool {
 	if se.status != http.StatusBadRequest || se.code != serve.CodeJSONInvalid {
 		return false
 	}
-	for _, f := range []string{"part", "parts", "split"} {
+	for _, f := range fields {
 		if strings.Contains(se.detail, `unknown field "`+f+`"`) {
 			return true
 		}
@@ -988,6 +1048,9 @@ func partsUnknown(se *sendError) bool {
 
 // setTakesParts records whether HQ takes declarations in parts ('1' or '0').
 const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
+
+// setTakesExceptions records whether HQ takes exceptions ('1' or '0').
+const setTakesExceptions = `INSERT INTO kv (k, v) VALUES ('hq_takes_exceptions', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
 
 // dropPartsBatch forgets pending batch b, which HQ refused and kept nothing of, and notes
 // that HQ does not take parts (so the next build drops the parts waiting). Its id is not

@@ -306,3 +306,77 @@ type txnKey struct {
 	terminal string
 	seq      int64
 }
+
+// Exception change queries: the changes after a number, in order; each exception's state now.
+const (
+	selExceptionChanges = `SELECT id, kind, terminal, seq, sku, business_date FROM exception_changes
+		WHERE id > ? ORDER BY id LIMIT ?`
+	selOversellState = `SELECT qty_short, at, resolved, resolved_at, resolution FROM oversells
+		WHERE terminal = ? AND seq = ? AND sku = ?`
+	selRefundExceptionState = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
+		WHERE terminal = ? AND seq = ?`
+)
+
+// ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines and
+// refund exceptions) after change number afterID, in order, and returns the state each
+// exception they name holds now, as an hq.Exception whose Change is the exception's last
+// change read (an exception deleted since is Withdrawn), ordered by Change; and the last
+// change number read (afterID when there is none). An exception changed again after the
+// changes read is returned as it is now: its later change sends the same state again.
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) ([]hq.Exception, int64, error) {
+	last := afterID
+	byKey := map[string]int{}
+	var out []hq.Exception
+	err := each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
+		var x hq.Exception
+		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
+			return err
+		}
+		last = x.Change
+		if i, ok := byKey[x.Key()]; ok {
+			out[i].Change = x.Change
+			return nil
+		}
+		byKey[x.Key()] = len(out)
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("exception changes: %w", err)
+	}
+	for i := range out {
+		if err := r.exceptionState(ctx, &out[i]); err != nil {
+			return nil, 0, fmt.Errorf("exception %s: %w", out[i].Key(), err)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Change < out[j].Change })
+	return out, last, nil
+}
+
+// exceptionState fills in x (its kind and key set) from the exception tables, or marks it
+// Withdrawn when they no longer hold it.
+func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
+	var at, resolvedAt string
+	var err error
+	switch x.Kind {
+	case hq.ExceptionOversell:
+		x.Code = hq.CodeOversold
+		err = r.tx.QueryRowContext(ctx, selOversellState, x.Terminal, x.Seq, x.SKU).Scan(&x.QtyShort, &at, &x.Resolved,
+			&resolvedAt, &x.Resolution)
+	case hq.ExceptionRefund:
+		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
+			&x.Resolved, &resolvedAt, &x.Resolution)
+	default:
+		return fmt.Errorf("unknown exception kind %q", x.Kind)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		*x = hq.Exception{Change: x.Change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+			BusinessDate: x.BusinessDate, Withdrawn: true}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	x.At, x.ResolvedAt = r.l.parseTime(at), r.l.parseTime(resolvedAt)
+	return nil
+}

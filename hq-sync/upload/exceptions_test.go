@@ -1,0 +1,282 @@
+package upload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+// OfflineSale commits a sale the terminal made offline: its SKU's stock (none is ever
+// booked in these tests) goes below zero, and the ledger flags an oversell.
+func (s *store) OfflineSale(terminal string, at time.Time) {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sale++
+	r := s.record(terminal, at, wire.KindSale, salePayload(s.sale, 1))
+	r.Offline = true
+	s.commit([]ledger.Record{r})
+}
+
+// RefundBeforeSale makes terminal's next sale and a refund of it, and commits only the
+// refund: the ledger flags it refund_sale_unknown. It returns the sale, to commit later.
+func (s *store) RefundBeforeSale(terminal string, at time.Time) ledger.Record {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sale++
+	p := salePayload(s.sale, 1)
+	sale := s.record(terminal, at, wire.KindSale, p)
+	sale.Offline = true
+	refund := s.record(terminal, at.Add(time.Minute), wire.KindRefund, &wire.RefundPayload{
+		RefundID: fmt.Sprintf("r%d", s.sale), SaleID: p.SaleID, SaleSeq: sale.Seq, Amount: p.Lines[0].Amount,
+		Lines:  []wire.RefundLine{{Line: 1, SKU: p.Lines[0].SKU, Qty: 1, Amount: p.Lines[0].Amount}},
+		Method: wire.MethodCash})
+	s.commit([]ledger.Record{refund})
+	return sale
+}
+
+// exceptionLines lists exceptions as "kind terminal:seq sku code[ resolved: note]".
+func exceptionLines(xs []hq.Exception) []string {
+	out := []string{}
+	for _, x := range xs {
+		s := fmt.Sprintf("%s %s %s %s", x.Kind, wire.Key(x.Terminal, x.Seq), x.SKU, x.Code)
+		if x.Resolved {
+			s += " resolved: " + x.Resolution
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// atHQ lists the exceptions HQ holds of date0.
+func atHQ(t *testing.T, st *sqlite.Store) []string {
+	t.Helper()
+	stored, err := st.Exceptions(context.Background(), date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xs []hq.Exception
+	for _, x := range stored {
+		xs = append(xs, x.Exception)
+	}
+	return exceptionLines(xs)
+}
+
+// inLedger lists the exceptions the ledger holds, open and resolved.
+func inLedger(t *testing.T, l *ledger.Ledger) []string {
+	t.Helper()
+	ctx := context.Background()
+	over, err := l.Oversells(ctx, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refunds, err := l.RefundExceptions(ctx, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xs []hq.Exception
+	for _, o := range over {
+		xs = append(xs, hq.Exception{Kind: hq.ExceptionOversell, Terminal: o.Terminal, Seq: o.Seq, SKU: o.SKU,
+			Code: hq.CodeOversold, Resolved: o.Resolved, Resolution: o.Resolution})
+	}
+	for _, r := range refunds {
+		xs = append(xs, hq.Exception{Kind: hq.ExceptionRefund, Terminal: r.Terminal, Seq: r.Seq, Code: r.Code,
+			Resolved: r.Resolved, Resolution: r.Resolution})
+	}
+	return exceptionLines(xs)
+}
+
+// batchLog is HQ (hq-sync serve) keeping a copy of every batch it is sent.
+type batchLog struct {
+	h  http.Handler
+	mu sync.Mutex
+	bs []hq.Batch
+}
+
+func (l *batchLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var b hq.Batch
+	if json.Unmarshal(body, &b) == nil {
+		l.mu.Lock()
+		l.bs = append(l.bs, b)
+		l.mu.Unlock()
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	l.h.ServeHTTP(w, r)
+}
+
+func (l *batchLog) batches() []hq.Batch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.bs)
+}
+
+// TestExceptionsReachHQ: the exceptions the store's ledger flags reach HQ (hq-sync serve on
+// the SQLite engine) once a receipt has said HQ takes them, and each change follows: a
+// manager's resolution, and a refund exception withdrawn when the sale it names arrives.
+func TestExceptionsReachHQ(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	srv := httptest.NewServer(log)
+	defer srv.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+
+	s.Sales(5, day0)
+	s.OfflineSale("T1", day0.Add(time.Minute))
+	late := s.RefundBeforeSale("T4", day0.Add(2*time.Minute))
+	MustOnce(t, u)
+	bs := log.batches()
+	if len(bs) < 2 || len(bs[0].Exceptions) != 0 {
+		t.Fatalf("%d batches, the first with exceptions: none go before a receipt says HQ takes them", len(bs))
+	}
+	want := inLedger(t, s.l)
+	if len(want) != 2 {
+		t.Fatalf("the ledger holds %q, want an oversell and a refund exception", want)
+	}
+	if got := atHQ(t, st); !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, want)
+	}
+
+	// Nothing changed: nothing more goes.
+	n := len(bs)
+	MustOnce(t, u)
+	if bs = log.batches(); len(bs) != n {
+		t.Fatalf("%d more batches with nothing changed", len(bs)-n)
+	}
+
+	// The manager explains the oversell: that alone goes.
+	over, err := s.l.Oversells(ctx, "", false)
+	if err != nil || len(over) != 1 {
+		t.Fatalf("oversells %+v, %v", over, err)
+	}
+	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "a delivery not booked"); err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("after the resolution HQ holds %q, the ledger %q", got, want)
+	}
+	if bs = log.batches(); len(bs) != n+1 || len(bs[n].Rows) != 0 || len(bs[n].Exceptions) != 1 {
+		t.Errorf("the resolution went in %d batches, the last of %d rows and %d exceptions; want one of 0 and 1",
+			len(bs)-n, len(bs[len(bs)-1].Rows), len(bs[len(bs)-1].Exceptions))
+	}
+
+	// The refunded sale arrives: the ledger covers the refund, and HQ hears it is withdrawn.
+	s.commit([]ledger.Record{late})
+	MustOnce(t, u)
+	got, want := atHQ(t, st), inLedger(t, s.l)
+	if len(want) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("after the sale arrived HQ holds %q, the ledger %q (want the resolved oversell alone)", got, want)
+	}
+}
+
+// olderHQWithoutExceptions answers, while older is set, as an hq-sync serve of the release
+// before exceptions: it refuses a batch with exceptions (an unknown field to its strict
+// decoding), and its receipts do not say that it takes them.
+type olderHQWithoutExceptions struct {
+	h       http.Handler
+	older   atomic.Bool
+	refused atomic.Int64
+}
+
+func (o *olderHQWithoutExceptions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !o.older.Load() {
+		o.h.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if bytes.Contains(body, []byte(`"exceptions":`)) {
+		o.refused.Add(1)
+		problem(w, serve.CodeJSONInvalid, `the request body is not one JSON batch: json: unknown field "exceptions"`)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec := httptest.NewRecorder()
+	o.h.ServeHTTP(rec, r)
+	var rc map[string]any
+	out := rec.Body.Bytes()
+	if rec.Code == http.StatusOK && json.Unmarshal(out, &rc) == nil {
+		delete(rc, "takes_exceptions")
+		out, _ = json.Marshal(rc)
+	}
+	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
+	w.WriteHeader(rec.Code)
+	w.Write(out)
+}
+
+// TestExceptionsWaitForAnOlderHQ: HQ goes back to a release without exceptions while a
+// change waits: the batch carrying it is refused, its rows go again without it, and nothing
+// more is held back; once HQ takes exceptions again, the change goes.
+func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	o := &olderHQWithoutExceptions{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	srv := httptest.NewServer(o)
+	defer srv.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+
+	s.Sales(3, day0)
+	s.OfflineSale("T1", day0.Add(time.Minute))
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); len(want) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, want)
+	}
+
+	o.older.Store(true)
+	over, _ := s.l.Oversells(ctx, "", false)
+	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(4, day0.Add(time.Hour))
+	MustOnce(t, u)
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
+		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
+			len(rows), len(s.Outbox()), err, o.refused.Load())
+	}
+	if got := atHQ(t, st); len(got) != 1 || got[0] != "oversell "+wire.Key(over[0].Terminal, over[0].Seq)+" "+over[0].SKU+" oversold" {
+		t.Fatalf("the older HQ holds %q: want the oversell as it was before the resolution", got)
+	}
+
+	o.older.Store(false)
+	s.Sales(1, day0.Add(2*time.Hour))
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
+	}
+	if o.refused.Load() != 1 {
+		t.Errorf("%d batches refused, want 1", o.refused.Load())
+	}
+}

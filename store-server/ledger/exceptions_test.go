@@ -1,0 +1,147 @@
+package ledger
+
+import (
+	"context"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/schema"
+)
+
+// exceptionsAfter reads the exception changes after afterID through the uploader's reader.
+func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) ([]hq.Exception, int64) {
+	t.Helper()
+	var xs []hq.Exception
+	var last int64
+	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
+		var err error
+		xs, last, err = r.ExceptionsAfter(context.Background(), afterID, limit)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xs, last
+}
+
+// brief is an exception in a line, for comparing.
+func brief(x hq.Exception) string {
+	s := x.Kind + " " + wire.Key(x.Terminal, x.Seq) + " " + x.SKU + " " + x.BusinessDate + " " + x.Code
+	switch {
+	case x.Withdrawn:
+		s += " withdrawn"
+	case x.Resolved:
+		s += " resolved: " + x.Resolution
+	}
+	return s
+}
+
+func briefs(xs []hq.Exception) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = brief(x)
+	}
+	return out
+}
+
+// TestExceptionsAfter: every change of an exception (flagged, resolved, withdrawn) is a
+// change the uploader reads after the last one HQ acknowledged, with the exception's state
+// now; an exception changed twice goes once, under its last change.
+func TestExceptionsAfter(t *testing.T) {
+	ctx := context.Background()
+	l := MustOpen(t, day)
+	MustAdjust(t, l, "open-A", "A", 1)
+	sale := refundSale() // T1:1 sells A ×2 and B ×1
+	MustCommit(t, l, refused(sale, wire.AckRejected, false, "out_of_stock"))
+	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 100}}, 1)) // its sale is not in the ledger yet
+	MustCommit(t, l, offline(accepted("T2", 1, day, salePayload("s2", []item{{"A", 3, 100}}))))
+
+	xs, last := exceptionsAfter(t, l, 0, 100)
+	want := []string{"refund T1:2  " + dayDate + " " + CodeRefundSaleUnknown, "oversell T2:1 A " + dayDate + " oversold"}
+	if got := briefs(xs); !slices.Equal(got, want) || last != 2 {
+		t.Fatalf("changes after 0: %q, last %d; want %q, 2", got, last, want)
+	}
+	if o := xs[1]; o.QtyShort != 2 || !o.At.Equal(day) || o.Change != 2 {
+		t.Errorf("the oversell: %+v, want 2 short at %v, change 2", o, day)
+	}
+	if xs, last := exceptionsAfter(t, l, 0, 1); len(xs) != 1 || last != 1 || xs[0].Kind != hq.ExceptionRefund {
+		t.Errorf("one change after 0: %q, last %d", briefs(xs), last)
+	}
+	if xs, l2 := exceptionsAfter(t, l, last, 100); len(xs) != 0 || l2 != last {
+		t.Errorf("nothing after %d: %q, last %d", last, briefs(xs), l2)
+	}
+
+	// The manager resolves the oversell; the sale the refund names arrives and covers it.
+	if _, _, err := l.ResolveOversell(ctx, "T2", 1, "A", "a delivery not booked"); err != nil {
+		t.Fatal(err)
+	}
+	MustAdjust(t, l, "delivery-A", "A", 10)
+	MustAdjust(t, l, "delivery-B", "B", 10)
+	MustCommit(t, l, offline(sale))
+	xs, last2 := exceptionsAfter(t, l, last, 100)
+	want = []string{"oversell T2:1 A " + dayDate + " oversold resolved: a delivery not booked",
+		"refund T1:2  " + dayDate + "  withdrawn"}
+	if got := briefs(xs); !slices.Equal(got, want) || last2 <= last+1 {
+		t.Fatalf("changes after %d: %q, last %d; want %q", last, got, last2, want)
+	}
+	if w := xs[1]; w.Code != "" || w.Detail != "" || !w.At.IsZero() || w.Change != last2 {
+		t.Errorf("the withdrawn exception carries more than its key: %+v", w)
+	}
+	if xs[0].ResolvedAt.IsZero() || xs[0].Change >= xs[1].Change {
+		t.Errorf("the resolved oversell: %+v", xs[0])
+	}
+}
+
+// TestExceptionChangesOfEarlierLedgers: the exceptions of a ledger from before migration 014
+// are changes too, read once.
+func TestExceptionChangesOfEarlierLedgers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	old := fstest.MapFS{}
+	entries, err := fs.ReadDir(schema.Store(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() >= "014" {
+			break
+		}
+		b, err := fs.ReadFile(schema.Store(), e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[e.Name()] = &fstest.MapFile{Data: b}
+	}
+	db, err := sqlitedb.Open(ctx, path, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved, resolved_at, resolution)
+			VALUES ('T1', 4, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01', 1, '2025-03-02T09:00:00Z', 'counted')`,
+		`INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
+			VALUES ('T2', 9, 'refund_exceeds_sale', 'line 1: 2 returned of 1 sold', '2025-03-01T11:00:00+08:00', '2025-03-01')`,
+	} {
+		if _, err := db.W.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	l := mustOpenAt(t, path, day)
+	xs, last := exceptionsAfter(t, l, 0, 100)
+	want := []string{"oversell T1:4 A 2025-03-01 oversold resolved: counted", "refund T2:9  2025-03-01 refund_exceeds_sale"}
+	if got := briefs(xs); !slices.Equal(got, want) || last != 2 {
+		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
+	}
+	if xs[0].QtyShort != 3 || xs[1].Detail != "line 1: 2 returned of 1 sold" ||
+		!xs[0].ResolvedAt.Equal(time.Date(2025, 3, 2, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("states: %+v", xs)
+	}
+}
