@@ -88,7 +88,8 @@ type Exception struct {
 	Seq          int64  `json:"seq"`           // the sale's (oversell) or the refund's event
 	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero; refund: empty
 	BusinessDate string `json:"business_date"`
-	// Withdrawn: the ledger no longer holds the exception; the fields below are empty.
+	// Withdrawn: the ledger no longer holds the exception; the fields below are empty (its
+	// key and BusinessDate are set: HQ files it under the date it had).
 	Withdrawn bool `json:"withdrawn,omitempty"`
 	// Code is CodeOversold for an oversell; for a refund, what the ledger found
 	// (refund_sale_unknown, refund_exceeds_sale), and Detail how.
@@ -188,8 +189,8 @@ type Receipt struct {
 	// with a part (an unknown field), and a refused batch holds back every row after it.
 	TakesDayParts bool `json:"takes_day_parts,omitempty"`
 
-	// Exceptions counts the batch's exceptions HQ applied (those it held at a higher or the
-	// same change number it left as they were).
+	// Exceptions counts the exception states of the batch HQ stored; one HQ already held at
+	// the same or a higher change number is left as it was and not counted.
 	Exceptions int `json:"exceptions,omitempty"`
 	// TakesExceptions says that HQ takes a batch's exceptions.
 	TakesExceptions bool `json:"takes_exceptions,omitempty"`

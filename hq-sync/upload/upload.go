@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/serve"
@@ -518,7 +519,9 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				return err
 			}
 			for i := range changed {
-				js, err := json.Marshal(&changed[i])
+				x := &changed[i]
+				x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
+				js, err := json.Marshal(x)
 				if err != nil {
 					return err
 				}
@@ -531,7 +534,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 					break
 				}
 				used += len(js) + 1
-				xs = append(xs, changed[i])
+				xs = append(xs, *x)
 			}
 			if len(xs) > 0 {
 				xCursor = last
@@ -619,6 +622,22 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	}
 	b.contentHash = hq.ContentHash(b.body)
 	return b, nil
+}
+
+// fitText makes an exception's text one HQ takes: without NUL characters (HQ refuses them:
+// PostgreSQL text cannot hold one) and at most serve.MaxExceptionText bytes, cut at a
+// character. A refused batch would hold back every row after it for one note.
+func fitText(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= serve.MaxExceptionText {
+		return s
+	}
+	const more = "…"
+	cut := serve.MaxExceptionText - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
 }
 
 // encodeBatch returns the JSON of b whose rows are already encoded as rowsJSON (a JSON
