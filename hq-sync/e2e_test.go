@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
@@ -160,6 +161,29 @@ func TestChainReconciles(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// A shelf count finds no bread left (once every till has sent what it sold: a sale
+	// decided offline under load arrives later); a till sells bread (3 loaves, the cashier's
+	// quantity for BREAD) while the store-server is down: decided offline, the sale takes the
+	// stock below zero, and the ledger flags an oversell that HQ's report lists.
+	for _, c := range cashiers {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := c.WaitDrained(wctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Call(ctx, "POST", "/v1/stock/count", "application/json",
+		strings.NewReader(`{"id":"count-bread","sku":"BREAD","counted":0}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := cashiers["T02"].Sale([]string{"BREAD"}, "cash"); err != nil {
+		t.Fatalf("an offline sale: %v", err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if now := time.Now().In(loc).Format(wire.BusinessDate); now != date {
 		t.Skipf("the business day changed during the test (%s → %s); run it again", date, now)
 	}
@@ -240,6 +264,10 @@ func TestChainReconciles(t *testing.T) {
 		}
 		if rep.HQTxns == 0 || rep.HQTxns != rep.LedgerTxns || rep.DayCloses != 2 {
 			t.Errorf("%s: report %+v", name, rep)
+		}
+		if x := rep.Exceptions; len(x) != 1 || x[0].Kind != hq.ExceptionOversell || x[0].SKU != "BREAD" ||
+			x[0].Terminal != "T02" || x[0].QtyShort != 3 || x[0].Resolved || rep.OpenExceptions() != 1 {
+			t.Errorf("%s: the report's exceptions %+v, want T02's open oversell of 3 loaves (the cashier's quantity for BREAD)", name, x)
 		}
 		reports[name] = rep
 	}
