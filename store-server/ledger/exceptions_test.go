@@ -145,3 +145,25 @@ func TestExceptionChangesOfEarlierLedgers(t *testing.T) {
 		t.Errorf("states: %+v", xs)
 	}
 }
+
+// TestUnchangedExceptionsAreNotRenumbered: each refund of a sale holds every refund of the
+// sale again; an exception that stays as it was is not written again, so it is numbered
+// once (and goes to headquarters once), not once more per later refund.
+func TestUnchangedExceptionsAreNotRenumbered(t *testing.T) {
+	l := MustOpen(t, day)
+	MustAdjust(t, l, "open-A", "A", 100)
+	MustAdjust(t, l, "open-B", "B", 100)
+	MustCommit(t, l, refundSale()) // T1:1 sells A ×2 and B ×1
+	const n = 20
+	for seq := int64(2); seq < 2+n; seq++ {
+		MustCommit(t, l, refundOf("T1", seq, seq, []item{{"A", 1, 100}}, 1))
+	}
+	var changes, flagged int
+	if err := l.db.R.QueryRow(`SELECT (SELECT count(*) FROM exception_changes),
+		(SELECT count(*) FROM refund_exceptions)`).Scan(&changes, &flagged); err != nil {
+		t.Fatal(err)
+	}
+	if flagged != n-2 || changes != flagged {
+		t.Fatalf("%d refunds of 2 units sold: %d exceptions, %d changes; want %d and as many changes", n, flagged, changes, n-2)
+	}
+}

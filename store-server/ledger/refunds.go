@@ -43,16 +43,19 @@ const (
 	selSaleRefundLines = `SELECT r.seq, l.n, l.line, l.sku, l.qty, l.amount FROM refunds r INDEXED BY refunds_sale
 		JOIN refund_lines l ON l.terminal = r.terminal AND l.seq = r.seq
 		WHERE r.terminal = ? AND r.sale_seq = ? AND r.sale_id = ? AND r.seq <= ?`
-	// A refund whose exception a manager resolved keeps it while its problem is the same;
-	// another problem (its sale landed after the resolution, and the refund turned out to
-	// exceed it) opens it again, the earlier resolution kept in the detail.
+	// A refund's exception is written only when it changes (every change is numbered for
+	// headquarters, migration 014): an open one takes the problem found now; one a manager
+	// resolved keeps it while its problem is the same, and another problem (its sale landed
+	// after the resolution, and the refund turned out to exceed it) opens it again, the
+	// earlier resolution kept in the detail.
 	insRefundException = `INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO UPDATE SET
 			code = excluded.code,
-			detail = excluded.detail || ' (earlier ' || refund_exceptions.code || ', resolved: ' ||
-				refund_exceptions.resolution || ')',
+			detail = CASE WHEN refund_exceptions.resolved THEN excluded.detail || ' (earlier ' ||
+				refund_exceptions.code || ', resolved: ' || refund_exceptions.resolution || ')' ELSE excluded.detail END,
 			resolved = 0, resolved_at = '', resolution = ''
-		WHERE refund_exceptions.code <> excluded.code`
+		WHERE refund_exceptions.code <> excluded.code OR
+			(NOT refund_exceptions.resolved AND refund_exceptions.detail <> excluded.detail)`
 )
 
 // checkRefunds holds, once the group's rows are written, every refund of each sale the group
@@ -120,9 +123,10 @@ func (w *writer) checkRefunds(ctx context.Context, recs []Record, out []Outcome)
 var selRefundedSales = newMulti(`SELECT terminal, sale_seq FROM refunds INDEXED BY refunds_sale
 	WHERE (terminal, sale_seq) IN (VALUES `, "(?, ?)", ")")
 
-// holdRefunds holds every refund of the sale at (terminal, saleSeq) to it: it deletes their
-// open refund exceptions and records one for each refund the ledger's records do not cover
-// (a resolved exception stays as the manager left it).
+// holdRefunds holds every refund of the sale at (terminal, saleSeq) to it: it records an
+// exception for each refund the ledger's records do not cover, and deletes the open
+// exception of each they do (a resolved exception stays as the manager left it). An
+// exception that stays as it was is not written.
 func (w *writer) holdRefunds(ctx context.Context, terminal string, saleSeq int64) error {
 	type refund struct {
 		seq            int64
@@ -141,17 +145,17 @@ func (w *writer) holdRefunds(ctx context.Context, terminal string, saleSeq int64
 		return err
 	}
 	for _, r := range refunds {
-		if err := w.exec(ctx, delOpenRefundException, terminal, r.seq); err != nil {
-			return err
-		}
 		code, detail, err := w.refundProblem(ctx, terminal, r.seq, r.saleID, saleSeq)
+		switch {
+		case err != nil:
+			return err
+		case code == "":
+			err = w.exec(ctx, delOpenRefundException, terminal, r.seq)
+		default:
+			err = w.exec(ctx, insRefundException, terminal, r.seq, code, detail, r.at, r.dt)
+		}
 		if err != nil {
 			return err
-		}
-		if code != "" {
-			if err := w.exec(ctx, insRefundException, terminal, r.seq, code, detail, r.at, r.dt); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
