@@ -3,11 +3,13 @@ package upload
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -305,5 +307,230 @@ func TestFitText(t *testing.T) {
 				t.Fatalf("fitText(%q) = %q, want it unchanged", tc.in, got)
 			}
 		})
+	}
+}
+
+// TestNULInSKU: the wire takes any SKU of 1 to 128 bytes, NUL included, and so does the
+// ledger; HQ takes no NUL (PostgreSQL text cannot hold one). An offline sale of such a SKU
+// oversells, and its exception goes with the NUL replaced (U+FFFD) instead of making HQ
+// refuse the batch and hold back every later row.
+func TestNULInSKU(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ's receipt says it takes exceptions
+
+	s.mu.Lock()
+	s.sale++
+	p := salePayload(s.sale, 1)
+	p.Lines[0].SKU = "A\x00B"
+	if err := p.Validate(); err != nil {
+		t.Fatalf("the wire refuses the SKU: %v", err)
+	}
+	r := s.record("T1", day0.Add(time.Minute), wire.KindSale, p)
+	r.Offline = true
+	env := wire.Envelope{V: wire.Version, Kind: r.Kind, Store: testStore, Terminal: r.Terminal, Seq: r.Seq,
+		Key: wire.Key(r.Terminal, r.Seq), At: r.At, Payload: r.Payload, Hash: r.Hash}
+	if err := env.Check(); err != nil {
+		t.Fatalf("envelope: %v", err)
+	}
+	if dp, err := wire.DecodePayload(env); err != nil || dp.(*wire.SalePayload).Lines[0].SKU != "A\x00B" {
+		t.Fatalf("the store's decoding: %v", err)
+	}
+	s.commit([]ledger.Record{r})
+	s.mu.Unlock()
+	s.Sales(3, day0.Add(2*time.Minute))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("upload after an oversell of SKU %q: %v", "A\\x00B", err)
+	}
+	if got := atHQ(t, st); !slices.Contains(got, "oversell T1:2 A\uFFFDB oversold") {
+		t.Fatalf("HQ holds %q, want T1:2's oversell of A\uFFFDB", got)
+	}
+}
+
+// TestLedgerRestoredFromBackup: a ledger restored from a backup that still holds the last
+// row HQ acknowledged (a manager's resolution adds no row) passes the uploader's check. Its
+// next exception changes are numbered from the time, above those made since the backup and
+// acknowledged already, so they are read and HQ takes them.
+func TestLedgerRestoredFromBackup(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ takes exceptions from now on
+	s.OfflineSale("T1", day0.Add(time.Minute))
+	MustOnce(t, u)
+
+	// The nightly backup of the ledger.
+	backup := dir + "/ledger.bak"
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`VACUUM INTO ?`, backup); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	// The manager explains the oversell; HQ hears of it.
+	over, err := s.l.Oversells(ctx, "", false)
+	if err != nil || len(over) == 0 {
+		t.Fatalf("oversells %+v, %v", over, err)
+	}
+	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "found it"); err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u)
+	u.Close()
+
+	// The ledger's disk is replaced; the ledger comes back from the backup.
+	s.l.Close()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		os.Remove(s.path + suffix)
+	}
+	b, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
+		t.Fatal(err)
+	}
+	s.OfflineSale("T2", day0.Add(3*time.Minute)) // a new oversell after the restore
+
+	u, err = New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the uploader refuses the restored ledger: %v", err)
+	}
+	defer u.Close()
+	MustOnce(t, u)
+	got := atHQ(t, st)
+	if !slices.ContainsFunc(got, func(x string) bool { return strings.HasPrefix(x, "oversell T2:2 ") }) {
+		t.Fatalf("HQ holds %q; the ledger %q: T2's oversell, flagged after the restore, never went", got, inLedger(t, s.l))
+	}
+}
+
+// TestLedgerBeforeExceptionChanges: the uploader reads a ledger its store-server has not
+// migrated yet (the uploader upgraded first): no exception changes to send, and the rows
+// go on.
+func TestLedgerBeforeExceptionChanges(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	// The ledger as a store-server of the release before leaves it: no exception_changes.
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP TRIGGER oversells_flagged", "DROP TRIGGER oversells_changed",
+		"DROP TRIGGER oversells_withdrawn", "DROP TRIGGER refund_exceptions_flagged",
+		"DROP TRIGGER refund_exceptions_changed", "DROP TRIGGER refund_exceptions_withdrawn",
+		"DROP TABLE exception_changes"} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s.Sales(3, day0)
+	MustOnce(t, u)
+	s.Sales(3, day0.Add(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("rows after HQ said it takes exceptions: %v", err)
+	}
+}
+
+// TestBudgetCutsExceptions: a small budget cuts the exceptions over several batches,
+// with changes between the batches; HQ ends with the ledger's state.
+func TestBudgetCutsExceptions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s.Sales(2, day0)
+	MustOnce(t, u)
+	for i := 0; i < 40; i++ {
+		s.OfflineSale("T9", day0.Add(time.Duration(i)*time.Second))
+	}
+	u.budget = 3000
+	for round := 0; round < 5; round++ {
+		over, _ := s.l.Oversells(ctx, "", false)
+		for i, o := range over {
+			if (i+round)%3 == 0 {
+				s.l.ResolveOversell(ctx, o.Terminal, o.Seq, o.SKU, strings.Repeat("n", 100+round))
+			}
+		}
+		if _, err := u.step(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ %q\nledger %q", got, want)
+	}
+}
+
+// TestExceptionsWaitWithTheRows: exception changes wait with the rows for BatchRows or
+// BatchAge: in a store whose sales oversell (no stock counted), each sale would otherwise go
+// to HQ in a request of its own.
+func TestExceptionsWaitWithTheRows(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	srv := httptest.NewServer(log)
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	cfg.BatchAge = time.Hour
+	u := MustNew(t, cfg)
+	s.Sales(2, day0)
+	MustOnce(t, u)
+	n0 := len(log.batches())
+	stop := runInBackground(t, u)
+	for i := 0; i < 10; i++ { // stock for every SKU but one: none of these oversells
+		if _, _, err := s.l.Adjust(ctx, "stock-"+itoa(int64(i)), "SKU0"+itoa(int64(10+i)), 1000, "adjust"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	n1 := len(log.batches())
+	for i := 0; i < 10; i++ {
+		s.OfflineSale("T1", day0.Add(time.Duration(i)*time.Second)) // oversells
+		time.Sleep(30 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	n2 := len(log.batches())
+	t.Logf("batches: %d before Run, %d after the stock adjustments, %d after 10 oversold sales (BatchRows %d, BatchAge %v)",
+		n0, n1, n2, cfg.BatchRows, cfg.BatchAge)
+	if n2-n1 > 1 {
+		t.Errorf("%d requests for 10 rows with BatchRows %d and BatchAge %v", n2-n1, cfg.BatchRows, cfg.BatchAge)
 	}
 }

@@ -520,6 +520,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			}
 			for i := range changed {
 				x := &changed[i]
+				x.SKU = strings.ReplaceAll(x.SKU, "\x00", "\uFFFD") // part of its key: not dropped
 				x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
 				js, err := json.Marshal(x)
 				if err != nil {
@@ -544,18 +545,23 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if err != nil {
 			return err
 		}
-		if maxID <= through {
+		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
 			return nil
 		}
 		if u.firstSeen.IsZero() {
 			u.firstSeen = time.Now()
 		}
-		if !force && len(out.Days) == 0 && len(xs) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
+		if !force && len(out.Days) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
 			time.Since(u.firstSeen) < u.cfg.BatchAge {
+			// Exception changes wait with the rows: in a store whose sales oversell (no stock
+			// counted), each sale is one.
+			xs, xCursor = nil, 0
 			return nil
 		}
-		rows, err = r.OutboxAfter(ctx, through, u.cfg.BatchRows)
+		if maxID > through {
+			rows, err = r.OutboxAfter(ctx, through, u.cfg.BatchRows)
+		}
 		return err
 	})
 	if err != nil {
@@ -613,8 +619,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		b.dates[rows[i].Row.BusinessDate]++
 	}
 	b.rows = len(out.Rows)
-	if b.rows > 0 {
-		u.firstSeen = time.Time{} // rows left behind start waiting now
+	if b.rows > 0 || len(xs) > 0 {
+		u.firstSeen = time.Time{} // rows and changes left behind start waiting now
 	}
 	rowsJSON.WriteByte(']')
 	if b.body, err = encodeBatch(&out, rowsJSON.Bytes()); err != nil {

@@ -323,7 +323,15 @@ const (
 // change read (an exception deleted since is Withdrawn), ordered by Change; and the last
 // change number read (afterID when there is none). An exception changed again after the
 // changes read is returned as it is now: its later change sends the same state again.
+//
+// A ledger its store-server has not migrated yet (no exception_changes: the uploader may be
+// upgraded first) has no changes to read.
 func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) ([]hq.Exception, int64, error) {
+	var tables int
+	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name = 'exception_changes'`).Scan(&tables); err != nil || tables == 0 {
+		return nil, afterID, err
+	}
 	last := afterID
 	byKey := map[string]int{}
 	var out []hq.Exception
