@@ -4,13 +4,9 @@
 -- arrived late, now covers). Triggers keep it, so no writer can forget a change; they fire
 -- only when an exception changes, which no ordinary sale does.
 --
--- id is the change number: the number before it plus one, and never less than the time of
--- the change in microseconds since 1970. Rows are never deleted, so numbers only grow; and
--- a ledger restored from a backup numbers its next changes above those made since the
--- backup, which headquarters may hold (it keeps the state with the highest number, and the
--- uploader reads the changes after the last one it acknowledged). The uploader reads, for
--- each exception the changes name, the state the exception tables hold now (or that it is
--- gone).
+-- id is the change number; rows are never deleted, so numbers are never reused. The uploader
+-- reads the changes after the last one HQ acknowledged, and for each exception they name
+-- the state the exception tables hold now (or that it is gone).
 CREATE TABLE exception_changes (
     id            INTEGER PRIMARY KEY,
     kind          TEXT    NOT NULL, -- oversell or refund
@@ -21,34 +17,28 @@ CREATE TABLE exception_changes (
 );
 
 CREATE TRIGGER oversells_flagged AFTER INSERT ON oversells BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'oversell', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('oversell', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
 END;
 CREATE TRIGGER oversells_changed AFTER UPDATE ON oversells BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'oversell', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('oversell', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
 END;
 CREATE TRIGGER oversells_withdrawn AFTER DELETE ON oversells BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'oversell', OLD.terminal, OLD.seq, OLD.sku, OLD.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('oversell', OLD.terminal, OLD.seq, OLD.sku, OLD.business_date);
 END;
 CREATE TRIGGER refund_exceptions_flagged AFTER INSERT ON refund_exceptions BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'refund', NEW.terminal, NEW.seq, '', NEW.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('refund', NEW.terminal, NEW.seq, '', NEW.business_date);
 END;
 CREATE TRIGGER refund_exceptions_changed AFTER UPDATE ON refund_exceptions BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'refund', NEW.terminal, NEW.seq, '', NEW.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('refund', NEW.terminal, NEW.seq, '', NEW.business_date);
 END;
 CREATE TRIGGER refund_exceptions_withdrawn AFTER DELETE ON refund_exceptions BEGIN
-    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
-    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
-        FROM exception_changes), 'refund', OLD.terminal, OLD.seq, '', OLD.business_date);
+    INSERT INTO exception_changes (kind, terminal, seq, sku, business_date)
+    VALUES ('refund', OLD.terminal, OLD.seq, '', OLD.business_date);
 END;
 
 -- The exceptions flagged before this migration are changes too: each goes to HQ once.

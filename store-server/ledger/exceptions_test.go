@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -167,5 +168,55 @@ func TestUnchangedExceptionsAreNotRenumbered(t *testing.T) {
 	}
 	if flagged != n-2 || changes != flagged {
 		t.Fatalf("%d refunds of 2 units sold: %d exceptions, %d changes; want %d and as many changes", n, flagged, changes, n-2)
+	}
+}
+
+// TestChangeNumbersFromTheClock: a ledger migrated through 014 (changes numbered from 1)
+// numbers its next changes from the time once 015 has run, and never below the one before.
+func TestChangeNumbersFromTheClock(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	old := fstest.MapFS{}
+	entries, err := fs.ReadDir(schema.Store(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() >= "015" {
+			break
+		}
+		b, err := fs.ReadFile(schema.Store(), e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[e.Name()] = &fstest.MapFile{Data: b}
+	}
+	db, err := sqlitedb.Open(ctx, path, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.W.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
+		VALUES ('T1', 1, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	l := mustOpenAt(t, path, day)
+	before := time.Now().UnixMicro()
+	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
+	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"A", 1, 500}}, 1))
+	var ids []int64
+	err = each(ctx, l.db.R, `SELECT id FROM exception_changes ORDER BY id`, nil, func(rows *sql.Rows) error {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 || ids[0] != 1 || ids[1] < before-1000 || ids[2] <= ids[1] {
+		t.Fatalf("change numbers %v: want 1 (014's), then from the clock (µs, from %d), growing", ids, before)
 	}
 }

@@ -442,3 +442,28 @@ func TestSaleAcceptedAfterItsRefundAnew(t *testing.T) {
 		}
 	}
 }
+
+// TestReopenedDetailKeepsTheEarlierResolution: an exception opened again on another problem
+// carries the earlier resolution in its detail; a later refund of the same sale, which
+// holds this refund again and finds the same problem, leaves it there.
+func TestReopenedDetailKeepsTheEarlierResolution(t *testing.T) {
+	ctx := context.Background()
+	for _, staged := range []bool{true, false} {
+		l := MustOpen(t, day)
+		withStaged(staged, func() {
+			sale := refundSale()
+			MustCommit(t, l, refused(sale, wire.AckRejected, false, "out_of_stock"))
+			MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
+			if _, _, err := l.ResolveRefundException(ctx, "T1", 2, "the sale was made offline"); err != nil {
+				t.Fatal(err)
+			}
+			MustCommit(t, l, offline(sale))
+			MustCommit(t, l, refundOf("T1", 3, 3, []item{{"B", 1, 50}}, 2)) // T1:2 paid back more than the sale took already
+		})
+		xs, err := l.RefundExceptions(ctx, "", false)
+		if err != nil || len(xs) != 2 || xs[0].Seq != 2 || xs[0].Code != CodeRefundExceedsSale ||
+			!strings.HasSuffix(xs[0].Detail, " (earlier refund_sale_unknown, resolved: the sale was made offline)") {
+			t.Errorf("staged %v: after a later refund of the sale: %+v (%v), want T1:2 with the earlier resolution", staged, xs, err)
+		}
+	}
+}
