@@ -311,9 +311,10 @@ func TestFitText(t *testing.T) {
 }
 
 // TestNULInSKU: the wire takes any SKU of 1 to 128 bytes, NUL included, and so does the
-// ledger; HQ takes no NUL (PostgreSQL text cannot hold one). An offline sale of such a SKU
-// oversells, and its exception goes with the NUL replaced (U+FFFD) instead of making HQ
-// refuse the batch and hold back every later row.
+// ledger; HQ takes no NUL (PostgreSQL text cannot hold one) and no SKU longer than that. An
+// offline sale of such a SKU, as long as it may be, oversells, and its exception goes with
+// the NUL replaced by ASCII SUB (one byte for one) instead of making HQ refuse the batch and
+// hold back every later row.
 func TestNULInSKU(t *testing.T) {
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
@@ -325,23 +326,16 @@ func TestNULInSKU(t *testing.T) {
 	s.Sales(3, day0)
 	MustOnce(t, u) // HQ's receipt says it takes exceptions
 
+	sku := "A\x00" + strings.Repeat("B", wire.MaxTextLen-2)
 	s.mu.Lock()
 	s.sale++
 	p := salePayload(s.sale, 1)
-	p.Lines[0].SKU = "A\x00B"
+	p.Lines[0].SKU = sku
 	if err := p.Validate(); err != nil {
 		t.Fatalf("the wire refuses the SKU: %v", err)
 	}
 	r := s.record("T1", day0.Add(time.Minute), wire.KindSale, p)
 	r.Offline = true
-	env := wire.Envelope{V: wire.Version, Kind: r.Kind, Store: testStore, Terminal: r.Terminal, Seq: r.Seq,
-		Key: wire.Key(r.Terminal, r.Seq), At: r.At, Payload: r.Payload, Hash: r.Hash}
-	if err := env.Check(); err != nil {
-		t.Fatalf("envelope: %v", err)
-	}
-	if dp, err := wire.DecodePayload(env); err != nil || dp.(*wire.SalePayload).Lines[0].SKU != "A\x00B" {
-		t.Fatalf("the store's decoding: %v", err)
-	}
 	s.commit([]ledger.Record{r})
 	s.mu.Unlock()
 	s.Sales(3, day0.Add(2*time.Minute))
@@ -349,10 +343,11 @@ func TestNULInSKU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := u.Once(ctx); err != nil {
-		t.Fatalf("upload after an oversell of SKU %q: %v", "A\\x00B", err)
+		t.Fatalf("upload after an oversell of a %d-byte SKU with a NUL: %v", len(sku), err)
 	}
-	if got := atHQ(t, st); !slices.Contains(got, "oversell T1:2 A\uFFFDB oversold") {
-		t.Fatalf("HQ holds %q, want T1:2's oversell of A\uFFFDB", got)
+	want := "oversell T1:2 " + strings.ReplaceAll(sku, "\x00", "\x1a") + " oversold"
+	if got := atHQ(t, st); !slices.Contains(got, want) {
+		t.Fatalf("HQ holds %q, want %q among them", got, want)
 	}
 }
 
@@ -532,5 +527,56 @@ func TestExceptionsWaitWithTheRows(t *testing.T) {
 		n0, n1, n2, cfg.BatchRows, cfg.BatchAge)
 	if n2-n1 > 1 {
 		t.Errorf("%d requests for 10 rows with BatchRows %d and BatchAge %v", n2-n1, cfg.BatchRows, cfg.BatchAge)
+	}
+}
+
+// TestFullBatchOfChangesGoes: exception changes wait with the rows for BatchAge, but not
+// when they fill a batch: a burst of 2.5 batches' worth (an upgraded ledger's migration
+// numbers every oversell it held) goes as two full batches at once, and the rest waits.
+func TestFullBatchOfChangesGoes(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
+	srv := httptest.NewServer(log)
+	defer srv.Close()
+	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	cfg.BatchAge = time.Hour
+	u := MustNew(t, cfg)
+	s.Sales(2, day0)
+	MustOnce(t, u) // HQ takes exceptions from now on
+	n0 := len(log.batches())
+
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	tx, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < hq.MaxBatchExceptions*5/2; i++ {
+		if _, err := tx.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
+			VALUES ('T9', ?, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01')`, 1000+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := runInBackground(t, u)
+	defer stop()
+	for deadline := time.Now().Add(15 * time.Second); len(log.batches()) < n0+2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches of changes in 15 s with BatchAge %v, want 2 full ones at once", len(log.batches())-n0, cfg.BatchAge)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	bs := log.batches()[n0:]
+	if len(bs) != 2 || len(bs[0].Exceptions) != hq.MaxBatchExceptions || len(bs[1].Exceptions) != hq.MaxBatchExceptions {
+		t.Fatalf("%d batches, want 2 full ones (the rest waits for BatchAge)", len(bs))
 	}
 }

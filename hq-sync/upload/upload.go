@@ -449,6 +449,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	var rows []ledger.OutboxRow
 	var xs []hq.Exception // the exceptions this batch carries
 	var xCursor int64     // the change the batch's receipt acknowledges exceptions through
+	var xFull bool        // more changes than one batch takes wait: the batch is due
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
@@ -514,13 +515,16 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			}
 		}
 		if u.hqTakesExceptions {
-			changed, last, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
 			if err != nil {
 				return err
 			}
+			xFull = full
 			for i := range changed {
 				x := &changed[i]
-				x.SKU = strings.ReplaceAll(x.SKU, "\x00", "\uFFFD") // part of its key: not dropped
+				// A SKU is part of the exception's key, and as long as HQ takes one may be: a
+				// NUL in it goes as ASCII SUB, one byte for one.
+				x.SKU = strings.ReplaceAll(x.SKU, "\x00", "\x1a")
 				x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
 				js, err := json.Marshal(x)
 				if err != nil {
@@ -532,6 +536,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 					if len(xs) > 0 {
 						last = xs[len(xs)-1].Change
 					}
+					xFull = true
 					break
 				}
 				used += len(js) + 1
@@ -552,10 +557,10 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if u.firstSeen.IsZero() {
 			u.firstSeen = time.Now()
 		}
-		if !force && len(out.Days) == 0 && maxID-through < int64(u.cfg.BatchRows) &&
+		if !force && len(out.Days) == 0 && !xFull && maxID-through < int64(u.cfg.BatchRows) &&
 			time.Since(u.firstSeen) < u.cfg.BatchAge {
-			// Exception changes wait with the rows: in a store whose sales oversell (no stock
-			// counted), each sale is one.
+			// Exception changes wait with the rows (in a store whose sales oversell, no
+			// stock counted, each sale is one), unless they fill a batch.
 			xs, xCursor = nil, 0
 			return nil
 		}

@@ -279,9 +279,16 @@ type Presence struct {
 // with a connection is sent again on the next one, and a store whose broker does not know
 // the topic drops it without closing the terminal's connection.
 type Backlog struct {
-	V        int       `json:"v"`
-	Terminal string    `json:"terminal"`
-	Events   int64     `json:"events"`                  // events not acknowledged, in flight ones included
+	V        int    `json:"v"`
+	Terminal string `json:"terminal"`
+	Events   int64  `json:"events"` // events not acknowledged, in flight ones included
+	// Seq is the highest seq the terminal had given an event when it counted (0: none):
+	// a heartbeat of a higher seq was taken after the report.
+	Seq      int64     `json:"seq"`
 	OldestMs int64     `json:"oldest_age_ms,omitempty"` // age of the oldest of them at At
 	At       time.Time `json:"at"`
 }
+
+// BacklogRefresh is how often, at least, a terminal publishes its backlog report while
+// online, changed or not.
+const BacklogRefresh = time.Minute

@@ -491,12 +491,12 @@ func TestParseBacklogTopic(t *testing.T) {
 
 func TestDecodeBacklog(t *testing.T) {
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	good, err := json.Marshal(wire.Backlog{V: wire.Version, Terminal: testTerm, Events: 12, OldestMs: 90_000, At: at})
+	good, err := json.Marshal(wire.Backlog{V: wire.Version, Terminal: testTerm, Events: 12, Seq: 77, OldestMs: 90_000, At: at})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := wire.DecodeBacklog(good)
-	if err != nil || r.Terminal != testTerm || r.Events != 12 || r.OldestMs != 90_000 || !r.At.Equal(at) {
+	if err != nil || r.Terminal != testTerm || r.Events != 12 || r.Seq != 77 || r.OldestMs != 90_000 || !r.At.Equal(at) {
 		t.Fatalf("DecodeBacklog(%s) = %+v, %v", good, r, err)
 	}
 	// An empty backlog has no oldest event.
@@ -508,6 +508,7 @@ func TestDecodeBacklog(t *testing.T) {
 		{"bad terminal", `{"v":1,"terminal":"T/1","events":1,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodeID},
 		{"negative events", `{"v":1,"terminal":"T1","events":-1,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
 		{"negative age", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":-5,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
+		{"negative seq", `{"v":1,"terminal":"T1","events":1,"seq":-1,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
 		{"age of nothing", `{"v":1,"terminal":"T1","events":0,"oldest_age_ms":5,"at":"2026-11-30T09:00:00Z"}`, wire.CodePayload},
 		{"no time", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":5}`, wire.CodeMissing},
 		{"time before 1970", `{"v":1,"terminal":"T1","events":1,"oldest_age_ms":5,"at":"1969-12-31T23:00:00Z"}`, wire.CodeTime},

@@ -525,9 +525,9 @@ type TerminalRow struct {
 	OnlineSince time.Time `json:"online_since,omitzero"`
 	StatusHeard time.Time `json:"status_heard,omitzero"`
 	// Backlog is the backlog report the terminal last published beside its events (nil
-	// when none was heard since the store-server started, or when its last heartbeat is
-	// newer: an agent of an earlier release, or one with reports turned off, reports its
-	// backlog only in its heartbeats).
+	// when none was heard since the store-server started, or when its heartbeats say it
+	// stopped reporting (presence.Backlog.Supersedes): an agent of an earlier release, or
+	// one with reports turned off, reports its backlog only in its heartbeats).
 	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
@@ -565,7 +565,7 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			delete(live, row.Terminal)
 		}
 		if r, ok := reports[row.Terminal]; ok {
-			if row.Heartbeat == nil || r.Supersedes(row.Heartbeat.At) {
+			if row.Heartbeat == nil || r.Supersedes(row.Heartbeat.Seq, row.Heartbeat.At) {
 				row.Backlog = &BacklogRow{Backlog: r, OldestNowMs: r.OldestAge(now).Milliseconds()}
 			}
 			delete(reports, row.Terminal)

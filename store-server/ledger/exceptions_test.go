@@ -23,7 +23,7 @@ func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) ([]hq.Ex
 	var last int64
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
-		xs, last, err = r.ExceptionsAfter(context.Background(), afterID, limit)
+		xs, last, _, err = r.ExceptionsAfter(context.Background(), afterID, limit)
 		return err
 	})
 	if err != nil {

@@ -320,27 +320,31 @@ const (
 // ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines and
 // refund exceptions) after change number afterID, in order, and returns the state each
 // exception they name holds now, as an hq.Exception whose Change is the exception's last
-// change read (an exception deleted since is Withdrawn), ordered by Change; and the last
-// change number read (afterID when there is none). An exception changed again after the
+// change read (an exception deleted since is Withdrawn), ordered by Change; the last
+// change number read (afterID when there is none); and whether it read limit changes (more
+// may follow). An exception changed again after the
 // changes read is returned as it is now: its later change sends the same state again.
 //
 // A ledger its store-server has not migrated yet (no exception_changes: the uploader may be
 // upgraded first) has no changes to read.
-func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) ([]hq.Exception, int64, error) {
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
+	xs []hq.Exception, last int64, full bool, err error) {
 	var tables int
 	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
 		WHERE type = 'table' AND name = 'exception_changes'`).Scan(&tables); err != nil || tables == 0 {
-		return nil, afterID, err
+		return nil, afterID, false, err
 	}
-	last := afterID
+	last = afterID
+	read := 0
 	byKey := map[string]int{}
 	var out []hq.Exception
-	err := each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
+	err = each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
 		var x hq.Exception
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
 		}
 		last = x.Change
+		read++
 		if i, ok := byKey[x.Key()]; ok {
 			out[i].Change = x.Change
 			return nil
@@ -350,15 +354,15 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("exception changes: %w", err)
+		return nil, 0, false, fmt.Errorf("exception changes: %w", err)
 	}
 	for i := range out {
 		if err := r.exceptionState(ctx, &out[i]); err != nil {
-			return nil, 0, fmt.Errorf("exception %s: %w", out[i].Key(), err)
+			return nil, 0, false, fmt.Errorf("exception %s: %w", out[i].Key(), err)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Change < out[j].Change })
-	return out, last, nil
+	return out, last, read == limit, nil
 }
 
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it

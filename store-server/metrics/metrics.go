@@ -262,7 +262,7 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 			float64(t.LastReceived.UnixMilli())/1000, t.Terminal)
 		r, ok := reports[t.Terminal]
 		delete(reports, t.Terminal)
-		if hb := t.Heartbeat; ok && (hb == nil || r.Supersedes(hb.At)) {
+		if hb := t.Heartbeat; ok && (hb == nil || r.Supersedes(hb.Seq, hb.At)) {
 			// The report goes beside the events; a heartbeat goes behind those it counts, so
 			// they have all arrived by the time it has.
 			backlog(t.Terminal, r.Events, r.OldestAge(now))

@@ -29,17 +29,27 @@ type Seen struct {
 // Backlog is a terminal's backlog as it last reported it.
 type Backlog struct {
 	Events int64 `json:"events"`
+	// Seq is the highest seq the terminal had given an event when it counted.
+	Seq int64 `json:"seq"`
 	// OldestMs is the age of the oldest event it holds, when it counted (At, its clock).
 	OldestMs int64     `json:"oldest_age_ms"`
 	At       time.Time `json:"at"`
-	Heard    time.Time `json:"heard"` // when the store received the report
+	// Heard is when the store received the report; for a retained report the broker sent
+	// again, when it first received it, or, new to it, the report's At (never later than
+	// when it received it).
+	Heard time.Time `json:"heard"`
 }
 
-// Supersedes reports whether the report is not older than a heartbeat taken at
-// heartbeatAt (both times are the terminal's clock): a till that stopped reporting (an agent
-// of an earlier release, or reports turned off) still sends heartbeats, and a newer
-// heartbeat is the better account of what it holds.
-func (r Backlog) Supersedes(heartbeatAt time.Time) bool { return !r.At.Before(heartbeatAt) }
+// Supersedes reports whether the report stands over the terminal's last heartbeat (its seq
+// and the time the terminal took it). A till that stopped reporting (an agent of an earlier
+// release, or reports turned off) still sends heartbeats: a heartbeat taken after the report
+// (a higher seq) and more than two refreshes of it later (by the terminal's clock) says
+// reports have stopped, and it is the better account of what the till holds. Anything less
+// is a till still reporting (a heartbeat counts a live sale in flight, and an unchanged
+// report goes again only every wire.BacklogRefresh), or one whose clock stepped back.
+func (r Backlog) Supersedes(heartbeatSeq int64, heartbeatAt time.Time) bool {
+	return heartbeatSeq <= r.Seq || heartbeatAt.Sub(r.At) <= 2*wire.BacklogRefresh
+}
 
 // OldestAge is the age of the oldest event the report counted, now: it keeps growing from
 // when the report was heard while the terminal reported a backlog, since a till that went
@@ -148,7 +158,7 @@ func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained b
 			heard = r.At
 		}
 	}
-	b.backlog[terminal] = Backlog{Events: r.Events, OldestMs: r.OldestMs, At: r.At, Heard: heard}
+	b.backlog[terminal] = Backlog{Events: r.Events, Seq: r.Seq, OldestMs: r.OldestMs, At: r.At, Heard: heard}
 }
 
 func (b *Board) drop(msg string, args ...any) {

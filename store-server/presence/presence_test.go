@@ -132,3 +132,30 @@ func TestRetainedReportKeepsItsAge(t *testing.T) {
 		t.Fatalf("a report as published: heard %v, want now %v", got.Heard, now)
 	}
 }
+
+// TestReportOrHeartbeat: a report stands over the till's last heartbeat unless the
+// heartbeat was taken after it (a higher seq) and more than two refreshes later: reports
+// have stopped. A heartbeat counting a sale in flight a minute after an unchanged report,
+// or one stamped by a clock that ran ahead, leaves the report standing.
+func TestReportOrHeartbeat(t *testing.T) {
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	r := presence.Backlog{Events: 12, Seq: 40, At: at}
+	for _, tc := range []struct {
+		name   string
+		seq    int64
+		at     time.Time
+		stands bool
+	}{
+		{"heartbeat before the report", 39, at.Add(-time.Minute), true},
+		{"heartbeat after, a minute later (reports go on)", 41, at.Add(time.Minute), true},
+		{"heartbeat after, three minutes later (reports stopped)", 45, at.Add(3 * time.Minute), false},
+		{"heartbeat before, stamped an hour ahead (the clock stepped back since)", 39, at.Add(time.Hour), true},
+		{"heartbeat after, stamped earlier (the clock stepped back)", 45, at.Add(-time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := r.Supersedes(tc.seq, tc.at); got != tc.stands {
+				t.Fatalf("Supersedes(%d, %v) = %v, want %v", tc.seq, tc.at, got, tc.stands)
+			}
+		})
+	}
+}

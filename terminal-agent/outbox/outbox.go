@@ -165,6 +165,13 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	return b, nil
 }
 
+// LastSeq returns the highest seq given to an event (0 before the first).
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	var seq int64
+	err := s.db.R.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&seq)
+	return seq, err
+}
+
 // PendingBefore counts undelivered events with a seq below seq.
 func (s *Store) PendingBefore(ctx context.Context, seq int64) (int64, error) {
 	var n int64
@@ -473,6 +480,9 @@ const (
 	KVCatalogVersion = "catalog_version"
 	KVOfflineSince   = "offline_since_ms" // 0 while the store is reachable
 	KVLastAck        = "last_ack_ms"
+	// KVBacklogReported is 1 while the broker may hold a backlog report of this terminal
+	// (one was published and not cleared since).
+	KVBacklogReported = "backlog_reported"
 )
 
 // newID returns a random id with a prefix.

@@ -46,9 +46,9 @@ type Config struct {
 	// HeartbeatEvery queues a heartbeat event this often while online (0: never).
 	HeartbeatEvery time.Duration
 	// BacklogEvery is how often, while online, the lane looks at the backlog and publishes
-	// it on the terminal's backlog topic if it changed (and every backlogRefresh if not); it
-	// also publishes it on each connection. 0: never, and each connection clears the
-	// topic's retained report, which would otherwise stand for the till for good.
+	// it on the terminal's backlog topic if it changed (and every wire.BacklogRefresh if
+	// not); it also publishes it on each connection. 0: never, and a connection clears the
+	// retained report an earlier run left, which would otherwise stand for the till.
 	BacklogEvery time.Duration
 	Logger       *slog.Logger
 	Now          func() time.Time
@@ -97,9 +97,10 @@ type Uplink struct {
 	reportCh chan struct{}
 	// reportMu orders the backlog reports; reported is the last one the broker took (its
 	// count and oldest seq), reportedAt when.
-	reportMu   sync.Mutex
-	reported   [2]int64
-	reportedAt time.Time
+	reportMu     sync.Mutex
+	reported     [2]int64
+	reportedAt   time.Time
+	reportedEver bool // KV backlog_reported is set
 
 	mu           sync.Mutex
 	connected    bool
@@ -326,7 +327,7 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 		u.log.Error("record online", "err", err)
 	}
 	if u.cfg.BacklogEvery <= 0 {
-		c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, []byte{})
+		u.clearBacklog(ctx, c)
 	} else {
 		// Counted as the connection is made, before the lane sends anything again: what the
 		// till holds as it comes back.
@@ -639,13 +640,10 @@ func (u *Uplink) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// backlogRefresh is how often an unchanged backlog is published again: a QoS 0 report the
-// broker dropped, or a retained one it lost, is replaced within it.
-const backlogRefresh = time.Minute
-
 // backlogLoop publishes the backlog while online every BacklogEvery if the count or the
 // oldest event changed since the last report (its age alone does not count: the store ages
-// it from when it heard it), or backlogRefresh has passed. A new connection publishes at
+// it from when it heard it), or wire.BacklogRefresh has passed (a QoS 0 report the broker
+// dropped, or a retained one it lost, is replaced within it). A new connection publishes at
 // once (onConnect) and starts the interval over.
 func (u *Uplink) backlogLoop(ctx context.Context) {
 	t := time.NewTicker(u.cfg.BacklogEvery)
@@ -670,7 +668,7 @@ func (u *Uplink) backlogLoop(ctx context.Context) {
 
 // publishBacklog publishes what the outbox holds unacknowledged on the terminal's retained
 // backlog topic, unless force is false and it is what the last report the broker took said,
-// less than backlogRefresh ago. A heartbeat
+// less than wire.BacklogRefresh ago. A heartbeat
 // goes behind the events it counts, so by the time the store has it they are there too;
 // this report goes beside them, so the store sees what a till back from offline still
 // holds while it sends it, and sees it reach 0.
@@ -688,11 +686,18 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		}
 		return
 	}
-	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} && u.cfg.Now().Sub(u.reportedAt) < backlogRefresh {
+	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} && u.cfg.Now().Sub(u.reportedAt) < wire.BacklogRefresh {
+		return
+	}
+	last, err := u.store.LastSeq(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			u.log.Error("read the last seq", "err", err)
+		}
 		return
 	}
 	now := u.cfg.Now()
-	r := wire.Backlog{V: wire.Version, Terminal: u.cfg.Terminal, Events: b.Count, At: now}
+	r := wire.Backlog{V: wire.Version, Terminal: u.cfg.Terminal, Events: b.Count, Seq: last, At: now}
 	if b.Count > 0 && !b.OldestAt.IsZero() {
 		r.OldestMs = max(0, now.Sub(b.OldestAt).Milliseconds())
 	}
@@ -708,6 +713,30 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		return
 	}
 	u.reported, u.reportedAt = [2]int64{b.Count, b.OldestSeq}, now
+	if !u.reportedEver {
+		if err := u.store.SetKV(ctx, outbox.KVBacklogReported, 1); err != nil {
+			u.log.Error("record the backlog report", "err", err)
+			return
+		}
+		u.reportedEver = true
+	}
+}
+
+// clearBacklog clears the retained backlog report an earlier run of the agent left on the
+// broker (reports are off now): left there, it would stand for the till for good. It
+// publishes nothing when the agent never reported, so that a store of an earlier release,
+// whose broker refuses the topic, has no refusal to log.
+func (u *Uplink) clearBacklog(ctx context.Context, c mqtt.Client) {
+	if reported, err := u.store.KV(ctx, outbox.KVBacklogReported); err != nil || reported == 0 {
+		return
+	}
+	tok := c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, []byte{})
+	if !tok.WaitTimeout(2*time.Second) || tok.Error() != nil {
+		return // the next connection tries again
+	}
+	if err := u.store.SetKV(ctx, outbox.KVBacklogReported, 0); err != nil {
+		u.log.Error("record the backlog report cleared", "err", err)
+	}
 }
 
 // String describes the lane for logs.
