@@ -313,7 +313,7 @@ const (
 		WHERE id > ? ORDER BY id LIMIT ?`
 	selOversellState = `SELECT qty_short, at, resolved, resolved_at, resolution FROM oversells
 		WHERE terminal = ? AND seq = ? AND sku = ?`
-	selRefundExceptionState = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
+	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
 )
 

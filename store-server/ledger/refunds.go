@@ -48,20 +48,19 @@ const (
 	// resolved keeps it while its problem is the same, and another problem (its sale landed
 	// after the resolution, and the refund turned out to exceed it) opens it again, the
 	// earlier resolution kept in the detail for as long as the problem stays of that code.
+	// The earlier resolution is kept in column earlier (migration 016), which a reader shows
+	// after the detail.
 	insRefundException = `INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (terminal, seq) DO UPDATE SET
-			code = excluded.code, detail = ` + newRefundDetail + `, resolved = 0, resolved_at = '', resolution = ''
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO UPDATE SET
+			code = excluded.code, detail = excluded.detail,
+			earlier = CASE
+				WHEN refund_exceptions.resolved THEN ' (earlier ' || refund_exceptions.code || ', resolved: ' ||
+					refund_exceptions.resolution || ')'
+				WHEN refund_exceptions.code = excluded.code THEN refund_exceptions.earlier
+				ELSE '' END,
+			resolved = 0, resolved_at = '', resolution = ''
 		WHERE refund_exceptions.code <> excluded.code OR
-			(NOT refund_exceptions.resolved AND refund_exceptions.detail <> ` + newRefundDetail + `)`
-	// newRefundDetail is an exception's detail once the problem found now (excluded.detail)
-	// replaces the one it holds: a resolved one's note goes after it, and an open one keeps
-	// the earlier resolution it carries while its code stays.
-	newRefundDetail = `CASE
-			WHEN refund_exceptions.resolved THEN excluded.detail || ' (earlier ' || refund_exceptions.code ||
-				', resolved: ' || refund_exceptions.resolution || ')'
-			WHEN refund_exceptions.code = excluded.code AND instr(refund_exceptions.detail, ' (earlier ') > 0 THEN
-				excluded.detail || substr(refund_exceptions.detail, instr(refund_exceptions.detail, ' (earlier '))
-			ELSE excluded.detail END`
+			(NOT refund_exceptions.resolved AND refund_exceptions.detail <> excluded.detail)`
 )
 
 // checkRefunds holds, once the group's rows are written, every refund of each sale the group

@@ -467,3 +467,35 @@ func TestReopenedDetailKeepsTheEarlierResolution(t *testing.T) {
 		}
 	}
 }
+
+// TestDetailWithTheWordsOfASuffix: the problem's own text (a SKU) may hold the words an
+// earlier resolution is written with; later refunds of the sale leave the exception as it
+// is, and number no change of it.
+func TestDetailWithTheWordsOfASuffix(t *testing.T) {
+	ctx := context.Background()
+	for _, staged := range []bool{true, false} {
+		l := MustOpen(t, day)
+		var details []string
+		withStaged(staged, func() {
+			sku := "X (earlier Y"
+			MustCommit(t, l, withFlow(accepted("T1", 1, day, salePayload("s1",
+				[]item{{sku, 1, 100}, {"B", 1, 50}, {"C", 1, 50}, {"D", 1, 50}})), 1))
+			MustCommit(t, l, refundOf("T1", 2, 2, []item{{sku, 2, 100}}, 1)) // 2 returned, 1 sold
+			for i, other := range []string{"B", "C", "D"} {
+				MustCommit(t, l, refundOf("T1", int64(3+i), int64(3+i), []item{{other, 1, 50}}, 2+i))
+				xs, err := l.RefundExceptions(ctx, "", true)
+				if err != nil || len(xs) == 0 || xs[0].Seq != 2 {
+					t.Fatalf("staged %v: exceptions %+v (%v), want T1:2's first", staged, xs, err)
+				}
+				details = append(details, xs[0].Detail)
+			}
+		})
+		var changes int
+		if err := l.db.R.QueryRow(`SELECT count(*) FROM exception_changes WHERE kind = 'refund' AND seq = 2`).Scan(&changes); err != nil {
+			t.Fatal(err)
+		}
+		if details[0] != details[2] || changes != 1 {
+			t.Errorf("staged %v: T1:2's detail went %q, %d changes numbered; want it as it was, 1", staged, details, changes)
+		}
+	}
+}

@@ -284,7 +284,7 @@ type RefundException struct {
 	Resolution string    `json:"resolution,omitempty"`
 }
 
-const selRefundExceptions = `SELECT terminal, seq, code, detail, at, business_date, resolved, resolved_at, resolution
+const selRefundExceptions = `SELECT terminal, seq, code, detail || earlier, at, business_date, resolved, resolved_at, resolution
 	FROM refund_exceptions`
 
 func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (RefundException, error) {
