@@ -580,3 +580,44 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 		t.Fatalf("%d batches, want 2 full ones (the rest waits for BatchAge)", len(bs))
 	}
 }
+
+// TestSKUsHQCannotTellApart: one sale's oversells of SKUs "A\x00B" and "A\x1aB" (both valid
+// on the wire) have one key at HQ once the NUL goes as SUB; a batch with a key twice would
+// be refused and hold back every row after it. The later change goes for both.
+func TestSKUsHQCannotTellApart(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
+	defer srv.Close()
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s.Sales(3, day0)
+	MustOnce(t, u)
+
+	s.mu.Lock()
+	s.sale++
+	p := salePayload(s.sale, 2)
+	p.Lines[0].SKU, p.Lines[1].SKU = "A\x00B", "A\x1aB"
+	if err := p.Validate(); err != nil {
+		t.Fatalf("the wire refuses the SKUs: %v", err)
+	}
+	r := s.record("T1", day0.Add(time.Minute), wire.KindSale, p)
+	r.Offline = true
+	s.commit([]ledger.Record{r})
+	s.mu.Unlock()
+	s.Sales(3, day0.Add(2*time.Minute))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("upload after oversells of SKUs \"A\\x00B\" and \"A\\x1aB\" in one sale: %v", err)
+	}
+	if got := atHQ(t, st); !slices.Contains(got, "oversell T1:2 A\x1aB oversold") {
+		t.Fatalf("HQ holds %q, want T1:2's oversell of A\\x1aB", got)
+	}
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil || len(rows) != len(s.Outbox()) {
+		t.Fatalf("HQ holds %d rows of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
+	}
+}

@@ -165,10 +165,11 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	return b, nil
 }
 
-// LastSeq returns the highest seq given to an event (0 before the first).
+// LastSeq returns the highest seq given to an event (0 before the first), also once the
+// event is pruned: seq is AUTOINCREMENT.
 func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 	var seq int64
-	err := s.db.R.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&seq)
+	err := s.db.R.QueryRowContext(ctx, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&seq)
 	return seq, err
 }
 

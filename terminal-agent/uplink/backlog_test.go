@@ -83,3 +83,16 @@ func TestBacklogReportAndItsClearing(t *testing.T) {
 		t.Fatalf("cleared already, still publishing: %q", m)
 	}
 }
+
+// TestBacklogEveryAtMostARefresh: the store reads a report as current for two refreshes, so
+// a slower report would give way to heartbeats between reports: the interval is capped.
+func TestBacklogEveryAtMostARefresh(t *testing.T) {
+	for _, tc := range []struct{ set, want time.Duration }{
+		{0, 0}, {2 * time.Second, 2 * time.Second}, {wire.BacklogRefresh, wire.BacklogRefresh},
+		{3 * time.Minute, wire.BacklogRefresh},
+	} {
+		if got := New(Config{BacklogEvery: tc.set}, nil).cfg.BacklogEvery; got != tc.want {
+			t.Errorf("BacklogEvery %v: %v, want %v", tc.set, got, tc.want)
+		}
+	}
+}

@@ -73,6 +73,11 @@ func (c *Config) defaults() {
 	if c.VerdictTimeout <= 0 {
 		c.VerdictTimeout = 300 * time.Millisecond
 	}
+	if c.BacklogEvery > wire.BacklogRefresh {
+		// The store reads a report as current for two refreshes: a slower one would give
+		// way to the heartbeats between them.
+		c.BacklogEvery = wire.BacklogRefresh
+	}
 	if c.LiveQueueMax <= 0 {
 		c.LiveQueueMax = 16
 	}
@@ -706,6 +711,15 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		u.log.Error("encode the backlog report", "err", err)
 		return
 	}
+	if !u.reportedEver {
+		// Recorded before the report goes: a run that stops between the two still knows to
+		// clear it if reports are turned off.
+		if err := u.store.SetKV(ctx, outbox.KVBacklogReported, 1); err != nil {
+			u.log.Error("record the backlog report", "err", err)
+			return
+		}
+		u.reportedEver = true
+	}
 	tok := c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, body)
 	if !tok.WaitTimeout(2*time.Second) || tok.Error() != nil {
 		// Not written: the next tick tries again, whatever the count then.
@@ -713,13 +727,6 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		return
 	}
 	u.reported, u.reportedAt = [2]int64{b.Count, b.OldestSeq}, now
-	if !u.reportedEver {
-		if err := u.store.SetKV(ctx, outbox.KVBacklogReported, 1); err != nil {
-			u.log.Error("record the backlog report", "err", err)
-			return
-		}
-		u.reportedEver = true
-	}
 }
 
 // clearBacklog clears the retained backlog report an earlier run of the agent left on the
