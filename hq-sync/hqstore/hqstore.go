@@ -251,3 +251,41 @@ func ParseTime(s string) (time.Time, error) {
 	}
 	return time.Parse(time.RFC3339Nano, s)
 }
+
+// ExceptionColumns are the columns of the exceptions table ScanExceptions reads, in order.
+const ExceptionColumns = `store, kind, terminal, seq, sku, change, code, detail, qty_short, at, resolved,
+	resolved_at, resolution, received_ms`
+
+// Rows is what ScanExceptions reads: database/sql's rows and pgx's alike.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanExceptions reads the exceptions of business date date from rows of ExceptionColumns.
+func ScanExceptions(date string, rows Rows) ([]hq.StoredException, error) {
+	var out []hq.StoredException
+	for rows.Next() {
+		x := hq.StoredException{Exception: hq.Exception{BusinessDate: date}}
+		var at, resolvedAt string
+		var received int64
+		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.Change, &x.Code, &x.Detail,
+			&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+		}
+		var err error
+		if x.At, err = ParseTime(at); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: at: %w", date, x.Store, x.Key(), err)
+		}
+		if x.ResolvedAt, err = ParseTime(resolvedAt); err != nil {
+			return nil, fmt.Errorf("exceptions of %s: %s/%s: resolved_at: %w", date, x.Store, x.Key(), err)
+		}
+		x.ReceivedAt = time.UnixMilli(received).UTC()
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+	}
+	return out, nil
+}

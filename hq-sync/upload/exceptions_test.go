@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,15 +26,22 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
-// OfflineSale commits a sale the terminal made offline. No stock is ever booked in these
-// tests, so it takes its SKU below zero and the ledger flags an oversell, as it does every
-// sale of these tests.
-func (s *store) OfflineSale(terminal string, at time.Time) {
+// OfflineSale commits a sale the terminal made offline, of one line, or of one line per
+// SKU given. No stock is ever booked in these tests, so it takes its SKUs below zero and the
+// ledger flags an oversell of each, as it does every sale of these tests.
+func (s *store) OfflineSale(terminal string, at time.Time, skus ...string) {
 	s.tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sale++
-	r := s.record(terminal, at, wire.KindSale, salePayload(s.sale, 1))
+	p := salePayload(s.sale, len(skus))
+	for i, sku := range skus {
+		p.Lines[i].SKU = sku
+	}
+	if err := p.Validate(); err != nil {
+		s.tb.Fatalf("the wire refuses the sale: %v", err)
+	}
+	r := s.record(terminal, at, wire.KindSale, p)
 	r.Offline = true
 	s.commit([]ledger.Record{r})
 }
@@ -108,6 +116,24 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 	return exceptionLines(xs)
 }
 
+// newHQFixture returns a store's ledger, HQ (hq-sync serve on the SQLite engine, wrapped by
+// wrap if not nil, keeping a copy of every batch it is sent) and an uploader's config
+// between them.
+func newHQFixture(t *testing.T, wrap func(http.Handler) http.Handler) (*store, *sqlite.Store, *batchLog, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	s, st := MustOpenStore(t, dir), mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	var h http.Handler = serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})
+	if wrap != nil {
+		h = wrap(h)
+	}
+	log := &batchLog{h: h}
+	srv := httptest.NewServer(log)
+	t.Cleanup(srv.Close)
+	return s, st, log, config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+}
+
 // batchLog is HQ (hq-sync serve) keeping a copy of every batch it is sent.
 type batchLog struct {
 	h  http.Handler
@@ -142,14 +168,8 @@ func (l *batchLog) batches() []hq.Batch {
 // manager's resolution, and a refund exception withdrawn when the sale it names arrives.
 func TestExceptionsReachHQ(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
-	srv := httptest.NewServer(log)
-	defer srv.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s, st, log, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
 
 	s.Sales(5, day0)
 	s.OfflineSale("T1", day0.Add(time.Minute))
@@ -227,17 +247,7 @@ func (o *olderHQWithoutExceptions) ServeHTTP(w http.ResponseWriter, r *http.Requ
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	rec := httptest.NewRecorder()
-	o.h.ServeHTTP(rec, r)
-	var rc map[string]any
-	out := rec.Body.Bytes()
-	if rec.Code == http.StatusOK && json.Unmarshal(out, &rc) == nil {
-		delete(rc, "takes_exceptions")
-		out, _ = json.Marshal(rc)
-	}
-	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
-	w.WriteHeader(rec.Code)
-	w.Write(out)
+	serveWithout(w, r, o.h, "takes_exceptions")
 }
 
 // TestExceptionsWaitForAnOlderHQ: HQ goes back to a release without exceptions while a
@@ -245,14 +255,9 @@ func (o *olderHQWithoutExceptions) ServeHTTP(w http.ResponseWriter, r *http.Requ
 // more is held back; once HQ takes exceptions again, the change goes.
 func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	o := &olderHQWithoutExceptions{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
-	srv := httptest.NewServer(o)
-	defer srv.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	o := &olderHQWithoutExceptions{}
+	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	u := MustNew(t, cfg)
 
 	s.Sales(3, day0)
 	s.OfflineSale("T1", day0.Add(time.Minute))
@@ -316,28 +321,13 @@ func TestFitText(t *testing.T) {
 // the NUL replaced by ASCII SUB (one byte for one) instead of making HQ refuse the batch and
 // hold back every later row.
 func TestNULInSKU(t *testing.T) {
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u) // HQ's receipt says it takes exceptions
 
 	sku := "A\x00" + strings.Repeat("B", wire.MaxTextLen-2)
-	s.mu.Lock()
-	s.sale++
-	p := salePayload(s.sale, 1)
-	p.Lines[0].SKU = sku
-	if err := p.Validate(); err != nil {
-		t.Fatalf("the wire refuses the SKU: %v", err)
-	}
-	r := s.record("T1", day0.Add(time.Minute), wire.KindSale, p)
-	r.Offline = true
-	s.commit([]ledger.Record{r})
-	s.mu.Unlock()
+	s.OfflineSale("T1", day0.Add(time.Minute), sku)
 	s.Sales(3, day0.Add(2*time.Minute))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -357,13 +347,7 @@ func TestNULInSKU(t *testing.T) {
 // acknowledged already, so they are read and HQ takes them.
 func TestLedgerRestoredFromBackup(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u) // HQ takes exceptions from now on
@@ -371,7 +355,7 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 	MustOnce(t, u)
 
 	// The nightly backup of the ledger.
-	backup := dir + "/ledger.bak"
+	backup := filepath.Join(t.TempDir(), "ledger.bak")
 	raw, err := sql.Open("sqlite3", s.path)
 	if err != nil {
 		t.Fatal(err)
@@ -425,12 +409,7 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 // migrated yet (the uploader upgraded first): no exception changes to send, and the rows
 // go on.
 func TestLedgerBeforeExceptionChanges(t *testing.T) {
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
+	s, _, _, cfg := newHQFixture(t, nil)
 	// The ledger as a store-server of the release before leaves it: no exception_changes.
 	raw, err := sql.Open("sqlite3", s.path)
 	if err != nil {
@@ -445,7 +424,7 @@ func TestLedgerBeforeExceptionChanges(t *testing.T) {
 		}
 	}
 	raw.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u)
 	s.Sales(3, day0.Add(time.Minute))
@@ -460,13 +439,8 @@ func TestLedgerBeforeExceptionChanges(t *testing.T) {
 // with changes between the batches; HQ ends with the ledger's state.
 func TestBudgetCutsExceptions(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
 	s.Sales(2, day0)
 	MustOnce(t, u)
 	for i := 0; i < 40; i++ {
@@ -495,14 +469,7 @@ func TestBudgetCutsExceptions(t *testing.T) {
 // to HQ in a request of its own.
 func TestExceptionsWaitWithTheRows(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
-	srv := httptest.NewServer(log)
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s, _, log, cfg := newHQFixture(t, nil)
 	cfg.BatchAge = time.Hour
 	u := MustNew(t, cfg)
 	s.Sales(2, day0)
@@ -534,14 +501,7 @@ func TestExceptionsWaitWithTheRows(t *testing.T) {
 // when they fill a batch: a burst of 2.5 batches' worth (an upgraded ledger's migration
 // numbers every oversell it held) goes as two full batches at once, and the rest waits.
 func TestFullBatchOfChangesGoes(t *testing.T) {
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	log := &batchLog{h: serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})}
-	srv := httptest.NewServer(log)
-	defer srv.Close()
-	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
+	s, _, log, cfg := newHQFixture(t, nil)
 	cfg.BatchAge = time.Hour
 	u := MustNew(t, cfg)
 	s.Sales(2, day0)
@@ -585,27 +545,12 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 // on the wire) have one key at HQ once the NUL goes as SUB; a batch with a key twice would
 // be refused and hold back every row after it. The later change goes for both.
 func TestSKUsHQCannotTellApart(t *testing.T) {
-	dir := t.TempDir()
-	s := MustOpenStore(t, dir)
-	st := mustOpenHQ(t, dir)
-	clk := newClock(day0.Add(time.Hour))
-	srv := httptest.NewServer(serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now}))
-	defer srv.Close()
-	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u)
 
-	s.mu.Lock()
-	s.sale++
-	p := salePayload(s.sale, 2)
-	p.Lines[0].SKU, p.Lines[1].SKU = "A\x00B", "A\x1aB"
-	if err := p.Validate(); err != nil {
-		t.Fatalf("the wire refuses the SKUs: %v", err)
-	}
-	r := s.record("T1", day0.Add(time.Minute), wire.KindSale, p)
-	r.Offline = true
-	s.commit([]ledger.Record{r})
-	s.mu.Unlock()
+	s.OfflineSale("T1", day0.Add(time.Minute), "A\x00B", "A\x1aB")
 	s.Sales(3, day0.Add(2*time.Minute))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

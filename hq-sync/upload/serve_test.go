@@ -620,12 +620,18 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if refusePart(w, r, &o.refused, serve.CodeJSONInvalid, `unknown field "part"`) {
 		return
 	}
+	serveWithout(w, r, o.h, "takes_day_parts")
+}
+
+// serveWithout has h answer r, with field taken out of its receipt: what an HQ of a
+// release that does not know it answers.
+func serveWithout(w http.ResponseWriter, r *http.Request, h http.Handler, field string) {
 	rec := httptest.NewRecorder()
-	o.h.ServeHTTP(rec, r)
+	h.ServeHTTP(rec, r)
 	var rc map[string]any
 	body := rec.Body.Bytes()
 	if rec.Code == http.StatusOK && json.Unmarshal(body, &rc) == nil {
-		delete(rc, "takes_day_parts")
+		delete(rc, field)
 		body, _ = json.Marshal(rc)
 	}
 	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))

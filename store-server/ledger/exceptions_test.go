@@ -107,22 +107,7 @@ func TestExceptionsAfter(t *testing.T) {
 func TestExceptionChangesOfEarlierLedgers(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	old := fstest.MapFS{}
-	entries, err := fs.ReadDir(schema.Store(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() >= "014" {
-			break
-		}
-		b, err := fs.ReadFile(schema.Store(), e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[e.Name()] = &fstest.MapFile{Data: b}
-	}
-	db, err := sqlitedb.Open(ctx, path, old)
+	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "014"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,22 +161,7 @@ func TestUnchangedExceptionsAreNotRenumbered(t *testing.T) {
 func TestChangeNumbersFromTheClock(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	old := fstest.MapFS{}
-	entries, err := fs.ReadDir(schema.Store(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() >= "015" {
-			break
-		}
-		b, err := fs.ReadFile(schema.Store(), e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[e.Name()] = &fstest.MapFile{Data: b}
-	}
-	db, err := sqlitedb.Open(ctx, path, old)
+	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "015"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +189,26 @@ func TestChangeNumbersFromTheClock(t *testing.T) {
 	if len(ids) != 3 || ids[0] != 1 || ids[1] < before-1000 || ids[2] <= ids[1] {
 		t.Fatalf("change numbers %v: want 1 (014's), then from the clock (µs, from %d), growing", ids, before)
 	}
+}
+
+// migrationsBefore returns the store's migrations whose names sort before name: a ledger
+// as an earlier release left it.
+func migrationsBefore(t *testing.T, name string) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	entries, err := fs.ReadDir(schema.Store(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() >= name {
+			break
+		}
+		b, err := fs.ReadFile(schema.Store(), e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = &fstest.MapFile{Data: b}
+	}
+	return out
 }

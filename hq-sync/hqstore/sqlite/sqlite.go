@@ -617,8 +617,7 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 // Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
 // order; withdrawn ones are left out.
 func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
-	q, args := `SELECT store, kind, terminal, seq, sku, change, code, detail, qty_short, at, resolved, resolved_at,
-		resolution, received_ms FROM exceptions WHERE business_date = ? AND NOT withdrawn`, []any{date}
+	q, args := `SELECT `+hqstore.ExceptionColumns+` FROM exceptions WHERE business_date = ? AND NOT withdrawn`, []any{date}
 	if store != "" {
 		q += ` AND store = ?`
 		args = append(args, store)
@@ -628,28 +627,7 @@ func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.Stored
 		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
 	}
 	defer rows.Close()
-	var out []hq.StoredException
-	for rows.Next() {
-		x := hq.StoredException{Exception: hq.Exception{BusinessDate: date}}
-		var at, resolvedAt string
-		var received int64
-		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.Change, &x.Code, &x.Detail,
-			&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %w", date, err)
-		}
-		if x.At, err = hqstore.ParseTime(at); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %s/%s: at: %w", date, x.Store, x.Key(), err)
-		}
-		if x.ResolvedAt, err = hqstore.ParseTime(resolvedAt); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %s/%s: resolved_at: %w", date, x.Store, x.Key(), err)
-		}
-		x.ReceivedAt = time.UnixMilli(received).UTC()
-		out = append(out, x)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
-	}
-	return out, nil
+	return hqstore.ScanExceptions(date, rows)
 }
 
 // rawConn is a read-only connection used through the driver's own interfaces.
