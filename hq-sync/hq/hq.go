@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
@@ -82,11 +83,13 @@ const CodeOversold = "oversold"
 // Exceptions go to HQ beside the rows: they are the store's judgement on its rows, not rows,
 // and they change after the fact (a resolution, a late sale), which rows never do.
 type Exception struct {
-	Change       int64  `json:"change"` // the ledger's change number, > 0
-	Kind         string `json:"kind"`   // ExceptionOversell or ExceptionRefund
-	Terminal     string `json:"terminal"`
-	Seq          int64  `json:"seq"`           // the sale's (oversell) or the refund's event
-	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero; refund: empty
+	Change   int64  `json:"change"` // the ledger's change number, > 0
+	Kind     string `json:"kind"`   // ExceptionOversell or ExceptionRefund
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"` // the sale's (oversell) or the refund's event
+	// SKU is, for an oversell, the SKU taken below zero, with each NUL written as SUB "0"
+	// and each SUB (0x1A) as two (EscapeSKU); for a refund, empty.
+	SKU          string `json:"sku,omitempty"`
 	BusinessDate string `json:"business_date"`
 	// Withdrawn: the ledger no longer holds the exception; the fields below are empty (its
 	// key and BusinessDate are set: HQ files it under the date it had).
@@ -101,6 +104,19 @@ type Exception struct {
 	Resolved   bool      `json:"resolved,omitempty"`
 	ResolvedAt time.Time `json:"resolved_at,omitzero"`
 	Resolution string    `json:"resolution,omitempty"`
+}
+
+// MaxExceptionSKU bounds an exception's SKU: a SKU of the wire (at most 128 bytes) with
+// every byte escaped.
+const MaxExceptionSKU = 256
+
+// EscapeSKU writes a SKU as an exception carries it: PostgreSQL text holds no NUL, so a NUL
+// goes as SUB "0", and a SUB as two SUBs, which keeps every SKU's escape its own.
+func EscapeSKU(sku string) string {
+	if !strings.ContainsAny(sku, "\x00\x1a") {
+		return sku
+	}
+	return strings.NewReplacer("\x1a", "\x1a\x1a", "\x00", "\x1a0").Replace(sku)
 }
 
 // Key is an exception's identity at HQ within its store.

@@ -43,7 +43,7 @@ const (
 //   - at most hq.MaxBatchExceptions exceptions, each: kind oversell or refund, a valid
 //     terminal id, seq > 0, change > 0, business_date YYYY-MM-DD, no NUL in its text (as
 //     hqstore.ExceptionText checks it), and no other exception of the batch with the same
-//     (kind, terminal, seq, sku); an oversell has a sku of 1 to wire.MaxTextLen bytes, a
+//     (kind, terminal, seq, sku); an oversell has a sku of 1 to hq.MaxExceptionSKU bytes, a
 //     refund none;
 //   - a withdrawn exception carries nothing more: no code, detail, qty_short, at or
 //     resolution;
@@ -244,8 +244,8 @@ func checkException(x *hq.Exception) error {
 		return fmt.Errorf("change %d is not positive", x.Change)
 	case !validDate(x.BusinessDate):
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
-	case oversell && (x.SKU == "" || len(x.SKU) > wire.MaxTextLen):
-		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", wire.MaxTextLen)
+	case oversell && (x.SKU == "" || len(x.SKU) > hq.MaxExceptionSKU):
+		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hq.MaxExceptionSKU)
 	case !oversell && x.SKU != "":
 		return fmt.Errorf("a refund exception has no sku")
 	}

@@ -316,10 +316,9 @@ func TestFitText(t *testing.T) {
 }
 
 // TestNULInSKU: the wire takes any SKU of 1 to 128 bytes, NUL included, and so does the
-// ledger; HQ takes no NUL (PostgreSQL text cannot hold one) and no SKU longer than that. An
-// offline sale of such a SKU, as long as it may be, oversells, and its exception goes with
-// the NUL replaced by ASCII SUB (one byte for one) instead of making HQ refuse the batch and
-// hold back every later row.
+// ledger; HQ takes no NUL (PostgreSQL text cannot hold one). An offline sale of such a SKU,
+// as long as it may be, oversells, and its exception goes with the SKU escaped
+// (hq.EscapeSKU) instead of making HQ refuse the batch and hold back every later row.
 func TestNULInSKU(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -335,7 +334,7 @@ func TestNULInSKU(t *testing.T) {
 	if err := u.Once(ctx); err != nil {
 		t.Fatalf("upload after an oversell of a %d-byte SKU with a NUL: %v", len(sku), err)
 	}
-	want := "oversell T1:2 " + strings.ReplaceAll(sku, "\x00", "\x1a") + " oversold"
+	want := "oversell T1:2 " + hq.EscapeSKU(sku) + " oversold"
 	if got := atHQ(t, st); !slices.Contains(got, want) {
 		t.Fatalf("HQ holds %q, want %q among them", got, want)
 	}
@@ -541,10 +540,10 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 	}
 }
 
-// TestSKUsHQCannotTellApart: one sale's oversells of SKUs "A\x00B" and "A\x1aB" (both valid
-// on the wire) have one key at HQ once the NUL goes as SUB; a batch with a key twice would
-// be refused and hold back every row after it. The later change goes for both.
-func TestSKUsHQCannotTellApart(t *testing.T) {
+// TestSKUsThatDifferByANULAndASUB: one sale's oversells of SKUs "A\x00B" and "A\x1aB" (both
+// valid on the wire) stay two exceptions at HQ: the escape keeps them apart (a batch with
+// one key twice would be refused, and hold back every row after it).
+func TestSKUsThatDifferByANULAndASUB(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
@@ -558,8 +557,9 @@ func TestSKUsHQCannotTellApart(t *testing.T) {
 	if err := u.Once(ctx); err != nil {
 		t.Fatalf("upload after oversells of SKUs \"A\\x00B\" and \"A\\x1aB\" in one sale: %v", err)
 	}
-	if got := atHQ(t, st); !slices.Contains(got, "oversell T1:2 A\x1aB oversold") {
-		t.Fatalf("HQ holds %q, want T1:2's oversell of A\\x1aB", got)
+	if got := atHQ(t, st); !slices.Contains(got, "oversell T1:2 A\x1a0B oversold") ||
+		!slices.Contains(got, "oversell T1:2 A\x1a\x1aB oversold") {
+		t.Fatalf("HQ holds %q, want both of T1:2's oversells, escaped", got)
 	}
 	rows, err := st.Rows(ctx, date0, testStore)
 	if err != nil || len(rows) != len(s.Outbox()) {

@@ -520,27 +520,13 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				return err
 			}
 			xFull = full
-			at := map[string]int{} // an exception's key → its place in xs
-			var sizes []int
 			for i := range changed {
 				x := &changed[i]
-				// A SKU is part of the exception's key, and as long as HQ takes one may be: a
-				// NUL in it goes as ASCII SUB, one byte for one.
-				x.SKU = strings.ReplaceAll(x.SKU, "\x00", "\x1a")
+				x.SKU = hq.EscapeSKU(x.SKU)
 				x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
 				js, err := json.Marshal(x)
 				if err != nil {
 					return err
-				}
-				if j, twice := at[x.Key()]; twice {
-					// Two SKUs that differ only by a NUL and a SUB: HQ refuses a batch with
-					// one key twice, and would hold back every row after it. The later
-					// change stands for both.
-					u.log.Warn("two exceptions of a sale have SKUs HQ cannot tell apart; sending the later",
-						"terminal", x.Terminal, "seq", x.Seq, "sku", x.SKU)
-					used += len(js) - sizes[j]
-					xs[j], sizes[j] = *x, len(js)
-					continue
 				}
 				if used+len(js)+1 > u.budget && (len(xs) > 0 || len(out.Days) > 0) {
 					// The next batch takes the rest: every exception whose last change is up
@@ -552,8 +538,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 					break
 				}
 				used += len(js) + 1
-				at[x.Key()] = len(xs)
-				xs, sizes = append(xs, *x), append(sizes, len(js))
+				xs = append(xs, *x)
 			}
 			if len(xs) > 0 {
 				xCursor = last

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -211,4 +212,82 @@ func migrationsBefore(t *testing.T, name string) fstest.MapFS {
 		out[e.Name()] = &fstest.MapFile{Data: b}
 	}
 	return out
+}
+
+// TestReaderOfALedgerBefore016: the uploader may be upgraded before its store-server, and
+// reads the ledger as the earlier release left it: refund exceptions without column
+// earlier are read all the same.
+func TestReaderOfALedgerBefore016(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "016"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
+		`INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
+			VALUES ('T2', 9, 'refund_exceeds_sale', 'line 1: 2 returned of 1 sold', '2025-03-01T11:00:00+08:00', '2025-03-01')`,
+	} {
+		if _, err := db.W.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	l, err := OpenReader(ctx, path, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	xs, _ := exceptionsAfter(t, l, 0, 100)
+	if len(xs) != 1 || xs[0].Detail != "line 1: 2 returned of 1 sold" || xs[0].Code != CodeRefundExceedsSale {
+		t.Fatalf("exceptions of a ledger before 016: %+v", xs)
+	}
+}
+
+// TestEarlierResolutionMovesOutOfTheDetail: a ledger written before migration 016 holds a
+// reopened exception's earlier resolution in its detail; 017 moves it to column earlier, so
+// the next refund of the sale keeps it, and numbers no change of an exception that stays.
+func TestEarlierResolutionMovesOutOfTheDetail(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l := mustOpenAt(t, path, day)
+	sale := refundSale()
+	MustCommit(t, l, refused(sale, wire.AckRejected, false, "out_of_stock"))
+	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
+	if _, _, err := l.ResolveRefundException(ctx, "T1", 2, "the sale was made offline"); err != nil {
+		t.Fatal(err)
+	}
+	MustCommit(t, l, offline(sale))
+	// As the builds before 016 left it: the earlier resolution in the detail.
+	if _, err := l.db.W.Exec(`UPDATE refund_exceptions SET detail = detail || earlier, earlier = ''`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.db.W.Exec(string(must(fs.ReadFile(schema.Store(), "017_earlier_out_of_detail.sql")))); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM exception_changes`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"B", 1, 50}}, 2))
+	xs, err := l.RefundExceptions(ctx, "", false)
+	if err != nil || len(xs) != 2 || xs[0].Seq != 2 ||
+		!strings.HasSuffix(xs[0].Detail, " (earlier refund_sale_unknown, resolved: the sale was made offline)") {
+		t.Fatalf("after 017 and a later refund: %+v (%v), want T1:2 with the earlier resolution", xs, err)
+	}
+	var total int
+	if err := l.db.R.QueryRow(`SELECT count(*) FROM exception_changes`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total != before+1 { // T1:3's own exception, nothing of T1:2
+		t.Fatalf("%d changes numbered by the later refund, want 1 (T1:3's)", total-before)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

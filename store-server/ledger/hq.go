@@ -315,6 +315,9 @@ const (
 		WHERE terminal = ? AND seq = ? AND sku = ?`
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
+	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
+	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
+		WHERE terminal = ? AND seq = ?`
 )
 
 // ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines and
@@ -325,14 +328,24 @@ const (
 // may follow). An exception changed again after the
 // changes read is returned as it is now: its later change sends the same state again.
 //
-// A ledger its store-server has not migrated yet (no exception_changes: the uploader may be
-// upgraded first) has no changes to read.
+// A ledger its store-server has not migrated yet (the uploader may be upgraded first) has no
+// changes to read (before migration 014), or its refund exceptions without column earlier
+// (before 016).
 func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
 	xs []hq.Exception, last int64, full bool, err error) {
 	var tables int
 	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
 		WHERE type = 'table' AND name = 'exception_changes'`).Scan(&tables); err != nil || tables == 0 {
 		return nil, afterID, false, err
+	}
+	stateOfRefund := selRefundExceptionState
+	var earlier int
+	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('refund_exceptions')
+		WHERE name = 'earlier'`).Scan(&earlier); err != nil {
+		return nil, afterID, false, err
+	}
+	if earlier == 0 {
+		stateOfRefund = selRefundExceptionState015
 	}
 	last = afterID
 	read := 0
@@ -357,7 +370,7 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		return nil, 0, false, fmt.Errorf("exception changes: %w", err)
 	}
 	for i := range out {
-		if err := r.exceptionState(ctx, &out[i]); err != nil {
+		if err := r.exceptionState(ctx, &out[i], stateOfRefund); err != nil {
 			return nil, 0, false, fmt.Errorf("exception %s: %w", out[i].Key(), err)
 		}
 	}
@@ -366,8 +379,8 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 }
 
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it
-// Withdrawn when they no longer hold it.
-func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
+// Withdrawn when they no longer hold it; stateOfRefund reads a refund exception.
+func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfRefund string) error {
 	var at, resolvedAt string
 	var err error
 	switch x.Kind {
@@ -376,7 +389,7 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
 		err = r.tx.QueryRowContext(ctx, selOversellState, x.Terminal, x.Seq, x.SKU).Scan(&x.QtyShort, &at, &x.Resolved,
 			&resolvedAt, &x.Resolution)
 	case hq.ExceptionRefund:
-		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
+		err = r.tx.QueryRowContext(ctx, stateOfRefund, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
 	default:
 		return fmt.Errorf("unknown exception kind %q", x.Kind)

@@ -84,15 +84,53 @@ func TestBacklogReportAndItsClearing(t *testing.T) {
 	}
 }
 
-// TestBacklogEveryAtMostARefresh: the store reads a report as current for two refreshes, so
-// a slower report would give way to heartbeats between reports: the interval is capped.
-func TestBacklogEveryAtMostARefresh(t *testing.T) {
+// TestBacklogEveryAtMostHalfARefresh: the store reads a report as current for two refreshes,
+// so a slower report would give way to heartbeats between reports: the interval is capped.
+func TestBacklogEveryAtMostHalfARefresh(t *testing.T) {
 	for _, tc := range []struct{ set, want time.Duration }{
-		{0, 0}, {2 * time.Second, 2 * time.Second}, {wire.BacklogRefresh, wire.BacklogRefresh},
-		{3 * time.Minute, wire.BacklogRefresh},
+		{0, 0}, {2 * time.Second, 2 * time.Second}, {wire.BacklogRefresh / 2, wire.BacklogRefresh / 2},
+		{wire.BacklogRefresh, wire.BacklogRefresh / 2}, {3 * time.Minute, wire.BacklogRefresh / 2},
 	} {
 		if got := New(Config{BacklogEvery: tc.set}, nil).cfg.BacklogEvery; got != tc.want {
 			t.Errorf("BacklogEvery %v: %v, want %v", tc.set, got, tc.want)
+		}
+	}
+}
+
+// TestUnchangedBacklogWithinARefresh: an unchanged report goes again on the last tick before
+// a refresh has passed, so no refresh goes by without one, whatever the ticks' jitter
+// (here the longest interval, ticks a few µs late or early).
+func TestUnchangedBacklogWithinARefresh(t *testing.T) {
+	s := stack.Run(t, stack.Options{MQTT: true})
+	st, _ := liveScan(t)
+	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(s.MQTTURL()).SetClientID("T1"))
+	if tok := pub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer pub.Disconnect(50)
+	for _, every := range []time.Duration{time.Hour, 2 * time.Second} {
+		t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		now := t0
+		u := New(Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1", BacklogEvery: every,
+			Now: func() time.Time { return now }}, st)
+		ctx := context.Background()
+		u.publishBacklog(ctx, pub, true) // the report a connection sends
+		last, reports := now, 0
+		jitter := []time.Duration{300, -200, 150, -180, 90, -40, 200, -300}
+		for k := range int(3*wire.BacklogRefresh/u.cfg.BacklogEvery) + 2 {
+			now = t0.Add(time.Duration(k+1)*u.cfg.BacklogEvery + jitter[k%len(jitter)]*time.Microsecond)
+			before := u.reportedAt
+			u.publishBacklog(ctx, pub, false)
+			if u.reportedAt == before {
+				continue
+			}
+			if gap := now.Sub(last); gap > wire.BacklogRefresh {
+				t.Fatalf("every %v, tick %d: a report %v after the one before", u.cfg.BacklogEvery, k+1, gap)
+			}
+			last, reports = now, reports+1
+		}
+		if reports < 3 {
+			t.Fatalf("every %v: %d reports in 3 refreshes", u.cfg.BacklogEvery, reports)
 		}
 	}
 }

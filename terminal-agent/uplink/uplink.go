@@ -73,10 +73,11 @@ func (c *Config) defaults() {
 	if c.VerdictTimeout <= 0 {
 		c.VerdictTimeout = 300 * time.Millisecond
 	}
-	if c.BacklogEvery > wire.BacklogRefresh {
-		// The store reads a report as current for two refreshes: a slower one would give
-		// way to the heartbeats between them.
-		c.BacklogEvery = wire.BacklogRefresh
+	if c.BacklogEvery > wire.BacklogRefresh/2 {
+		// The store reads a report as current for two refreshes: reports further apart
+		// would give way to the heartbeats between them, and a tick as long as a refresh
+		// would find the refresh a hair short of due and wait for the next one.
+		c.BacklogEvery = wire.BacklogRefresh / 2
 	}
 	if c.LiveQueueMax <= 0 {
 		c.LiveQueueMax = 16
@@ -691,7 +692,10 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		}
 		return
 	}
-	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} && u.cfg.Now().Sub(u.reportedAt) < wire.BacklogRefresh {
+	// Unchanged, the report goes again once the next tick could come after a refresh has
+	// passed (with half a tick to spare for the ticks' jitter).
+	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} &&
+		u.cfg.Now().Sub(u.reportedAt) < wire.BacklogRefresh-u.cfg.BacklogEvery*3/2 {
 		return
 	}
 	last, err := u.store.LastSeq(ctx)

@@ -1,0 +1,32 @@
+package hq_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+)
+
+// TestEscapeSKU: an exception's SKU holds no NUL, fits MaxExceptionSKU whatever the wire's
+// SKU, and no two SKUs share an escape.
+func TestEscapeSKU(t *testing.T) {
+	skus := []string{"A", "A\x00B", "A\x1aB", "A\x1a0B", "A\x1a\x00B", "A\x00\x1aB", "\x00", "\x1a", "\x1a0", "\x1a\x1a",
+		strings.Repeat("\x00", 128), strings.Repeat("\x1a", 128)}
+	seen := map[string]string{}
+	for _, sku := range skus {
+		e := hq.EscapeSKU(sku)
+		switch {
+		case strings.ContainsRune(e, 0):
+			t.Errorf("EscapeSKU(%q) = %q holds a NUL", sku, e)
+		case len(e) > hq.MaxExceptionSKU:
+			t.Errorf("EscapeSKU(%q) is %d bytes", sku, len(e))
+		}
+		if other, ok := seen[e]; ok {
+			t.Errorf("EscapeSKU(%q) = EscapeSKU(%q) = %q", sku, other, e)
+		}
+		seen[e] = sku
+	}
+	if got := hq.EscapeSKU("MILK-1L"); got != "MILK-1L" {
+		t.Errorf("EscapeSKU changed a plain SKU: %q", got)
+	}
+}
