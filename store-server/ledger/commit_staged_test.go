@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -79,6 +80,23 @@ func dump(tb fataler, l *Ledger) map[string][]string {
 	for t := range out {
 		sort.Strings(out[t])
 	}
+	// The exception changes in their order (their numbers come from the clock): both ways
+	// of committing must number the same changes, as many and in the same order.
+	var changes strings.Builder
+	err := each(context.Background(), l.db.R, `SELECT kind, terminal, seq, sku, business_date FROM exception_changes ORDER BY id`,
+		nil, func(rows *sql.Rows) error {
+			var kind, terminal, sku, date string
+			var seq int64
+			if err := rows.Scan(&kind, &terminal, &seq, &sku, &date); err != nil {
+				return err
+			}
+			fmt.Fprintf(&changes, "%s %s:%d %s %s; ", kind, terminal, seq, sku, date)
+			return nil
+		})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out["exception_changes"] = []string{changes.String()}
 	return out
 }
 
