@@ -278,6 +278,16 @@ func TestChainReconciles(t *testing.T) {
 	}
 	_, table, _ := runCmd(ctx, "reconcile", "--db", engines["sqlite"], "--date", date)
 	t.Logf("reconcile %s:\n%s", date, table)
+	// Every date's open exceptions, on both engines: the oversell, until a manager resolves it.
+	for name, db := range engines {
+		code, out, errs := runCmd(ctx, "reconcile", "--db", db, "--open", "--format", "json")
+		var open reconcile.Open
+		if err := json.Unmarshal([]byte(out), &open); err != nil || code != 1 || len(open.Exceptions) != 1 ||
+			open.Exceptions[0].SKU != "BREAD" || open.Exceptions[0].BusinessDate != date {
+			t.Errorf("%s: reconcile --open exited %d (%v): %s%s; want T02's oversell of bread of %s, exit 1",
+				name, code, err, out, errs, date)
+		}
+	}
 
 	// With serve's stores file: the store declared the day and it reconciles; a second store
 	// in the file that HQ has nothing of (its upload stuck) makes the date fail.

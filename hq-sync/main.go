@@ -264,13 +264,18 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {
 	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", stderr)
 	var db, date, store, format, stores string
+	var open bool
 	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
 	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", "serve's stores file: each store in it HQ holds nothing of for the date is no_store_day (default: only stores with rows or a declaration)")
 	fs.StringVar(&date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
 	fs.StringVar(&store, "store", "", "one store (default: every store)")
 	fs.StringVar(&format, "format", "table", "table, json or csv")
+	fs.BoolVar(&open, "open", false, "instead, list the exceptions no store manager has resolved, of every business date (table or json); exit 0 if there are none, 1 if there are")
 	if err := fs.Parse(args); err != nil {
 		return false, err
+	}
+	if open && (date != "" || stores != "" || format == "csv") {
+		return false, usageError{errors.New("--open lists every date's open exceptions: no --date, no --stores, table or json")}
 	}
 	if date == "" {
 		date = time.Now().AddDate(0, 0, -1).Format(wire.BusinessDate)
@@ -301,6 +306,20 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return false, err
 	}
 	defer st.Close()
+	if open {
+		list, err := reconcile.RunOpen(ctx, st, store)
+		if err != nil {
+			return false, err
+		}
+		if format == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(list)
+		} else {
+			err = list.WriteTable(stdout)
+		}
+		return len(list.Exceptions) == 0, err
+	}
 	rep, err := reconcile.Run(ctx, st, date, store, expect...)
 	if err != nil {
 		return false, err

@@ -286,6 +286,10 @@ type Storage interface {
 	// Exceptions returns the exceptions of a business date that are not withdrawn, of each
 	// store (or one store), by store, kind, terminal, seq and SKU.
 	Exceptions(ctx context.Context, date, store string) ([]StoredException, error)
+	// OpenExceptions returns the exceptions of every business date that are neither
+	// withdrawn nor resolved, of each store (or one store), by business date, store, kind,
+	// terminal, seq and SKU.
+	OpenExceptions(ctx context.Context, store string) ([]StoredException, error)
 	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
 	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
 	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)

@@ -253,8 +253,8 @@ func ParseTime(s string) (time.Time, error) {
 }
 
 // ExceptionColumns are the columns of the exceptions table ScanExceptions reads, in order.
-const ExceptionColumns = `store, kind, terminal, seq, sku, change, code, detail, qty_short, at, resolved,
-	resolved_at, resolution, received_ms`
+const ExceptionColumns = `store, kind, terminal, seq, sku, business_date, change, code, detail, qty_short, at,
+	resolved, resolved_at, resolution, received_ms`
 
 // Rows is what ScanExceptions reads: database/sql's rows and pgx's alike.
 type Rows interface {
@@ -263,29 +263,30 @@ type Rows interface {
 	Err() error
 }
 
-// ScanExceptions reads the exceptions of business date date from rows of ExceptionColumns.
-func ScanExceptions(date string, rows Rows) ([]hq.StoredException, error) {
+// ScanExceptions reads exceptions from rows of ExceptionColumns; what names them in errors
+// ("exceptions of 2026-11-29").
+func ScanExceptions(what string, rows Rows) ([]hq.StoredException, error) {
 	var out []hq.StoredException
 	for rows.Next() {
-		x := hq.StoredException{Exception: hq.Exception{BusinessDate: date}}
+		var x hq.StoredException
 		var at, resolvedAt string
 		var received int64
-		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.Change, &x.Code, &x.Detail,
-			&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate, &x.Change, &x.Code,
+			&x.Detail, &x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution, &received); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		var err error
 		if x.At, err = ParseTime(at); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %s/%s: at: %w", date, x.Store, x.Key(), err)
+			return nil, fmt.Errorf("%s: %s/%s: at: %w", what, x.Store, x.Key(), err)
 		}
 		if x.ResolvedAt, err = ParseTime(resolvedAt); err != nil {
-			return nil, fmt.Errorf("exceptions of %s: %s/%s: resolved_at: %w", date, x.Store, x.Key(), err)
+			return nil, fmt.Errorf("%s: %s/%s: resolved_at: %w", what, x.Store, x.Key(), err)
 		}
 		x.ReceivedAt = time.UnixMilli(received).UTC()
 		out = append(out, x)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }

@@ -185,6 +185,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
+// WriteTable writes the open exceptions as a table, oldest business date first.
+func (o *Open) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "OPEN EXCEPTIONS (%d): flagged by the stores' ledgers, not resolved by their managers\n", len(o.Exceptions))
+	if len(o.Exceptions) > 0 {
+		fmt.Fprintln(tw, "DATE\tKIND\tSTORE\tTERMINAL\tSEQ\tSKU\tCODE\tQTY_SHORT\tDETAIL")
+	}
+	for i := range o.Exceptions {
+		x := &o.Exceptions[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.BusinessDate, x.Kind, x.Store, x.Terminal, x.Seq,
+			orDash(oneLine(x.SKU)), x.Code, orDash(qtyText(x.QtyShort)), orDash(exceptionNote(x)))
+	}
+	return tw.Flush()
+}
+
 // WriteCSV writes the report as CSV: CSVHeader, then one record per transaction
 // difference (section "txn"; ledger and hq hold the amounts), per disagreeing figure of a
 // terminal's totals (section "totals"; declared, ledger and hq hold the figure, empty for an

@@ -113,16 +113,17 @@ type MissingDeclaration struct {
 // the latest state HQ holds of it: an oversell (a sale took a SKU below zero) or a refund
 // the store's records of its sale do not cover, open or resolved by the store's manager.
 type StoreException struct {
-	Kind       string `json:"kind"` // hq.ExceptionOversell or hq.ExceptionRefund
-	Store      string `json:"store"`
-	Terminal   string `json:"terminal"`
-	Seq        int64  `json:"seq"`           // the sale's (oversell) or the refund's
-	SKU        string `json:"sku,omitempty"` // oversell: the SKU taken below zero
-	Code       string `json:"code"`
-	Detail     string `json:"detail,omitempty"`
-	QtyShort   int64  `json:"qty_short,omitempty"` // oversell: units below zero
-	Resolved   bool   `json:"resolved"`
-	Resolution string `json:"resolution,omitempty"`
+	Kind         string `json:"kind"` // hq.ExceptionOversell or hq.ExceptionRefund
+	Store        string `json:"store"`
+	BusinessDate string `json:"business_date"`
+	Terminal     string `json:"terminal"`
+	Seq          int64  `json:"seq"`           // the sale's (oversell) or the refund's
+	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero
+	Code         string `json:"code"`
+	Detail       string `json:"detail,omitempty"`
+	QtyShort     int64  `json:"qty_short,omitempty"` // oversell: units below zero
+	Resolved     bool   `json:"resolved"`
+	Resolution   string `json:"resolution,omitempty"`
 }
 
 // Report is the reconciliation of one business date (of one store, or of all).
@@ -398,10 +399,26 @@ func storeExceptions(xs []hq.StoredException) []StoreException {
 	out := make([]StoreException, len(xs))
 	for i := range xs {
 		x := &xs[i]
-		out[i] = StoreException{Kind: x.Kind, Store: x.Store, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+		out[i] = StoreException{Kind: x.Kind, Store: x.Store, BusinessDate: x.BusinessDate, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
 			Code: x.Code, Detail: x.Detail, QtyShort: x.QtyShort, Resolved: x.Resolved, Resolution: x.Resolution}
 	}
 	return out
+}
+
+// Open is the list of the exceptions the stores flagged that no store manager has resolved,
+// of every business date: what headquarters follows up, whatever night they were flagged on.
+type Open struct {
+	Store      string           `json:"store,omitempty"` // "" for all stores
+	Exceptions []StoreException `json:"exceptions"`
+}
+
+// RunOpen lists the open exceptions of one store, or of all ("").
+func RunOpen(ctx context.Context, st hq.Storage, store string) (Open, error) {
+	xs, err := st.OpenExceptions(ctx, store)
+	if err != nil {
+		return Open{}, err
+	}
+	return Open{Store: store, Exceptions: storeExceptions(xs)}, nil
 }
 
 // sameDeclarations reports whether a and b hold the same revisions of the same days.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -550,15 +551,28 @@ func TestExceptionsListed(t *testing.T) {
 
 	r := MustRun(t, st, "")
 	want := []StoreException{
-		{Kind: hq.ExceptionOversell, Store: "S1", Terminal: "T1", Seq: 2, SKU: "SKU-A", Code: hq.CodeOversold,
-			Detail: "2 crates", QtyShort: 1, Resolved: true, Resolution: "found\tin the\nback room"},
-		{Kind: hq.ExceptionOversell, Store: "S1", Terminal: "T1", Seq: 2, SKU: "SKU-B", Code: hq.CodeOversold, QtyShort: 3},
-		{Kind: hq.ExceptionRefund, Store: "S1", Terminal: "T2", Seq: 12, Code: "refund_exceeds_sale",
+		{Kind: hq.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-A",
+			Code: hq.CodeOversold, Detail: "2 crates", QtyShort: 1, Resolved: true, Resolution: "found\tin the\nback room"},
+		{Kind: hq.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-B",
+			Code: hq.CodeOversold, QtyShort: 3},
+		{Kind: hq.ExceptionRefund, Store: "S1", BusinessDate: date, Terminal: "T2", Seq: 12, Code: "refund_exceeds_sale",
 			Detail: "line 1: 2 refunded\nof 1 sold"},
-		{Kind: hq.ExceptionRefund, Store: "S2", Terminal: "T1", Seq: 7, Code: "refund_sale_unknown"},
+		{Kind: hq.ExceptionRefund, Store: "S2", BusinessDate: date, Terminal: "T1", Seq: 7, Code: "refund_sale_unknown"},
 	}
 	if !reflect.DeepEqual(r.Exceptions, want) {
 		t.Fatalf("exceptions\n got %+v\nwant %+v", r.Exceptions, want)
+	}
+	// Every date's open ones: the three of the date, then the next day's.
+	open, err := RunOpen(context.Background(), st, "")
+	wantOpen := append(slices.Clone(want[1:]), StoreException{Kind: hq.ExceptionOversell, Store: "S1",
+		BusinessDate: storetest.D2, Terminal: "T1", Seq: 30, SKU: "SKU-A", Code: hq.CodeOversold, QtyShort: 1})
+	if err != nil || !reflect.DeepEqual(open.Exceptions, wantOpen) {
+		t.Fatalf("open exceptions (%v)\n got %+v\nwant %+v", err, open.Exceptions, wantOpen)
+	}
+	var openTable strings.Builder
+	if err := open.WriteTable(&openTable); err != nil || !strings.Contains(openTable.String(), "OPEN EXCEPTIONS (4)") ||
+		!strings.Contains(openTable.String(), storetest.D2+"  oversell  S1") {
+		t.Fatalf("open exceptions' table (%v):\n%s", err, openTable.String())
 	}
 	if !r.OK() || len(r.Txns)+len(r.Totals)+len(r.Missing) != 0 || r.OpenExceptions() != 3 {
 		t.Fatalf("a clean day with exceptions: %s", r.Summary())

@@ -840,5 +840,20 @@ func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.Stored
 		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
 	}
 	defer rows.Close()
-	return hqstore.ScanExceptions(date, rows)
+	return hqstore.ScanExceptions("exceptions of "+date, rows)
+}
+
+// OpenExceptions implements hq.Storage.
+func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hq.StoredException, error) {
+	q, args := `SELECT `+hqstore.ExceptionColumns+` FROM exceptions WHERE NOT withdrawn AND NOT resolved`, []any{}
+	if store != "" {
+		q += ` AND store = $1`
+		args = append(args, store)
+	}
+	rows, err := s.pool.Query(ctx, q+` ORDER BY business_date, store, kind, terminal, seq, sku`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("open exceptions: %w", err)
+	}
+	defer rows.Close()
+	return hqstore.ScanExceptions("open exceptions", rows)
 }

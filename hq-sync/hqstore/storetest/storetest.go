@@ -81,6 +81,7 @@ func Run(t *testing.T, open func(t *testing.T) hq.Storage) {
 		{"ExceptionsByChange", testExceptionsByChange},
 		{"ExceptionsWithdrawn", testExceptionsWithdrawn},
 		{"ExceptionsFiltering", testExceptionsFiltering},
+		{"OpenExceptions", testOpenExceptions},
 		{"ExceptionsReplay", testExceptionsReplay},
 		{"ExceptionsOnly", testExceptionsOnly},
 		{"ExceptionsRefused", testExceptionsRefused},
@@ -1071,6 +1072,29 @@ func testExceptionsFiltering(t *testing.T, s hq.Storage) {
 	}
 	CheckExceptions(t, exceptionsOf(t, s, D1, "S3"), nil)
 	CheckExceptions(t, exceptionsOf(t, s, "2025-03-03", ""), nil)
+}
+
+// testOpenExceptions: the exceptions neither withdrawn nor resolved, of every date, of all
+// stores or one, by date first, then store, kind, terminal, seq and SKU.
+func testOpenExceptions(t *testing.T, s hq.Storage) {
+	open1 := Oversell("T1", 2, "SKU-1", D1, t0, 1, 1)
+	open2 := RefundException("T2", 7, D2, t0.Add(24*time.Hour), "refund_exceeds_sale", "", 2)
+	resolved := Resolved(Oversell("T1", 3, "SKU-1", D1, t0, 1, 3), t0.Add(time.Hour), "counted", 3)
+	gone := Withdrawn(RefundException("T1", 9, D1, t0, "refund_sale_unknown", "", 4), 4)
+	putExceptions(t, s, "S2", "b", 1, 4, open2, gone, resolved, open1)
+	putExceptions(t, s, "S1", "b", 2, 2, open2, resolved)
+	open := func(store string) []hq.StoredException {
+		t.Helper()
+		xs, err := s.OpenExceptions(context.Background(), store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xs
+	}
+	CheckExceptions(t, open(""), []hq.StoredException{StoredException("S2", open1, at(1)),
+		StoredException("S1", open2, at(2)), StoredException("S2", open2, at(1))})
+	CheckExceptions(t, open("S1"), []hq.StoredException{StoredException("S1", open2, at(2))})
+	CheckExceptions(t, open("S3"), nil)
 }
 
 // testExceptionsReplay: a replayed batch answers its original receipt and applies none of
