@@ -326,3 +326,30 @@ func get(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// TestReconcileOpenFlags: --open conflicts only with flags given on its command line:
+// POSGATE_HQ_STORES, which serve and reconcile share on an HQ host, does not stop it.
+func TestReconcileOpenFlags(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "hq.db")
+	st, err := openStorage(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	stores := filepath.Join(dir, "stores.json")
+	if err := os.WriteFile(stores, []byte(`[{"store":"S1","secret":"s"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("POSGATE_HQ_STORES", stores)
+	if code, out, errs := runCmd(ctx, "reconcile", "--db", db, "--open"); code != 0 || !strings.Contains(out, "OPEN EXCEPTIONS (0)") {
+		t.Errorf("--open with POSGATE_HQ_STORES set: exit %d: %s%s", code, out, errs)
+	}
+	for _, args := range [][]string{{"--date", "2026-11-29"}, {"--stores", stores}, {"--format", "csv"}} {
+		if code, _, errs := runCmd(ctx, append([]string{"reconcile", "--db", db, "--open"}, args...)...); code != 2 ||
+			!strings.Contains(errs, "--open lists every date's open exceptions") {
+			t.Errorf("--open %v: exit %d: %s", args, code, errs)
+		}
+	}
+}

@@ -274,8 +274,15 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
-	if open && (date != "" || stores != "" || format == "csv") {
-		return false, usageError{errors.New("--open lists every date's open exceptions: no --date, no --stores, table or json")}
+	if open {
+		// --stores may come from POSGATE_HQ_STORES, which serve and reconcile share: only a
+		// flag given here conflicts.
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if given["date"] || given["stores"] || (format != "table" && format != "json") {
+			return false, usageError{errors.New("--open lists every date's open exceptions: no --date, no --stores, --format table or json")}
+		}
+		stores = ""
 	}
 	if date == "" {
 		date = time.Now().AddDate(0, 0, -1).Format(wire.BusinessDate)
