@@ -617,32 +617,30 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 // Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
 // order; withdrawn ones are left out.
 func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
-	q, args := `SELECT `+hqstore.ExceptionColumns+` FROM exceptions WHERE business_date = ? AND NOT withdrawn`, []any{date}
-	if store != "" {
-		q += ` AND store = ?`
-		args = append(args, store)
-	}
-	rows, err := s.db.R.QueryContext(ctx, q+` ORDER BY store, kind, terminal, seq, sku`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("exceptions of %s: %w", date, err)
-	}
-	defer rows.Close()
-	return hqstore.ScanExceptions("exceptions of "+date, rows)
+	return s.exceptions(ctx, "exceptions of "+date, `business_date = ? AND NOT withdrawn`,
+		`store, kind, terminal, seq, sku`, store, date)
 }
 
 // OpenExceptions implements hq.Storage.
 func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hq.StoredException, error) {
-	q, args := `SELECT `+hqstore.ExceptionColumns+` FROM exceptions WHERE NOT withdrawn AND NOT resolved`, []any{}
+	return s.exceptions(ctx, "open exceptions", `NOT withdrawn AND NOT resolved`,
+		`business_date, store, kind, terminal, seq, sku`, store)
+}
+
+// exceptions reads the exceptions where cond holds (with args), of store if not "", in
+// order; what names them in errors.
+func (s *Store) exceptions(ctx context.Context, what, cond, order, store string, args ...any) ([]hq.StoredException, error) {
+	q := `SELECT ` + hqstore.ExceptionColumns + ` FROM exceptions WHERE ` + cond
 	if store != "" {
-		q += ` AND store = ?`
 		args = append(args, store)
+		q += ` AND store = ?`
 	}
-	rows, err := s.db.R.QueryContext(ctx, q+` ORDER BY business_date, store, kind, terminal, seq, sku`, args...)
+	rows, err := s.db.R.QueryContext(ctx, q+` ORDER BY `+order, args...)
 	if err != nil {
-		return nil, fmt.Errorf("open exceptions: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	return hqstore.ScanExceptions("open exceptions", rows)
+	return hqstore.ScanExceptions(what, rows)
 }
 
 // rawConn is a read-only connection used through the driver's own interfaces.
