@@ -46,8 +46,8 @@ type Config struct {
 	// HeartbeatEvery queues a heartbeat event this often while online (0: never).
 	HeartbeatEvery time.Duration
 	// BacklogEvery is how often, while online, the lane looks at the backlog and publishes
-	// it on the terminal's backlog topic if it changed (and every wire.BacklogRefresh if
-	// not); it also publishes it on each connection. 0: never, and a connection clears the
+	// it on the terminal's backlog topic if it changed (and within every wire.BacklogRefresh
+	// if not; at most half a refresh); it also publishes it on each connection. 0: never, and a connection clears the
 	// retained report an earlier run left, which would otherwise stand for the till.
 	BacklogEvery time.Duration
 	Logger       *slog.Logger
@@ -648,8 +648,8 @@ func (u *Uplink) heartbeatLoop(ctx context.Context) {
 
 // backlogLoop publishes the backlog while online every BacklogEvery if the count or the
 // oldest event changed since the last report (its age alone does not count: the store ages
-// it from when it heard it), or wire.BacklogRefresh has passed (a QoS 0 report the broker
-// dropped, or a retained one it lost, is replaced within it). A new connection publishes at
+// it from when it heard it), and unchanged within every wire.BacklogRefresh (a QoS 0 report
+// the broker dropped, or a retained one it lost, is replaced within it). A new connection publishes at
 // once (onConnect) and starts the interval over.
 func (u *Uplink) backlogLoop(ctx context.Context) {
 	t := time.NewTicker(u.cfg.BacklogEvery)
@@ -674,10 +674,10 @@ func (u *Uplink) backlogLoop(ctx context.Context) {
 
 // publishBacklog publishes what the outbox holds unacknowledged on the terminal's retained
 // backlog topic, unless force is false and it is what the last report the broker took said,
-// less than wire.BacklogRefresh ago. A heartbeat
-// goes behind the events it counts, so by the time the store has it they are there too;
-// this report goes beside them, so the store sees what a till back from offline still
-// holds while it sends it, and sees it reach 0.
+// and the next tick still comes within a refresh of that report. A heartbeat goes behind the
+// events it counts, so by the time the store has it they are there too; this report goes
+// beside them, so the store sees what a till back from offline still holds while it sends
+// it, and sees it reach 0.
 //
 // QoS 0: nothing to wait for, and a broker that refuses the topic (a store of an earlier
 // release) drops the report instead of closing the connection. Reports are published one
