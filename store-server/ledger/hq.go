@@ -333,19 +333,9 @@ const (
 // (before 016).
 func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
 	xs []hq.Exception, last int64, full bool, err error) {
-	var tables int
-	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
-		WHERE type = 'table' AND name = 'exception_changes'`).Scan(&tables); err != nil || tables == 0 {
+	stateOfRefund, err := r.refundStateQuery(ctx)
+	if err != nil || stateOfRefund == "" {
 		return nil, afterID, false, err
-	}
-	stateOfRefund := selRefundExceptionState
-	var earlier int
-	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('refund_exceptions')
-		WHERE name = 'earlier'`).Scan(&earlier); err != nil {
-		return nil, afterID, false, err
-	}
-	if earlier == 0 {
-		stateOfRefund = selRefundExceptionState015
 	}
 	last = afterID
 	read := 0
@@ -376,6 +366,29 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Change < out[j].Change })
 	return out, last, read == limit, nil
+}
+
+// refundStateQuery returns the query of a refund exception's state for the ledger's
+// migrations, or "" before 014 (no exception changes). The ledger is probed only until it
+// is found at 016: the uploader polls, and migrations only add.
+func (r *HQReader) refundStateQuery(ctx context.Context) (string, error) {
+	if r.l.migrated016.Load() {
+		return selRefundExceptionState, nil
+	}
+	var changes, earlier int
+	err := r.tx.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'exception_changes'),
+		(SELECT count(*) FROM pragma_table_info('refund_exceptions') WHERE name = 'earlier')`).Scan(&changes, &earlier)
+	switch {
+	case err != nil:
+		return "", err
+	case changes == 0:
+		return "", nil
+	case earlier == 0:
+		return selRefundExceptionState015, nil
+	}
+	r.l.migrated016.Store(true)
+	return selRefundExceptionState, nil
 }
 
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it

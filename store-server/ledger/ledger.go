@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/posgate/posgate/internal/sqlitedb"
@@ -74,6 +75,10 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	prep map[string]*sql.Stmt // statements prepared on the writer connection, by query
+
+	// migrated016 is set once a reader found the ledger at migration 016 or later (a
+	// store-server of this release migrated it): migrations only add, so it stays so.
+	migrated016 atomic.Bool
 }
 
 // Open opens (creating and migrating) the ledger of store storeID at path. loc is the
