@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -239,7 +238,7 @@ func (m *Main) Run(ctx context.Context) error {
 		log.Warn("publish catalog", "err", err)
 	}
 	if m.Sentinels != "" {
-		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in, log)
+		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
 	}
 
 	ln, err := net.Listen("tcp", m.APIListen)
@@ -332,36 +331,6 @@ func sameItems(a, b []wire.CatalogItem) bool {
 		}
 	}
 	return true
-}
-
-// watchFailover subscribes to the Sentinels' +switch-master and asks ingest to rebuild.
-func watchFailover(ctx context.Context, addrs []string, master, password string, in *ingest.Ingest, log *slog.Logger) {
-	for ctx.Err() == nil {
-		for _, addr := range addrs {
-			sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password, DialTimeout: time.Second})
-			sub := sc.Subscribe(ctx, "+switch-master")
-			if _, err := sub.Receive(ctx); err != nil {
-				sub.Close()
-				sc.Close()
-				continue
-			}
-			for msg := range sub.Channel() {
-				if strings.HasPrefix(msg.Payload, master+" ") {
-					log.Warn("redis failover seen; rebuilding the projection", "switch", msg.Payload)
-					in.Rebuild()
-				}
-			}
-			sub.Close()
-			sc.Close()
-			if ctx.Err() != nil {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // loopback turns a wildcard listen address into one a local client can dial.
