@@ -614,15 +614,14 @@ func (s *Server) hq(r *http.Request) (any, error) {
 }
 
 func (s *Server) limits(r *http.Request) (any, error) {
-	l, err := s.Gate.Limits(r.Context())
-	if err != nil {
-		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
-	}
-	pct, ttl, err := s.Gate.Promo(r.Context())
-	if err != nil {
-		return nil, perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
-	}
-	return map[string]any{"limits": l, "promo_percent": pct, "promo_expires_in_ms": ttl.Milliseconds()}, nil
+	return limitsAnswer(s.Ingest.Policy(), s.Now()), nil
+}
+
+// limitsAnswer is what GET /v1/limits answers: the limits the manager set (the defaults for
+// those not set) and the promo running at now.
+func limitsAnswer(p store.Policy, now time.Time) map[string]any {
+	pct, left := p.Promo(now)
+	return map[string]any{"limits": p.Limits.OrDefault(), "promo_percent": pct, "promo_expires_in_ms": left.Milliseconds()}
 }
 
 func (s *Server) setLimits(r *http.Request) (any, error) {
@@ -633,10 +632,11 @@ func (s *Server) setLimits(r *http.Request) (any, error) {
 	if l.WindowMs <= 0 || l.Store <= 0 || l.Terminal <= 0 || l.Scan <= 0 || l.Pay <= 0 || l.Refund <= 0 {
 		return nil, perr.New(perr.Invalid, "limits_invalid", "every limit and the window must be positive")
 	}
-	if err := s.Gate.SetLimits(r.Context(), l); err != nil {
-		return nil, gateError(err, "limits_invalid")
+	p, err := s.Ingest.SetLimits(r.Context(), l)
+	if err != nil {
+		return nil, policyError(err, "limits_invalid")
 	}
-	return s.limits(r)
+	return limitsAnswer(p, s.Now()), nil
 }
 
 // PromoRequest sets the promo coefficient for a while; it falls back to 100% by itself.
@@ -661,17 +661,18 @@ func (s *Server) setPromo(r *http.Request) (any, error) {
 	if req.Percent < 100 || req.Percent > 1000 {
 		return nil, perr.New(perr.Invalid, "promo_percent_invalid", "percent is between 100 (no promo) and 1000")
 	}
-	if err := s.Gate.SetPromo(r.Context(), req.Percent, ttl); err != nil {
-		return nil, gateError(err, "promo_percent_invalid")
+	p, err := s.Ingest.SetPromo(r.Context(), req.Percent, ttl)
+	if err != nil {
+		return nil, policyError(err, "promo_percent_invalid")
 	}
-	return s.limits(r)
+	return limitsAnswer(p, s.Now()), nil
 }
 
-// gateError maps a gate error: a value the gate refuses is the caller's (400 with code);
-// anything else means Redis could not be reached.
-func gateError(err error, code string) error {
+// policyError maps an error of changing the live limits or promo: a value the gate refuses
+// is the caller's (400 with code); anything else is the ledger's, which could not record it.
+func policyError(err error, code string) error {
 	if perr.KindOf(err) == perr.Invalid {
 		return perr.Wrap(err, perr.Invalid, code, "%s", perr.As(err).Message)
 	}
-	return perr.Wrap(err, perr.Unavailable, "redis_unavailable", "limits live in Redis, which is not reachable")
+	return perr.Wrap(err, perr.Unavailable, "ledger_unavailable", "the ledger could not record the limits: %v", err)
 }

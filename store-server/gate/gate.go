@@ -358,11 +358,9 @@ func (g *Gate) Limits(ctx context.Context) (store.Limits, error) {
 	return l, nil
 }
 
-// SetLimits sets the store's live limits. A zero field means the default
-// (store.DefaultLimits); limits go up to MaxLimit and the window up to MaxWindowMs. The
-// new limits apply to the next call of every script, with the entries already in the
-// windows.
-func (g *Gate) SetLimits(ctx context.Context, l store.Limits) error {
+// CheckLimits returns a perr.Invalid error (code gate_invalid) if l breaks a rule of
+// SetLimits.
+func CheckLimits(l store.Limits) error {
 	for _, f := range limitFields {
 		v, top := *f.get(&l), int64(MaxLimit)
 		if f.name == "window_ms" {
@@ -372,7 +370,36 @@ func (g *Gate) SetLimits(ctx context.Context, l store.Limits) error {
 			return perr.New(perr.Invalid, CodeInvalid, "limit %s must be between 0 (the default) and %d, got %d", f.name, top, v)
 		}
 	}
+	return nil
+}
+
+// CheckPromo returns a perr.Invalid error (code gate_invalid) if a promo of percent for ttl
+// breaks a rule of SetPromo (ttl ≤ 0 is Options.PromoTTL there).
+func CheckPromo(percent int64, ttl time.Duration) error {
+	if percent < 1 || percent > MaxPromo {
+		return perr.New(perr.Invalid, CodeInvalid, "promo percent must be between 1 and %d, got %d", MaxPromo, percent)
+	}
+	if ttl > 0 && ttl < time.Millisecond {
+		return perr.New(perr.Invalid, CodeInvalid, "promo must last at least 1ms, got %v", ttl)
+	}
+	return nil
+}
+
+// SetLimits sets the store's live limits. A zero field means the default
+// (store.DefaultLimits); limits go up to MaxLimit and the window up to MaxWindowMs. The
+// new limits apply to the next call of every script, with the entries already in the
+// windows.
+func (g *Gate) SetLimits(ctx context.Context, l store.Limits) error {
+	if err := CheckLimits(l); err != nil {
+		return err
+	}
 	pipe := g.rdb.TxPipeline()
+	g.setLimits(ctx, pipe, l)
+	_, err := pipe.Exec(ctx)
+	return g.fail("set limits", err)
+}
+
+func (g *Gate) setLimits(ctx context.Context, pipe redis.Pipeliner, l store.Limits) {
 	for _, f := range limitFields {
 		if v := *f.get(&l); v > 0 {
 			pipe.HSet(ctx, g.k.limits(), f.name, strconv.FormatInt(v, 10))
@@ -380,31 +407,47 @@ func (g *Gate) SetLimits(ctx context.Context, l store.Limits) error {
 			pipe.HDel(ctx, g.k.limits(), f.name)
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	return g.fail("set limits", err)
 }
 
 // SetPromo multiplies every live limit by percent/100 (150 = ×1.5, rounded down) for ttl,
 // after which the promo ends by itself; ttl ≤ 0 means Options.PromoTTL. percent is 1 to
 // MaxPromo; 100 ends a running promo at once.
 func (g *Gate) SetPromo(ctx context.Context, percent int64, ttl time.Duration) error {
-	if percent < 1 || percent > MaxPromo {
-		return perr.New(perr.Invalid, CodeInvalid, "promo percent must be between 1 and %d, got %d", MaxPromo, percent)
+	if err := CheckPromo(percent, ttl); err != nil {
+		return err
 	}
 	if ttl <= 0 {
 		ttl = g.o.PromoTTL
 	}
-	if ttl < time.Millisecond {
-		return perr.New(perr.Invalid, CodeInvalid, "promo must last at least 1ms, got %v", ttl)
-	}
 	pipe := g.rdb.TxPipeline()
-	if percent == 100 {
+	g.setPromo(ctx, pipe, percent, ttl)
+	_, err := pipe.Exec(ctx)
+	return g.fail("set promo", err)
+}
+
+func (g *Gate) setPromo(ctx context.Context, pipe redis.Pipeliner, percent int64, ttl time.Duration) {
+	if percent == 100 || ttl <= 0 {
 		pipe.Del(ctx, g.k.promo())
 	} else {
 		pipe.Set(ctx, g.k.promo(), strconv.FormatInt(percent, 10), ttl)
 	}
+}
+
+// SetPolicy gives Redis the live limits and promo of p as they stand at now, in one
+// transaction: the limits exactly, and the promo for what is left of it, or none.
+func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) error {
+	if err := CheckLimits(p.Limits); err != nil {
+		return err
+	}
+	pct, left := p.Promo(now)
+	if err := CheckPromo(pct, left); err != nil {
+		return err
+	}
+	pipe := g.rdb.TxPipeline()
+	g.setLimits(ctx, pipe, p.Limits)
+	g.setPromo(ctx, pipe, pct, left.Round(time.Millisecond))
 	_, err := pipe.Exec(ctx)
-	return g.fail("set promo", err)
+	return g.fail("set limits and promo", err)
 }
 
 // Promo returns the running promo coefficient in percent and the time it has left, or 100

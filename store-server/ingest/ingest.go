@@ -73,9 +73,6 @@ type Config struct {
 	BreakerErrors int           // consecutive gate failures that open the breaker (default 3)
 	BreakerSlow   time.Duration // a gate call slower than this counts as a failure (default 500ms)
 	ProbeEvery    time.Duration // how often an open breaker probes Redis (default 1s)
-	// DegradedLimits is the in-process limiter used while degraded (default: half of
-	// store.DefaultLimits, rounded up).
-	DegradedLimits *store.Limits
 	// Observer, if not nil, is told how long ingest's steps take.
 	Observer Observer
 }
@@ -105,6 +102,8 @@ type Ingest struct {
 	// wait one whole commit more, and add nothing when the committer is the slower stage.
 	commits    chan *decided
 	committing sync.WaitGroup
+
+	policyMu sync.Mutex // orders the manager's changes of the live limits and promo
 
 	mu      sync.Mutex
 	mode    Mode
@@ -180,16 +179,10 @@ func New(cfg Config) *Ingest {
 	if cfg.ProbeEvery <= 0 {
 		cfg.ProbeEvery = time.Second
 	}
-	if cfg.DegradedLimits == nil {
-		d := store.DefaultLimits
-		half := func(v int64) int64 { return (v + 1) / 2 }
-		d.Store, d.Terminal, d.Scan, d.Pay, d.Refund = half(d.Store), half(d.Terminal), half(d.Scan), half(d.Pay), half(d.Refund)
-		cfg.DegradedLimits = &d
-	}
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
 		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
-		limiter: newLocalLimiter(*cfg.DegradedLimits), stopped: make(chan struct{}),
+		limiter: newLocalLimiter(store.Policy{PromoPercent: 100}), stopped: make(chan struct{}),
 	}
 }
 
@@ -272,6 +265,13 @@ func (in *Ingest) Run(ctx context.Context) error {
 		return err
 	}
 	in.next = next
+	// The limiter of degraded mode holds to the manager's limits from the start: Redis may
+	// not answer the first rebuild.
+	if p, ok, err := in.cfg.Ledger.Policy(ctx); err != nil {
+		return err
+	} else if ok {
+		in.limiter.set(p)
+	}
 	in.tryRebuild(ctx)
 	// The committer writes group N while the loop decides group N+1, and the acker publishes
 	// the acks of group N-1: publishing (encoding, one message per terminal) is off the
@@ -364,12 +364,124 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 	if err == nil {
 		err = in.cfg.Gate.Rebuild(rctx, snap)
 	}
+	if err == nil {
+		err = in.restorePolicy(rctx)
+	}
 	if err != nil {
 		in.setMode(ModeDegraded)
 		return err
 	}
 	in.setMode(ModeRedis)
 	return nil
+}
+
+// restorePolicy gives Redis the manager's live limits and promo from the ledger, which an
+// empty Redis has lost. A ledger that has none yet (kept by a store-server of an earlier
+// release in Redis alone) takes Redis's. The caller holds proj.
+func (in *Ingest) restorePolicy(ctx context.Context) error {
+	p, ok, err := in.cfg.Ledger.Policy(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if p, err = in.redisPolicy(ctx); err != nil {
+			return err
+		}
+		if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
+			return err
+		}
+	}
+	if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
+		return err
+	}
+	in.limiter.set(p)
+	return nil
+}
+
+// redisPolicy reads the live limits and promo Redis holds, a limit equal to the default's
+// read as the default.
+func (in *Ingest) redisPolicy(ctx context.Context) (store.Policy, error) {
+	l, err := in.cfg.Gate.Limits(ctx)
+	if err != nil {
+		return store.Policy{}, err
+	}
+	pct, left, err := in.cfg.Gate.Promo(ctx)
+	if err != nil {
+		return store.Policy{}, err
+	}
+	d := store.DefaultLimits
+	for _, f := range []struct{ v, d *int64 }{
+		{&l.WindowMs, &d.WindowMs}, {&l.Store, &d.Store}, {&l.Terminal, &d.Terminal},
+		{&l.Scan, &d.Scan}, {&l.Pay, &d.Pay}, {&l.Refund, &d.Refund},
+	} {
+		if *f.v == *f.d {
+			*f.v = 0
+		}
+	}
+	p := store.Policy{Limits: l, PromoPercent: 100}
+	if pct != 100 && left > 0 {
+		p.PromoPercent, p.PromoUntil = pct, time.UnixMilli(in.cfg.Now().Add(left).UnixMilli())
+	}
+	return p, nil
+}
+
+// Policy returns the store's live limits and promo, as the ledger holds them.
+func (in *Ingest) Policy() store.Policy { return in.limiter.policy() }
+
+// SetLimits records the manager's live limits (a zero field: the default's) in the ledger,
+// then has the in-process limiter and Redis hold to them: Redis at once in Redis mode,
+// otherwise through the rebuild to come.
+func (in *Ingest) SetLimits(ctx context.Context, l store.Limits) (store.Policy, error) {
+	if err := gate.CheckLimits(l); err != nil {
+		return store.Policy{}, err
+	}
+	return in.setPolicy(ctx, func(p *store.Policy) { p.Limits = l })
+}
+
+// SetPromo records a promo of percent (100: none) for ttl in the ledger and has the
+// in-process limiter and Redis hold to it, as SetLimits does.
+func (in *Ingest) SetPromo(ctx context.Context, percent int64, ttl time.Duration) (store.Policy, error) {
+	if ttl <= 0 {
+		ttl = gate.DefaultPromoTTL
+	}
+	if err := gate.CheckPromo(percent, ttl); err != nil {
+		return store.Policy{}, err
+	}
+	until := time.UnixMilli(in.cfg.Now().Add(ttl).UnixMilli()) // as the ledger keeps it
+	return in.setPolicy(ctx, func(p *store.Policy) {
+		p.PromoPercent, p.PromoUntil = percent, until
+		if percent == 100 {
+			p.PromoUntil = time.Time{}
+		}
+	})
+}
+
+// setPolicy changes the ledger's policy and has the projection follow, ordered with
+// rebuilds as AdjustStock is: a rebuild reads the policy after this has written it.
+func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (store.Policy, error) {
+	in.proj.RLock()
+	defer in.proj.RUnlock()
+	in.policyMu.Lock() // one change at a time: each starts from the one before
+	defer in.policyMu.Unlock()
+	p, ok, err := in.cfg.Ledger.Policy(ctx)
+	if err != nil {
+		return p, err
+	}
+	if !ok {
+		p = in.limiter.policy()
+	}
+	change(&p)
+	if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
+		return p, err
+	}
+	in.limiter.set(p)
+	if in.Mode() == ModeRedis {
+		if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
+			in.log.Warn("redis limits not set; rebuilding", "err", err)
+			in.Rebuild()
+		}
+	}
+	return p, nil
 }
 
 // AdjustStock books a stock adjustment of the manager's (ledger.Adjust: idempotent by id)

@@ -9,15 +9,30 @@ import (
 
 // localLimiter is the in-process, conservative stand-in for the Redis limiter while Redis is
 // unreachable: the same three layers (store, terminal, action) as sliding-window logs, all
-// checked before any is recorded.
+// checked before any is recorded, at half the store's limits in force (store.Policy.Degraded).
+// It also holds the store's policy for ingest: the ledger's, as last read or set.
 type localLimiter struct {
-	mu     sync.Mutex
-	limits store.Limits
-	logs   map[string][]time.Time
+	mu   sync.Mutex
+	pol  store.Policy
+	logs map[string][]time.Time
 }
 
-func newLocalLimiter(l store.Limits) *localLimiter {
-	return &localLimiter{limits: l, logs: map[string][]time.Time{}}
+func newLocalLimiter(p store.Policy) *localLimiter {
+	return &localLimiter{pol: p, logs: map[string][]time.Time{}}
+}
+
+// policy returns the store's policy the limiter holds to.
+func (l *localLimiter) policy() store.Policy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pol
+}
+
+// set has the limiter hold to p from now on, with the entries already in its windows.
+func (l *localLimiter) set(p store.Policy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pol = p
 }
 
 // allow checks and records one live event of action for terminal at now. When refused it
@@ -25,14 +40,15 @@ func newLocalLimiter(l store.Limits) *localLimiter {
 func (l *localLimiter) allow(now time.Time, terminal, action string) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	window := time.Duration(l.limits.WindowMs) * time.Millisecond
+	lim := l.pol.Degraded(now)
+	window := time.Duration(lim.WindowMs) * time.Millisecond
 	layers := []struct {
 		key   string
 		limit int64
 	}{
-		{"s", l.limits.Store},
-		{"t:" + terminal, l.limits.Terminal},
-		{"a:" + terminal + ":" + action, l.limits.Action(action)},
+		{"s", lim.Store},
+		{"t:" + terminal, lim.Terminal},
+		{"a:" + terminal + ":" + action, lim.Action(action)},
 	}
 	var retry time.Duration
 	for _, ly := range layers {

@@ -4,6 +4,8 @@
 package store
 
 import (
+	"time"
+
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -29,6 +31,58 @@ type Limits struct {
 // DefaultLimits is the policy of a store that set none: per second, store 1000, terminal 100,
 // scan 20, pay 5, refund 3.
 var DefaultLimits = Limits{WindowMs: 1000, Store: 1000, Terminal: 100, Scan: 20, Pay: 5, Refund: 3}
+
+// Policy is what the manager set for the store's live limits: the limits (a zero field is
+// the default's) and a promo of PromoPercent until PromoUntil. The ledger keeps it, and every
+// rebuild gives it to Redis, whose copy is lost with its data.
+type Policy struct {
+	Limits       Limits
+	PromoPercent int64     // 100: no promo
+	PromoUntil   time.Time // when the promo ends by itself
+}
+
+// Promo returns the promo percent at now (100 once it has ended) and how long it has left.
+func (p Policy) Promo(now time.Time) (percent int64, left time.Duration) {
+	if p.PromoPercent <= 0 || p.PromoPercent == 100 || !now.Before(p.PromoUntil) {
+		return 100, 0
+	}
+	return p.PromoPercent, p.PromoUntil.Sub(now)
+}
+
+// Effective returns the limits in force at now, as the gate script computes them: every
+// limit times the promo, rounded down; a zero field takes the default's.
+func (p Policy) Effective(now time.Time) Limits {
+	l := p.Limits.OrDefault()
+	pct, _ := p.Promo(now)
+	for _, f := range []*int64{&l.Store, &l.Terminal, &l.Scan, &l.Pay, &l.Refund} {
+		*f = *f * pct / 100 // each at most 1e9 (gate.MaxLimit), pct at most 1e4
+	}
+	return l
+}
+
+// Degraded returns the limits of the in-process limiter that stands in for Redis's at now:
+// half of Effective, rounded up, in the same window.
+func (p Policy) Degraded(now time.Time) Limits {
+	l := p.Effective(now)
+	for _, f := range []*int64{&l.Store, &l.Terminal, &l.Scan, &l.Pay, &l.Refund} {
+		*f = (*f + 1) / 2
+	}
+	return l
+}
+
+// OrDefault returns l with every zero field taken from DefaultLimits.
+func (l Limits) OrDefault() Limits {
+	d := DefaultLimits
+	for _, f := range []struct{ v, d *int64 }{
+		{&l.WindowMs, &d.WindowMs}, {&l.Store, &d.Store}, {&l.Terminal, &d.Terminal},
+		{&l.Scan, &d.Scan}, {&l.Pay, &d.Pay}, {&l.Refund, &d.Refund},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	return l
+}
 
 // Action returns the limit of an action.
 func (l Limits) Action(a string) int64 {

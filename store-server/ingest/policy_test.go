@@ -1,0 +1,134 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/store"
+)
+
+// sendWait hands ingest one up message of T1 and returns the acks of the next acks message.
+func sendWait(t *testing.T, in *Ingest, out *sent, body []byte) []wire.Ack {
+	t.Helper()
+	out.mu.Lock()
+	n := len(out.msgs)
+	out.mu.Unlock()
+	in.Handle(wire.UpTopic(testStore, "T1"), body)
+	select {
+	case <-out.got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ack")
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.msgs[n].Acks
+}
+
+// TestLimitsSurviveRedisRestart: the manager lowered the live pay limit to 1 a minute and set
+// a promo. Redis restarts empty (it runs without persistence) and the store rebuilds its
+// projection: Redis has the manager's limits and promo again, and holds live sales to them.
+// They lived in Redis alone, and the store went back to the defaults without a word.
+func TestLimitsSurviveRedisRestart(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, _, out := newIngestOn(t, s)
+	in.cfg.ProbeEvery = 50 * time.Millisecond
+	runIngest(t, in)
+	waitMode(t, in, ModeRedis)
+	ctx := context.Background()
+	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.SetPromo(ctx, 150, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Redis[0]
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// An offline sale (never limited) makes the gate meet the new server.
+	sendWait(t, in, out, testSale("T1", 1, time.Now(), true))
+	waitMode(t, in, ModeRedis)
+	l, err := in.cfg.Gate.Limits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct, left, err := in.cfg.Gate.Promo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.WindowMs != 60_000 || l.Pay != 2 || l.Scan != store.DefaultLimits.Scan || pct != 150 ||
+		left <= 59*time.Minute || left > time.Hour {
+		t.Fatalf("after a Redis restart and rebuild Redis holds limits %+v, promo %d%% for %v; "+
+			"the manager set pay 2 a minute and 150%% for an hour", l, pct, left)
+	}
+	accepted := 0
+	for seq := int64(2); seq <= 5; seq++ {
+		if a := sendWait(t, in, out, testSale("T1", seq, time.Now(), false))[0]; a.Status == wire.AckAccepted {
+			accepted++
+		}
+	}
+	if accepted != 3 { // floor(2 × 150%)
+		t.Fatalf("%d of 4 live sales accepted within a minute; the limit is 3 (2 at 150%%)", accepted)
+	}
+}
+
+// TestDegradedLimiterHoldsToStoreLimits: the manager set the live pay limit to 1 a minute.
+// With Redis down the store sells on the ledger with its in-process limiter, at half the
+// store's limits (rounded up: 1): it accepted half the defaults, 3 a second.
+func TestDegradedLimiterHoldsToStoreLimits(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, _, out := newIngestOn(t, s)
+	runIngest(t, in)
+	waitMode(t, in, ModeRedis)
+	ctx := context.Background()
+	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Redis[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var verdicts []string
+	for seq := int64(1); seq <= 3; seq++ {
+		a := sendWait(t, in, out, testSale("T1", seq, time.Now(), false))[0]
+		verdicts = append(verdicts, string(a.Status)+"/"+string(in.Mode()))
+	}
+	if want := "[accepted/degraded rate_limited/degraded rate_limited/degraded]"; fmt.Sprint(verdicts) != want {
+		t.Fatalf("live sales with Redis down: %v, want %s", verdicts, want)
+	}
+}
+
+// TestLimitsKeptInRedisAlone: a store-server of an earlier release kept the manager's limits
+// in Redis alone. The first rebuild of this one records them in the ledger, which then keeps
+// them through a Redis restart.
+func TestLimitsKeptInRedisAlone(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, _ := newIngestOn(t, s)
+	ctx := context.Background()
+	if err := in.cfg.Gate.SetLimits(ctx, store.Limits{Refund: 1, Terminal: store.DefaultLimits.Terminal}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.cfg.Gate.SetPromo(ctx, 200, 30*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	runIngest(t, in)
+	waitMode(t, in, ModeRedis)
+	p, ok, err := led.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct, left := p.Promo(time.Now())
+	if !ok || p.Limits != (store.Limits{Refund: 1}) || pct != 200 || left <= 29*time.Minute {
+		t.Fatalf("the ledger took %+v (set: %v), promo %d%% for %v from Redis; want refund 1, the rest default, 200%% for 30m",
+			p.Limits, ok, pct, left)
+	}
+	if got := in.Policy(); got != p {
+		t.Fatalf("ingest holds to %+v, the ledger %+v", got, p)
+	}
+}
