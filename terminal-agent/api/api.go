@@ -164,6 +164,9 @@ type EventRef struct {
 	Key     string `json:"key"`
 	Offline bool   `json:"offline"` // decided by the terminal without the store's verdict
 	FlowNo  int64  `json:"flow_no,omitempty"`
+	// Parked: the store rejected the event the terminal had decided; the step stands and
+	// the event is listed by GET /v1/parked.
+	Parked bool `json:"parked,omitempty"`
 }
 
 // mutation is one state-changing request: apply runs inside the outbox transaction and
@@ -240,7 +243,8 @@ func (s *Server) answer(ctx context.Context, ref string, seq int64, v uplink.Ver
 	}
 	var ev *EventRef
 	if seq > 0 {
-		ev = &EventRef{Seq: seq, Key: wire.Key(s.store.Config().Terminal, seq), Offline: v.Ack == nil}
+		ev = &EventRef{Seq: seq, Key: wire.Key(s.store.Config().Terminal, seq), Offline: v.Ack == nil || v.Parked,
+			Parked: v.Parked}
 		if v.Ack != nil && v.Ack.Result != nil {
 			ev.FlowNo = v.Ack.Result.FlowNo
 		}

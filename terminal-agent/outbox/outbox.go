@@ -481,6 +481,10 @@ const (
 	KVCatalogVersion = "catalog_version"
 	KVOfflineSince   = "offline_since_ms" // 0 while the store is reachable
 	KVLastAck        = "last_ack_ms"
+	// KVSilentSince is when the lane sent the first message the store has not answered,
+	// once that is longer ago than the ack timeout (0: the store answers). It outlives a
+	// restart, which would otherwise start the time offline from zero (--offline-max).
+	KVSilentSince = "store_silent_since_ms"
 	// KVBacklogReported is 1 while the broker may hold a backlog report of this terminal
 	// (one was published and not cleared since).
 	KVBacklogReported = "backlog_reported"

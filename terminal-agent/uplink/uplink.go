@@ -115,7 +115,15 @@ type Uplink struct {
 	// unanswered is when the first message was sent that no ack has followed yet (zero:
 	// every message sent has been answered since). The broker may be up while the store is
 	// down or stuck: past AckTimeout of it the store counts as unreachable (Mode).
-	unanswered  time.Time
+	unanswered time.Time
+	// silenceKept: KV store_silent_since_ms holds unanswered (the store is silent, and that
+	// is to outlive a restart).
+	silenceKept bool
+	// startSeq is the last seq of the outbox when the lane started: a live event up to it
+	// was committed by an earlier run, whose requests wait no more. liveSeen is when the
+	// lane first saw each live event of this run that no request waited for yet.
+	startSeq    int64
+	liveSeen    map[int64]time.Time
 	cursor      int64               // highest seq published in this pass
 	gen         uint64              // bumped by every rewind, so a racing read is dropped
 	inflight    map[int64]time.Time // published, not yet acked: when
@@ -130,6 +138,7 @@ func New(cfg Config, store *outbox.Store) *Uplink {
 	return &Uplink{
 		cfg: cfg, store: store, log: cfg.Logger.With("component", "uplink"),
 		wakeCh: make(chan struct{}, 1), reportCh: make(chan struct{}, 1), inflight: map[int64]time.Time{}, waiters: map[int64]*waiter{},
+		liveSeen: map[int64]time.Time{},
 	}
 }
 
@@ -185,20 +194,24 @@ type Verdict struct {
 	Ack *wire.Ack
 	// Refused: the store said no and the sale step was undone (outbox.Refuse).
 	Refused bool
+	// Parked: the store rejected an event the terminal had decided (offline, or a conflict):
+	// the step stands, and the event waits in the parked list (outbox.Park).
+	Parked bool
 }
 
 // waiter is what the requests waiting on one live event's verdict share: a retry of a
 // request (a double click) waits with the first one and gets the same answer.
 type waiter struct {
-	done chan struct{} // closed once the verdict is in, or the event was decided locally
-	ack  *wire.Ack     // the verdict; nil if decided locally
+	done   chan struct{} // closed once the verdict is in, or the event was decided locally
+	ack    *wire.Ack     // the verdict; nil if decided locally
+	action outbox.Action // what the verdict did to the event
 }
 
 func (w *waiter) verdict() Verdict {
 	if w.ack == nil {
 		return Verdict{}
 	}
-	return verdictOf(*w.ack)
+	return Verdict{Ack: w.ack, Refused: w.action == outbox.Refuse, Parked: w.action == outbox.Park}
 }
 
 // Await waits up to the verdict deadline for the store's answer on live event seq. Past the
@@ -229,6 +242,7 @@ func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
 	u.mu.Lock()
 	if u.waiters[seq] == w {
 		delete(u.waiters, seq)
+		delete(u.liveSeen, seq)
 		_, err := u.store.Apply(context.WithoutCancel(ctx), []outbox.Transition{{Seq: seq, Action: outbox.Offline}})
 		if _, sent := u.inflight[seq]; sent {
 			u.rewindLocked(seq) // resend it offline now, ahead of everything after it
@@ -246,16 +260,12 @@ func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
 	return w.verdict()
 }
 
-func verdictOf(a wire.Ack) Verdict {
-	return Verdict{Ack: &a, Refused: a.Status != wire.AckAccepted && a.Status != wire.AckDuplicate}
-}
-
 func verdictFromState(st outbox.EventState) Verdict {
 	a := wire.Ack{Seq: st.Seq, Key: st.Key, Status: wire.AckStatus(st.Status), Code: st.Code, Message: st.Message}
 	if st.FlowNo > 0 {
 		a.Result = &wire.Result{FlowNo: st.FlowNo}
 	}
-	return Verdict{Ack: &a, Refused: st.State == "refused"}
+	return Verdict{Ack: &a, Refused: st.State == "refused", Parked: st.State == "parked"}
 }
 
 // Run connects to the broker and runs the lane until ctx ends.
@@ -272,11 +282,25 @@ func (u *Uplink) Run(ctx context.Context) error {
 		}
 	}
 	last, _ := u.store.KV(ctx, outbox.KVLastAck)
+	silent, err := u.store.KV(ctx, outbox.KVSilentSince)
+	if err != nil {
+		return err
+	}
+	startSeq, err := u.store.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
 	u.mu.Lock()
 	u.offlineSince = time.UnixMilli(since)
 	if last > 0 {
 		u.lastAck = time.UnixMilli(last)
 	}
+	if silent > 0 {
+		// The store was silent when the agent stopped: it counts as silent since then until
+		// it answers again.
+		u.unanswered, u.silenceKept = time.UnixMilli(silent), true
+	}
+	u.startSeq = startSeq
 	u.mu.Unlock()
 
 	will, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: u.cfg.Terminal, Online: false})
@@ -392,7 +416,25 @@ func (u *Uplink) sendLoop(ctx context.Context) {
 		if err := u.pump(ctx); err != nil && ctx.Err() == nil {
 			u.log.Error("publish", "err", err)
 		}
+		u.keepSilence(ctx)
 	}
+}
+
+// keepSilence records, once, that the store has not answered for longer than AckTimeout,
+// and since when, so that the time offline goes on across a restart. Under the lane's lock,
+// as onDown clears it: the record never outlives the answer that ended the silence.
+func (u *Uplink) keepSilence(ctx context.Context) {
+	now := u.cfg.Now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.silenceKept || u.unanswered.IsZero() || now.Sub(u.unanswered) <= u.cfg.AckTimeout {
+		return
+	}
+	if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, u.unanswered.UnixMilli()); err != nil {
+		u.log.Error("record the store's silence", "err", err)
+		return
+	}
+	u.silenceKept = true
 }
 
 // pump publishes as many queued events as the window allows.
@@ -424,7 +466,7 @@ func (u *Uplink) pump(ctx context.Context) error {
 		if err != nil || len(evs) == 0 {
 			return err
 		}
-		if evs, err = u.cutAtLive(ctx, evs, now); err != nil || len(evs) == 0 {
+		if evs, err = u.cutAtLive(ctx, evs); err != nil || len(evs) == 0 {
 			return err
 		}
 		msg, err := u.encode(evs)
@@ -459,26 +501,45 @@ func (u *Uplink) holdingLocked() bool {
 	return false
 }
 
-// cutAtLive ends a message after its first live event. A live event nobody waits for (its
-// request was answered before a restart) is turned offline first; one created moments ago
-// whose request has not started waiting yet stops the message before it.
-func (u *Uplink) cutAtLive(ctx context.Context, evs []outbox.Event, now time.Time) ([]outbox.Event, error) {
+// cutAtLive ends a message after its first live event. A live event nobody waits for is
+// turned offline first: one an earlier run committed (its request was answered, or gave up,
+// before a restart), or one of this run no request has waited for since the lane first saw
+// it, VerdictTimeout ago; until then it stops the message before it, as its request may not
+// have started waiting yet. The time is the process's own: the event's creation time is the
+// wall clock's, which a correction can set back by hours, and the lane then held back
+// everything behind the event until the clock caught up.
+func (u *Uplink) cutAtLive(ctx context.Context, evs []outbox.Event) ([]outbox.Event, error) {
 	for i := range evs {
 		if evs[i].Offline {
 			continue
 		}
+		seq := evs[i].Seq
 		u.mu.Lock()
-		_, waiting := u.waiters[evs[i].Seq]
+		_, waiting := u.waiters[seq]
+		wait := false
+		if waiting {
+			delete(u.liveSeen, seq)
+		} else if seq > u.startSeq {
+			first, seen := u.liveSeen[seq]
+			if !seen {
+				first = time.Now()
+				u.liveSeen[seq] = first
+			}
+			wait = time.Since(first) < u.cfg.VerdictTimeout
+		}
 		u.mu.Unlock()
 		switch {
 		case waiting:
 			return evs[:i+1], nil
-		case now.Sub(evs[i].Created) < u.cfg.VerdictTimeout:
+		case wait:
 			return evs[:i], nil
 		}
-		if _, err := u.store.Apply(ctx, []outbox.Transition{{Seq: evs[i].Seq, Action: outbox.Offline}}); err != nil {
+		if _, err := u.store.Apply(ctx, []outbox.Transition{{Seq: seq, Action: outbox.Offline}}); err != nil {
 			return nil, err
 		}
+		u.mu.Lock()
+		delete(u.liveSeen, seq)
+		u.mu.Unlock()
 		evs[i].Offline = true
 	}
 	return evs, nil
@@ -562,6 +623,7 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 			deliver[a.Seq] = a
 		}
 		delete(u.inflight, a.Seq)
+		delete(u.liveSeen, a.Seq)
 	}
 	if !verdicts {
 		// A drain's acks: no request waits on them and no live verdict is in them, so
@@ -582,13 +644,20 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 		return
 	}
 	u.lastAck, u.unanswered = now, time.Time{}
+	if u.silenceKept {
+		if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, 0); err != nil {
+			u.log.Error("record the store's answer", "err", err)
+		} else {
+			u.silenceKept = false
+		}
+	}
 	for _, t := range ts {
 		a, ok := deliver[t.Seq]
 		if !ok && t.Action == outbox.Ack {
 			a, ok = t.Ack, true // a request that started waiting while the acks were written
 		}
 		if w := u.waiters[t.Seq]; ok && w != nil {
-			w.ack = &a
+			w.ack, w.action = &a, t.Action
 			close(w.done)
 			delete(u.waiters, t.Seq)
 		}
