@@ -244,9 +244,10 @@ func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
 		delete(u.waiters, seq)
 		delete(u.liveSeen, seq)
 		_, err := u.store.Apply(context.WithoutCancel(ctx), []outbox.Transition{{Seq: seq, Action: outbox.Offline}})
-		if _, sent := u.inflight[seq]; sent {
-			u.rewindLocked(seq) // resend it offline now, ahead of everything after it
-		}
+		// Resend it offline now, ahead of everything after it. Not sent yet, it may be in a
+		// message pump has read and not published: the rewind drops that read, which would
+		// publish it as live with no request waiting, and the events after it behind it.
+		u.rewindLocked(seq)
 		close(w.done) // decided locally, for every request waiting on it
 		u.mu.Unlock()
 		u.Notify()
