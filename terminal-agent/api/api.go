@@ -362,6 +362,7 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	s.settle(r.Context(), id)
 	s.mutate(w, r, body, mutation{
 		apply:  func(t *outbox.Tx) (string, error) { return id, t.Pay(id, req.Method, amount, req.Reference) },
 		render: s.renderSale(http.StatusOK),
@@ -379,6 +380,21 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		apply:  func(t *outbox.Tx) (string, error) { return id, t.Cancel(id) },
 		render: s.renderSale(http.StatusOK),
 	})
+}
+
+// settle waits for the store's verdict on each step of the sale sent live that has none yet
+// (the POS app took a payment while a scan waited for its verdict), at most the verdict
+// timeout each: past it the step is decided locally, and the store can no longer refuse
+// it. A payment or refund is built on the sale only once nothing under it can be undone
+// (outbox.CodeVerdictPending otherwise).
+func (s *Server) settle(ctx context.Context, saleID string) {
+	seqs, err := s.store.Undecided(ctx, saleID)
+	if err != nil {
+		return // the step's own transaction looks again
+	}
+	for _, seq := range seqs {
+		s.up.Await(ctx, seq)
+	}
 }
 
 // RefundRequest refunds lines of a completed sale; no lines refunds all that is left.
@@ -408,6 +424,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	restock := req.Restock == nil || *req.Restock
+	s.settle(r.Context(), req.SaleID)
 	s.mutate(w, r, body, mutation{
 		apply: func(t *outbox.Tx) (string, error) {
 			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock)
