@@ -166,14 +166,14 @@ func TestParkedEventIsNotARefusal(t *testing.T) {
 }
 
 // startAgent is runAgent with caps and ack timeout, returning a stop function (a kill).
-func startAgent(t *testing.T, brokerURL, path string, caps outbox.Caps, ackTimeout time.Duration) (*agent, func()) {
+func startAgent(t *testing.T, brokerURL, path string, caps outbox.Caps, ackTimeout time.Duration, now func() time.Time) (*agent, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: caps})
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: caps, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := uplink.New(uplink.Config{BrokerURL: brokerURL, Store: "S1", Terminal: "T1", AckTimeout: ackTimeout}, store)
+	up := uplink.New(uplink.Config{BrokerURL: brokerURL, Store: "S1", Terminal: "T1", AckTimeout: ackTimeout, Now: now}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	srv := httptest.NewServer(api.New(store, up, nil))
@@ -210,7 +210,7 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	s, r := startStore(t, storesim.Options{})
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	caps := outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 10000000, MaxOffline: 2 * time.Second}
-	a, stop := startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond)
+	a, stop := startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, time.Now)
 	r.SetSilent(true)
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200) // sent, never answered
@@ -220,7 +220,7 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	}
 	stop()
 
-	a, _ = startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond)
+	a, _ = startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, time.Now)
 	res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C2"}`)
 	if res.Status != 409 || res.code(t) != "offline_too_long" {
 		t.Fatalf("after the restart, the store still silent: card payment answered %d %s, want 409 offline_too_long",
@@ -240,5 +240,35 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C3"}`, 200)
 	if v, err := a.store.KV(context.Background(), outbox.KVSilentSince); err != nil || v != 0 {
 		t.Fatalf("the store answers, but the silence is still recorded: %d %v", v, err)
+	}
+}
+
+// TestOfflineMaxOutlivesARestartWithClockSetBack: as TestOfflineMaxOutlivesARestart, but
+// at the reboot the clock is set back ten minutes. The kept silence now lies in the future:
+// how long it lasted is unknown, and card payments stay refused until the store answers.
+// The store counted as answering, and card payments were taken again.
+func TestOfflineMaxOutlivesARestartWithClockSetBack(t *testing.T) {
+	s, r := startStore(t, storesim.Options{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	caps := outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 10000000, MaxOffline: 2 * time.Second}
+	clk := &offsetClock{}
+	a, stop := startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, clk.Now)
+	r.SetSilent(true)
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200)
+	time.Sleep(2500 * time.Millisecond)
+	if res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C1"}`); res.Status != 409 || res.code(t) != "offline_too_long" {
+		t.Fatalf("before the restart: %d %s, want 409 offline_too_long", res.Status, res.Body)
+	}
+	stop()
+
+	clk.Step(-10 * time.Minute)
+	a, _ = startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, clk.Now)
+	time.Sleep(time.Second)
+	res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C2"}`)
+	if res.Status != 409 {
+		silent, _ := a.store.KV(context.Background(), outbox.KVSilentSince)
+		t.Fatalf("after the restart with the clock set back 10 min, the store still silent (kept silence %d ms in the future): card payment answered %d %s, want 409 offline_too_long",
+			silent-clk.Now().UnixMilli(), res.Status, res.Body)
 	}
 }

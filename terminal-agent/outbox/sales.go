@@ -437,7 +437,10 @@ func (t *Tx) checkOfflineCaps(amount money.Fen) error {
 		return perr.New(perr.Refused, "offline_cap_payment",
 			"offline, a card or QR payment may be at most %s; take cash or wait for the network", caps.MaxCardPayment)
 	}
-	if caps.MaxOffline > 0 && !t.mode.OfflineSince.IsZero() && t.now.Sub(t.mode.OfflineSince) > caps.MaxOffline {
+	// A time offline that starts after now is one the clock was set back under: how long it
+	// has lasted is unknown, and may be past the cap.
+	if off := t.mode.OfflineSince; caps.MaxOffline > 0 && !off.IsZero() &&
+		(t.now.Sub(off) > caps.MaxOffline || off.After(t.now)) {
 		return perr.New(perr.Refused, "offline_too_long",
 			"this terminal has been offline longer than %s; card and QR payments need the network, take cash", caps.MaxOffline)
 	}

@@ -162,8 +162,10 @@ func (u *Uplink) Status() Status {
 func (u *Uplink) Mode(ctx context.Context) outbox.Mode {
 	now := u.cfg.Now()
 	u.mu.Lock()
-	var silentSince time.Time // the store has not answered for longer than AckTimeout
-	if !u.unanswered.IsZero() && now.Sub(u.unanswered) > u.cfg.AckTimeout {
+	// The store has not answered for longer than AckTimeout, or since a time the clock was
+	// set back under (kept across a restart, or while the lane waited for an answer).
+	var silentSince time.Time
+	if !u.unanswered.IsZero() && (now.Sub(u.unanswered) > u.cfg.AckTimeout || u.unanswered.After(now)) {
 		silentSince = u.unanswered
 	}
 	m := outbox.Mode{Live: u.connected && silentSince.IsZero(), Disconnected: !u.connected || !silentSince.IsZero(),
