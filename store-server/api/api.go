@@ -614,7 +614,11 @@ func (s *Server) hq(r *http.Request) (any, error) {
 }
 
 func (s *Server) limits(r *http.Request) (any, error) {
-	return limitsAnswer(s.Ingest.Policy(), s.Now()), nil
+	p, err := s.Ingest.Limits(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return limitsAnswer(p, s.Now()), nil
 }
 
 // limitsAnswer is what GET /v1/limits answers: the limits the manager set (the defaults for
@@ -669,10 +673,14 @@ func (s *Server) setPromo(r *http.Request) (any, error) {
 }
 
 // policyError maps an error of changing the live limits or promo: a value the gate refuses
-// is the caller's (400 with code); anything else is the ledger's, which could not record it.
+// is the caller's (400 with code), limits_unknown stands (503), and anything else is the
+// ledger's, which could not record them.
 func policyError(err error, code string) error {
-	if perr.KindOf(err) == perr.Invalid {
+	switch {
+	case perr.KindOf(err) == perr.Invalid:
 		return perr.Wrap(err, perr.Invalid, code, "%s", perr.As(err).Message)
+	case perr.CodeOf(err) == ingest.CodeLimitsUnknown:
+		return err
 	}
 	return perr.Wrap(err, perr.Unavailable, "ledger_unavailable", "the ledger could not record the limits: %v", err)
 }

@@ -22,6 +22,7 @@
 //	pg:{S}:rl:seq             STRING counter making log members unique
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
+//	pg:{S}:policy             STRING the limits and promo SetPolicy wrote last (PolicyMark)
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
 //	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
 package gate
@@ -188,6 +189,7 @@ func (k keys) rlAction(t, a string) string     { return string(k) + "rl:a:" + t 
 func (k keys) rlSeq() string                   { return string(k) + "rl:seq" }
 func (k keys) limits() string                  { return string(k) + "limits" }
 func (k keys) promo() string                   { return string(k) + "promo" }
+func (k keys) policy() string                  { return string(k) + "policy" }
 func (k keys) adjustment(id string) string     { return string(k) + "adj:" + id }
 
 // Ping checks that Redis answers.
@@ -434,20 +436,101 @@ func (g *Gate) setPromo(ctx context.Context, pipe redis.Pipeliner, percent int64
 }
 
 // SetPolicy gives Redis the live limits and promo of p as they stand at now, in one
-// transaction: the limits exactly, and the promo for what is left of it, or none.
+// transaction: the limits exactly, and the promo for what is left of it, or none. It marks
+// them as written (PolicyState.Mark), so that a later change by a store-server of an
+// earlier release, which writes Redis alone, can be told.
 func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) error {
 	if err := CheckLimits(p.Limits); err != nil {
 		return err
 	}
 	pct, left := p.Promo(now)
+	if left = left.Round(time.Millisecond); left <= 0 {
+		pct = 100 // a promo with less than half a millisecond left is over
+	}
 	if err := CheckPromo(pct, left); err != nil {
 		return err
 	}
 	pipe := g.rdb.TxPipeline()
 	g.setLimits(ctx, pipe, p.Limits)
-	g.setPromo(ctx, pipe, pct, left.Round(time.Millisecond))
+	g.setPromo(ctx, pipe, pct, left)
+	pipe.Set(ctx, g.k.policy(), PolicyMark(p.Limits, pct), 0)
 	_, err := pipe.Exec(ctx)
 	return g.fail("set limits and promo", err)
+}
+
+// PolicyMark is the mark SetPolicy leaves beside limits l (a zero field: the default's) and
+// a promo of pct (100: none).
+func PolicyMark(l store.Limits, pct int64) string {
+	var b strings.Builder
+	for _, f := range limitFields {
+		fmt.Fprintf(&b, "%s=%d,", f.name, *f.get(&l))
+	}
+	fmt.Fprintf(&b, "promo=%d", pct)
+	return b.String()
+}
+
+// PolicyState is what Redis holds of the live limits: the limits set (a zero field: not
+// set, the default's), the promo running (100: none) and what it has left, and the mark
+// SetPolicy left ("": none).
+type PolicyState struct {
+	Limits    store.Limits
+	Promo     int64
+	PromoLeft time.Duration
+	Mark      string
+}
+
+// WrittenElsewhere reports whether the limits or promo Redis holds are not those SetPolicy
+// wrote last: another writer changed them (a store-server of an earlier release keeps them
+// in Redis alone), or they were there before any mark. A promo that has run out since its
+// mark counts as changed too, which only makes the caller take Redis's state as it is.
+func (s PolicyState) WrittenElsewhere() bool {
+	if s.Mark == "" {
+		return s.Limits != (store.Limits{}) || s.Promo != 100
+	}
+	return s.Mark != PolicyMark(s.Limits, s.Promo)
+}
+
+// Policy returns the state as a store.Policy whose promo ends at now plus what it has left.
+func (s PolicyState) Policy(now time.Time) store.Policy {
+	p := store.Policy{Limits: s.Limits, PromoPercent: 100}
+	if s.Promo != 100 && s.PromoLeft > 0 {
+		p.PromoPercent, p.PromoUntil = s.Promo, time.UnixMilli(now.Add(s.PromoLeft).UnixMilli())
+	}
+	return p
+}
+
+// PolicyState reads the limits, the promo and the mark Redis holds, at one moment.
+func (g *Gate) PolicyState(ctx context.Context) (PolicyState, error) {
+	var st PolicyState
+	pipe := g.rdb.TxPipeline()
+	lim := pipe.HGetAll(ctx, g.k.limits())
+	promo := pipe.Get(ctx, g.k.promo())
+	pttl := pipe.PTTL(ctx, g.k.promo())
+	mark := pipe.Get(ctx, g.k.policy())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return st, g.fail("read limits and promo", err)
+	}
+	for _, f := range limitFields {
+		v, ok := lim.Val()[f.name]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, g.corrupt(g.k.limits(), f.name, v)
+		}
+		*f.get(&st.Limits) = n
+	}
+	st.Promo = 100
+	if v, err := promo.Result(); err == nil {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, g.corrupt(g.k.promo(), "", v)
+		}
+		st.Promo, st.PromoLeft = n, max(pttl.Val(), 0)
+	}
+	st.Mark = mark.Val()
+	return st, nil
 }
 
 // Promo returns the running promo coefficient in percent and the time it has left, or 100

@@ -376,17 +376,25 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 }
 
 // restorePolicy gives Redis the manager's live limits and promo from the ledger, which an
-// empty Redis has lost. A ledger that has none yet (kept by a store-server of an earlier
-// release in Redis alone) takes Redis's. The caller holds proj.
+// empty Redis has lost. Redis's own are taken into the ledger instead when another writer
+// set them: a ledger that has none yet (a store-server of an earlier release kept them in
+// Redis alone), or one rolled back to such a release, under which the manager set them
+// again. The caller holds proj.
 func (in *Ingest) restorePolicy(ctx context.Context) error {
 	p, ok, err := in.cfg.Ledger.Policy(ctx)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		if p, err = in.redisPolicy(ctx); err != nil {
-			return err
+	st, err := in.cfg.Gate.PolicyState(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok || st.WrittenElsewhere() {
+		if ok {
+			in.log.Warn("live limits set in Redis by another release; the ledger takes them", "redis", st.Limits,
+				"promo", st.Promo, "ledger", p.Limits)
 		}
+		p = st.Policy(in.cfg.Now())
 		if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
 			return err
 		}
@@ -398,35 +406,23 @@ func (in *Ingest) restorePolicy(ctx context.Context) error {
 	return nil
 }
 
-// redisPolicy reads the live limits and promo Redis holds, a limit equal to the default's
-// read as the default.
-func (in *Ingest) redisPolicy(ctx context.Context) (store.Policy, error) {
-	l, err := in.cfg.Gate.Limits(ctx)
-	if err != nil {
-		return store.Policy{}, err
-	}
-	pct, left, err := in.cfg.Gate.Promo(ctx)
-	if err != nil {
-		return store.Policy{}, err
-	}
-	d := store.DefaultLimits
-	for _, f := range []struct{ v, d *int64 }{
-		{&l.WindowMs, &d.WindowMs}, {&l.Store, &d.Store}, {&l.Terminal, &d.Terminal},
-		{&l.Scan, &d.Scan}, {&l.Pay, &d.Pay}, {&l.Refund, &d.Refund},
-	} {
-		if *f.v == *f.d {
-			*f.v = 0
-		}
-	}
-	p := store.Policy{Limits: l, PromoPercent: 100}
-	if pct != 100 && left > 0 {
-		p.PromoPercent, p.PromoUntil = pct, time.UnixMilli(in.cfg.Now().Add(left).UnixMilli())
-	}
-	return p, nil
-}
+// CodeLimitsUnknown answers a read or change of the live limits while the ledger has none and
+// Redis, which holds those of an earlier release, cannot be read.
+const CodeLimitsUnknown = "limits_unknown"
 
-// Policy returns the store's live limits and promo, as the ledger holds them.
-func (in *Ingest) Policy() store.Policy { return in.limiter.policy() }
+// Limits returns the store's live limits and promo: the ledger's, or, before the ledger has
+// any (a store-server of an earlier release kept them in Redis alone), Redis's.
+func (in *Ingest) Limits(ctx context.Context) (store.Policy, error) {
+	if p, known := in.limiter.known(); known {
+		return p, nil
+	}
+	st, err := in.cfg.Gate.PolicyState(ctx)
+	if err != nil {
+		return store.Policy{}, perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
+			"the store's live limits are still in Redis alone, which cannot be read: %v", err)
+	}
+	return st.Policy(in.cfg.Now()), nil
+}
 
 // SetLimits records the manager's live limits (a zero field: the default's) in the ledger,
 // then has the in-process limiter and Redis hold to them: Redis at once in Redis mode,
@@ -457,7 +453,9 @@ func (in *Ingest) SetPromo(ctx context.Context, percent int64, ttl time.Duration
 }
 
 // setPolicy changes the ledger's policy and has the projection follow, ordered with
-// rebuilds as AdjustStock is: a rebuild reads the policy after this has written it.
+// rebuilds as AdjustStock is: a rebuild reads the policy after this has written it. A
+// ledger with none yet starts from Redis's (see restorePolicy); if Redis cannot be read
+// then, the change is refused: made on the defaults, it would wipe the limits Redis holds.
 func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (store.Policy, error) {
 	in.proj.RLock()
 	defer in.proj.RUnlock()
@@ -468,7 +466,12 @@ func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (st
 		return p, err
 	}
 	if !ok {
-		p = in.limiter.policy()
+		st, err := in.cfg.Gate.PolicyState(ctx)
+		if err != nil {
+			return p, perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
+				"the store's live limits are still in Redis alone, which cannot be read; try again once it answers: %v", err)
+		}
+		p = st.Policy(in.cfg.Now())
 	}
 	change(&p)
 	if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {

@@ -180,7 +180,9 @@ func newIngest(t *testing.T) (*Ingest, *ledger.Ledger, *sent) {
 func newIngestOn(t *testing.T, s *stack.Stack) (*Ingest, *ledger.Ledger, *sent) {
 	t.Helper()
 	var g atomic.Pointer[gate.Gate]
-	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(),
+	// Failing fast as the store-server's client does (main.redisClient).
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(), DialTimeout: 500 * time.Millisecond,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1, DialerRetries: 1,
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			if g := g.Load(); g != nil {
 				return g.Connected(ctx, cn)

@@ -12,27 +12,28 @@ import (
 // checked before any is recorded, at half the store's limits in force (store.Policy.Degraded).
 // It also holds the store's policy for ingest: the ledger's, as last read or set.
 type localLimiter struct {
-	mu   sync.Mutex
-	pol  store.Policy
-	logs map[string][]time.Time
+	mu    sync.Mutex
+	pol   store.Policy
+	isSet bool // pol is the ledger's (or Redis's, taken into the ledger), not the defaults
+	logs  map[string][]time.Time
 }
 
 func newLocalLimiter(p store.Policy) *localLimiter {
 	return &localLimiter{pol: p, logs: map[string][]time.Time{}}
 }
 
-// policy returns the store's policy the limiter holds to.
-func (l *localLimiter) policy() store.Policy {
+// known returns the store's policy the limiter holds to, and whether it is the ledger's.
+func (l *localLimiter) known() (store.Policy, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pol
+	return l.pol, l.isSet
 }
 
 // set has the limiter hold to p from now on, with the entries already in its windows.
 func (l *localLimiter) set(p store.Policy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pol = p
+	l.pol, l.isSet = p, true
 }
 
 // allow checks and records one live event of action for terminal at now. When refused it

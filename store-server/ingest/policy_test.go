@@ -3,9 +3,11 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
@@ -124,11 +126,102 @@ func TestLimitsKeptInRedisAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	pct, left := p.Promo(time.Now())
-	if !ok || p.Limits != (store.Limits{Refund: 1}) || pct != 200 || left <= 29*time.Minute {
-		t.Fatalf("the ledger took %+v (set: %v), promo %d%% for %v from Redis; want refund 1, the rest default, 200%% for 30m",
+	if !ok || p.Limits != (store.Limits{Refund: 1, Terminal: store.DefaultLimits.Terminal}) || pct != 200 ||
+		left <= 29*time.Minute {
+		t.Fatalf("the ledger took %+v (set: %v), promo %d%% for %v from Redis; want refund 1, terminal 100, 200%% for 30m",
 			p.Limits, ok, pct, left)
 	}
-	if got := in.Policy(); got != p {
-		t.Fatalf("ingest holds to %+v, the ledger %+v", got, p)
+	if got, err := in.Limits(ctx); err != nil || got != p {
+		t.Fatalf("ingest holds to %+v (%v), the ledger %+v", got, err, p)
+	}
+}
+
+// TestUpgradeWithRedisHung: a store-server of an earlier release kept the manager's limits
+// in Redis alone (pay 1 a minute). This release starts on that ledger while Redis does not
+// answer (hung, its data intact), so degraded. The manager's promo is refused
+// (limits_unknown) rather than recorded on the defaults, which the first rebuild then gave
+// Redis over pay 1 a minute; once Redis answers, the ledger takes its limits, and the promo
+// goes in on them.
+func TestUpgradeWithRedisHung(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, _ := newIngestOn(t, s)
+	in.cfg.ProbeEvery = 50 * time.Millisecond
+	ctx := context.Background()
+	// What the previous release's PUT /v1/limits left in Redis.
+	if err := in.cfg.Gate.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pid := s.Redis[0].Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	runIngest(t, in)
+	waitMode(t, in, ModeDegraded)
+	if _, err := in.SetPromo(ctx, 150, time.Hour); perr.CodeOf(err) != CodeLimitsUnknown {
+		t.Fatalf("promo with the limits in a hung Redis alone: %v, want %s", err, CodeLimitsUnknown)
+	}
+	if _, err := in.Limits(ctx); perr.CodeOf(err) != CodeLimitsUnknown {
+		t.Fatalf("limits read with the limits in a hung Redis alone: %v, want %s", err, CodeLimitsUnknown)
+	}
+	resume()
+	waitMode(t, in, ModeRedis)
+	if _, err := in.SetPromo(ctx, 150, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	l, err := in.cfg.Gate.Limits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := led.Policy(ctx)
+	if pct, _, err := in.cfg.Gate.Promo(ctx); err != nil || pct != 150 {
+		t.Fatalf("promo in Redis %d%% (%v), want 150%%", pct, err)
+	}
+	if l.Pay != 1 || l.WindowMs != 60_000 || p.Limits.Pay != 1 || p.PromoPercent != 150 {
+		t.Fatalf("after the upgrade's first rebuild Redis holds pay %d per %d ms (ledger: %+v); the manager had set pay 1 per 60000 ms",
+			l.Pay, l.WindowMs, p.Limits)
+	}
+}
+
+// TestReupgradeKeepsLimitsSetByPreviousRelease: this release recorded pay 2 a minute in the
+// ledger; the store is rolled back to an earlier release (which keeps the limits in Redis
+// alone), under which the manager tightens pay to 1 a minute; then this release starts again
+// on the same ledger and Redis. Its first rebuild takes Redis's limits into the ledger: it
+// wrote the stale ledger row over them, loosening pay back to 2 without a word.
+func TestReupgradeKeepsLimitsSetByPreviousRelease(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, out := newIngestOn(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	waitMode(t, in, ModeRedis)
+	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 2}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Rolled back: the previous release's PUT /v1/limits writes Redis alone.
+	if err := in.cfg.Gate.SetLimits(context.Background(), store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Upgraded again: a new store-server on the same ledger and Redis.
+	in2 := New(Config{Store: testStore, Gate: in.cfg.Gate, Ledger: led, Out: out})
+	runIngest(t, in2)
+	waitMode(t, in2, ModeRedis)
+	l, err := in2.cfg.Gate.Limits(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := led.Policy(context.Background()); l.Pay != 1 || p.Limits.Pay != 1 {
+		t.Fatalf("after the re-upgrade Redis holds pay %d a minute; the manager's last setting (under the previous release) was 1", l.Pay)
 	}
 }
