@@ -103,7 +103,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.APITLSKey, "api-tls-key", "POSGATE_API_TLS_KEY", "", "PEM private key of --api-tls-cert")
 	str(&m.MetricsToken, "metrics-token", "POSGATE_METRICS_TOKEN", "", "a bearer token for GET /metrics only (for Prometheus), besides the manager token")
 	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
-	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start if its content differs")
+	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start when the file has changed since it was last imported")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
 	str(&m.DiskWarnMB, "disk-warn-mb", "POSGATE_DISK_WARN_MB", "1024", "below this much free room (MiB) on the ledger's disk, the API and dashboard warn (0: never)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -301,36 +301,10 @@ func (m *Main) uploadState() string {
 }
 
 func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher) error {
-	f, err := os.Open(m.CatalogFile)
-	if err != nil {
-		return fmt.Errorf("catalog: %w", err)
-	}
-	defer f.Close()
-	ctype := "text/csv"
-	if strings.HasSuffix(m.CatalogFile, ".json") {
-		ctype = "application/json"
-	}
-	items, err := catalog.Parse(ctype, f)
-	if err != nil {
+	if _, err := cat.ImportSource(m.CatalogFile, pub); err != nil {
 		return fmt.Errorf("catalog %s: %w", m.CatalogFile, err)
 	}
-	if sameItems(cat.Current().Items, items) {
-		return nil
-	}
-	_, err = cat.Replace(items, pub)
-	return err
-}
-
-func sameItems(a, b []wire.CatalogItem) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return nil
 }
 
 // loopback turns a wildcard listen address into one a local client can dial.

@@ -300,8 +300,8 @@ func (s *Server) adjust(r *http.Request) (any, error) {
 	switch {
 	case req.ID == "" || len(req.ID) > 128:
 		return nil, perr.New(perr.Invalid, "adjustment_id_required", "give each adjustment a unique id (at most 128 characters)")
-	case !s.Catalog.Has(req.SKU):
-		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q is not in the catalog", req.SKU)
+	case !s.Catalog.Known(req.SKU):
+		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q was never in the catalog", req.SKU)
 	case req.Delta == 0:
 		return nil, perr.New(perr.Invalid, "delta_zero", "an adjustment must change the stock")
 	}
@@ -335,8 +335,8 @@ func (s *Server) count(r *http.Request) (any, error) {
 	switch {
 	case req.ID == "" || len(req.ID) > 128:
 		return nil, perr.New(perr.Invalid, "adjustment_id_required", "give each count a unique id (at most 128 characters)")
-	case !s.Catalog.Has(req.SKU):
-		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q is not in the catalog", req.SKU)
+	case !s.Catalog.Known(req.SKU):
+		return nil, perr.New(perr.NotFound, ingest.CodeUnknownSKU, "SKU %q was never in the catalog", req.SKU)
 	case req.Counted == nil:
 		return nil, perr.New(perr.Invalid, ledger.CodeAdjustmentInvalid, "say how many units were counted on the shelf (counted)")
 	}
@@ -388,8 +388,8 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	if date == "" {
 		date = s.Ledger.BusinessDate(s.Now())
 	}
-	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
-		return nil, perr.New(perr.Invalid, "business_date_invalid", "date %q is not YYYY-MM-DD", date)
+	if err := checkDate(date); err != nil {
+		return nil, err
 	}
 	led, err := s.Ledger.Totals(ctx, date)
 	if err != nil {
@@ -442,11 +442,26 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	return map[string]any{"business_date": date, "mode": s.Ingest.Mode(), "store": whole, "terminals": out}, nil
 }
 
+// checkDate refuses a date query parameter that is given and is not a business date: a list
+// of one day asked for "2026-1-30" answered that day had nothing.
+func checkDate(date string) error {
+	if date == "" {
+		return nil
+	}
+	if _, err := time.Parse(wire.BusinessDate, date); err != nil || len(date) != len(wire.BusinessDate) {
+		return perr.New(perr.Invalid, "business_date_invalid", "date %q is not YYYY-MM-DD", date)
+	}
+	return nil
+}
+
 func (s *Server) oversells(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	all := q.Get("all")
 	if all != "" && all != "1" && all != "0" {
 		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	}
+	if err := checkDate(q.Get("date")); err != nil {
+		return nil, err
 	}
 	o, err := s.Ledger.Oversells(r.Context(), q.Get("date"), all == "1")
 	if o == nil {
@@ -480,6 +495,9 @@ func (s *Server) refundExceptions(r *http.Request) (any, error) {
 	all := q.Get("all")
 	if all != "" && all != "1" && all != "0" {
 		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	}
+	if err := checkDate(q.Get("date")); err != nil {
+		return nil, err
 	}
 	x, err := s.Ledger.RefundExceptions(r.Context(), q.Get("date"), all == "1")
 	if x == nil {

@@ -6,7 +6,9 @@ package catalog
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +22,12 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+)
+
+// Codes of refused imports (besides those of wire.Catalog.Validate and money).
+const (
+	CodeEmpty    = "catalog_empty"     // no items
+	CodeTooLarge = "catalog_too_large" // over wire.MaxCatalogBytes, as imported or as published
 )
 
 // Publisher publishes a retained message.
@@ -119,12 +127,23 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	c.mu.RLock()
 	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
 	c.mu.RUnlock()
+	if len(items) == 0 {
+		return next, perr.New(perr.Invalid, CodeEmpty,
+			"the catalog has no items: every scan would be refused as unknown_sku; import the items the store sells")
+	}
 	if err := next.Validate(); err != nil {
 		return next, err
 	}
 	body, err := json.Marshal(next)
 	if err != nil {
 		return next, err
+	}
+	// The terminals, and this package's Open, take at most wire.MaxCatalogBytes: JSON spells
+	// out each item's field names and escapes <, > and & in six bytes, so an import under
+	// the limit can make a catalog over it.
+	if len(body) > wire.MaxCatalogBytes {
+		return next, perr.New(perr.Invalid, CodeTooLarge, "the catalog comes to %d bytes as the terminals get it, over the %d they take",
+			len(body), wire.MaxCatalogBytes)
 	}
 	// The SKUs known so far and the new ones first: a crash between the two files leaves
 	// the new SKUs known a version early, never an old one forgotten.
@@ -155,6 +174,52 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 		}
 	}
 	return next, nil
+}
+
+// sourcePath is where ImportSource keeps the digest of the file it last imported.
+func sourcePath(path string) string { return path + ".source" }
+
+// ImportSource imports the catalog file at path (JSON if its name ends in .json, CSV
+// otherwise) when its content has changed since ImportSource last took it: the file's
+// SHA-256 is kept beside the catalog. A store-server restarted with the same --catalog
+// imported the file again whenever it differed from the current catalog, and so undid,
+// without a word, every import the manager had made through the API since. With no digest
+// kept yet (an earlier release kept none), a file whose items differ is imported.
+func (c *Catalog) ImportSource(path string, pub Publisher) (imported bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, wire.MaxCatalogBytes+1))
+	if err != nil {
+		return false, err
+	}
+	sum := sha256.Sum256(body)
+	digest := hex.EncodeToString(sum[:])
+	if kept, err := os.ReadFile(sourcePath(c.path)); err == nil && strings.TrimSpace(string(kept)) == digest {
+		return false, nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("read %s: %w", sourcePath(c.path), err)
+	}
+	ctype := "text/csv"
+	if strings.HasSuffix(path, ".json") {
+		ctype = "application/json"
+	}
+	items, err := Parse(ctype, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	if !slices.Equal(c.Current().Items, items) {
+		if _, err := c.Replace(items, pub); err != nil {
+			return false, err
+		}
+		imported = true
+	}
+	if err := writeFile(sourcePath(c.path), []byte(digest+"\n")); err != nil {
+		return imported, fmt.Errorf("save catalog source: %w", err)
+	}
+	return imported, nil
 }
 
 // writeFile replaces the file at path with body whole: a temporary file of its own, synced,
@@ -204,8 +269,9 @@ func Parse(contentType string, r io.Reader) ([]wire.CatalogItem, error) {
 		return nil, err
 	}
 	if len(body) > wire.MaxCatalogBytes {
-		return nil, perr.New(perr.Invalid, "catalog_too_large", "a catalog is at most %d bytes", wire.MaxCatalogBytes)
+		return nil, perr.New(perr.Invalid, CodeTooLarge, "a catalog is at most %d bytes", wire.MaxCatalogBytes)
 	}
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")) // the byte order mark of Excel's "CSV UTF-8"
 	trimmed := bytes.TrimSpace(body)
 	if strings.Contains(contentType, "json") || (len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')) {
 		return parseJSON(trimmed)
@@ -213,25 +279,41 @@ func Parse(contentType string, r io.Reader) ([]wire.CatalogItem, error) {
 	return parseCSV(body)
 }
 
+// importItem is an item of a JSON import: a price is required (a missing one read as 0.00
+// sold the item for nothing).
+type importItem struct {
+	SKU     string     `json:"sku"`
+	Barcode string     `json:"barcode,omitempty"`
+	Name    string     `json:"name"`
+	Price   *money.Fen `json:"price"`
+}
+
 func parseJSON(b []byte) ([]wire.CatalogItem, error) {
-	var items []wire.CatalogItem
+	var in []importItem
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var err error
 	if len(b) > 0 && b[0] == '[' {
-		err = dec.Decode(&items)
+		err = dec.Decode(&in)
 	} else {
 		var doc struct {
-			Items []wire.CatalogItem `json:"items"`
+			Items []importItem `json:"items"`
 		}
 		err = dec.Decode(&doc)
-		items = doc.Items
+		in = doc.Items
 	}
 	if err != nil {
 		if pe := (*perr.Error)(nil); errors.As(err, &pe) {
 			return nil, pe
 		}
 		return nil, perr.Wrap(err, perr.Invalid, "catalog_json", "the catalog is not valid JSON: %v", err)
+	}
+	items := make([]wire.CatalogItem, len(in))
+	for i, it := range in {
+		if it.Price == nil {
+			return nil, perr.New(perr.Invalid, money.CodeEmpty, "item %d (sku %q) has no price", i+1, it.SKU)
+		}
+		items[i] = wire.CatalogItem{SKU: it.SKU, Barcode: it.Barcode, Name: it.Name, Price: *it.Price}
 	}
 	return items, nil
 }

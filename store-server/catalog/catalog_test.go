@@ -1,11 +1,17 @@
 package catalog
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -92,5 +98,106 @@ func TestConcurrentImports(t *testing.T) {
 		if reopened.Current().Version != 2 || !reopened.Known(big[0]) || !reopened.Known(big[1999]) {
 			t.Fatalf("round %d: reopened at version %d", round, reopened.Current().Version)
 		}
+	}
+}
+
+// TestImportsTheTerminalsCannotTake: an import under the import limit whose catalog, as the
+// terminals get it (field names per item, & escaped in six bytes), is over
+// wire.MaxCatalogBytes is refused; so is an empty one. Both were installed: every terminal
+// dropped the first, and the store-server could not open its own catalog at the next start;
+// the second refused every scan in the store.
+func TestImportsTheTerminalsCannotTake(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	c, err := Open(path, "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var csv bytes.Buffer
+	csv.WriteString("sku,name,price\n")
+	name := strings.Repeat("&", wire.MaxTextLen)
+	for i := 0; csv.Len() < 7<<20; i++ {
+		fmt.Fprintf(&csv, "S%06d,%s,1.00\n", i, name)
+	}
+	big, err := Parse("text/csv", &csv)
+	if err != nil {
+		t.Fatalf("parse %d items: %v", len(big), err)
+	}
+	for _, tc := range []struct {
+		name  string
+		items []wire.CatalogItem
+		code  string
+	}{
+		{"over the terminals' limit", big, CodeTooLarge},
+		{"empty", nil, CodeEmpty},
+	} {
+		if _, err := c.Replace(tc.items, noPub{}); perr.CodeOf(err) != tc.code {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
+		}
+	}
+	if v := c.Current().Version; v != 0 {
+		t.Fatalf("refused imports installed version %d", v)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused imports saved a catalog: %v", err)
+	}
+}
+
+// TestParseWhatExportsLookLike: an item of a JSON import without a price is refused (it was
+// sold for 0.00), and a CSV saved with a byte order mark (Excel's "CSV UTF-8") is read.
+func TestParseWhatExportsLookLike(t *testing.T) {
+	_, err := Parse("application/json", strings.NewReader(
+		`{"items":[{"sku":"A1","name":"Apple","price":"3.50"},{"sku":"W9","name":"Whisky 18y"}]}`))
+	if perr.CodeOf(err) != money.CodeEmpty || !strings.Contains(err.Error(), "W9") {
+		t.Errorf("JSON item without a price: %v, want %s naming W9", err, money.CodeEmpty)
+	}
+	got, err := Parse("text/csv", strings.NewReader("\ufeffsku,name,price\nA1,Apple,3.50\n"))
+	if err != nil || len(got) != 1 || got[0].SKU != "A1" || got[0].Price != 350 {
+		t.Errorf("CSV with a byte order mark: %+v, %v", got, err)
+	}
+	got, err = Parse("", strings.NewReader("\ufeff"+`[{"sku":"A1","name":"Apple","price":"3.50"}]`))
+	if err != nil || len(got) != 1 {
+		t.Errorf("JSON with a byte order mark: %+v, %v", got, err)
+	}
+}
+
+// TestImportSourceOnlyWhenChanged: the --catalog file is imported at the first start, not
+// again at a restart after the manager imported another catalog through the API, and again
+// once the file changes.
+func TestImportSourceOnlyWhenChanged(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "catalog.json")
+	src := filepath.Join(dir, "catalog.csv")
+	write := func(body string) {
+		if err := os.WriteFile(src, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func() *Catalog { // a store-server start with --catalog src
+		t.Helper()
+		c, err := Open(path, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ImportSource(src, noPub{}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	price := func(c *Catalog) money.Fen { return c.Current().Items[0].Price }
+	write("sku,name,price\nA1,Apple,3.50\n")
+	if c := start(); c.Current().Version != 1 || price(c) != 350 {
+		t.Fatalf("first start: version %d, price %s", c.Current().Version, price(c))
+	}
+	c := start()
+	if _, err := c.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 420}}, noPub{}); err != nil {
+		t.Fatal(err) // the manager's import, through the API
+	}
+	if c := start(); c.Current().Version != 2 || price(c) != 420 {
+		t.Fatalf("restart with the same file: version %d, price %s; the manager's 4.20 is undone",
+			c.Current().Version, price(c))
+	}
+	write("sku,name,price\nA1,Apple,3.80\n")
+	if c := start(); c.Current().Version != 3 || price(c) != 380 {
+		t.Fatalf("restart with a changed file: version %d, price %s", c.Current().Version, price(c))
 	}
 }

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+// TestDelistedSKUCorrected: the manager removed a SKU from the catalog while a till was
+// offline; the till's offline sale of it is recorded and flagged as an oversell, and the
+// manager corrects the stock with an adjustment and a shelf count. Both were refused
+// (unknown_sku): only a SKU the catalog sells now could be adjusted or counted, and the
+// oversold stock stayed negative for good.
+func TestDelistedSKUCorrected(t *testing.T) {
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
+	// The manager delists D4 (T1 is offline, it still has the old catalog).
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte("sku,name,price\nA1,Apple,3.50\nB2,Bread,12.00\nC3,Cola,2.75\n"), &imp)
+	r := biStartRun(t, srv)
+	// T1 comes back: five of D4 sold offline, two in stock.
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
+	d, ok := r.bus.next("T1", biAckWait)
+	if !ok || d.err != nil || len(d.acks.Acks) != 1 || d.acks.Acks[0].Status != wire.AckAccepted ||
+		d.acks.Acks[0].Result == nil || !d.acks.Acks[0].Result.Oversold {
+		t.Fatalf("offline sale of a delisted SKU answered %s (%v)", d.raw, d.err)
+	}
+	// The store's stock of D4 is -3; the three came from the back room. Adjust, as the docs say.
+	status, _, b := srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
+		biMarshal(t, api.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: "adjust"}))
+	if status != http.StatusOK {
+		t.Errorf("adjust of the oversold, delisted D4: %d %s", status, b)
+	}
+	zero := int64(0)
+	status, _, b = srv.do(t, "POST", "/v1/stock/count", biToken, "application/json",
+		biMarshal(t, api.CountRequest{ID: "count-D4", SKU: "D4", Counted: &zero}))
+	if status != http.StatusOK {
+		t.Errorf("shelf count of the oversold, delisted D4: %d %s", status, b)
+	}
+	if row := srv.stock(t)["D4"]; row.Ledger != 0 {
+		t.Errorf("D4 after the adjustment and the count of 0: ledger %d, want 0", row.Ledger)
+	}
+	status, _, b = srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
+		biMarshal(t, api.AdjustRequest{ID: "never", SKU: "Z9", Delta: 3, Reason: "adjust"}))
+	if status != http.StatusNotFound {
+		t.Errorf("adjust of a SKU never in the catalog: %d %s, want 404 unknown_sku", status, b)
+	}
+}
+
+// TestExceptionListsRefuseBadDate: an oversell exists for today, and a manager asks for the
+// day's exceptions with a date that is not YYYY-MM-DD. The lists answer business_date_invalid,
+// as /v1/totals does; they answered 200 with nothing, as if the day had no exceptions.
+func TestExceptionListsRefuseBadDate(t *testing.T) {
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
+	r := biStartRun(t, srv)
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil {
+		t.Fatalf("no ack")
+	}
+	// today's date with the month's first digit dropped (2026-1-30), with a trailing space, a word
+	for _, bad := range []string{r.date[:5] + r.date[6:], r.date + " ", "today"} {
+		srv.problem(t, "totals "+bad, "GET", "/v1/totals?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
+		srv.problem(t, "oversells "+bad, "GET", "/v1/oversells?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
+		srv.problem(t, "refund-exceptions "+bad, "GET", "/v1/refund-exceptions?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
+	}
+}
