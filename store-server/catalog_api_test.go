@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
@@ -70,5 +71,31 @@ func TestExceptionListsRefuseBadDate(t *testing.T) {
 		srv.problem(t, "totals "+bad, "GET", "/v1/totals?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
 		srv.problem(t, "oversells "+bad, "GET", "/v1/oversells?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
 		srv.problem(t, "refund-exceptions "+bad, "GET", "/v1/refund-exceptions?date="+url.QueryEscape(bad), biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
+	}
+}
+
+// TestCatalogVersionAboveTheTerminals: a terminal reports holding catalog version 7 while the
+// store's is 1 (its data directory was restored from an older backup): /v1/terminals says
+// the terminal is ahead, and the next import takes version 8. It took version 2, which every
+// terminal ignored (they keep the highest version they have seen), selling on at old prices.
+func TestCatalogVersionAboveTheTerminals(t *testing.T) {
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	r := biStartRun(t, srv)
+	p := wire.HeartbeatPayload{CatalogVersion: 7}
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+	}
+	var terms api.TerminalsAnswer
+	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
+	i := slices.IndexFunc(terms.Terminals, func(r api.TerminalRow) bool { return r.Terminal == "T1" })
+	if i < 0 || !terms.Terminals[i].CatalogAhead || terms.Terminals[i].CatalogBehind {
+		t.Fatalf("a terminal holding version 7 of a store at version %d: %+v", terms.CatalogVersion, terms.Terminals)
+	}
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
+	if imp.Version != 8 {
+		t.Fatalf("import after a terminal reported version 7: version %d, want 8", imp.Version)
 	}
 }

@@ -176,6 +176,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cat.SetVersionFloor(func() int64 {
+		v, err := led.CatalogVersionHeld(ctx)
+		if err != nil {
+			log.Warn("catalog versions the terminals hold", "err", err)
+		}
+		return v
+	})
 	// A new connection to another Redis server than the projection's (a restart between two
 	// calls, which go-redis hides) makes the gate stale until a rebuild.
 	var gateOf atomic.Pointer[gate.Gate]

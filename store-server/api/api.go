@@ -549,6 +549,10 @@ type TerminalRow struct {
 	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
+	// CatalogAhead: the last heartbeat reported a catalog newer than the store's (its data
+	// directory was restored or made anew): the terminal ignores the store's until the next
+	// import, which takes a version above it.
+	CatalogAhead bool `json:"catalog_ahead,omitempty"`
 }
 
 // BacklogRow is a terminal's last backlog report, with its oldest event's age now.
@@ -588,8 +592,8 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			}
 			delete(reports, row.Terminal)
 		}
-		if hb := row.Heartbeat; hb != nil && hb.CatalogVersion < version {
-			row.CatalogBehind = true
+		if hb := row.Heartbeat; hb != nil {
+			row.CatalogBehind, row.CatalogAhead = hb.CatalogVersion < version, hb.CatalogVersion > version
 		}
 		rows = append(rows, row)
 	}

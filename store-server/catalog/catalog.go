@@ -45,6 +45,18 @@ type Catalog struct {
 	cur       wire.Catalog
 	skus      map[string]bool
 	known     map[string]bool // the SKUs of every version installed here, kept in knownPath
+	floor     func() int64    // the highest version a terminal holds (SetVersionFloor)
+}
+
+// SetVersionFloor has each import take a version above floor's answer as well: the highest
+// catalog version a terminal reports holding. A store-server whose data directory was
+// restored from a backup, or made anew, numbered its next import below what the terminals
+// hold, and every terminal ignored it (they keep the highest version they have seen) and
+// went on selling at the old prices. Call it before the first import.
+func (c *Catalog) SetVersionFloor(floor func() int64) {
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
+	c.floor = floor
 }
 
 // knownPath is where the SKUs of every version are kept: a terminal that sold a SKU
@@ -127,6 +139,11 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	c.mu.RLock()
 	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
 	c.mu.RUnlock()
+	if c.floor != nil {
+		if f := c.floor(); f >= next.Version {
+			next.Version = f + 1
+		}
+	}
 	if len(items) == 0 {
 		return next, perr.New(perr.Invalid, CodeEmpty,
 			"the catalog has no items: every scan would be refused as unknown_sku; import the items the store sells")

@@ -106,3 +106,19 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 	}
 	return out, nil
 }
+
+// CatalogVersionHeld returns the highest catalog version a terminal's last heartbeat reports
+// (0 if none does).
+func (l *Ledger) CatalogVersionHeld(ctx context.Context) (int64, error) {
+	seen, err := l.Terminals(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	for _, ts := range seen {
+		if ts.Heartbeat != nil {
+			v = max(v, ts.Heartbeat.CatalogVersion)
+		}
+	}
+	return v, nil
+}

@@ -163,7 +163,7 @@ function drawTerminals(view, totals, alerts) {
     const held = holding(t);
     const backlog = held ? el("td", held.events, "num" + (held.events > 0 ? " warn" : "")) : el("td", "—", "num muted");
     const oldest = held && held.events > 0 ? duration(held.oldestMs) + " (" + ago(held.heard, now) + ")" : "—";
-    const catalog = hb ? el("td", "v" + hb.catalog_version, t.catalog_behind ? "warn" : "") : el("td", "—", "muted");
+    const catalog = hb ? el("td", "v" + hb.catalog_version, t.catalog_behind || t.catalog_ahead ? "warn" : "") : el("td", "—", "muted");
     const parked = el("td", t.parked || 0, "num" + (t.parked ? " bad" : ""));
     let redis = el("td", "—", "muted");
     let close = el("td", "—", "muted");
