@@ -453,19 +453,23 @@ func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) err
 	pipe := g.rdb.TxPipeline()
 	g.setLimits(ctx, pipe, p.Limits)
 	g.setPromo(ctx, pipe, pct, left)
-	pipe.Set(ctx, g.k.policy(), PolicyMark(p.Limits, pct), 0)
+	pipe.Set(ctx, g.k.policy(), policyMark(p.Limits, pct, now.Add(left)), 0)
 	_, err := pipe.Exec(ctx)
 	return g.fail("set limits and promo", err)
 }
 
-// PolicyMark is the mark SetPolicy leaves beside limits l (a zero field: the default's) and
-// a promo of pct (100: none).
-func PolicyMark(l store.Limits, pct int64) string {
+// policyMark is the mark SetPolicy leaves beside limits l (a zero field: the default's) and
+// a promo of pct (100: none) that ends at until: "window_ms=…,…,refund=…" then
+// ";promo=P,until=MS".
+func policyMark(l store.Limits, pct int64, until time.Time) string {
 	var b strings.Builder
 	for _, f := range limitFields {
 		fmt.Fprintf(&b, "%s=%d,", f.name, *f.get(&l))
 	}
-	fmt.Fprintf(&b, "promo=%d", pct)
+	if pct == 100 {
+		until = time.UnixMilli(0)
+	}
+	fmt.Fprintf(&b, ";promo=%d,until=%d", pct, until.UnixMilli())
 	return b.String()
 }
 
@@ -479,15 +483,33 @@ type PolicyState struct {
 	Mark      string
 }
 
-// WrittenElsewhere reports whether the limits or promo Redis holds are not those SetPolicy
-// wrote last: another writer changed them (a store-server of an earlier release keeps them
-// in Redis alone), or they were there before any mark. A promo that has run out since its
-// mark counts as changed too, which only makes the caller take Redis's state as it is.
-func (s PolicyState) WrittenElsewhere() bool {
+// promoEndSlack is how far the mark's end of a promo may be after now while Redis has already
+// let the promo expire: Redis's clock and the store-server's are read apart.
+const promoEndSlack = time.Second
+
+// WrittenElsewhere reports whether the limits or promo Redis holds at now are not those
+// SetPolicy wrote last: another writer changed them (a store-server of an earlier release
+// keeps them in Redis alone), or they were there before any mark. A promo that has run out
+// since its mark is not a change.
+func (s PolicyState) WrittenElsewhere(now time.Time) bool {
 	if s.Mark == "" {
 		return s.Limits != (store.Limits{}) || s.Promo != 100
 	}
-	return s.Mark != PolicyMark(s.Limits, s.Promo)
+	limits, promo, _ := strings.Cut(s.Mark, ";")
+	if cur := policyMark(s.Limits, 100, time.Time{}); limits != cur[:strings.IndexByte(cur, ';')] {
+		return true
+	}
+	var pct, until int64
+	if _, err := fmt.Sscanf(promo, "promo=%d,until=%d", &pct, &until); err != nil {
+		return true // not a mark this release wrote
+	}
+	switch {
+	case s.Promo == pct:
+		return false
+	case s.Promo == 100: // gone: run out, if its end has come
+		return time.UnixMilli(until).After(now.Add(promoEndSlack))
+	}
+	return true
 }
 
 // Policy returns the state as a store.Policy whose promo ends at now plus what it has left.

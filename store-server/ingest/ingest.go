@@ -389,7 +389,7 @@ func (in *Ingest) restorePolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !ok || st.WrittenElsewhere() {
+	if !ok || st.WrittenElsewhere(in.cfg.Now()) {
 		if ok {
 			in.log.Warn("live limits set in Redis by another release; the ledger takes them", "redis", st.Limits,
 				"promo", st.Promo, "ledger", p.Limits)
@@ -466,14 +466,25 @@ func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (st
 		return p, err
 	}
 	if !ok {
-		st, err := in.cfg.Gate.PolicyState(ctx)
-		if err != nil {
-			return p, perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
+		// Redis's, changed, go to Redis first, marked as this release's: the rebuild to come
+		// then finds them unchanged since, and keeps the ledger's. Recorded in the ledger
+		// alone, they were taken for an earlier release's and replaced by Redis's.
+		unknown := func(err error) error {
+			return perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
 				"the store's live limits are still in Redis alone, which cannot be read; try again once it answers: %v", err)
 		}
+		st, err := in.cfg.Gate.PolicyState(ctx)
+		if err != nil {
+			return p, unknown(err)
+		}
 		p = st.Policy(in.cfg.Now())
+		change(&p)
+		if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
+			return p, unknown(err)
+		}
+	} else {
+		change(&p)
 	}
-	change(&p)
 	if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
 		return p, err
 	}

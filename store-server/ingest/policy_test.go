@@ -225,3 +225,80 @@ func TestReupgradeKeepsLimitsSetByPreviousRelease(t *testing.T) {
 		t.Fatalf("after the re-upgrade Redis holds pay %d a minute; the manager's last setting (under the previous release) was 1", l.Pay)
 	}
 }
+
+// TestLimitsSetWhileAPromoRunsOut: with a promo running, Redis hangs; the manager tightens
+// pay to 1 a minute (the ledger records it, degraded), and the promo runs out while Redis is
+// away. When Redis answers again the rebuild gives it the ledger's limits. The promo gone
+// from Redis was taken for a change by another release, and Redis's old limits replaced the
+// manager's.
+func TestLimitsSetWhileAPromoRunsOut(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, _ := newIngestOn(t, s)
+	in.cfg.ProbeEvery = 50 * time.Millisecond
+	runIngest(t, in)
+	waitMode(t, in, ModeRedis)
+	ctx := context.Background()
+	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.SetPromo(ctx, 150, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pid := s.Redis[0].Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	in.Rebuild()
+	waitMode(t, in, ModeDegraded)
+	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+		t.Fatalf("set limits while degraded: %v", err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the promo runs out
+	resume()
+	waitMode(t, in, ModeRedis)
+	l, err := in.cfg.Gate.Limits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := led.Policy(ctx)
+	if l.Pay != 1 || p.Limits.Pay != 1 {
+		t.Fatalf("after Redis came back Redis holds pay %d a minute, the ledger %d; the manager set 1 while Redis was away",
+			l.Pay, p.Limits.Pay)
+	}
+}
+
+// TestUpgradeChangeBeforeFirstRebuild: a store-server of an earlier release kept pay 1 a
+// minute in Redis alone. This release starts with Redis answering, and the manager starts a
+// promo before the first rebuild has run (the API serves before it): the change stands on
+// Redis's limits. It was recorded in the ledger alone, and the first rebuild took it for
+// the ledger's own and replaced it with Redis's.
+func TestUpgradeChangeBeforeFirstRebuild(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	in, led, _ := newIngestOn(t, s)
+	ctx := context.Background()
+	if err := in.cfg.Gate.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.SetPromo(ctx, 150, time.Hour); err != nil {
+		t.Fatalf("promo before the first rebuild: %v", err)
+	}
+	runIngest(t, in)
+	waitMode(t, in, ModeRedis)
+	p, _, _ := led.Policy(ctx)
+	pct, _, err := in.cfg.Gate.Promo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PromoPercent != 150 || pct != 150 || p.Limits.Pay != 1 {
+		t.Fatalf("after the first rebuild the ledger's promo is %d%%, Redis's %d%%; the manager set 150%% for an hour (answered 200)",
+			p.PromoPercent, pct)
+	}
+}
