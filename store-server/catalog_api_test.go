@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/catalog"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -97,5 +103,49 @@ func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
 	if imp.Version != 8 {
 		t.Fatalf("import after a terminal reported version 7: version %d, want 8", imp.Version)
+	}
+}
+
+// TestStartsWithACatalogFileItRefuses: a store ran an earlier release with --catalog
+// items.json, one of whose items has no price (that release imported it at 0.00; the
+// manager has since imported a priced catalog through the API). This release, started on the
+// same data directory with the same flags, refuses the file and starts on the store's
+// catalog: it stopped, and the store had no store-server at all.
+func TestStartsWithACatalogFileItRefuses(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
+	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "items.json")
+	if err := os.WriteFile(file, []byte(`[{"sku":"A1","name":"Apple","price":"3.50"},{"sku":"BAG","name":"Bag"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// What the earlier release left in the data directory: the file's import, then the manager's.
+	cat, err := catalog.Open(catalog.DefaultPath(dir), biStoreID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}, {SKU: "BAG", Name: "Bag"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}, {SKU: "BAG", Name: "Bag", Price: 20}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMain()
+	if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", dir, "--redis-addr", s.Redis[0].Addr(),
+		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--log-level", "error", "--catalog", file}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case <-m.Ready:
+		cancel()
+		<-done
+	case err := <-done:
+		t.Fatalf("the upgraded store-server did not start on the data directory and --catalog it ran with: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready within 30s")
 	}
 }

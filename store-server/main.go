@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -237,7 +238,7 @@ func (m *Main) Run(ctx context.Context) error {
 	out.p = pub // before in.Run: only Run publishes
 
 	if m.CatalogFile != "" {
-		if err := m.importCatalog(cat, pub); err != nil {
+		if err := m.importCatalog(cat, pub, log); err != nil {
 			return err
 		}
 	}
@@ -307,9 +308,24 @@ func (m *Main) uploadState() string {
 	return filepath.Join(m.DataDir, "upload.db")
 }
 
-func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher) error {
-	if _, err := cat.ImportSource(m.CatalogFile, pub); err != nil {
+// importCatalog imports --catalog when the file has changed since it was last imported. A
+// file that cannot be imported stops the start only while the store has no catalog at all:
+// otherwise the store goes on selling on the one it has, and says so.
+func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *slog.Logger) error {
+	result, err := cat.ImportSource(m.CatalogFile, pub)
+	cur := cat.Current()
+	switch {
+	case err != nil && cur.Version == 0:
 		return fmt.Errorf("catalog %s: %w", m.CatalogFile, err)
+	case err != nil:
+		log.Error("the --catalog file cannot be imported; the store keeps its catalog", "file", m.CatalogFile,
+			"version", cur.Version, "err", err)
+	case result == catalog.SourceImported:
+		log.Info("catalog imported", "file", m.CatalogFile, "version", cur.Version, "items", len(cur.Items))
+	case result == catalog.SourceKept:
+		log.Warn("the --catalog file differs from the store's catalog, which may hold imports made through the API "+
+			"since; the store keeps its catalog, and imports the file once it changes", "file", m.CatalogFile,
+			"version", cur.Version)
 	}
 	return nil
 }

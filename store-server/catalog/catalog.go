@@ -196,28 +196,49 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 // sourcePath is where ImportSource keeps the digest of the file it last imported.
 func sourcePath(path string) string { return path + ".source" }
 
+// What ImportSource did with the file.
+const (
+	SourceImported  = "imported"  // the file changed since it was last taken: imported
+	SourceUnchanged = "unchanged" // taken before, or its items are the catalog's
+	SourceKept      = "kept"      // first seen by this release, other than the catalog: not imported
+)
+
 // ImportSource imports the catalog file at path (JSON if its name ends in .json, CSV
 // otherwise) when its content has changed since ImportSource last took it: the file's
 // SHA-256 is kept beside the catalog. A store-server restarted with the same --catalog
 // imported the file again whenever it differed from the current catalog, and so undid,
-// without a word, every import the manager had made through the API since. With no digest
-// kept yet (an earlier release kept none), a file whose items differ is imported.
-func (c *Catalog) ImportSource(path string, pub Publisher) (imported bool, err error) {
+// without a word, every import the manager had made through the API since.
+//
+// With no digest kept yet (a first start, or a store-server of an earlier release kept
+// none), the file is imported into an empty catalog; a catalog already installed stays as
+// it is (SourceKept: the caller says so), as the manager may have imported it through the
+// API since the file was last taken, and the file is taken as seen: a change to it is
+// imported at the next start.
+func (c *Catalog) ImportSource(path string, pub Publisher) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	defer f.Close()
 	body, err := io.ReadAll(io.LimitReader(f, wire.MaxCatalogBytes+1))
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	sum := sha256.Sum256(body)
 	digest := hex.EncodeToString(sum[:])
-	if kept, err := os.ReadFile(sourcePath(c.path)); err == nil && strings.TrimSpace(string(kept)) == digest {
-		return false, nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("read %s: %w", sourcePath(c.path), err)
+	kept, err := os.ReadFile(sourcePath(c.path))
+	switch {
+	case err == nil && strings.TrimSpace(string(kept)) == digest:
+		return SourceUnchanged, nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("read %s: %w", sourcePath(c.path), err)
+	}
+	firstSeen := err != nil // no digest kept yet
+	seen := func() error {
+		if err := writeFile(sourcePath(c.path), []byte(digest+"\n")); err != nil {
+			return fmt.Errorf("save catalog source: %w", err)
+		}
+		return nil
 	}
 	ctype := "text/csv"
 	if strings.HasSuffix(path, ".json") {
@@ -225,18 +246,20 @@ func (c *Catalog) ImportSource(path string, pub Publisher) (imported bool, err e
 	}
 	items, err := Parse(ctype, bytes.NewReader(body))
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	if !slices.Equal(c.Current().Items, items) {
+	result := SourceUnchanged
+	switch {
+	case slices.Equal(c.Current().Items, items):
+	case firstSeen && c.Current().Version > 0:
+		result = SourceKept
+	default:
 		if _, err := c.Replace(items, pub); err != nil {
-			return false, err
+			return "", err
 		}
-		imported = true
+		result = SourceImported
 	}
-	if err := writeFile(sourcePath(c.path), []byte(digest+"\n")); err != nil {
-		return imported, fmt.Errorf("save catalog source: %w", err)
-	}
-	return imported, nil
+	return result, seen()
 }
 
 // writeFile replaces the file at path with body whole: a temporary file of its own, synced,

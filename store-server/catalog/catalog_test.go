@@ -201,3 +201,45 @@ func TestImportSourceOnlyWhenChanged(t *testing.T) {
 		t.Fatalf("restart with a changed file: version %d, price %s", c.Current().Version, price(c))
 	}
 }
+
+// TestUpgradeKeepsManagersImport: under an earlier release the store-server imported
+// --catalog items.csv at a start, then the manager imported new prices and an item through
+// the API. The first start of this release, with the same --catalog, keeps them; a change
+// to the file is imported at the next start.
+func TestUpgradeKeepsManagersImport(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "items.csv")
+	if err := os.WriteFile(file, []byte("sku,name,price\nA1,Apple,3.50\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(DefaultPath(dir), "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}}, nil); err != nil { // the file's import
+		t.Fatal(err)
+	}
+	mgr := []wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 400}, {SKU: "B2", Name: "Bread", Price: 1200}}
+	if _, err := c.Replace(mgr, nil); err != nil { // the manager's, through the API
+		t.Fatal(err)
+	}
+	// Upgraded: this release opens the data directory and imports --catalog.
+	c2, err := Open(DefaultPath(dir), "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := c2.ImportSource(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur := c2.Current(); result != SourceKept || len(cur.Items) != 2 {
+		t.Fatalf("the first start of this release took the unchanged --catalog (%s): catalog v%d now %+v; the manager's import %+v is gone",
+			result, cur.Version, cur.Items, mgr)
+	}
+	if err := os.WriteFile(file, []byte("sku,name,price\nA1,Apple,3.80\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if result, err := c2.ImportSource(file, nil); err != nil || result != SourceImported || c2.Current().Items[0].Price != 380 {
+		t.Fatalf("a changed --catalog at the next start: %s, %v, catalog %+v", result, err, c2.Current().Items)
+	}
+}
