@@ -6,9 +6,10 @@ import (
 )
 
 // TestMQTTAccountFlags: the store's account is for an external broker only, and a password
-// needs a user name; the manager API's certificate and key go together.
+// needs a user name; the embedded broker admits anyone only on loopback unless told to; the
+// manager API's certificate and key go together.
 func TestMQTTAccountFlags(t *testing.T) {
-	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token", "x"}
+	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token", "x", "--mqtt-listen", "127.0.0.1:1883"}
 	for _, c := range []struct {
 		args []string
 		bad  string // a part of the error, "" when the flags are valid
@@ -25,6 +26,16 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--disk-warn-mb", "0"}, ""},
 		{[]string{"--disk-warn-mb", "-1"}, "disk-warn-mb"},
 		{[]string{"--disk-warn-mb", "1G"}, "disk-warn-mb"},
+		// The embedded broker admits anyone only on loopback, unless told to: on the store's
+		// network it let any device record sales as any terminal.
+		{[]string{"--mqtt-listen", "0.0.0.0:1883"}, "anyone on the network"},
+		{[]string{"--mqtt-listen", ":1883"}, "anyone on the network"},
+		{[]string{"--mqtt-listen", "192.168.1.10:1883"}, "anyone on the network"},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-allow-anonymous"}, ""},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-users", "users.json"}, ""},
+		{[]string{"--mqtt-listen", "localhost:1883"}, ""},
+		{[]string{"--mqtt-listen", "[::1]:1883"}, ""},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

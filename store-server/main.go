@@ -60,6 +60,8 @@ type Main struct {
 	MQTTPassword  string
 	MQTTListen    string
 	MQTTUsers     string
+	// MQTTAnonymous lets the embedded broker admit anyone on a non-loopback address.
+	MQTTAnonymous bool
 	APIListen     string
 	APITLSCert    string
 	APITLSKey     string
@@ -98,7 +100,9 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.MQTTUsername, "mqtt-username", "POSGATE_MQTT_USERNAME", "", "the store's account on the external broker (--mqtt-url), if it asks for one")
 	str(&m.MQTTPassword, "mqtt-password", "POSGATE_MQTT_PASSWORD", "", "that account's password; prefer the environment variable")
 	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
-	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); empty allows anonymous")
+	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); without it the broker admits anyone, and listens only on loopback unless --mqtt-allow-anonymous")
+	cli.Bool(fs, &m.MQTTAnonymous, "mqtt-allow-anonymous", "POSGATE_MQTT_ALLOW_ANONYMOUS", false,
+		"let the embedded broker admit anyone on a non-loopback --mqtt-listen without --mqtt-users (anyone on the network can then record sales as any terminal: for a trial only)")
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
 	str(&m.APITLSCert, "api-tls-cert", "POSGATE_API_TLS_CERT", "", "PEM certificate (chain) for HTTPS on the manager API and dashboard; with --api-tls-key")
 	str(&m.APITLSKey, "api-tls-key", "POSGATE_API_TLS_KEY", "", "PEM private key of --api-tls-cert")
@@ -137,6 +141,10 @@ func (m *Main) Validate() error {
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
 		return errors.New("--metrics-token must differ from --api-token (it opens /metrics only)")
+	case m.MQTTURL == "" && m.MQTTUsers == "" && !m.MQTTAnonymous && !isLoopback(m.MQTTListen):
+		return fmt.Errorf("the embedded broker on %s without --mqtt-users would let anyone on the network record sales as "+
+			"any terminal: give each terminal its account (--mqtt-users), or listen on loopback (--mqtt-listen 127.0.0.1:1883), "+
+			"or say --mqtt-allow-anonymous for a trial", m.MQTTListen)
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -328,6 +336,19 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 			"version", cur.Version)
 	}
 	return nil
+}
+
+// isLoopback reports whether a listen address takes connections from this machine alone.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // loopback turns a wildcard listen address into one a local client can dial.

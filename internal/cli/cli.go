@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -62,6 +63,17 @@ func Duration(fs *flag.FlagSet, p *time.Duration, name, envName string, def time
 		}
 	}
 	fs.DurationVar(p, name, def, usage+" (env "+envName+")")
+}
+
+// Bool defines a boolean flag whose default comes from the environment variable envName
+// when it is set and parses (1, t, true, 0, f, false, …).
+func Bool(fs *flag.FlagSet, p *bool, name, envName string, def bool, usage string) {
+	if v, ok := os.LookupEnv(envName); ok {
+		if b, err := strconv.ParseBool(v); err == nil {
+			def = b
+		}
+	}
+	fs.BoolVar(p, name, def, usage+" (env "+envName+")")
 }
 
 // Logger returns the text logger on stderr that every posgate binary uses, at level

@@ -16,7 +16,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -69,11 +72,31 @@ func LoadUsers(path string) ([]User, error) {
 	return users, nil
 }
 
+// MaxPacketBytes bounds an MQTT packet the broker reads: the largest up message a terminal may
+// send (wire.MaxMessageBytes) with room for the packet's header and topic.
+const MaxPacketBytes = wire.MaxMessageBytes + 64<<10
+
+// ConnectWithin is how long a new connection has to send its CONNECT packet: mochi sets no
+// deadline before it, and a connection that never sent one was kept for good.
+const ConnectWithin = 10 * time.Second
+
 // Broker is a running embedded broker.
 type Broker struct {
 	srv  *mqtt.Server
-	tcp  *listeners.TCP
+	ln   net.Listener
 	done chan error
+}
+
+// deadlineListener gives each connection it accepts a deadline for its CONNECT packet; mochi
+// replaces it with the keepalive's once the client is in.
+type deadlineListener struct{ net.Listener }
+
+func (l deadlineListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		_ = c.SetDeadline(time.Now().Add(ConnectWithin))
+	}
+	return c, err
 }
 
 // Start starts the broker.
@@ -87,6 +110,9 @@ func Start(cfg Config) (*Broker, error) {
 	// acks and the catalog, which its window of unacked events bounds.
 	caps.MaximumClientWritesPending = 16 << 10
 	caps.MaximumMessageExpiryInterval = 0
+	// mochi reads a packet whole into a buffer of the length its header announces, before the
+	// client has logged in: without a bound, five bytes made it take 256 MiB.
+	caps.MaximumPacketSize = MaxPacketBytes
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -123,11 +149,15 @@ func Start(cfg Config) (*Broker, error) {
 			}
 		}
 	}
-	tcp := listeners.NewTCP(listeners.Config{Type: "tcp", ID: "posgate", Address: cfg.Addr})
-	if err := srv.AddListener(tcp); err != nil {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
-	b := &Broker{srv: srv, tcp: tcp, done: make(chan error, 1)}
+	if err := srv.AddListener(listeners.NewNet("posgate", deadlineListener{ln})); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
+	}
+	b := &Broker{srv: srv, ln: ln, done: make(chan error, 1)}
 	if err := srv.Serve(); err != nil {
 		return nil, err
 	}
@@ -135,10 +165,10 @@ func Start(cfg Config) (*Broker, error) {
 }
 
 // Addr returns the listening address.
-func (b *Broker) Addr() string { return b.tcp.Address() }
+func (b *Broker) Addr() string { return b.ln.Addr().String() }
 
 // URL returns the broker URL for clients.
-func (b *Broker) URL() string { return "tcp://" + b.tcp.Address() }
+func (b *Broker) URL() string { return "tcp://" + b.Addr() }
 
 // Publish sends a message (QoS 1, not retained) to the topic's subscribers from inside the
 // broker. Like a client's PUBACK, its return means only that the broker has taken it.
@@ -162,7 +192,10 @@ type authHook struct {
 	open     bool                // no users configured: anonymous store LAN, every topic
 	accounts map[string]*account // by username
 	catalog  string
-	log      *slog.Logger
+	// agentPrefix starts the client id of every terminal agent of the store (the terminal's
+	// id follows).
+	agentPrefix string
+	log         *slog.Logger
 	// owner returns the user name of the client (connected, or with a session kept) that
 	// has client id id.
 	owner func(id string) (user string, ok bool)
@@ -176,7 +209,8 @@ type account struct {
 }
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
-	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store), log: log}
+	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store), log: log,
+		agentPrefix: "posgate-" + cfg.Store + "-"}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
 			status: wire.StatusTopic(cfg.Store, u.Terminal), backlog: wire.BacklogTopic(cfg.Store, u.Terminal),
@@ -219,6 +253,14 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.status {
 		h.log.Warn("connection refused: last will not on the terminal's status topic", "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "will_topic", pk.Connect.WillTopic, "remote", cl.Net.Remote)
+		return false
+	}
+	// A terminal's agent connects as posgate-<store>-<terminal>: an account may not take the
+	// client id of another terminal, or after a restart of the broker (which keeps no
+	// sessions) it could hold that terminal's session first and lock it out.
+	if id := pk.Connect.ClientIdentifier; strings.HasPrefix(id, h.agentPrefix) && id != h.agentPrefix+a.Terminal {
+		h.log.Warn("connection refused: another terminal's client id", "client", id,
+			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
 	// A client id belongs to the account that holds it: another account connecting with it

@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +71,7 @@ topic read pos/S1/catalog
 				t.Fatal(err)
 			}
 			s := stack.Run(t, stack.Options{MQTT: true, MosquittoExtra: "allow_anonymous false\npassword_file " + pw +
-				"\nacl_file " + acl + "\n"})
+				"\nacl_file " + acl + "\nuse_username_as_clientid true\n"})
 			var logs lockedBuf
 			got := make(chan string, 10)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -154,5 +156,96 @@ func TestRefusedSubscriptionIsLogged(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "the broker refused the subscription") || strings.Contains(logs.String(), "pos/S1/+/up") {
 		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+// TestMosquittoClientIDTakeover: with mosquitto set up as docs/store-server.md says, a
+// terminal's account keeps connecting with the store-server's (predictable) client id,
+// posgate-store-S1, while another terminal sends its events: the store hears every one.
+// Without use_username_as_clientid mosquitto handed it the store's session and dropped the
+// store-server, each time: it ingested 2 of 30.
+func TestMosquittoClientIDTakeover(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "passwd")
+	for i, u := range [][2]string{{"store-S1", "s3cret"}, {"T01", "t1-pass"}, {"T02", "t2-pass"}} {
+		args := []string{"-b", pw, u[0], u[1]}
+		if i == 0 {
+			args = append([]string{"-c"}, args...)
+		}
+		if out, err := exec.Command("mosquitto_passwd", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_passwd: %v\n%s", err, out)
+		}
+	}
+	acl := filepath.Join(dir, "acl")
+	rules := "user store-S1\ntopic read pos/S1/+/up\ntopic read pos/S1/+/status\ntopic read pos/S1/+/backlog\n" +
+		"topic write pos/S1/+/down\ntopic write pos/S1/catalog\n"
+	for _, term := range []string{"T01", "T02"} {
+		rules += fmt.Sprintf("user %[1]s\ntopic write pos/S1/%[1]s/up\ntopic write pos/S1/%[1]s/status\n"+
+			"topic write pos/S1/%[1]s/backlog\ntopic read pos/S1/%[1]s/down\ntopic read pos/S1/catalog\n", term)
+	}
+	if err := os.WriteFile(acl, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := stack.Run(t, stack.Options{MQTT: true, MosquittoExtra: "allow_anonymous false\npassword_file " + pw +
+		"\nacl_file " + acl + "\nuse_username_as_clientid true\n"})
+	var logs lockedBuf
+	var ingested atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{URL: s.MQTTURL(), Store: "S1", Username: "store-S1", Password: "s3cret",
+		OnUp: func(string, []byte) { ingested.Add(1) }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(300 * time.Millisecond)
+
+	// T01 (hostile) keeps connecting as posgate-store-S1.
+	var stolen atomic.Int64
+	var takeovers atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ev := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(s.MQTTURL()).SetClientID("posgate-store-S1").
+				SetUsername("T01").SetPassword("t1-pass").SetCleanSession(false).SetAutoReconnect(false).
+				SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { stolen.Add(1) }))
+			if tok := ev.Connect(); tok.WaitTimeout(2*time.Second) && tok.Error() == nil {
+				takeovers.Add(1)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if !ev.IsConnectionOpen() {
+				continue
+			}
+			ev.Disconnect(0)
+		}
+	}()
+	// T02 (honest) sends 30 events over 3 s.
+	t2 := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(s.MQTTURL()).SetClientID("posgate-S1-T02").
+		SetUsername("T02").SetPassword("t2-pass").SetAutoReconnect(false))
+	if tok := t2.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("T02: %v", tok.Error())
+	}
+	defer t2.Disconnect(50)
+	const sent = 30
+	for i := 0; i < sent; i++ {
+		t2.Publish(wire.UpTopic("S1", "T02"), 1, false, fmt.Sprintf(`{"n":%d}`, i)).WaitTimeout(2 * time.Second)
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("T01 took the store's client id %d times; the store ingested %d of T02's %d events; "+
+		"T01's client received %d messages", takeovers.Load(), ingested.Load(), sent, stolen.Load())
+	if ingested.Load() < sent {
+		t.Errorf("the store ingested only %d of T02's %d events while T01 used its client id (store log:\n%s)",
+			ingested.Load(), sent, logs.String())
 	}
 }

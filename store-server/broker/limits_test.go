@@ -1,0 +1,87 @@
+package broker
+
+import (
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// TestPacketSizeBeforeLogin: a client that has not logged in (nothing but a TCP connection)
+// cannot make the broker reserve memory for a packet of any size, and a connection that
+// sends no CONNECT is closed. mochi's MaximumPacketSize 0 means no limit: the 5-byte header
+// of a CONNECT announcing 268,435,455 bytes made it allocate that much (256 MiB) before a
+// byte of the user name or password was read.
+func TestPacketSizeBeforeLogin(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}}
+	b, _ := startBroker(t, users)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const conns = 4
+	for i := 0; i < conns; i++ {
+		c, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// CONNECT, remaining length 268435455 (the MQTT maximum), then nothing.
+		if _, err := c.Write([]byte{0x10, 0xff, 0xff, 0xff, 0x7f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap grew by %d MiB for %d unauthenticated 5-byte headers", grew>>20, conns)
+	if grew > 64<<20 {
+		t.Fatalf("%d unauthenticated connections made the broker allocate %d MiB (%d MiB each); "+
+			"the broker sets no MaximumPacketSize", conns, grew>>20, grew>>20/conns)
+	}
+
+	// Silent after connecting: closed once its time for a CONNECT is up.
+	c, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(ConnectWithin + 5*time.Second))
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > ConnectWithin+2*time.Second {
+		t.Fatalf("a connection that sent nothing: read %v after %v, want it closed within %v", err, time.Since(start), ConnectWithin)
+	}
+}
+
+// TestClientIDSquat: a terminal's credentials cannot take another terminal's agent client
+// id, posgate-{store}-{terminal}. The broker refused only an id another account held: after
+// a restart of the broker (which keeps no sessions) the first account to use the id owned
+// its session, and the terminal was locked out for as long as the broker ran.
+func TestClientIDSquat(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	b, _ := startBroker(t, users)
+	// T1 (hostile) takes T2's agent client id before T2 connects, with a persistent session,
+	// and leaves: the session stays, bound to t1.
+	squat := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T2").
+		SetUsername("t1").SetPassword("p1").SetCleanSession(false).SetAutoReconnect(false).
+		SetConnectTimeout(5 * time.Second))
+	if tok := squat.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		squat.Disconnect(50)
+		t.Error("T1's account connected with T2's client id")
+	}
+	time.Sleep(100 * time.Millisecond)
+	// T2's agent, with its own credentials and its own client id, as terminal-agent/uplink does.
+	t2 := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T2").
+		SetUsername("t2").SetPassword("p2").SetCleanSession(false).SetAutoReconnect(false).
+		SetConnectTimeout(5 * time.Second))
+	tok := t2.Connect()
+	if !tok.WaitTimeout(5 * time.Second) {
+		t.Fatal("T2 connect timed out")
+	}
+	if tok.Error() != nil {
+		t.Fatalf("T2, with its own credentials and client id, is locked out by T1's squat: %v", tok.Error())
+	}
+	t2.Disconnect(50)
+}
