@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
@@ -147,5 +149,73 @@ func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 		t.Fatalf("the upgraded store-server did not start on the data directory and --catalog it ran with: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready within 30s")
+	}
+}
+
+// TestCatalogAfterABrokerRestart: mosquitto restarts without persistence (its default) and
+// loses the retained catalog. The store-server publishes it again when it reconnects, so a
+// till that subscribes afterwards (a new one, or one reinstalled) still gets it. It was
+// published only at the store-server's start and at an import.
+func TestCatalogAfterABrokerRestart(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true, MQTT: true, MosquittoExtra: "persistence false\n"})
+	dir := t.TempDir()
+	file := filepath.Join(dir, "catalog.csv")
+	if err := os.WriteFile(file, []byte(biCatalogCSV), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMain()
+	if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", filepath.Join(dir, "data"),
+		"--redis-addr", s.Redis[0].Addr(), "--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0",
+		"--api-token", biToken, "--tz", biTZ, "--log-level", "error", "--catalog", file}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-m.Ready:
+	case err := <-done:
+		done <- err
+		t.Fatalf("store-server: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready within 30s")
+	}
+	if err := s.Mosquitto.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Mosquitto.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan wire.Catalog, 1)
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker(s.MQTTURL()).SetClientID("new-till").
+		SetConnectRetry(true).SetConnectRetryInterval(100 * time.Millisecond))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer sub.Disconnect(50)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		tok := sub.Subscribe(wire.CatalogTopic(biStoreID), 1, func(_ paho.Client, msg paho.Message) {
+			if c, err := wire.DecodeCatalog(msg.Payload()); err == nil {
+				select {
+				case got <- c:
+				default:
+				}
+			}
+		})
+		tok.WaitTimeout(5 * time.Second)
+		select {
+		case c := <-got:
+			if c.Version != 1 || len(c.Items) == 0 {
+				t.Fatalf("retained catalog after the broker's restart: %+v", c)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no retained catalog on the broker 15 s after its restart")
+		}
+		sub.Unsubscribe(wire.CatalogTopic(biStoreID)).WaitTimeout(5 * time.Second)
 	}
 }

@@ -235,12 +235,21 @@ func (m *Main) Run(ctx context.Context) error {
 		brokerURL = "tcp://" + loopback(b.Addr())
 		log.Info("embedded MQTT broker", "addr", b.Addr())
 	} else {
+		var connected atomic.Pointer[bus.Client]
+		republish := func() { // the catalog again on each reconnection (not the first: below)
+			if c := connected.Load(); c != nil {
+				if err := cat.Publish(c); err != nil {
+					log.Warn("publish catalog", "err", err)
+				}
+			}
+		}
 		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
-			Password: m.MQTTPassword, OnUp: in.Handle, OnStatus: seen.Handle, Logger: log})
+			Password: m.MQTTPassword, OnUp: in.Handle, OnStatus: seen.Handle, OnConnected: republish, Logger: log})
 		if err != nil {
 			return err
 		}
 		defer client.Close()
+		connected.Store(client)
 		pub = client
 	}
 	out.p = pub // before in.Run: only Run publishes

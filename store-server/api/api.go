@@ -355,10 +355,18 @@ func (s *Server) importCatalog(r *http.Request) (any, error) {
 		return nil, err
 	}
 	c, err := s.Catalog.Replace(items, s.Pub)
-	if err != nil {
+	var np *catalog.NotPublishedError
+	switch {
+	case errors.As(err, &np):
+		// Installed: the terminals get it once the broker takes it. Answered as done, so
+		// that the import is not sent again as another version.
+		s.Logger.Warn("catalog installed, not yet published", "version", c.Version, "err", np.Err)
+		return map[string]any{"version": c.Version, "items": len(c.Items), "published": false,
+			"detail": "installed; the broker has not taken it yet, and the terminals get it once it does"}, nil
+	case err != nil:
 		return nil, err
 	}
-	return map[string]any{"version": c.Version, "items": len(c.Items)}, nil
+	return map[string]any{"version": c.Version, "items": len(c.Items), "published": true}, nil
 }
 
 // TerminalTotals compares one terminal's day in the ledger, in Redis and as declared.

@@ -29,7 +29,11 @@ type Config struct {
 	// OnStatus, if not nil, receives every message on the store's status and backlog topics,
 	// and whether the broker sent it as the topic's retained message.
 	OnStatus func(topic string, payload []byte, retained bool)
-	Logger   *slog.Logger
+	// OnConnected, if not nil, runs (on a goroutine of its own) after each connection's
+	// subscriptions: a broker restarted without persistence has lost the retained catalog,
+	// which the store then publishes again.
+	OnConnected func()
+	Logger      *slog.Logger
 }
 
 // Client is the store-server's connection to an external broker.
@@ -85,6 +89,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 			}
 		}
 		log.Info("connected", "broker", cfg.URL)
+		if cfg.OnConnected != nil {
+			go cfg.OnConnected()
+		}
 	})
 	opts.SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("connection lost", "err", err) })
 	c := mqtt.NewClient(opts)

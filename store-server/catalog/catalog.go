@@ -187,11 +187,25 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	c.set(next)
 	if pub != nil {
 		if err := pub.PublishRetained(wire.CatalogTopic(c.store), body); err != nil {
-			return next, fmt.Errorf("publish catalog: %w", err)
+			return next, &NotPublishedError{Version: next.Version, Err: err}
 		}
 	}
 	return next, nil
 }
+
+// NotPublishedError is Replace's error when the new catalog is installed and saved but the
+// broker has not taken it: it goes out when the store-server connects to the broker again,
+// or starts. An import sent again would only make another version.
+type NotPublishedError struct {
+	Version int64
+	Err     error
+}
+
+func (e *NotPublishedError) Error() string {
+	return fmt.Sprintf("catalog version %d installed, not yet published: %v", e.Version, e.Err)
+}
+
+func (e *NotPublishedError) Unwrap() error { return e.Err }
 
 // sourcePath is where ImportSource keeps the digest of the file it last imported.
 func sourcePath(path string) string { return path + ".source" }
@@ -254,7 +268,9 @@ func (c *Catalog) ImportSource(path string, pub Publisher) (string, error) {
 	case firstSeen && c.Current().Version > 0:
 		result = SourceKept
 	default:
-		if _, err := c.Replace(items, pub); err != nil {
+		// Not published yet is imported: it goes out with the store-server's next publish.
+		var np *NotPublishedError
+		if _, err := c.Replace(items, pub); err != nil && !errors.As(err, &np) {
 			return "", err
 		}
 		result = SourceImported

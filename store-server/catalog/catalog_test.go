@@ -243,3 +243,26 @@ func TestUpgradeKeepsManagersImport(t *testing.T) {
 		t.Fatalf("a changed --catalog at the next start: %s, %v, catalog %+v", result, err, c2.Current().Items)
 	}
 }
+
+type failingPub struct{}
+
+func (failingPub) PublishRetained(string, []byte) error { return errors.New("broker gone") }
+
+// TestInstalledNotPublished: an import the broker does not take is installed and saved all
+// the same, and says so (NotPublishedError), so that the manager is not asked to send it
+// again as another version.
+func TestInstalledNotPublished(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	c, err := Open(path, "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Replace(items("A"), failingPub{})
+	var np *NotPublishedError
+	if !errors.As(err, &np) || np.Version != 1 || got.Version != 1 || c.Current().Version != 1 {
+		t.Fatalf("Replace with the broker gone: %+v, %v", got, err)
+	}
+	if reopened, err := Open(path, "S1"); err != nil || reopened.Current().Version != 1 {
+		t.Fatalf("not saved: %v", err)
+	}
+}
