@@ -36,6 +36,9 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--mqtt-listen", "localhost:1883"}, ""},
 		{[]string{"--mqtt-listen", "[::1]:1883"}, ""},
 		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
+		{[]string{"--mqtt-tls-cert", "c.pem", "--mqtt-tls-key", "k.pem"}, ""},
+		{[]string{"--mqtt-tls-cert", "c.pem"}, "go together"},
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-tls-cert", "c.pem", "--mqtt-tls-key", "k.pem"}, "embedded broker"},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

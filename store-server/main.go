@@ -62,6 +62,8 @@ type Main struct {
 	MQTTUsers     string
 	// MQTTAnonymous lets the embedded broker admit anyone on a non-loopback address.
 	MQTTAnonymous bool
+	MQTTTLSCert   string
+	MQTTTLSKey    string
 	APIListen     string
 	APITLSCert    string
 	APITLSKey     string
@@ -101,6 +103,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.MQTTPassword, "mqtt-password", "POSGATE_MQTT_PASSWORD", "", "that account's password; prefer the environment variable")
 	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
 	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); without it the broker admits anyone, and listens only on loopback unless --mqtt-allow-anonymous")
+	str(&m.MQTTTLSCert, "mqtt-tls-cert", "POSGATE_MQTT_TLS_CERT", "", "PEM certificate (chain): the embedded broker speaks MQTT over TLS only (terminals use --broker tls://…); with --mqtt-tls-key")
+	str(&m.MQTTTLSKey, "mqtt-tls-key", "POSGATE_MQTT_TLS_KEY", "", "PEM private key of --mqtt-tls-cert")
 	cli.Bool(fs, &m.MQTTAnonymous, "mqtt-allow-anonymous", "POSGATE_MQTT_ALLOW_ANONYMOUS", false,
 		"let the embedded broker admit anyone on a non-loopback --mqtt-listen without --mqtt-users (anyone on the network can then record sales as any terminal: for a trial only)")
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
@@ -137,6 +141,10 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-password needs --mqtt-username")
 	case (m.APITLSCert == "") != (m.APITLSKey == ""):
 		return errors.New("--api-tls-cert and --api-tls-key go together")
+	case (m.MQTTTLSCert == "") != (m.MQTTTLSKey == ""):
+		return errors.New("--mqtt-tls-cert and --mqtt-tls-key go together")
+	case m.MQTTTLSCert != "" && m.MQTTURL != "":
+		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
 	case !validMB(m.DiskWarnMB):
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
@@ -224,8 +232,17 @@ func (m *Main) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, Store: m.Store, Users: users, OnUp: in.Handle,
-			OnStatus: seen.Handle, Logger: log})
+		var tlsCfg *tls.Config
+		if m.MQTTTLSCert != "" {
+			// Loaded before serving: a wrong file stops the start instead of every handshake.
+			cert, err := tls.LoadX509KeyPair(m.MQTTTLSCert, m.MQTTTLSKey)
+			if err != nil {
+				return fmt.Errorf("--mqtt-tls-cert: %w", err)
+			}
+			tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
+		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
+			OnUp: in.Handle, OnStatus: seen.Handle, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -233,6 +250,9 @@ func (m *Main) Run(ctx context.Context) error {
 		defer in.Stop() // before b.Close: a connection blocked in Handle must be let go
 		pub = b
 		brokerURL = "tcp://" + loopback(b.Addr())
+		if tlsCfg != nil {
+			brokerURL = "tls://" + loopback(b.Addr())
+		}
 		log.Info("embedded MQTT broker", "addr", b.Addr())
 	} else {
 		var connected atomic.Pointer[bus.Client]

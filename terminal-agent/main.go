@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +32,7 @@ func main() { cli.Main("terminal-agent", NewMain()) }
 type Main struct {
 	Store, Terminal    string
 	Broker             string
+	BrokerCA           string
 	Username, Password string
 	DataDir            string
 	Listen             string
@@ -69,6 +72,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Store, "store", "POSGATE_STORE", "", "store id, e.g. S001 (required)")
 	str(&m.Terminal, "terminal", "POSGATE_TERMINAL", "", "this terminal's id, e.g. T01 (required)")
 	str(&m.Broker, "broker", "POSGATE_BROKER", "tcp://127.0.0.1:1883", "the store's MQTT broker URL")
+	str(&m.BrokerCA, "broker-ca", "POSGATE_BROKER_CA", "", "PEM certificate(s) to trust for a tls:// broker (the store's own certificate or its authority); empty: the system's")
 	str(&m.Username, "username", "POSGATE_MQTT_USERNAME", "", "MQTT user name (the terminal's own credentials)")
 	str(&m.Password, "password", "POSGATE_MQTT_PASSWORD", "", "MQTT password; prefer the environment variable")
 	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the outbox database")
@@ -103,6 +107,16 @@ func (m *Main) ParseFlags(args []string) error {
 	return m.Validate()
 }
 
+// tlsBroker reports whether the broker URL is one paho opens with TLS.
+func tlsBroker(u string) bool {
+	scheme, _, _ := strings.Cut(u, "://")
+	switch scheme {
+	case "tls", "ssl", "mqtts", "tcps":
+		return true
+	}
+	return false
+}
+
 // Validate checks the settings.
 func (m *Main) Validate() error {
 	switch {
@@ -112,6 +126,8 @@ func (m *Main) Validate() error {
 		return fmt.Errorf("--terminal %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Terminal, wire.MaxIDLen)
 	case m.DataDir == "":
 		return errors.New("--data-dir is required")
+	case m.BrokerCA != "" && !tlsBroker(m.Broker):
+		return fmt.Errorf("--broker-ca is for a tls:// broker, not %s", m.Broker)
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -146,8 +162,20 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
+	var tlsCfg *tls.Config
+	if m.BrokerCA != "" {
+		pem, err := os.ReadFile(m.BrokerCA)
+		if err != nil {
+			return fmt.Errorf("--broker-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--broker-ca %s: no PEM certificate in it", m.BrokerCA)
+		}
+		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	up := uplink.New(uplink.Config{
-		BrokerURL: m.Broker, Store: m.Store, Terminal: m.Terminal, Username: m.Username, Password: m.Password,
+		BrokerURL: m.Broker, TLS: tlsCfg, Store: m.Store, Terminal: m.Terminal, Username: m.Username, Password: m.Password,
 		Window: m.Window, BatchMax: m.Batch, AckTimeout: m.AckTimeout, VerdictTimeout: m.VerdictTimeout,
 		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, Logger: log,
 	}, store)

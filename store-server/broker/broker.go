@@ -13,6 +13,7 @@ package broker
 import (
 	"bytes"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,9 @@ type User struct {
 // Config configures the broker.
 type Config struct {
 	Addr  string // TCP listen address, e.g. "127.0.0.1:1883" or ":1883"
+	// TLS, if not nil, has the broker speak MQTT over TLS only (clients connect with tls://):
+	// the terminals' passwords and events then do not cross the store's network in clear.
+	TLS   *tls.Config
 	Store string
 	// Users, if not nil, are the only terminals allowed in, each confined to its own topics.
 	// Nil allows anonymous clients (a store LAN without credentials set up).
@@ -84,6 +88,7 @@ const ConnectWithin = 10 * time.Second
 type Broker struct {
 	srv  *mqtt.Server
 	ln   net.Listener
+	tls  bool
 	done chan error
 }
 
@@ -153,11 +158,15 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
-	if err := srv.AddListener(listeners.NewNet("posgate", deadlineListener{ln})); err != nil {
+	var accept net.Listener = deadlineListener{ln} // the deadline covers a TLS handshake too
+	if cfg.TLS != nil {
+		accept = tls.NewListener(accept, cfg.TLS)
+	}
+	if err := srv.AddListener(listeners.NewNet("posgate", accept)); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
-	b := &Broker{srv: srv, ln: ln, done: make(chan error, 1)}
+	b := &Broker{srv: srv, ln: ln, tls: cfg.TLS != nil, done: make(chan error, 1)}
 	if err := srv.Serve(); err != nil {
 		return nil, err
 	}
@@ -168,7 +177,12 @@ func Start(cfg Config) (*Broker, error) {
 func (b *Broker) Addr() string { return b.ln.Addr().String() }
 
 // URL returns the broker URL for clients.
-func (b *Broker) URL() string { return "tcp://" + b.Addr() }
+func (b *Broker) URL() string {
+	if b.tls {
+		return "tls://" + b.Addr()
+	}
+	return "tcp://" + b.Addr()
+}
 
 // Publish sends a message (QoS 1, not retained) to the topic's subscribers from inside the
 // broker. Like a client's PUBACK, its return means only that the broker has taken it.

@@ -10,6 +10,7 @@ package uplink
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,9 @@ type Config struct {
 	Username  string
 	Password  string
 	ClientID  string // default "posgate-STORE-TERMINAL"
+	// TLS, if not nil, is the TLS set-up of a tls:// (ssl://, mqtts://) broker: the store's
+	// certificate authority, when the store's broker has a certificate of its own.
+	TLS *tls.Config
 	// Window is the most events published and not yet acked.
 	Window int
 	// BatchMax is the most events carried by one message.
@@ -325,6 +329,9 @@ func (u *Uplink) Run(ctx context.Context) error {
 		SetWill(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), string(will), 1, true).
 		SetOnConnectHandler(func(c mqtt.Client) { u.onConnect(ctx, c) }).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { u.onLost(ctx, err) })
+	if u.cfg.TLS != nil {
+		opts.SetTLSConfig(u.cfg.TLS)
+	}
 	mqttconn.Use(opts, u.cfg.BrokerURL, nil)
 	u.client = mqtt.NewClient(opts)
 	u.client.Connect() // retries in the background (SetConnectRetry)
