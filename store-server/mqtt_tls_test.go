@@ -82,7 +82,7 @@ func TestTerminalOverTLS(t *testing.T) {
 		t.Fatalf("drained over TLS: %+v, %v", st, err)
 	}
 
-	plain := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://"+strings.TrimPrefix(addrs.Broker, "tls://")).
+	plain := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + strings.TrimPrefix(addrs.Broker, "tls://")).
 		SetClientID("plain").SetUsername("t01").SetPassword("t01-pass").SetAutoReconnect(false).
 		SetConnectTimeout(3 * time.Second))
 	if tok := plain.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {

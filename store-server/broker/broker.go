@@ -38,7 +38,7 @@ type User struct {
 
 // Config configures the broker.
 type Config struct {
-	Addr  string // TCP listen address, e.g. "127.0.0.1:1883" or ":1883"
+	Addr string // TCP listen address, e.g. "127.0.0.1:1883" or ":1883"
 	// TLS, if not nil, has the broker speak MQTT over TLS only (clients connect with tls://):
 	// the terminals' passwords and events then do not cross the store's network in clear.
 	TLS   *tls.Config
