@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -217,5 +218,63 @@ func TestCatalogAfterABrokerRestart(t *testing.T) {
 			t.Fatal("no retained catalog on the broker 15 s after its restart")
 		}
 		sub.Unsubscribe(wire.CatalogTopic(biStoreID)).WaitTimeout(5 * time.Second)
+	}
+}
+
+// TestCatalogFloorBogusHeartbeat: a heartbeat (a faulty or hostile terminal) reporting
+// catalog version MaxInt64-1 does not lift the next import's version. It made the import take
+// MaxInt64, and every import after it overflowed to a negative version and was refused.
+func TestCatalogFloorBogusHeartbeat(t *testing.T) {
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	r := biStartRun(t, srv)
+	p := wire.HeartbeatPayload{CatalogVersion: math.MaxInt64 - 1}
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+	}
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
+	if imp.Version != 2 {
+		t.Errorf("import after a heartbeat of MaxInt64-1: version %d, want 2", imp.Version)
+	}
+	// The terminal comes to its senses: an honest heartbeat.
+	p = wire.HeartbeatPayload{CatalogVersion: imp.Version}
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 2, biMarshal(t, p))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+	}
+	status, _, b := srv.do(t, "POST", "/v1/catalog", biToken, "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.30\n"))
+	if status != 200 {
+		t.Fatalf("the manager's next import (a price change) is refused for good: status %d: %s", status, b)
+	}
+}
+
+// TestCatalogCaughtUpWithTheTerminals: a terminal reports holding catalog version 7 while the
+// store's is 1 (its data directory restored from an older backup). The store issues its own
+// catalog again, above 7, without anyone importing: the terminals ignored the store's
+// catalog, and sold at the old prices, until the manager imported again.
+func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
+	was := catalogCheckEvery
+	t.Cleanup(func() { catalogCheckEvery = was }) // after the server's cleanup: it has stopped
+	catalogCheckEvery = 100 * time.Millisecond
+	srv := biRunServer(t)
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	r := biStartRun(t, srv)
+	p := wire.HeartbeatPayload{CatalogVersion: 7}
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var c wire.Catalog
+		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
+		if c.Version == 8 && len(c.Items) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store's catalog is version %d 10 s after a terminal reported holding 7", c.Version)
+		}
 	}
 }

@@ -282,6 +282,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := cat.Publish(pub); err != nil {
 		log.Warn("publish catalog", "err", err)
 	}
+	go m.catchUpCatalog(runCtx, cat, led, pub, log)
 	if m.Sentinels != "" {
 		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
 	}
@@ -365,6 +366,41 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 			"version", cur.Version)
 	}
 	return nil
+}
+
+// catalogCheckEvery is how often the store looks for terminals holding a catalog version
+// above its own.
+var catalogCheckEvery = 30 * time.Second
+
+// catchUpCatalog issues the store's catalog again, under a version above theirs, when
+// terminals report holding a higher version than the store's: its data directory was
+// restored from an older backup, or made anew, and the terminals ignore every version at or
+// below the one they hold. Without it they sold at the old prices until the manager noticed
+// (catalog_ahead) and imported again.
+func (m *Main) catchUpCatalog(ctx context.Context, cat *catalog.Catalog, led *ledger.Ledger, pub catalog.Publisher, log *slog.Logger) {
+	tick := time.NewTicker(catalogCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		held, err := led.CatalogVersionHeld(ctx)
+		cur := cat.Current()
+		if err != nil || held <= cur.Version || held-cur.Version >= catalog.MaxVersionJump || len(cur.Items) == 0 {
+			continue
+		}
+		next, err := cat.Replace(cur.Items, pub)
+		var np *catalog.NotPublishedError
+		if err != nil && !errors.As(err, &np) {
+			log.Error("terminals hold a newer catalog version than the store; issuing the store's again failed",
+				"store_version", cur.Version, "held", held, "err", err)
+			continue
+		}
+		log.Warn("terminals held a newer catalog version than the store (its data restored or made anew); "+
+			"the store's catalog is issued again above it", "was", cur.Version, "held", held, "now", next.Version)
+	}
 }
 
 // isLoopback reports whether a listen address takes connections from this machine alone.

@@ -68,6 +68,10 @@ func LoadUsers(path string) ([]User, error) {
 	if err := json.Unmarshal(b, &users); err != nil {
 		return nil, fmt.Errorf("mqtt users %s: %w", path, err)
 	}
+	// No accounts (null, or []) is not a broker with accounts: nil Users admit anyone.
+	if len(users) == 0 {
+		return nil, fmt.Errorf("mqtt users %s: no accounts in it; give each terminal its own", path)
+	}
 	for _, u := range users {
 		if u.Username == "" || u.Password == "" || u.Terminal == "" {
 			return nil, fmt.Errorf("mqtt users %s: every user needs username, password and terminal", path)

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -84,4 +86,18 @@ func TestClientIDSquat(t *testing.T) {
 		t.Fatalf("T2, with its own credentials and client id, is locked out by T1's squat: %v", tok.Error())
 	}
 	t2.Disconnect(50)
+}
+
+// TestUsersFileWithoutAccounts: a credentials file with no accounts (null, as a tool writes an
+// empty list, or []) is refused: read as no users, it admitted anyone on any address.
+func TestUsersFileWithoutAccounts(t *testing.T) {
+	for _, body := range []string{"null", "[]", " null\n"} {
+		path := filepath.Join(t.TempDir(), "users.json")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if users, err := LoadUsers(path); err == nil {
+			t.Errorf("users file %q: %v accounts and no error", body, users)
+		}
+	}
 }

@@ -48,6 +48,12 @@ type Catalog struct {
 	floor     func() int64    // the highest version a terminal holds (SetVersionFloor)
 }
 
+// MaxVersionJump bounds how far above the store's version a terminal's report may lift the
+// next import's: a report further ahead is not a catalog the store issued (a faulty or
+// hostile terminal; a heartbeat of the largest int64 overflowed the version, and every
+// import after it was refused).
+const MaxVersionJump = 1 << 20
+
 // SetVersionFloor has each import take a version above floor's answer as well: the highest
 // catalog version a terminal reports holding. A store-server whose data directory was
 // restored from a backup, or made anew, numbered its next import below what the terminals
@@ -140,7 +146,7 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
 	c.mu.RUnlock()
 	if c.floor != nil {
-		if f := c.floor(); f >= next.Version {
+		if f := c.floor(); f >= next.Version && f-next.Version < MaxVersionJump {
 			next.Version = f + 1
 		}
 	}
