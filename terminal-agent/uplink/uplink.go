@@ -479,10 +479,11 @@ func (u *Uplink) pump(ctx context.Context) error {
 		if evs, err = u.cutAtLive(ctx, evs); err != nil || len(evs) == 0 {
 			return err
 		}
-		msg, err := u.encode(evs)
+		msg, n, err := u.encode(evs)
 		if err != nil {
 			return err
 		}
+		evs = evs[:n]
 		u.mu.Lock()
 		if gen != u.gen || !u.connected {
 			u.mu.Unlock()
@@ -565,20 +566,37 @@ func (u *Uplink) oldestInflightLocked() (int64, bool) {
 	return oldest, oldest != 0
 }
 
-func (u *Uplink) encode(evs []outbox.Event) ([]byte, error) {
+// encode encodes the first events of evs as one up message, as many as fit under
+// wire.MaxMessageBytes (at least one: an event is at most wire.MaxEventBytes), and returns
+// how many it took. A batch of BatchMax large sales (120 lines each) came to 4.4 MB: the
+// broker refused the packet and dropped the connection, at every try, and the backlog never
+// drained.
+func (u *Uplink) encode(evs []outbox.Event) ([]byte, int, error) {
 	if len(evs) == 1 {
-		return json.Marshal(evs[0].Envelope(u.cfg.Store, u.cfg.Terminal))
+		b, err := json.Marshal(evs[0].Envelope(u.cfg.Store, u.cfg.Terminal))
+		return b, 1, err
 	}
-	raw := make([]json.RawMessage, len(evs))
+	budget := wire.MaxMessageBytes - batchOverhead - len(u.cfg.Store) - len(u.cfg.Terminal)
+	raw := make([]json.RawMessage, 0, len(evs))
 	for i := range evs {
 		b, err := json.Marshal(evs[i].Envelope(u.cfg.Store, u.cfg.Terminal))
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		raw[i] = b
+		if budget -= len(b) + 1; budget < 0 && len(raw) > 0 {
+			break
+		}
+		raw = append(raw, b)
 	}
-	return wire.MarshalBatch(u.cfg.Store, u.cfg.Terminal, raw)
+	if len(raw) == 1 { // one event goes as itself
+		return raw[0], 1, nil
+	}
+	msg, err := wire.MarshalBatch(u.cfg.Store, u.cfg.Terminal, raw)
+	return msg, len(raw), err
 }
+
+// batchOverhead is room for a batch message's own members around its events.
+const batchOverhead = 256
 
 // onDown applies one acks message: all its transitions in one transaction, under the lock
 // that Await's deadline also takes, so that a verdict is either delivered to its waiter or
