@@ -22,7 +22,8 @@
 //	pg:{S}:rl:seq             STRING counter making log members unique
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
-//	pg:{S}:policy             STRING the limits and promo SetPolicy wrote last (PolicyMark)
+//	pg:{S}:policy             STRING the limits and promo SetPolicy wrote last (policyMark)
+//	pg:{S}:promomark          STRING while the promo SetPolicy wrote runs: expires with it
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
 //	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
 package gate
@@ -190,6 +191,7 @@ func (k keys) rlSeq() string                   { return string(k) + "rl:seq" }
 func (k keys) limits() string                  { return string(k) + "limits" }
 func (k keys) promo() string                   { return string(k) + "promo" }
 func (k keys) policy() string                  { return string(k) + "policy" }
+func (k keys) promoMark() string               { return string(k) + "promomark" }
 func (k keys) adjustment(id string) string     { return string(k) + "adj:" + id }
 
 // Ping checks that Redis answers.
@@ -453,61 +455,63 @@ func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) err
 	pipe := g.rdb.TxPipeline()
 	g.setLimits(ctx, pipe, p.Limits)
 	g.setPromo(ctx, pipe, pct, left)
-	pipe.Set(ctx, g.k.policy(), policyMark(p.Limits, pct, now.Add(left)), 0)
+	pipe.Set(ctx, g.k.policy(), policyMark(p.Limits, pct), 0)
+	// The promo's own mark runs out with it, by Redis's clock (a millisecond before: never
+	// after it), so that a promo gone with its mark ran out, and one gone while its mark
+	// stands was ended by another writer. An end read from a wall clock was wrong once the
+	// store-server's clock was set back.
+	if pct != 100 && left > time.Millisecond {
+		pipe.Set(ctx, g.k.promoMark(), strconv.FormatInt(pct, 10), left-time.Millisecond)
+	} else {
+		pipe.Del(ctx, g.k.promoMark())
+	}
 	_, err := pipe.Exec(ctx)
 	return g.fail("set limits and promo", err)
 }
 
 // policyMark is the mark SetPolicy leaves beside limits l (a zero field: the default's) and
-// a promo of pct (100: none) that ends at until: "window_ms=…,…,refund=…" then
-// ";promo=P,until=MS".
-func policyMark(l store.Limits, pct int64, until time.Time) string {
+// a promo of pct (100: none): "window_ms=…,…,refund=…;promo=P".
+func policyMark(l store.Limits, pct int64) string {
 	var b strings.Builder
 	for _, f := range limitFields {
 		fmt.Fprintf(&b, "%s=%d,", f.name, *f.get(&l))
 	}
-	if pct == 100 {
-		until = time.UnixMilli(0)
-	}
-	fmt.Fprintf(&b, ";promo=%d,until=%d", pct, until.UnixMilli())
+	fmt.Fprintf(&b, ";promo=%d", pct)
 	return b.String()
 }
 
 // PolicyState is what Redis holds of the live limits: the limits set (a zero field: not
-// set, the default's), the promo running (100: none) and what it has left, and the mark
-// SetPolicy left ("": none).
+// set, the default's), the promo running (100: none) and what it has left, the mark
+// SetPolicy left ("": none), and whether the mark of the promo it wrote still stands.
 type PolicyState struct {
-	Limits    store.Limits
-	Promo     int64
-	PromoLeft time.Duration
-	Mark      string
+	Limits      store.Limits
+	Promo       int64
+	PromoLeft   time.Duration
+	Mark        string
+	PromoMarked bool
 }
 
-// promoEndSlack is how far the mark's end of a promo may be after now while Redis has already
-// let the promo expire: Redis's clock and the store-server's are read apart.
-const promoEndSlack = time.Second
-
-// WrittenElsewhere reports whether the limits or promo Redis holds at now are not those
-// SetPolicy wrote last: another writer changed them (a store-server of an earlier release
-// keeps them in Redis alone), or they were there before any mark. A promo that has run out
-// since its mark is not a change.
-func (s PolicyState) WrittenElsewhere(now time.Time) bool {
+// WrittenElsewhere reports whether the limits or promo Redis holds are not those SetPolicy
+// wrote last: another writer changed them (a store-server of an earlier release keeps them
+// in Redis alone), or they were there before any mark. A promo that has run out since (it
+// and its own mark gone, by Redis's clock) is no change.
+func (s PolicyState) WrittenElsewhere() bool {
 	if s.Mark == "" {
 		return s.Limits != (store.Limits{}) || s.Promo != 100
 	}
 	limits, promo, _ := strings.Cut(s.Mark, ";")
-	if cur := policyMark(s.Limits, 100, time.Time{}); limits != cur[:strings.IndexByte(cur, ';')] {
+	if cur := policyMark(s.Limits, 100); limits != cur[:strings.IndexByte(cur, ';')] {
 		return true
 	}
-	var pct, until int64
-	if _, err := fmt.Sscanf(promo, "promo=%d,until=%d", &pct, &until); err != nil {
+	var pct int64
+	if _, err := fmt.Sscanf(promo, "promo=%d", &pct); err != nil {
 		return true // not a mark this release wrote
 	}
 	switch {
 	case s.Promo == pct:
 		return false
-	case s.Promo == 100: // gone: run out, if its end has come
-		return time.UnixMilli(until).After(now.Add(promoEndSlack))
+	case s.Promo == 100: // gone: run out with its mark, or ended by another writer
+		return s.PromoMarked
 	}
 	return true
 }
@@ -529,6 +533,7 @@ func (g *Gate) PolicyState(ctx context.Context) (PolicyState, error) {
 	promo := pipe.Get(ctx, g.k.promo())
 	pttl := pipe.PTTL(ctx, g.k.promo())
 	mark := pipe.Get(ctx, g.k.policy())
+	promoMark := pipe.Exists(ctx, g.k.promoMark())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return st, g.fail("read limits and promo", err)
 	}
@@ -551,7 +556,7 @@ func (g *Gate) PolicyState(ctx context.Context) (PolicyState, error) {
 		}
 		st.Promo, st.PromoLeft = n, max(pttl.Val(), 0)
 	}
-	st.Mark = mark.Val()
+	st.Mark, st.PromoMarked = mark.Val(), promoMark.Val() == 1
 	return st, nil
 }
 

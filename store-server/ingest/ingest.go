@@ -389,7 +389,7 @@ func (in *Ingest) restorePolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !ok || st.WrittenElsewhere(in.cfg.Now()) {
+	if !ok || st.WrittenElsewhere() {
 		if ok {
 			in.log.Warn("live limits set in Redis by another release; the ledger takes them", "redis", st.Limits,
 				"promo", st.Promo, "ledger", p.Limits)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -230,48 +231,56 @@ func TestReupgradeKeepsLimitsSetByPreviousRelease(t *testing.T) {
 // pay to 1 a minute (the ledger records it, degraded), and the promo runs out while Redis is
 // away. When Redis answers again the rebuild gives it the ledger's limits. The promo gone
 // from Redis was taken for a change by another release, and Redis's old limits replaced the
-// manager's.
+// manager's; then, with the mark carrying the promo's end by the store-server's clock, the
+// same once that clock was set back 30 s after the promo started.
 func TestLimitsSetWhileAPromoRunsOut(t *testing.T) {
-	s := stack.Run(t, stack.Options{Redis: true})
-	in, led, _ := newIngestOn(t, s)
-	in.cfg.ProbeEvery = 50 * time.Millisecond
-	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
-	ctx := context.Background()
-	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := in.SetPromo(ctx, 150, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	pid := s.Redis[0].Pid()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	in.Rebuild()
-	waitMode(t, in, ModeDegraded)
-	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
-		t.Fatalf("set limits while degraded: %v", err)
-	}
-	time.Sleep(2500 * time.Millisecond) // the promo runs out
-	resume()
-	waitMode(t, in, ModeRedis)
-	l, err := in.cfg.Gate.Limits(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _, _ := led.Policy(ctx)
-	if l.Pay != 1 || p.Limits.Pay != 1 {
-		t.Fatalf("after Redis came back Redis holds pay %d a minute, the ledger %d; the manager set 1 while Redis was away",
-			l.Pay, p.Limits.Pay)
+	for _, step := range []time.Duration{0, -30 * time.Second} {
+		t.Run(fmt.Sprintf("clock stepped %v", step), func(t *testing.T) {
+			s := stack.Run(t, stack.Options{Redis: true})
+			in, led, _ := newIngestOn(t, s)
+			var offset atomic.Int64
+			in.cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			in.cfg.ProbeEvery = 50 * time.Millisecond
+			runIngest(t, in)
+			waitMode(t, in, ModeRedis)
+			ctx := context.Background()
+			if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.SetPromo(ctx, 150, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			offset.Store(int64(step))
+			pid := s.Redis[0].Pid()
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			resumed := false
+			resume := func() {
+				if !resumed {
+					resumed = true
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
+			}
+			t.Cleanup(resume)
+			in.Rebuild()
+			waitMode(t, in, ModeDegraded)
+			if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
+				t.Fatalf("set limits while degraded: %v", err)
+			}
+			time.Sleep(2500 * time.Millisecond) // the promo runs out
+			resume()
+			waitMode(t, in, ModeRedis)
+			l, err := in.cfg.Gate.Limits(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _, _ := led.Policy(ctx)
+			if l.Pay != 1 || p.Limits.Pay != 1 {
+				t.Fatalf("after Redis came back Redis holds pay %d a minute, the ledger %d; the manager set 1 while Redis was away",
+					l.Pay, p.Limits.Pay)
+			}
+		})
 	}
 }
 
