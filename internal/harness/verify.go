@@ -36,14 +36,18 @@ func (r Report) String() string {
 	return strings.Join(r.Lines, "\n") + "\n" + verdict + "\n"
 }
 
-// Verify checks, once every agent has drained, that per terminal and business date the
-// agent's own totals = the ledger's = Redis counters (invariant 3), and that per SKU the
-// ledger's stock = its proof from the stock moves = Redis stock (invariant 4).
+// Verify checks, once every agent has drained with nothing parked, that per terminal and
+// business date the agent's own totals = the ledger's = Redis counters (invariant 3), and,
+// for a day the terminal has closed, that its declared close = the ledger's (the figure the
+// store and headquarters reconcile against); and that per SKU the ledger's stock = its proof
+// from the stock moves = Redis stock (invariant 4).
 func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, dates []string) Report {
 	rep := Report{OK: true}
 	for term, c := range cashiers {
 		st, err := c.WaitDrained(ctx)
-		rep.add(err == nil, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
+		// A parked event is one the store refused to record: the till's totals hold it, the
+		// ledger's do not.
+		rep.add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
 	}
 	var mode api.ModeAnswer
 	if err := s.Call(ctx, "GET", "/v1/mode", "", nil, &mode); err != nil {
@@ -86,6 +90,10 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 			rep.add(ok, "%s %s sales %d/%d/%d amount %s/%s/%s refunds %s/%s/%s (agent/ledger/redis)",
 				term, date, agent.Sales, led.Sales, red.Sales, agent.Amount, led.Amount, red.Amount,
 				agent.RefundAmount, led.RefundAmount, red.RefundAmount)
+			if d := byTerm[term].Declared; d != nil {
+				rep.add(d.Equal(led), "%s %s day close declared sales %d amount %s refunds %s = ledger's",
+					term, date, d.Sales, d.Amount, d.RefundAmount)
+			}
 		}
 	}
 	// The agents refund only what their own sales leave to refund; the ledger, which holds

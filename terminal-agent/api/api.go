@@ -458,6 +458,13 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 	if date == "" {
 		date = s.store.BusinessDate(s.now())
 	}
+	// A sale or refund still waiting for the store's live verdict is decided first: a close
+	// that counted it would be wrong once the store refused it.
+	if seqs, err := s.store.UndecidedSteps(r.Context()); err == nil {
+		for _, seq := range seqs {
+			s.up.Await(r.Context(), seq)
+		}
+	}
 	var totals wire.DayClosePayload
 	s.mutate(w, r, body, mutation{
 		apply: func(t *outbox.Tx) (string, error) {

@@ -508,7 +508,7 @@ func TestSaleAmountLimit(t *testing.T) {
 
 // TestDayCloseRetryShowsQueuedTotals: a day close committed but never answered (the agent
 // stopped, or the first click still waited) is answered on its retry with the totals queued
-// for the store, not the day's as it stands by then.
+// for the store; and after the close the till takes no more sales on that day.
 func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	sell := func() {
@@ -532,7 +532,10 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 		fmt.Sprint(first.Event.Seq)); err != nil {
 		t.Fatal(err)
 	}
-	sell() // the day goes on
+	// The day is closed at this till: nothing more is sold on it (the close would be short).
+	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusConflict || r.code(t) != outbox.CodeDayClosed {
+		t.Fatalf("a sale after the day's close: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayClosed)
+	}
 	var retry api.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &retry)
 	if retry.Totals.SaleCount != 1 || retry.Event == nil || retry.Event.Seq != first.Event.Seq {

@@ -236,6 +236,9 @@ var (
 
 // OpenSale opens a new sale.
 func (t *Tx) OpenSale() (string, error) {
+	if err := t.dayOpen(); err != nil {
+		return "", err
+	}
 	id := newID(t.s.cfg.Terminal)
 	_, err := t.exec(`INSERT INTO sales (id, state, opened_at) VALUES (?, 'open', ?)`,
 		id, t.now.Format(time.RFC3339Nano))
@@ -297,6 +300,9 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 		return 0, perr.New(perr.Invalid, wire.CodeQuantity, "quantity must be between 1 and %d", wire.MaxQty)
 	}
 	if err := t.openSale(saleID); err != nil {
+		return 0, err
+	}
+	if err := t.dayOpen(); err != nil {
 		return 0, err
 	}
 	it, err := t.lookupItem(sku, barcode)
@@ -387,6 +393,9 @@ func (t *Tx) Pay(saleID, method string, amount money.Fen, reference string) erro
 		return err
 	}
 	if err := t.settled(saleID); err != nil {
+		return err
+	}
+	if err := t.dayOpen(); err != nil {
 		return err
 	}
 	total, paid, _, lines, err := t.saleTotals(saleID)
@@ -532,6 +541,35 @@ func (t *Tx) Cancel(saleID string) error {
 	return err
 }
 
+// Codes of a day close, and of steps on a closed day.
+const (
+	// CodeDayClosed refuses a step that would add to the totals of a business day this
+	// terminal has closed.
+	CodeDayClosed = "day_closed"
+	// CodeDayNotStarted refuses a close of a business day that has not begun.
+	CodeDayNotStarted = "business_date_future"
+	// CodeSalePaidOpen refuses closing the day while a sale has payments taken and is not
+	// complete: it could not be completed on the closed day.
+	CodeSalePaidOpen = "sale_paid_open"
+)
+
+// dayOpen refuses a step that would add to the totals of a business day this terminal has
+// closed. The close declared them to the store and headquarters, once: a sale after it made
+// the declaration short for good, and the day never reconciled.
+func (t *Tx) dayOpen() error {
+	date := t.s.BusinessDate(t.now)
+	var seq int64
+	err := t.queryRow(`SELECT seq FROM day_closes WHERE business_date = ?`, date).Scan(&seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
+	return perr.New(perr.Refused, CodeDayClosed,
+		"business day %s is closed at this terminal (its totals are declared); sales and refunds go on the next business day", date)
+}
+
 // CodeVerdictPending refuses a payment or refund built on a step of the sale that the store
 // may still refuse: its live verdict has not come.
 const CodeVerdictPending = "verdict_pending"
@@ -545,6 +583,17 @@ const selUndecided = `SELECT seq FROM events WHERE state = 'pending' AND offline
 // Undecided returns the seqs of the sale's events that wait for the store's live verdict.
 func (s *Store) Undecided(ctx context.Context, saleID string) ([]int64, error) {
 	rows, err := s.readRows(ctx, selUndecided, saleID, saleID)
+	if err != nil {
+		return nil, err
+	}
+	return scanSeqs(rows)
+}
+
+// UndecidedSteps returns the seqs of sale and refund events that wait for the store's live
+// verdict, of any sale: a day close waits for them.
+func (s *Store) UndecidedSteps(ctx context.Context) ([]int64, error) {
+	rows, err := s.readRows(ctx, `SELECT seq FROM events WHERE state = 'pending' AND offline = 0
+		AND kind IN ('sale', 'refund') ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
@@ -603,6 +652,9 @@ func (t *Tx) Refund(saleID string, lines []RefundLine, method, reference string,
 		return "", perr.New(perr.Refused, "sale_not_completed", "sale %q is %s; only a completed sale can be refunded", saleID, state)
 	}
 	if err := t.settled(saleID); err != nil {
+		return "", err
+	}
+	if err := t.dayOpen(); err != nil {
 		return "", err
 	}
 	var saleSeq int64
@@ -710,8 +762,12 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 	return out, rows.Err()
 }
 
-// DayClose queues the terminal's totals for a business day. Closing a day twice returns the
-// first close.
+// DayClose queues the terminal's totals for a business day, which are then final: no sale,
+// payment or refund is taken on that day at this terminal any more (day_closed). Closing a
+// day twice returns the first close. A day that has not begun cannot be closed, nor one
+// while a sale or refund waits for the store's live verdict (verdict_pending: its refusal
+// would undo it under the close), nor today while a sale has payments taken and is not
+// complete.
 func (t *Tx) DayClose(date string) (wire.DayClosePayload, error) {
 	var p wire.DayClosePayload
 	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
@@ -725,11 +781,36 @@ func (t *Tx) DayClose(date string) (wire.DayClosePayload, error) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return p, err
 	}
+	today := t.s.BusinessDate(t.now)
+	if date > today { // YYYY-MM-DD orders as text
+		return p, perr.New(perr.Refused, CodeDayNotStarted, "business day %s has not begun (today is %s)", date, today)
+	}
+	var seq int64
+	err = t.queryRow(`SELECT seq FROM events WHERE state = 'pending' AND offline = 0 AND kind IN ('sale', 'refund')
+		ORDER BY seq LIMIT 1`).Scan(&seq)
+	switch {
+	case err == nil:
+		return p, perr.New(perr.Refused, CodeVerdictPending,
+			"event %d still waits for the store's verdict; close the day again in a moment", seq)
+	case !errors.Is(err, sql.ErrNoRows):
+		return p, err
+	}
+	if date == today {
+		var id string
+		err = t.queryRow(`SELECT s.id FROM sales s WHERE s.state = 'open' AND EXISTS (
+			SELECT 1 FROM payments p WHERE p.sale_id = s.id AND p.voided = 0) LIMIT 1`).Scan(&id)
+		switch {
+		case err == nil:
+			return p, perr.New(perr.Refused, CodeSalePaidOpen,
+				"sale %q has payments taken and is not complete: complete or cancel it before closing the day", id)
+		case !errors.Is(err, sql.ErrNoRows):
+			return p, err
+		}
+	}
 	if p, err = dayTotals(t.ctx, t.tx, date); err != nil {
 		return p, err
 	}
-	seq, err := t.enqueue(wire.KindDayClose, p, 0)
-	if err != nil {
+	if seq, err = t.enqueue(wire.KindDayClose, p, 0); err != nil {
 		return p, err
 	}
 	body, _ = json.Marshal(p)
