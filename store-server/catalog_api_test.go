@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,6 +277,62 @@ func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the store's catalog is version %d 10 s after a terminal reported holding 7", c.Version)
+		}
+	}
+}
+
+// TestCatchUpDuringAnImport: while terminals report a catalog version above the store's,
+// the manager imports, and the catching up runs meanwhile: the manager's import stands. The
+// catching up read the current catalog before taking the import lock, and an import running
+// between the read and its issue was overwritten with the items it replaced (the terminals
+// took the old prices). Timing-dependent: it failed at the 9th round once, not at all once,
+// before the fix.
+func TestCatchUpDuringAnImport(t *testing.T) {
+	was, gap := catalogCheckEvery, catalogCatchUpGap
+	t.Cleanup(func() { catalogCheckEvery, catalogCatchUpGap = was, gap })
+	catalogCheckEvery, catalogCatchUpGap = time.Millisecond, 0
+	srv := biRunServer(t)
+	csv := func(price int) []byte {
+		var b strings.Builder
+		b.WriteString("sku,name,price\n")
+		fmt.Fprintf(&b, "A1,Apple,3.%02d\n", price)
+		for i := 0; i < 20000; i++ { // a store-sized catalog: the import takes a while
+			fmt.Fprintf(&b, "X%05d,Item number %d with a long enough name,1.00\n", i, i)
+		}
+		return []byte(b.String())
+	}
+	var imp apiImport
+	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", csv(0), &imp)
+	r := biStartRun(t, srv)
+	for i := 1; i <= 20; i++ {
+		var c wire.Catalog
+		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
+		done := make(chan apiImport, 1)
+		go func() {
+			var imp apiImport
+			srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", csv(i), &imp)
+			done <- imp
+		}()
+		time.Sleep(time.Duration(i%10) * 3 * time.Millisecond)
+		// A terminal reports a version above the store's (its data restored from a backup).
+		p := wire.HeartbeatPayload{CatalogVersion: c.Version + 100}
+		r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", int64(i), biMarshal(t, p))))
+		if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil {
+			t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+		}
+		imp := <-done
+		time.Sleep(300 * time.Millisecond) // the catch-up settles
+		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
+		var apple int64 = -1
+		for _, it := range c.Items {
+			if it.SKU == "A1" {
+				apple = int64(it.Price)
+			}
+		}
+		if want := int64(300 + i); apple != want {
+			t.Fatalf("iteration %d: the manager imported Apple at %d fen (answered version %d); "+
+				"the store's catalog is now version %d with Apple at %d fen: the import was reverted",
+				i, want, imp.Version, c.Version, apple)
 		}
 	}
 }

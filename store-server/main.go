@@ -372,6 +372,10 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 // above its own.
 var catalogCheckEvery = 30 * time.Second
 
+// catalogCatchUpGap is the least time between two issues of the catalog catching up with the
+// terminals.
+var catalogCatchUpGap = 10 * time.Minute
+
 // catchUpCatalog issues the store's catalog again, under a version above theirs, when
 // terminals report holding a higher version than the store's: its data directory was
 // restored from an older backup, or made anew, and the terminals ignore every version at or
@@ -380,26 +384,37 @@ var catalogCheckEvery = 30 * time.Second
 func (m *Main) catchUpCatalog(ctx context.Context, cat *catalog.Catalog, led *ledger.Ledger, pub catalog.Publisher, log *slog.Logger) {
 	tick := time.NewTicker(catalogCheckEvery)
 	defer tick.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		// At most one catching up per catalogCatchUpGap: a terminal that keeps reporting a
+		// higher version (faulty, or hostile) would have the store send its whole catalog to
+		// every till each time.
+		if !last.IsZero() && time.Since(last) < catalogCatchUpGap {
+			continue
+		}
 		held, err := led.CatalogVersionHeld(ctx)
-		cur := cat.Current()
-		if err != nil || held <= cur.Version || held-cur.Version >= catalog.MaxVersionJump || len(cur.Items) == 0 {
+		if err != nil {
 			continue
 		}
-		next, err := cat.Replace(cur.Items, pub)
+		was := cat.Current().Version
+		next, issued, err := cat.Reissue(held, pub)
 		var np *catalog.NotPublishedError
-		if err != nil && !errors.As(err, &np) {
+		switch {
+		case !issued:
+			continue
+		case err != nil && !errors.As(err, &np):
 			log.Error("terminals hold a newer catalog version than the store; issuing the store's again failed",
-				"store_version", cur.Version, "held", held, "err", err)
+				"store_version", was, "held", held, "err", err)
 			continue
 		}
+		last = time.Now()
 		log.Warn("terminals held a newer catalog version than the store (its data restored or made anew); "+
-			"the store's catalog is issued again above it", "was", cur.Version, "held", held, "now", next.Version)
+			"the store's catalog is issued again above it", "was", was, "held", held, "now", next.Version)
 	}
 }
 

@@ -142,6 +142,26 @@ func (c *Catalog) Known(sku string) bool {
 func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog, error) {
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
+	return c.replace(items, pub)
+}
+
+// Reissue issues the current catalog's items again, under a version above held, the version
+// terminals report holding, when that is above the store's (and under MaxVersionJump above
+// it). It reads the current catalog under the import lock: read before it, an import running
+// meanwhile was overwritten with the items it replaced. It returns whether it issued.
+func (c *Catalog) Reissue(held int64, pub Publisher) (wire.Catalog, bool, error) {
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
+	cur := c.Current()
+	if held <= cur.Version || held-cur.Version >= MaxVersionJump || len(cur.Items) == 0 {
+		return cur, false, nil
+	}
+	next, err := c.replace(cur.Items, pub)
+	return next, true, err
+}
+
+// replace is Replace with the import lock held.
+func (c *Catalog) replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog, error) {
 	c.mu.RLock()
 	next := wire.Catalog{V: wire.Version, Store: c.store, Version: c.cur.Version + 1, Items: items}
 	c.mu.RUnlock()
@@ -311,6 +331,10 @@ func writeFile(path string, body []byte) error {
 
 // Publish publishes the current catalog (at start, so a restarted broker has it).
 func (c *Catalog) Publish(pub Publisher) error {
+	// Under the import lock: a publish of the catalog read before an import, reaching the
+	// broker after the import's, would leave the old one retained.
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
 	cur := c.Current()
 	if cur.Version == 0 {
 		return nil
