@@ -455,8 +455,11 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	date := req.BusinessDate
+	var noDay error // refused in the transaction: a retry of a close already made is answered first
 	if date == "" {
-		date = s.store.BusinessDate(s.now())
+		// The latest day sold on and not closed: not today's date, which after midnight is a
+		// new day with nothing on it yet.
+		date, noDay = s.store.DayToClose(r.Context())
 	}
 	// A sale or refund still waiting for the store's live verdict is decided first: a close
 	// that counted it would be wrong once the store refused it.
@@ -468,6 +471,9 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 	var totals wire.DayClosePayload
 	s.mutate(w, r, body, mutation{
 		apply: func(t *outbox.Tx) (string, error) {
+			if noDay != nil {
+				return "", noDay
+			}
 			var err error
 			totals, err = t.DayClose(date)
 			return date, err

@@ -542,3 +542,29 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 		t.Fatalf("retry: totals %+v, event %+v; want the queued close (one sale, event %+v)", retry.Totals, retry.Event, first.Event)
 	}
 }
+
+// TestCloseAfterMidnight: the shop sells until 22:00 and the cashier presses "day close" at
+// 00:20 (the POS app sends {}). The agent closes the day sold on, and the till sells the next
+// morning. It took today's date by its clock: it closed the new, empty day, left the day sold
+// on unclosed, and, a close being final, refused every sale of the new day (day_closed).
+func TestCloseAfterMidnight(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	if r := a.do("POST", "/v1/day-close", `{}`); r.Status != http.StatusConflict || r.code(t) != outbox.CodeNothingToClose {
+		t.Fatalf("a close naming no day, nothing sold: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeNothingToClose)
+	}
+	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.clock.Add(2*time.Hour + 20*time.Minute) // 2026-11-30 00:20: the end-of-day close
+	var closed api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
+		t.Errorf("close at 00:20 declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	}
+	a.clock.Add(8 * time.Hour) // 2026-11-30 08:20: the shop opens
+	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusOK && r.Status != http.StatusCreated {
+		t.Fatalf("first sale of the business day 2026-11-30 at 08:20, after a close pressed at 00:20 that "+
+			"declared %s with %d sales: %d %s", closed.Totals.BusinessDate, closed.Totals.SaleCount, r.Status, r.Body)
+	}
+}

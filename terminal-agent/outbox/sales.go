@@ -762,6 +762,30 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 	return out, rows.Err()
 }
 
+// CodeNothingToClose refuses a day close that names no day when no business day with sales
+// or refunds is open at the terminal.
+const CodeNothingToClose = "nothing_to_close"
+
+// DayToClose returns the business day a close that names none closes: the latest day with a
+// completed sale or a refund at this terminal that is not closed yet. Today's date was taken:
+// a close pressed after midnight closed the new, empty day, left the day sold on unclosed,
+// and, a close being final, kept the till from selling all that day.
+func (s *Store) DayToClose(ctx context.Context) (string, error) {
+	var date sql.NullString
+	err := s.readRow(ctx, `SELECT max(business_date) FROM (
+			SELECT business_date FROM sales WHERE state = 'completed'
+			UNION ALL SELECT business_date FROM refunds WHERE state = 'done')
+		WHERE business_date NOT IN (SELECT business_date FROM day_closes)`).Scan(&date)
+	if err != nil {
+		return "", err
+	}
+	if !date.Valid {
+		return "", perr.New(perr.Refused, CodeNothingToClose,
+			"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
+	}
+	return date.String, nil
+}
+
 // DayClose queues the terminal's totals for a business day, which are then final: no sale,
 // payment or refund is taken on that day at this terminal any more (day_closed). Closing a
 // day twice returns the first close. A day that has not begun cannot be closed, nor one
