@@ -118,6 +118,16 @@ func invalid(format string, args ...any) error {
 	return perr.New(perr.Invalid, CodeBatchInvalid, format, args...)
 }
 
+// lowerHex reports whether s is all 0-9 a-f.
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func checkRow(r *hq.Row) error {
 	switch {
 	case r.Kind != hq.KindSale && r.Kind != hq.KindRefund && r.Kind != hq.KindDayClose:
@@ -130,8 +140,11 @@ func checkRow(r *hq.Row) error {
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(r.BusinessDate))
 	case r.At.IsZero():
 		return fmt.Errorf("at is missing")
-	case r.Hash == "" || len(r.Hash) > MaxHashLen:
-		return fmt.Errorf("hash must be 1 to %d characters", MaxHashLen)
+	case r.Hash == "" || len(r.Hash) > MaxHashLen || !lowerHex(r.Hash):
+		// The store's hashes are lowercase hex (wire.Hash). Anything else could hold a NUL,
+		// which PostgreSQL's text refuses (500, the batch retried for good) where SQLite
+		// stores it: the two engines answered one batch differently.
+		return fmt.Errorf("hash must be 1 to %d characters of lowercase hex", MaxHashLen)
 	case r.FlowNo < 0:
 		return fmt.Errorf("flow_no %d is negative", r.FlowNo)
 	}
