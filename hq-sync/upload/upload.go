@@ -238,19 +238,28 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if through == 0 {
 		return nil
 	}
-	var rows []ledger.OutboxRow
-	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		var err error
-		rows, err = r.OutboxAfter(ctx, through-1, 1)
-		return err
-	}); err != nil {
+	held, err := u.ledgerHolds(ctx, through, kv["sent_key"])
+	if err != nil {
 		return err
 	}
-	if len(rows) == 0 || rows[0].ID != through || rowKey(&rows[0]) != kv["sent_key"] {
+	if !held {
 		return fmt.Errorf("the ledger %s does not hold the last row HQ acknowledged (id %d, %s): "+
 			"an older or another ledger; refusing to upload", u.cfg.LedgerPath, through, kv["sent_key"])
 	}
 	return nil
+}
+
+// ledgerHolds reports whether the ledger's outbox row id is the row of key (rowKey).
+func (u *Uploader) ledgerHolds(ctx context.Context, id int64, key string) (bool, error) {
+	var rows []ledger.OutboxRow
+	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		var err error
+		rows, err = r.OutboxAfter(ctx, id-1, 1)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	return len(rows) == 1 && rows[0].ID == id && rowKey(&rows[0]) == key, nil
 }
 
 func (u *Uploader) kv(ctx context.Context) (map[string]string, error) { return readKV(ctx, u.state.R) }
@@ -874,6 +883,22 @@ func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339
 // its rows count for their dates, its declarations are acknowledged, and so are its
 // exceptions' changes.
 func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, receipt []byte) error {
+	// The watermark moves to the batch's last row only while the ledger still holds that row:
+	// a ledger restored from a backup under a waiting batch has other rows at its ids (sold
+	// after the restore), and a watermark past them skipped them for good. The batch's rows
+	// happened all the same, and HQ has them now.
+	advance := b.rows > 0
+	if advance {
+		held, err := u.ledgerHolds(ctx, b.lastID, b.lastKey)
+		if err != nil {
+			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
+		}
+		if !held {
+			u.log.Warn("HQ took a batch whose rows the ledger no longer holds (restored from a backup?); "+
+				"the rows now at its ids go next", "batch", b.id, "last_id", b.lastID, "last_key", b.lastKey)
+			advance = false
+		}
+	}
 	tx, err := u.state.W.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
@@ -887,7 +912,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	}
 	exec(`UPDATE batches SET state = 'sent', sent_at = ?, receipt = ?, body = NULL WHERE batch_id = ? AND state = 'pending'`,
 		now, string(receipt), b.id)
-	if b.rows > 0 {
+	if advance {
 		exec(`INSERT INTO kv (k, v) VALUES ('sent_through', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
 			strconv.FormatInt(b.lastID, 10))
 		exec(`INSERT INTO kv (k, v) VALUES ('sent_key', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, b.lastKey)
@@ -898,6 +923,9 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			strconv.FormatInt(b.xThrough, 10))
 	}
 	for date, n := range b.dates {
+		if !advance { // rows of another ledger: the day's count is of this one's
+			break
+		}
 		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, ?)
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
 	}
