@@ -140,3 +140,36 @@ func TestRestoredLedgerUnderPendingBatch(t *testing.T) {
 // closed on 2 March. Its uploader is up to date (3 March is declared), yet HQ's nightly
 // reconcile of 2 March with the stores file (reconcile --stores) reports the store as
 // no_store_day and the date as NOT OK: nothing tells a closed store from a stuck upload.
+
+// TestDayWithoutSales: the store trades on 1 and 3 March and is closed on 2 March. Its
+// uploader, up to date, declares 2 March empty, and HQ's reconcile of the day with the
+// store expected is OK. Nothing declared it: the reconcile reported the store no_store_day
+// and the date NOT OK every night, as it would a stuck upload.
+func TestDayWithoutSales(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	day2 := day0.AddDate(0, 0, 2)
+	s.Sales(3, day0, "T1")
+	s.DayClose(date0, day0.Add(10*time.Hour), "T1")
+	s.Sales(3, day2, "T1")
+	s.DayClose("2025-03-03", day2.Add(10*time.Hour), "T1")
+	clk.Set(day2.AddDate(0, 0, 1).Add(time.Hour))
+	u := MustNew(t, cfg)
+	defer u.Close()
+	MustOnce(t, u)
+	for _, date := range []string{date0, "2025-03-03"} {
+		// Declared and compared (the test day closes carry no per-method totals, so only
+		// the per-method figures differ): the store's upload is up to date.
+		if rep, err := reconcile.Run(ctx, st, date, "", testStore); err != nil || len(rep.Missing) != 0 ||
+			len(rep.Txns) != 0 {
+			t.Fatalf("%s: %s %v", date, rep.Summary(), err)
+		}
+	}
+	rep, err := reconcile.Run(ctx, st, date1, "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Errorf("%s; missing %+v", rep.Summary(), rep.Missing)
+	}
+}

@@ -703,7 +703,8 @@ type undeclaredDay struct {
 }
 
 // undeclared returns the business dates before today with rows HQ acknowledged since the
-// date's last declaration (or that were never declared).
+// date's last declaration (or that were never declared), then the days the store did not
+// trade (see emptyDays).
 func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDay, error) {
 	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date, revision, sent_rows FROM days
 		WHERE business_date < ? AND sent_rows > declared_rows AND sent_rows <> skipped_rows
@@ -720,7 +721,63 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 		}
 		out = append(out, d)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	empty, err := u.emptyDays(ctx, today)
+	return append(out, empty...), err
+}
+
+// maxEmptyDays bounds the days without trade one build declares; the next builds declare
+// the rest.
+const maxEmptyDays = 31
+
+// emptyDays returns the days, after the first day the store had rows of and before today,
+// of which HQ acknowledged no row and that were never declared: the store did not trade (a
+// holiday, a refit), or their rows are still on their way, which build checks against the
+// ledger before declaring a day. Without their declarations HQ's reconcile could not tell
+// a store closed for the day from one whose upload is stuck, and reported the day NOT OK
+// every night.
+func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay, error) {
+	var first, last sql.NullString
+	if err := u.state.R.QueryRowContext(ctx, `SELECT min(business_date), max(business_date) FROM days`).
+		Scan(&first, &last); err != nil {
+		return nil, fmt.Errorf("read days: %w", err)
+	}
+	if !first.Valid {
+		return nil, nil
+	}
+	start, err := time.Parse(wire.BusinessDate, first.String)
+	if err != nil {
+		return nil, fmt.Errorf("read days: %w", err)
+	}
+	known := map[string]bool{}
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date FROM days WHERE business_date > ?`, first.String)
+	if err != nil {
+		return nil, fmt.Errorf("read days: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return nil, fmt.Errorf("read days: %w", err)
+		}
+		known[d] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []undeclaredDay
+	for d := start.AddDate(0, 0, 1); len(out) < maxEmptyDays; d = d.AddDate(0, 0, 1) {
+		date := d.Format(wire.BusinessDate)
+		if date >= today {
+			break
+		}
+		if !known[date] {
+			out = append(out, undeclaredDay{date: date})
+		}
+	}
+	return out, nil
 }
 
 // partOf is the part of a declaration in parts that a batch carries.
@@ -928,6 +985,9 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		}
 		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, ?)
 			ON CONFLICT (business_date) DO UPDATE SET sent_rows = sent_rows + excluded.sent_rows`, date, n)
+	}
+	for date := range b.days { // a day without trade has no row yet
+		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, 0) ON CONFLICT (business_date) DO NOTHING`, date)
 	}
 	for date, rev := range b.days {
 		if _, part := b.parts[date]; part {
