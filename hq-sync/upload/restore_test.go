@@ -14,6 +14,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -171,5 +172,62 @@ func TestDayWithoutSales(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Errorf("%s; missing %+v", rep.Summary(), rep.Missing)
+	}
+}
+
+// TestRestoredLedgerSameLastRow: as TestRestoredLedgerUnderPendingBatch, but after the
+// restore the terminals deliver again the events the restore lost (their acks were lost with
+// it, or the store asked for them), among a sale made after the restore. The waiting batch
+// (ids 6..8 = T2:1, T1:6, T1:7) and the restored ledger (ids 6..9 = T3:1, T1:6, T1:7, T2:1)
+// hold the same row at id 8 alone. Taking that for "the ledger holds the batch", the
+// watermark moved to 8, past T3:1 at id 6, which never reached HQ.
+func TestRestoredLedgerSameLastRow(t *testing.T) {
+	ctx := context.Background()
+	s, st, hqs, _, cfg := restoreFixture(t)
+	s.Sales(5, day0, "T1") // ids 1..5: T1 seq 1..5
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	backup := backupLedger(t, s)
+
+	hqs.down.Store(true)
+	s.mu.Lock()
+	at := day0.Add(time.Hour)
+	t2 := s.record("T2", at, wire.KindSale, salePayload(101, 1))
+	t1a := s.record("T1", at.Add(time.Second), wire.KindSale, salePayload(102, 1))
+	t1b := s.record("T1", at.Add(2*time.Second), wire.KindSale, salePayload(103, 1))
+	s.mu.Unlock()
+	s.commit([]ledger.Record{t2, t1a, t1b}) // ids 6..8
+	c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_ = u.Once(c) // the batch of ids 6..8 waits for HQ
+	cancel()
+	u.Close()
+
+	restoreLedger(t, s, backup)
+	s.mu.Lock()
+	t3 := s.record("T3", day0.Add(2*time.Hour), wire.KindSale, salePayload(104, 1)) // sold after the restore
+	s.mu.Unlock()
+	s.commit([]ledger.Record{t3})       // id 6
+	s.commit([]ledger.Record{t1a, t1b}) // ids 7, 8: T1 delivers its events again
+	s.commit([]ledger.Record{t2})       // id 9
+	hqs.down.Store(false)
+	u2, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the uploader refuses the restored ledger: %v", err)
+	}
+	defer u2.Close()
+	MustOnce(t, u2)
+
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atHQ := map[string]bool{}
+	for _, r := range rows {
+		atHQ[r.Terminal+"/"+itoa(r.Seq)] = true
+	}
+	for _, o := range s.Outbox() {
+		if !atHQ[o.Row.Terminal+"/"+itoa(o.Row.Seq)] {
+			t.Errorf("ledger row id %d (%s %s seq %d) never reached HQ", o.ID, o.Row.Kind, o.Row.Terminal, o.Row.Seq)
+		}
 	}
 }

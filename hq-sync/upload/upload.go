@@ -249,6 +249,34 @@ func (u *Uploader) claim(ctx context.Context) error {
 	return nil
 }
 
+// ledgerHoldsBatch reports whether the ledger's outbox rows from the batch's first id to its
+// last are the batch's rows, every one in order. The last alone matched when terminals sent
+// again, after a restore, events the batch held, and a new row at one of its ids was skipped.
+func (u *Uploader) ledgerHoldsBatch(ctx context.Context, b *batch) (bool, error) {
+	var sent hq.Batch
+	if err := json.Unmarshal(b.body, &sent); err != nil {
+		return false, fmt.Errorf("batch %s body: %w", b.id, err)
+	}
+	var rows []ledger.OutboxRow
+	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		var err error
+		rows, err = r.OutboxAfter(ctx, b.firstID-1, len(sent.Rows))
+		return err
+	}); err != nil {
+		return false, err
+	}
+	if len(rows) != len(sent.Rows) || len(rows) == 0 || rows[0].ID != b.firstID || rows[len(rows)-1].ID != b.lastID {
+		return false, nil
+	}
+	for i := range rows {
+		r := &sent.Rows[i]
+		if rowKey(&rows[i]) != r.Terminal+":"+strconv.FormatInt(r.Seq, 10)+":"+r.Hash {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // ledgerHolds reports whether the ledger's outbox row id is the row of key (rowKey).
 func (u *Uploader) ledgerHolds(ctx context.Context, id int64, key string) (bool, error) {
 	var rows []ledger.OutboxRow
@@ -946,7 +974,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	// happened all the same, and HQ has them now.
 	advance := b.rows > 0
 	if advance {
-		held, err := u.ledgerHolds(ctx, b.lastID, b.lastKey)
+		held, err := u.ledgerHoldsBatch(ctx, b)
 		if err != nil {
 			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 		}
