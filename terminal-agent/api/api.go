@@ -457,9 +457,9 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 	date := req.BusinessDate
 	var noDay error // refused in the transaction: a retry of a close already made is answered first
 	if date == "" {
-		// The latest day sold on and not closed: not today's date, which after midnight is a
-		// new day with nothing on it yet.
-		date, noDay = s.store.DayToClose(r.Context())
+		// The oldest day sold on and not closed before today, or else today: not today's date
+		// alone, which after midnight is a new day with nothing, or little, on it yet.
+		date, noDay = s.store.DayToClose(r.Context(), s.now())
 	}
 	// A sale or refund still waiting for the store's live verdict is decided first: a close
 	// that counted it would be wrong once the store refused it.

@@ -568,3 +568,59 @@ func TestCloseAfterMidnight(t *testing.T) {
 			"declared %s with %d sales: %d %s", closed.Totals.BusinessDate, closed.Totals.SaleCount, r.Status, r.Body)
 	}
 }
+
+// TestCloseAfterASaleAcrossMidnight: the shop's last customer is rung up at 23:55 and pays at
+// 00:01 (the sale completes on the new business day, as it must); the cashier presses "day
+// close" at 00:05. The close that names no day closes the day sold on, 2026-11-29, and the
+// till sells the next morning. It took the latest day with a sale: the new day, closed for
+// good, the till refusing every sale of it (day_closed).
+func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.clock.Add(time.Hour + 55*time.Minute) // 23:55: the last customer
+	id = a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
+	a.clock.Add(6 * time.Minute) // 2026-11-30 00:01: pays
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
+	a.clock.Add(4 * time.Minute) // 00:05: the end-of-day close
+	var closed api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-11-29" {
+		t.Errorf("close at 00:05 declared %s with %d sales, want 2026-11-29 (the day sold on)", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	}
+	a.clock.Add(8 * time.Hour) // 2026-11-30 08:05: the shop opens
+	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusCreated {
+		t.Errorf("first sale of the business day 2026-11-30 at 08:05: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestCloseWithTillClockAhead: the till's clock runs 20 minutes fast. The shop's last sale at
+// 23:45 real time is 00:05 by the till (its business date is the till's), and the cashier
+// presses "day close" at 23:50 real (00:10 till). The close takes the day before the till's
+// new one, and the till sells the next morning. It took the till's new day, and refused all
+// of that day's sales.
+func TestCloseWithTillClockAhead(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	a.clock.Add(12*time.Hour + 20*time.Minute) // real 22:00 = till 22:20
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.clock.Add(time.Hour + 45*time.Minute) // real 23:45 = till 00:05 on 2026-11-30
+	id = a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
+	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
+	a.clock.Add(5 * time.Minute) // real 23:50: close
+	var closed api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
+		t.Errorf("close declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	}
+	a.clock.Add(8 * time.Hour)
+	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusCreated {
+		t.Errorf("the next morning (till date 2026-11-30), after a close pressed the night before that declared %s: %d %s",
+			closed.Totals.BusinessDate, r.Status, r.Body)
+	}
+}

@@ -766,16 +766,20 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 // or refunds is open at the terminal.
 const CodeNothingToClose = "nothing_to_close"
 
-// DayToClose returns the business day a close that names none closes: the latest day with a
-// completed sale or a refund at this terminal that is not closed yet. Today's date was taken:
-// a close pressed after midnight closed the new, empty day, left the day sold on unclosed,
-// and, a close being final, kept the till from selling all that day.
-func (s *Store) DayToClose(ctx context.Context) (string, error) {
+// DayToClose returns the business day a close that names none closes: the oldest day before
+// today (now, in the store's zone) with a completed sale or a refund at this terminal that is
+// not closed, or else today if it has one. The latest such day was taken: a sale or refund
+// just after midnight (or a clock a few minutes fast) made it the new day, closed for good
+// with the till's whole next day of trade refused; today's date was taken before that, and
+// after midnight closed the new, empty day.
+func (s *Store) DayToClose(ctx context.Context, now time.Time) (string, error) {
+	today := s.BusinessDate(now)
 	var date sql.NullString
-	err := s.readRow(ctx, `SELECT max(business_date) FROM (
+	err := s.readRow(ctx, `SELECT coalesce(min(CASE WHEN business_date < ? THEN business_date END),
+			max(CASE WHEN business_date = ? THEN business_date END)) FROM (
 			SELECT business_date FROM sales WHERE state = 'completed'
 			UNION ALL SELECT business_date FROM refunds WHERE state = 'done')
-		WHERE business_date NOT IN (SELECT business_date FROM day_closes)`).Scan(&date)
+		WHERE business_date NOT IN (SELECT business_date FROM day_closes)`, today, today).Scan(&date)
 	if err != nil {
 		return "", err
 	}
