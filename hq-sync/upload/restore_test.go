@@ -77,6 +77,24 @@ func restoreLedger(t *testing.T, s *store, backup string) {
 	}
 }
 
+// everyRowAtHQ fails the test for each row of the store's ledger (of date0) HQ does not hold.
+func everyRowAtHQ(t *testing.T, s *store, st *sqlite.Store) {
+	t.Helper()
+	rows, err := st.Rows(context.Background(), date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atHQ := map[string]bool{}
+	for _, r := range rows {
+		atHQ[r.Terminal+"/"+itoa(r.Seq)] = true
+	}
+	for _, o := range s.Outbox() {
+		if !atHQ[o.Row.Terminal+"/"+itoa(o.Row.Seq)] {
+			t.Errorf("ledger row id %d (%s %s seq %d) never reached HQ", o.ID, o.Row.Kind, o.Row.Terminal, o.Row.Seq)
+		}
+	}
+}
+
 // TestRestoredLedgerUnderPendingBatch: HQ is down and a batch of the store's rows 6..8 waits;
 // the store's ledger is restored from a backup holding rows 1..5, and the store sells on,
 // its new sales taking ids 6..8 again. When HQ comes back it takes the waiting batch, and the
@@ -113,19 +131,7 @@ func TestRestoredLedgerUnderPendingBatch(t *testing.T) {
 	clk.Set(day1.Add(time.Hour)) // the day is over: the store declares it
 	MustOnce(t, u2)
 
-	rows, err := st.Rows(ctx, date0, testStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	atHQ := map[string]bool{}
-	for _, r := range rows {
-		atHQ[r.Terminal+"/"+itoa(r.Seq)] = true
-	}
-	for _, o := range s.Outbox() {
-		if !atHQ[o.Row.Terminal+"/"+itoa(o.Row.Seq)] {
-			t.Errorf("ledger row id %d (%s %s seq %d) never reached HQ", o.ID, o.Row.Kind, o.Row.Terminal, o.Row.Seq)
-		}
-	}
+	everyRowAtHQ(t, s, st)
 	rep, err := reconcile.Run(ctx, st, date0, testStore)
 	if err != nil {
 		t.Fatal(err)
@@ -217,17 +223,5 @@ func TestRestoredLedgerSameLastRow(t *testing.T) {
 	defer u2.Close()
 	MustOnce(t, u2)
 
-	rows, err := st.Rows(ctx, date0, testStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	atHQ := map[string]bool{}
-	for _, r := range rows {
-		atHQ[r.Terminal+"/"+itoa(r.Seq)] = true
-	}
-	for _, o := range s.Outbox() {
-		if !atHQ[o.Row.Terminal+"/"+itoa(o.Row.Seq)] {
-			t.Errorf("ledger row id %d (%s %s seq %d) never reached HQ", o.ID, o.Row.Kind, o.Row.Terminal, o.Row.Seq)
-		}
-	}
+	everyRowAtHQ(t, s, st)
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +14,20 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
 )
+
+// hang stops the Redis process p (SIGSTOP: it keeps its data and its connections, and answers
+// nothing) until resume, which the test's cleanup calls too.
+func hang(t *testing.T, p *stack.Proc) (resume func()) {
+	t.Helper()
+	pid := p.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
 
 // sendWait hands ingest one up message of T1 and returns the acks of the next acks message.
 func sendWait(t *testing.T, in *Ingest, out *sent, body []byte) []wire.Ack {
@@ -152,18 +167,7 @@ func TestUpgradeWithRedisHung(t *testing.T) {
 	if err := in.cfg.Gate.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
 		t.Fatal(err)
 	}
-	pid := s.Redis[0].Pid()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := hang(t, s.Redis[0])
 	runIngest(t, in)
 	waitMode(t, in, ModeDegraded)
 	if _, err := in.SetPromo(ctx, 150, time.Hour); perr.CodeOf(err) != CodeLimitsUnknown {
@@ -251,18 +255,7 @@ func TestLimitsSetWhileAPromoRunsOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			offset.Store(int64(step))
-			pid := s.Redis[0].Pid()
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			resumed := false
-			resume := func() {
-				if !resumed {
-					resumed = true
-					_ = syscall.Kill(pid, syscall.SIGCONT)
-				}
-			}
-			t.Cleanup(resume)
+			resume := hang(t, s.Redis[0])
 			in.Rebuild()
 			waitMode(t, in, ModeDegraded)
 			if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {

@@ -53,14 +53,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	go func() { defer close(done); up.Run(ctx) }()
 	srv := httptest.NewServer(api.New(store, up, nil))
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if v, _ := store.CatalogVersion(ctx); v == 1 && up.Status().Online {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not get the catalog and come online")
-		}
-	}
+	waitOnline(t, store, up)
 	return &agent{t: t, srv: srv, store: store, path: path}, r
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,28 +24,48 @@ type offsetClock struct{ off atomic.Int64 }
 func (c *offsetClock) Now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *offsetClock) Step(d time.Duration) { c.off.Add(int64(d)) }
 
-// runAgent starts uplink + API over an existing outbox file (a (re)start of the agent).
-func runAgent(t *testing.T, brokerURL, path string, now func() time.Time, vt time.Duration) (*agent, *uplink.Uplink) {
+// agentOpts are the settings startAgent gives an agent; zero values are the defaults.
+type agentOpts struct {
+	caps           outbox.Caps
+	ackTimeout     time.Duration
+	verdictTimeout time.Duration
+	now            func() time.Time
+}
+
+// startAgent starts uplink + API over the outbox file at path (a start, or a restart, of the
+// agent) and waits until it is online with the catalog. stop kills it (also at cleanup).
+func startAgent(t *testing.T, brokerURL, path string, o agentOpts) (a *agent, up *uplink.Uplink, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Now: now})
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: o.caps, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := uplink.New(uplink.Config{BrokerURL: brokerURL, Store: "S1", Terminal: "T1", Now: now, VerdictTimeout: vt}, store)
+	up = uplink.New(uplink.Config{BrokerURL: brokerURL, Store: "S1", Terminal: "T1", AckTimeout: o.ackTimeout,
+		VerdictTimeout: o.verdictTimeout, Now: o.now}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	srv := httptest.NewServer(api.New(store, up, nil))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
+	}
+	t.Cleanup(stop)
+	waitOnline(t, store, up)
+	return &agent{t: t, srv: srv, store: store, path: path}, up, stop
+}
+
+// waitOnline waits until the agent has the catalog (version 1) and is online.
+func waitOnline(t *testing.T, store *outbox.Store, up *uplink.Uplink) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if v, _ := store.CatalogVersion(ctx); v == 1 && up.Status().Online {
-			break
+		if v, _ := store.CatalogVersion(context.Background()); v == 1 && up.Status().Online {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the agent did not get the catalog and come online")
 		}
 	}
-	return &agent{t: t, srv: srv, store: store, path: path}, up
 }
 
 func startStore(t *testing.T, o storesim.Options) (*stack.Stack, *storesim.Responder) {
@@ -98,7 +119,7 @@ func TestClockSetBackAfterRestart(t *testing.T) {
 
 	// Reboot: NTP steps the clock back ten minutes.
 	clk.Step(-10 * time.Minute)
-	a, _ := runAgent(t, s.MQTTURL(), path, clk.Now, 0)
+	a, _, _ := startAgent(t, s.MQTTURL(), path, agentOpts{now: clk.Now})
 
 	// The cashier keeps selling: a cash sale after the restart.
 	id2 := a.openSale()
@@ -131,7 +152,7 @@ func TestParkedEventIsNotARefusal(t *testing.T) {
 		}})
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	a, _ := runAgent(t, s.MQTTURL(), path, time.Now, 2*time.Second)
+	a, _, _ := startAgent(t, s.MQTTURL(), path, agentOpts{verdictTimeout: 2 * time.Second})
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 
@@ -165,42 +186,6 @@ func TestParkedEventIsNotARefusal(t *testing.T) {
 	}
 }
 
-// startAgent is runAgent with caps and ack timeout, returning a stop function (a kill).
-func startAgent(t *testing.T, brokerURL, path string, caps outbox.Caps, ackTimeout time.Duration, now func() time.Time) (*agent, func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: caps, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := uplink.New(uplink.Config{BrokerURL: brokerURL, Store: "S1", Terminal: "T1", AckTimeout: ackTimeout, Now: now}, store)
-	done := make(chan struct{})
-	go func() { defer close(done); up.Run(ctx) }()
-	srv := httptest.NewServer(api.New(store, up, nil))
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		<-done
-		store.Close()
-	}
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if v, _ := store.CatalogVersion(ctx); v == 1 && up.Status().Online {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not get the catalog and come online")
-		}
-	}
-	return &agent{t: t, srv: srv, store: store, path: path}, stop
-}
-
 // TestOfflineMaxOutlivesARestart: the broker is up but the store has not answered for longer
 // than --offline-max, and card payments are refused with offline_too_long. The agent restarts
 // (a crash, the till turned off and on): card payments are still refused, until the store
@@ -210,7 +195,7 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	s, r := startStore(t, storesim.Options{})
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	caps := outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 10000000, MaxOffline: 2 * time.Second}
-	a, stop := startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, time.Now)
+	a, _, stop := startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond})
 	r.SetSilent(true)
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200) // sent, never answered
@@ -220,7 +205,7 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	}
 	stop()
 
-	a, _ = startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, time.Now)
+	a, _, _ = startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond})
 	res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C2"}`)
 	if res.Status != 409 || res.code(t) != "offline_too_long" {
 		t.Fatalf("after the restart, the store still silent: card payment answered %d %s, want 409 offline_too_long",
@@ -252,7 +237,7 @@ func TestOfflineMaxOutlivesARestartWithClockSetBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	caps := outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 10000000, MaxOffline: 2 * time.Second}
 	clk := &offsetClock{}
-	a, stop := startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, clk.Now)
+	a, _, stop := startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond, now: clk.Now})
 	r.SetSilent(true)
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200)
@@ -263,7 +248,7 @@ func TestOfflineMaxOutlivesARestartWithClockSetBack(t *testing.T) {
 	stop()
 
 	clk.Step(-10 * time.Minute)
-	a, _ = startAgent(t, s.MQTTURL(), path, caps, 300*time.Millisecond, clk.Now)
+	a, _, _ = startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond, now: clk.Now})
 	time.Sleep(time.Second)
 	res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C2"}`)
 	if res.Status != 409 {

@@ -27,7 +27,7 @@ func TestPaymentWaitsForAScanVerdict(t *testing.T) {
 			}
 			return nil
 		}})
-	a, _ := runAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), time.Now, 2*time.Second)
+	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{verdictTimeout: 2 * time.Second})
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 

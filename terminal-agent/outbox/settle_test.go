@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,15 +14,7 @@ import (
 // until the verdict has come or the step was decided locally.
 func TestStepOnAnUndecidedStep(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
-		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithMilk(t)
 	live := Mode{Live: true}
 	do := func(f func(tx *Tx) (string, error)) (string, int64, error) {
 		ref, seq, _, err := s.Do(ctx, "", "", live, f)
@@ -69,15 +60,7 @@ func TestStepOnAnUndecidedStep(t *testing.T) {
 // payment taken and is not complete, nor while a sale waits for the store's live verdict.
 func TestDayCloseIsFinal(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
-		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithMilk(t)
 	do := func(mode Mode, f func(tx *Tx) (string, error)) (string, int64, error) {
 		ref, seq, _, err := s.Do(ctx, "", "", mode, f)
 		return ref, seq, err

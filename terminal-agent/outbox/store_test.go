@@ -154,7 +154,8 @@ func TestStorageFull(t *testing.T) {
 // openSale opens a fresh outbox (closed when the test ends) with one SKU and an open sale,
 // and returns it with a function that scans that SKU into the sale offline and returns the
 // scan event's seq.
-func openSale(t *testing.T) (*Store, func() (int64, error)) {
+// openWithMilk opens an outbox of store S1, terminal T1, whose catalog sells MILK at 12.50.
+func openWithMilk(t *testing.T) *Store {
 	t.Helper()
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Config{Store: "S1", Terminal: "T1"})
@@ -166,6 +167,13 @@ func openSale(t *testing.T) (*Store, func() (int64, error)) {
 		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func openSale(t *testing.T) (*Store, func() (int64, error)) {
+	t.Helper()
+	ctx := context.Background()
+	s := openWithMilk(t)
 	sale, _, _, err := s.Do(ctx, "", "", Mode{Disconnected: true}, func(tx *Tx) (string, error) { return tx.OpenSale() })
 	if err != nil {
 		t.Fatal(err)
