@@ -624,3 +624,31 @@ func TestCloseWithTillClockAhead(t *testing.T) {
 			closed.Totals.BusinessDate, r.Status, r.Body)
 	}
 }
+
+// TestForgottenClose: the shop trades 10:00-22:00 and the cashier presses "day close" ({}) at
+// 22:05 every evening. One evening (2026-11-29) the close is forgotten. Every later evening's
+// close declares the day just traded, and names the forgotten day as still open. Taking the
+// oldest open day, every evening's close declared the day before, for good.
+func TestForgottenClose(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	sell := func() {
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	}
+	// 2026-11-29 10:00: trade, no close in the evening.
+	sell()
+	for day := 1; day <= 3; day++ {
+		a.clock.Add(24 * time.Hour) // the next day, 10:00
+		today := a.clock.Now().In(shanghai).Format(wire.BusinessDate)
+		sell()
+		a.clock.Add(12*time.Hour + 5*time.Minute) // 22:05: the evening close
+		var closed api.DayCloseAnswer
+		a.must("POST", "/v1/day-close", `{}`, http.StatusOK).json(t, &closed)
+		if closed.Totals.BusinessDate != today || len(closed.Unclosed) != 1 || closed.Unclosed[0] != "2026-11-29" {
+			t.Errorf("close pressed at 22:05 on %s declared %s, unclosed %v; want %s, unclosed [2026-11-29]",
+				today, closed.Totals.BusinessDate, closed.Unclosed, today)
+		}
+		a.clock.Add(-(12*time.Hour + 5*time.Minute))
+	}
+}

@@ -766,28 +766,47 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 // or refunds is open at the terminal.
 const CodeNothingToClose = "nothing_to_close"
 
-// DayToClose returns the business day a close that names none closes: the oldest day before
-// today (now, in the store's zone) with a completed sale or a refund at this terminal that is
-// not closed, or else today if it has one. The latest such day was taken: a sale or refund
-// just after midnight (or a clock a few minutes fast) made it the new day, closed for good
-// with the till's whole next day of trade refused; today's date was taken before that, and
-// after midnight closed the new, empty day.
-func (s *Store) DayToClose(ctx context.Context, now time.Time) (string, error) {
+// CloseGraceHour ends, in the store's zone, the hours after midnight in which a close that
+// names no day still closes the day before: the end-of-day close of a shop open late.
+const CloseGraceHour = 6
+
+// DayToClose returns the business day a close that names none closes, and the other days
+// with a completed sale or a refund at this terminal that are not closed (oldest first), to
+// show the cashier. Before CloseGraceHour it is the latest such day before today (a sale
+// or refund just after midnight, or a clock a few minutes fast, does not make it the new
+// day, which a close would end for good); from then on it is today, if today has one, else
+// the latest before it. The oldest open day was taken first: after one evening's close was
+// missed, every later evening's close declared the day before.
+func (s *Store) DayToClose(ctx context.Context, now time.Time) (date string, others []string, err error) {
 	today := s.BusinessDate(now)
-	var date sql.NullString
-	err := s.readRow(ctx, `SELECT coalesce(min(CASE WHEN business_date < ? THEN business_date END),
-			max(CASE WHEN business_date = ? THEN business_date END)) FROM (
+	rows, err := s.readRows(ctx, `SELECT DISTINCT business_date FROM (
 			SELECT business_date FROM sales WHERE state = 'completed'
 			UNION ALL SELECT business_date FROM refunds WHERE state = 'done')
-		WHERE business_date NOT IN (SELECT business_date FROM day_closes)`, today, today).Scan(&date)
+		WHERE business_date <= ? AND business_date NOT IN (SELECT business_date FROM day_closes)
+		ORDER BY business_date`, today)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if !date.Valid {
-		return "", perr.New(perr.Refused, CodeNothingToClose,
-			"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
+	defer rows.Close()
+	var open []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return "", nil, err
+		}
+		open = append(open, d)
 	}
-	return date.String, nil
+	if err := rows.Err(); err != nil {
+		return "", nil, err
+	}
+	early := now.In(s.cfg.Location).Hour() < CloseGraceHour
+	for i := len(open) - 1; i >= 0; i-- {
+		if open[i] < today || !early {
+			return open[i], append(open[:i:i], open[i+1:]...), nil
+		}
+	}
+	return "", open, perr.New(perr.Refused, CodeNothingToClose,
+		"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
 }
 
 // DayClose queues the terminal's totals for a business day, which are then final: no sale,
