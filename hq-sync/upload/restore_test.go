@@ -225,3 +225,79 @@ func TestRestoredLedgerSameLastRow(t *testing.T) {
 
 	everyRowAtHQ(t, s, st)
 }
+
+func hqCount(t *testing.T, dir, q string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "hq.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestTillClockResetDeclaresNoDecades: one offline sale of a till whose clock had reset (a
+// dead RTC battery: 2000-01-01) is recorded, as an offline sale must be; the store trades on
+// 2025-03-01. The uploader declares at most the last 31 days without trade. It declared every
+// day from 2000-01-02 empty, 9,192 of them in 298 batches, and walked them all at each poll.
+func TestTillClockResetDeclaresNoDecades(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	dir := filepath.Dir(cfg.StatePath)
+	s.Sales(1, time.Date(2000, 1, 1, 10, 0, 0, 0, shanghai), "T9")
+	s.Sales(3, day0, "T1")
+	clk.Set(day1.Add(time.Hour))
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	days := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1'`)
+	batches := hqCount(t, dir, `SELECT count(*) FROM batches WHERE store = 'S1'`)
+	if days > maxEmptyDays+2 {
+		t.Errorf("one sale dated 2000-01-01 made the uploader declare %d days at HQ in %d batches", days, batches)
+	}
+	if rep, err := reconcile.Run(ctx, st, "2013-06-15", "", testStore); err != nil || rep.OK() {
+		t.Errorf("reconcile of 2013-06-15, before the store traded, with S1 expected: %s (%v); want NOT OK", rep.Summary(), err)
+	}
+}
+
+// TestOfflineDayNotDeclaredEmpty: the store trades on 1 March. On 2 March the tills cannot
+// reach the store-server all day (they sell offline, as they must) while the uploader runs.
+// 2 March is not declared empty while the tills have not been heard from since it ended, and
+// HQ's nightly reconcile of it says NOT OK; once they come back its rows are declared. It was
+// declared empty, and the reconcile said OK for a day the tills sold all through.
+func TestOfflineDayNotDeclaredEmpty(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	s.Sales(5, day0, "T1", "T2")
+	s.DayClose(date0, day0.Add(10*time.Hour), "T1", "T2")
+	clk.Set(day1.AddDate(0, 0, 1).Add(time.Hour)) // 3 March 11:00: the uploader's run that night
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	rep, err := reconcile.Run(ctx, st, date1, "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() {
+		t.Errorf("reconcile of %s says OK while every sale of the day is still at the tills", date1)
+	}
+	// The tills come back: the day's rows reach the ledger, and the next revision declares them.
+	s.Sales(8, day1, "T1", "T2")
+	s.DayClose(date1, day1.Add(10*time.Hour), "T1", "T2")
+	clk.Set(day1.AddDate(0, 0, 1).Add(2 * time.Hour))
+	MustOnce(t, u)
+	rep, err = reconcile.Run(ctx, st, date1, "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range rep.Txns {
+		if d.Kind == reconcile.MissingAtHQ || d.Kind == reconcile.ExtraAtHQ {
+			t.Errorf("after the tills came back: %s %s/%s seq %d: %s", d.Kind, d.Store, d.Terminal, d.Seq, d.Detail)
+		}
+	}
+	if len(rep.Missing) > 0 {
+		t.Errorf("after the tills came back: missing %+v", rep.Missing)
+	}
+}

@@ -756,31 +756,42 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 	return append(out, empty...), err
 }
 
-// maxEmptyDays bounds the days without trade one build declares; the next builds declare
-// the rest.
+// maxEmptyDays bounds the days without trade the uploader declares: those of the last
+// maxEmptyDays days before today. One sale dated years back (a till whose clock had reset)
+// had it declare every day since as empty, thousands of them, and walk them all at every
+// poll.
 const maxEmptyDays = 31
 
-// emptyDays returns the days, after the first day the store had rows of and before today,
-// of which HQ acknowledged no row and that were never declared: the store did not trade (a
-// holiday, a refit), or their rows are still on their way, which build checks against the
-// ledger before declaring a day. Without their declarations HQ's reconcile could not tell
-// a store closed for the day from one whose upload is stuck, and reported the day NOT OK
-// every night.
+// retiredAfter is how long a terminal unheard of stops counting as one of the store's.
+const retiredAfter = 7 * 24 * time.Hour
+
+// emptyDays returns the days, of the last maxEmptyDays before today and after the first day
+// the store had rows of, of which HQ acknowledged no row and that were never declared: the
+// store did not trade (a holiday, a refit). Without their declarations HQ's reconcile could
+// not tell a store closed for the day from one whose upload is stuck, and reported the day
+// NOT OK every night. A day is taken for one without trade only once every terminal heard
+// from in the week before it has been heard from since it ended: tills cut off from the
+// store all day hold its sales, and the day declared empty read as OK at HQ. (build also
+// checks that no row of the day waits in the ledger.)
 func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay, error) {
-	var first, last sql.NullString
-	if err := u.state.R.QueryRowContext(ctx, `SELECT min(business_date), max(business_date) FROM days`).
-		Scan(&first, &last); err != nil {
+	var first sql.NullString
+	if err := u.state.R.QueryRowContext(ctx, `SELECT min(business_date) FROM days`).Scan(&first); err != nil {
 		return nil, fmt.Errorf("read days: %w", err)
 	}
 	if !first.Valid {
 		return nil, nil
 	}
-	start, err := time.Parse(wire.BusinessDate, first.String)
+	end, err := time.ParseInLocation(wire.BusinessDate, today, u.cfg.Location)
 	if err != nil {
-		return nil, fmt.Errorf("read days: %w", err)
+		return nil, err
 	}
-	known := map[string]bool{}
-	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date FROM days WHERE business_date > ?`, first.String)
+	from := end.AddDate(0, 0, -maxEmptyDays).Format(wire.BusinessDate)
+	if first.String >= from {
+		from = first.String // and after it
+	}
+	known := map[string]bool{first.String: true}
+	rows, err := u.state.R.QueryContext(ctx, `SELECT business_date FROM days WHERE business_date >= ? AND business_date < ?`,
+		from, today)
 	if err != nil {
 		return nil, fmt.Errorf("read days: %w", err)
 	}
@@ -795,15 +806,38 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	var missing []time.Time
+	start, err := time.ParseInLocation(wire.BusinessDate, from, u.cfg.Location)
+	if err != nil {
+		return nil, err
+	}
+	for d := start; d.Before(end); d = d.AddDate(0, 0, 1) {
+		if !known[d.Format(wire.BusinessDate)] {
+			missing = append(missing, d)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	seen, err := u.ledger.Terminals(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []undeclaredDay
-	for d := start.AddDate(0, 0, 1); len(out) < maxEmptyDays; d = d.AddDate(0, 0, 1) {
-		date := d.Format(wire.BusinessDate)
-		if date >= today {
-			break
+	for _, d := range missing {
+		dayEnd := d.AddDate(0, 0, 1)
+		heard := true
+		for _, ts := range seen {
+			// By the time of the terminal's last event (a heartbeat, while it is online).
+			if ts.LastAt.After(d.Add(-retiredAfter)) && ts.LastAt.Before(dayEnd) {
+				heard = false // a till of the store not heard from since the day ended
+				break
+			}
 		}
-		if !known[date] {
-			out = append(out, undeclaredDay{date: date})
+		if !heard {
+			break // nor any day after it
 		}
+		out = append(out, undeclaredDay{date: d.Format(wire.BusinessDate)})
 	}
 	return out, nil
 }
