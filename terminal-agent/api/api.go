@@ -445,9 +445,6 @@ type DayCloseRequest struct {
 type DayCloseAnswer struct {
 	Totals wire.DayClosePayload `json:"totals"`
 	Event  *EventRef            `json:"event,omitempty"`
-	// Unclosed lists the other business days with sales or refunds this terminal has not
-	// closed, oldest first (a close that named no day): for the POS app to offer to close.
-	Unclosed []string `json:"unclosed,omitempty"`
 }
 
 func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
@@ -459,11 +456,10 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 	}
 	date := req.BusinessDate
 	var noDay error // refused in the transaction: a retry of a close already made is answered first
-	var unclosed []string
 	if date == "" {
-		// Not today's date alone, which just after midnight is a new day with nothing, or
-		// little, on it yet (outbox.DayToClose).
-		date, unclosed, noDay = s.store.DayToClose(r.Context(), s.now())
+		// The one open day, not today's date, which just after midnight is a new day with
+		// nothing, or little, on it yet (outbox.DayToClose).
+		date, noDay = s.store.DayToClose(r.Context(), s.now())
 	}
 	// A sale or refund still waiting for the store's live verdict is decided first: a close
 	// that counted it would be wrong once the store refused it.
@@ -498,7 +494,7 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 					return 0, nil, err
 				}
 			}
-			return http.StatusOK, DayCloseAnswer{Totals: totals, Event: ev, Unclosed: unclosed}, nil
+			return http.StatusOK, DayCloseAnswer{Totals: totals, Event: ev}, nil
 		},
 	})
 }

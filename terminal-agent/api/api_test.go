@@ -569,11 +569,26 @@ func TestCloseAfterMidnight(t *testing.T) {
 	}
 }
 
+// ambiguousClose presses "day close" naming no day while several days are open: it is
+// refused with day_to_close_ambiguous naming each of them, and nothing is closed.
+func ambiguousClose(t *testing.T, a *agent, open ...string) {
+	t.Helper()
+	r := a.do("POST", "/v1/day-close", `{}`)
+	if r.Status != http.StatusConflict || r.code(t) != outbox.CodeDayAmbiguous {
+		t.Fatalf("a close naming no day with %v open: %d %s, want 409 %s", open, r.Status, r.Body, outbox.CodeDayAmbiguous)
+	}
+	for _, d := range open {
+		if !strings.Contains(string(r.Body), d) {
+			t.Errorf("the refusal does not name open day %s: %s", d, r.Body)
+		}
+	}
+}
+
 // TestCloseAfterASaleAcrossMidnight: the shop's last customer is rung up at 23:55 and pays at
 // 00:01 (the sale completes on the new business day, as it must); the cashier presses "day
-// close" at 00:05. The close that names no day closes the day sold on, 2026-11-29, and the
-// till sells the next morning. It took the latest day with a sale: the new day, closed for
-// good, the till refusing every sale of it (day_closed).
+// close" at 00:05. With two days open the close asks which (day_to_close_ambiguous); the
+// cashier names 2026-11-29, and the till sells the next morning. A close naming no day took
+// the latest day with a sale, the new one, closed for good: the till refused its every sale.
 func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
@@ -586,10 +601,11 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 	a.clock.Add(6 * time.Minute) // 2026-11-30 00:01: pays
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
 	a.clock.Add(4 * time.Minute) // 00:05: the end-of-day close
+	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
 	var closed api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
-	if closed.Totals.BusinessDate != "2026-11-29" {
-		t.Errorf("close at 00:05 declared %s with %d sales, want 2026-11-29 (the day sold on)", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200).json(t, &closed)
+	if closed.Totals.SaleCount != 1 {
+		t.Errorf("close of 2026-11-29: %d sales, want 1", closed.Totals.SaleCount)
 	}
 	a.clock.Add(8 * time.Hour) // 2026-11-30 08:05: the shop opens
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusCreated {
@@ -597,38 +613,33 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 	}
 }
 
-// TestCloseWithTillClockAhead: the till's clock runs 20 minutes fast. The shop's last sale at
-// 23:45 real time is 00:05 by the till (its business date is the till's), and the cashier
-// presses "day close" at 23:50 real (00:10 till). The close takes the day before the till's
-// new one, and the till sells the next morning. It took the till's new day, and refused all
-// of that day's sales.
-func TestCloseWithTillClockAhead(t *testing.T) {
+// TestNightShiftClose: a shop trading through the night (sales at 22:00 and at 03:00) closes
+// at 07:05, naming no day: it is asked which of the two open days, not locked out of the
+// morning. A default of today from 06:00 closed 2026-11-30 and refused the 08:00 sale.
+func TestNightShiftClose(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	a.clock.Add(12*time.Hour + 20*time.Minute) // real 22:00 = till 22:20
-	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-	a.clock.Add(time.Hour + 45*time.Minute) // real 23:45 = till 00:05 on 2026-11-30
-	id = a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
-	a.clock.Add(5 * time.Minute) // real 23:50: close
-	var closed api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
-	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
-		t.Errorf("close declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	sell := func() {
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
 	}
-	a.clock.Add(8 * time.Hour)
+	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00
+	sell()
+	a.clock.Add(5 * time.Hour) // 2026-11-30 03:00
+	sell()
+	a.clock.Add(4*time.Hour + 5*time.Minute) // 07:05
+	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
+	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200)
+	a.clock.Add(55 * time.Minute) // 08:00
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusCreated {
-		t.Errorf("the next morning (till date 2026-11-30), after a close pressed the night before that declared %s: %d %s",
-			closed.Totals.BusinessDate, r.Status, r.Body)
+		t.Errorf("a sale at 08:00 on 2026-11-30: %d %s", r.Status, r.Body)
 	}
 }
 
-// TestForgottenClose: the shop trades 10:00-22:00 and the cashier presses "day close" ({}) at
-// 22:05 every evening. One evening (2026-11-29) the close is forgotten. Every later evening's
-// close declares the day just traded, and names the forgotten day as still open. Taking the
-// oldest open day, every evening's close declared the day before, for good.
+// TestForgottenClose: the shop trades 10:00-22:00 and the cashier presses "day close" ({})
+// at 22:05. One evening (2026-11-29) the close is forgotten: the next evening's close naming
+// no day asks which; after the cashier closes both, the evening after closes its own day.
+// Taking the oldest open day, every evening's close declared the day before, for good.
 func TestForgottenClose(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	sell := func() {
@@ -636,19 +647,22 @@ func TestForgottenClose(t *testing.T) {
 		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
 	}
-	// 2026-11-29 10:00: trade, no close in the evening.
+	sell()                      // 2026-11-29 10:00; no close that evening
+	a.clock.Add(24 * time.Hour) // 2026-11-30 10:00
 	sell()
-	for day := 1; day <= 3; day++ {
-		a.clock.Add(24 * time.Hour) // the next day, 10:00
-		today := a.clock.Now().In(shanghai).Format(wire.BusinessDate)
-		sell()
-		a.clock.Add(12*time.Hour + 5*time.Minute) // 22:05: the evening close
-		var closed api.DayCloseAnswer
-		a.must("POST", "/v1/day-close", `{}`, http.StatusOK).json(t, &closed)
-		if closed.Totals.BusinessDate != today || len(closed.Unclosed) != 1 || closed.Unclosed[0] != "2026-11-29" {
-			t.Errorf("close pressed at 22:05 on %s declared %s, unclosed %v; want %s, unclosed [2026-11-29]",
-				today, closed.Totals.BusinessDate, closed.Unclosed, today)
-		}
-		a.clock.Add(-(12*time.Hour + 5*time.Minute))
+	a.clock.Add(12*time.Hour + 5*time.Minute) // 22:05
+	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
+	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200)
+	var closed api.DayCloseAnswer
+	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-11-30" {
+		t.Fatalf("the evening's close declared %s, want 2026-11-30", closed.Totals.BusinessDate)
+	}
+	a.clock.Add(12 * time.Hour) // 2026-12-01 10:05
+	sell()
+	a.clock.Add(12 * time.Hour) // 22:05
+	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-12-01" {
+		t.Errorf("the next evening's close declared %s, want 2026-12-01", closed.Totals.BusinessDate)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -766,47 +767,48 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 // or refunds is open at the terminal.
 const CodeNothingToClose = "nothing_to_close"
 
-// CloseGraceHour ends, in the store's zone, the hours after midnight in which a close that
-// names no day still closes the day before: the end-of-day close of a shop open late.
-const CloseGraceHour = 6
+// CodeDayAmbiguous refuses a day close that names no day while more than one business day
+// with sales or refunds is open at the terminal: the cashier names the one to close.
+const CodeDayAmbiguous = "day_to_close_ambiguous"
 
-// DayToClose returns the business day a close that names none closes, and the other days
-// with a completed sale or a refund at this terminal that are not closed (oldest first), to
-// show the cashier. Before CloseGraceHour it is the latest such day before today (a sale
-// or refund just after midnight, or a clock a few minutes fast, does not make it the new
-// day, which a close would end for good); from then on it is today, if today has one, else
-// the latest before it. The oldest open day was taken first: after one evening's close was
-// missed, every later evening's close declared the day before.
-func (s *Store) DayToClose(ctx context.Context, now time.Time) (date string, others []string, err error) {
-	today := s.BusinessDate(now)
+// DayToClose returns the business day a close that names none closes: the one business day
+// up to today (now, in the store's zone) with a completed sale or a refund at this terminal
+// that is not closed. With none it is nothing_to_close; with several it is
+// day_to_close_ambiguous, naming them, since a close is final and closing the wrong one
+// locked the till out of a day's trade. Every default tried guessed wrong somewhere: today's
+// date closed the new, empty day after midnight; the latest open day closed the new day
+// after a sale at 00:01; the oldest lagged a day behind for good after one missed close; an
+// hour of the day locked a night shift out of the morning.
+func (s *Store) DayToClose(ctx context.Context, now time.Time) (string, error) {
 	rows, err := s.readRows(ctx, `SELECT DISTINCT business_date FROM (
 			SELECT business_date FROM sales WHERE state = 'completed'
 			UNION ALL SELECT business_date FROM refunds WHERE state = 'done')
 		WHERE business_date <= ? AND business_date NOT IN (SELECT business_date FROM day_closes)
-		ORDER BY business_date`, today)
+		ORDER BY business_date`, s.BusinessDate(now))
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	defer rows.Close()
 	var open []string
 	for rows.Next() {
 		var d string
 		if err := rows.Scan(&d); err != nil {
-			return "", nil, err
+			return "", err
 		}
 		open = append(open, d)
 	}
 	if err := rows.Err(); err != nil {
-		return "", nil, err
+		return "", err
 	}
-	early := now.In(s.cfg.Location).Hour() < CloseGraceHour
-	for i := len(open) - 1; i >= 0; i-- {
-		if open[i] < today || !early {
-			return open[i], append(open[:i:i], open[i+1:]...), nil
-		}
+	switch len(open) {
+	case 0:
+		return "", perr.New(perr.Refused, CodeNothingToClose,
+			"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
+	case 1:
+		return open[0], nil
 	}
-	return "", open, perr.New(perr.Refused, CodeNothingToClose,
-		"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
+	return "", perr.New(perr.Refused, CodeDayAmbiguous,
+		"business days %s are open at this terminal; name the one to close (business_date)", strings.Join(open, ", "))
 }
 
 // DayClose queues the terminal's totals for a business day, which are then final: no sale,
