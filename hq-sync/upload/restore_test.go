@@ -301,3 +301,54 @@ func TestOfflineDayNotDeclaredEmpty(t *testing.T) {
 		t.Errorf("after the tills came back: missing %+v", rep.Missing)
 	}
 }
+
+// at is day0 + days, at 10:00; dateOf its business date.
+func at(days int) time.Time  { return day0.AddDate(0, 0, days) }
+func dateOf(days int) string { return at(days).Format("2006-01-02") }
+
+// TestSingleTillOfflineLong: a store with one till, cut off from the store-server after 1
+// March and selling offline (cash is never capped) for 40 days. No later day is declared
+// empty: every sale of them is at the till. With a till retired after a week unheard, the
+// run on 10 April declared 31 days empty, and HQ's reconcile said OK for them.
+func TestSingleTillOfflineLong(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	dir := filepath.Dir(cfg.StatePath)
+	s.Sales(4, at(0), "T1")
+	clk.Set(at(40).Add(time.Hour))
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	n := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1' AND business_date > '`+date0+`'`)
+	rep, err := reconcile.Run(ctx, st, dateOf(20), "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 || rep.OK() {
+		t.Errorf("the store's only till last heard %s: %d later days declared empty at HQ; reconcile of %s: %s",
+			date0, n, dateOf(20), rep.Summary())
+	}
+}
+
+// TestLedgerWithoutHeartbeatsIndex: over a ledger its store-server has not migrated to 009
+// (events_heartbeats) yet, the uploader sends its rows as before. Reading the terminals for
+// the days without trade failed on it, and stopped every upload.
+func TestLedgerWithoutHeartbeatsIndex(t *testing.T) {
+	s, _, _, clk, cfg := restoreFixture(t)
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`DROP INDEX events_heartbeats`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	s.Sales(3, at(0), "T1")
+	clk.Set(at(2).Add(time.Hour)) // 2 March had no trade
+	s.Sales(3, at(2), "T1")
+	u := MustNew(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("upload over a ledger before migration 009: %v", err)
+	}
+}

@@ -762,17 +762,19 @@ func (u *Uploader) undeclared(ctx context.Context, today string) ([]undeclaredDa
 // poll.
 const maxEmptyDays = 31
 
-// retiredAfter is how long a terminal unheard of stops counting as one of the store's.
-const retiredAfter = 7 * 24 * time.Hour
+// retiredAfter is how long a terminal unheard of stops counting as one of the store's: as
+// long as the days declared empty go back, so that a till cut off for weeks still holds
+// back every day it may have sold on.
+const retiredAfter = maxEmptyDays * 24 * time.Hour
 
 // emptyDays returns the days, of the last maxEmptyDays before today and after the first day
 // the store had rows of, of which HQ acknowledged no row and that were never declared: the
 // store did not trade (a holiday, a refit). Without their declarations HQ's reconcile could
 // not tell a store closed for the day from one whose upload is stuck, and reported the day
-// NOT OK every night. A day is taken for one without trade only once every terminal heard
-// from in the week before it has been heard from since it ended: tills cut off from the
-// store all day hold its sales, and the day declared empty read as OK at HQ. (build also
-// checks that no row of the day waits in the ledger.)
+// NOT OK every night. A day is taken for one without trade only once a terminal has been
+// heard from since it ended and every terminal heard from in the maxEmptyDays before it has
+// too: tills cut off from the store all day hold its sales, and the day declared empty read
+// as OK at HQ. (build also checks that no row of the day waits in the ledger.)
 func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay, error) {
 	var first sql.NullString
 	if err := u.state.R.QueryRowContext(ctx, `SELECT min(business_date) FROM days`).Scan(&first); err != nil {
@@ -821,23 +823,27 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	}
 	seen, err := u.ledger.Terminals(ctx)
 	if err != nil {
-		return nil, err
+		// A ledger the store-server has not migrated yet (its heartbeats index, 009): no
+		// day is declared empty until it has; the rows go on.
+		u.log.Warn("the ledger's terminals cannot be read; no day without trade is declared", "err", err)
+		return nil, nil
 	}
 	var out []undeclaredDay
 	for _, d := range missing {
 		dayEnd := d.AddDate(0, 0, 1)
-		heard := true
+		heard, silent := false, false
 		for _, ts := range seen {
 			// By the time of the terminal's last event (a heartbeat, while it is online).
-			if ts.LastAt.After(d.Add(-retiredAfter)) && ts.LastAt.Before(dayEnd) {
-				heard = false // a till of the store not heard from since the day ended
-				break
+			switch {
+			case !ts.LastAt.Before(dayEnd):
+				heard = true
+			case ts.LastAt.After(d.Add(-retiredAfter)):
+				silent = true // a till of the store not heard from since the day ended
 			}
 		}
-		if !heard {
-			break // nor any day after it
+		if heard && !silent { // some till heard since, and none of the store's silent
+			out = append(out, undeclaredDay{date: d.Format(wire.BusinessDate)})
 		}
-		out = append(out, undeclaredDay{date: d.Format(wire.BusinessDate)})
 	}
 	return out, nil
 }
