@@ -352,3 +352,31 @@ func TestLedgerWithoutHeartbeatsIndex(t *testing.T) {
 		t.Fatalf("upload over a ledger before migration 009: %v", err)
 	}
 }
+
+// TestTillClockAheadLastEvent: the store's only till, its last event dated 2030 by a clock
+// gone forward, is cut off and sells offline. No later day is declared empty: a last event
+// ahead of the uploader's clock says nothing of when the till was last heard. It counted as
+// heard after every day, and the days were declared empty, reconciling OK at HQ.
+func TestTillClockAheadLastEvent(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	dir := filepath.Dir(cfg.StatePath)
+	s.Sales(4, at(0), "T1")
+	s.mu.Lock()
+	hb := s.record("T1", time.Date(2030, 1, 1, 0, 0, 0, 0, shanghai), wire.KindHeartbeat, &wire.HeartbeatPayload{})
+	s.mu.Unlock()
+	s.commit([]ledger.Record{hb})
+	clk.Set(at(5).Add(time.Hour))
+	u := MustNew(t, cfg)
+	defer u.Close()
+	MustOnce(t, u)
+	n := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1' AND business_date > '`+date0+`'`)
+	rep, err := reconcile.Run(ctx, st, dateOf(2), "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 || rep.OK() {
+		t.Errorf("the store's only till, last heard by the store on %s (its last event dated 2030 by its clock): %d later days declared empty at HQ; reconcile of %s: %s",
+			date0, n, dateOf(2), rep.Summary())
+	}
+}

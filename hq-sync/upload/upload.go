@@ -835,6 +835,8 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 		for _, ts := range seen {
 			// By the time of the terminal's last event (a heartbeat, while it is online).
 			switch {
+			case ts.LastAt.After(u.cfg.Now().Add(time.Hour)):
+				silent = true // a till clock ahead says nothing of when it was last heard
 			case !ts.LastAt.Before(dayEnd):
 				heard = true
 			case ts.LastAt.After(d.Add(-retiredAfter)):
