@@ -296,7 +296,7 @@ func TestCatchUpDuringAnImport(t *testing.T) {
 		var b strings.Builder
 		b.WriteString("sku,name,price\n")
 		fmt.Fprintf(&b, "A1,Apple,3.%02d\n", price)
-		for i := 0; i < 20000; i++ { // a store-sized catalog: the import takes a while
+		for i := 0; i < 10000; i++ { // a store-sized catalog: the import takes a while
 			fmt.Fprintf(&b, "X%05d,Item number %d with a long enough name,1.00\n", i, i)
 		}
 		return []byte(b.String())
@@ -304,7 +304,7 @@ func TestCatchUpDuringAnImport(t *testing.T) {
 	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", csv(0), &imp)
 	r := biStartRun(t, srv)
-	for i := 1; i <= 20; i++ {
+	for i := 1; i <= 10; i++ {
 		var c wire.Catalog
 		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
 		done := make(chan apiImport, 1)

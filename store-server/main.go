@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -282,9 +283,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := cat.Publish(pub); err != nil {
 		log.Warn("publish catalog", "err", err)
 	}
-	go m.catchUpCatalog(runCtx, cat, led, pub, log)
+	// Run returns once these have: they use the ledger, the catalog and the broker it closes.
+	var background sync.WaitGroup
+	defer background.Wait()
+	defer cancel() // before the wait (deferred calls run last first)
+	background.Go(func() { m.catchUpCatalog(runCtx, cat, led, pub, log) })
 	if m.Sentinels != "" {
-		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
+		background.Go(func() {
+			watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
+		})
 	}
 
 	ln, err := net.Listen("tcp", m.APIListen)
