@@ -283,15 +283,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := cat.Publish(pub); err != nil {
 		log.Warn("publish catalog", "err", err)
 	}
-	// Run returns once these have: they use the ledger, the catalog and the broker it closes.
+	// Run returns once the catching up has: it uses the ledger, the catalog and the broker
+	// Run closes. The Sentinel watcher is not waited for: it uses nothing Run closes, and a
+	// Sentinel that does not answer held a shutdown back by its read timeout.
 	var background sync.WaitGroup
 	defer background.Wait()
 	defer cancel() // before the wait (deferred calls run last first)
 	background.Go(func() { m.catchUpCatalog(runCtx, cat, led, pub, log) })
 	if m.Sentinels != "" {
-		background.Go(func() {
-			watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
-		})
+		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
 	}
 
 	ln, err := net.Listen("tcp", m.APIListen)

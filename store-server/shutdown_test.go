@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+)
+
+// TestRunReturnsPromptly runs Main.Run against real Redis and 3 Sentinels, makes a Sentinel
+// misbehave (one listed that accepts and never answers; one stopped after the start),
+// cancels, and holds Run to returning within a second. Waiting for the Sentinel watcher,
+// Run took the watcher's read timeout, 3-4 s, with a Sentinel that did not answer.
+func TestRunReturnsPromptly(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true, Replicas: 1, Sentinels: 3})
+	// a "Sentinel" that accepts and never answers
+	bh, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bh.Close()
+	go func() {
+		for {
+			c, err := bh.Accept()
+			if err != nil {
+				return
+			}
+			_ = c // held open, never read nor written
+			defer c.Close()
+		}
+	}()
+	run := func(name string, sentinels []string, before func()) {
+		m := NewMain()
+		if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", t.TempDir(),
+			"--redis-sentinels", strings.Join(sentinels, ","), "--redis-master", s.MasterName,
+			"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+			"--log-level", "error"}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		select {
+		case <-m.Ready:
+		case err := <-done:
+			t.Fatalf("%s: Run: %v", name, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: not ready", name)
+		}
+		if before != nil {
+			before()
+		}
+		start := time.Now()
+		cancel()
+		select {
+		case <-done:
+			took := time.Since(start)
+			t.Logf("%s: Run returned %v after cancel", name, took.Round(time.Millisecond))
+			if took > time.Second {
+				t.Errorf("%s: Run took %v to return after cancel, want under 1s", name, took.Round(time.Millisecond))
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("%s: Run had not returned 60s after cancel", name)
+		}
+	}
+	addrs := s.SentinelAddrs()
+	run("healthy", addrs, nil)
+	run("blackhole sentinel listed", append(append([]string{}, addrs...), bh.Addr().String()), func() { time.Sleep(2 * time.Second) })
+	run("sentinel SIGSTOPped after ready", addrs, func() {
+		if err := syscall.Kill(s.Sentinels[2].Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	})
+	syscall.Kill(s.Sentinels[2].Pid(), syscall.SIGCONT)
+}
