@@ -36,12 +36,7 @@ func TestDelistedSKUCorrected(t *testing.T) {
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte("sku,name,price\nA1,Apple,3.50\nB2,Bread,12.00\nC3,Cola,2.75\n"), &imp)
 	r := biStartRun(t, srv)
 	// T1 comes back: five of D4 sold offline, two in stock.
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
-	d, ok := r.bus.next("T1", biAckWait)
-	if !ok || d.err != nil || len(d.acks.Acks) != 1 || d.acks.Acks[0].Status != wire.AckAccepted ||
-		d.acks.Acks[0].Result == nil || !d.acks.Acks[0].Result.Oversold {
-		t.Fatalf("offline sale of a delisted SKU answered %s (%v)", d.raw, d.err)
-	}
+	sellD4Offline(t, r, "offline sale of a delisted SKU")
 	// The store's stock of D4 is -3; the three came from the back room. Adjust, as the docs say.
 	status, _, b := srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
 		biMarshal(t, api.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: "adjust"}))
@@ -85,6 +80,17 @@ func TestExceptionListsRefuseBadDate(t *testing.T) {
 	}
 }
 
+// catalogHeartbeat has terminal T1 send its heartbeat seq reporting catalog version held,
+// and waits for the store to accept it.
+func catalogHeartbeat(t *testing.T, r *biRun, seq, held int64) {
+	t.Helper()
+	p := wire.HeartbeatPayload{CatalogVersion: held}
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", seq, biMarshal(t, p))))
+	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
+		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
+	}
+}
+
 // TestCatalogVersionAboveTheTerminals: a terminal reports holding catalog version 7 while the
 // store's is 1 (its data directory was restored from an older backup): /v1/terminals says
 // the terminal is ahead, and the next import takes version 8. It took version 2, which every
@@ -94,11 +100,7 @@ func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
 	r := biStartRun(t, srv)
-	p := wire.HeartbeatPayload{CatalogVersion: 7}
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
-	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
-		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
-	}
+	catalogHeartbeat(t, r, 1, 7)
 	var terms api.TerminalsAnswer
 	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
 	i := slices.IndexFunc(terms.Terminals, func(r api.TerminalRow) bool { return r.Terminal == "T1" })
@@ -134,25 +136,9 @@ func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 	if _, err := cat.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}, {SKU: "BAG", Name: "Bag", Price: 20}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	m := NewMain()
-	if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", dir, "--redis-addr", s.Redis[0].Addr(),
+	startMain(t, "--store", biStoreID, "--data-dir", dir, "--redis-addr", s.Redis[0].Addr(),
 		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
-		"--log-level", "error", "--catalog", file}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	select {
-	case <-m.Ready:
-		cancel()
-		<-done
-	case err := <-done:
-		t.Fatalf("the upgraded store-server did not start on the data directory and --catalog it ran with: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready within 30s")
-	}
+		"--log-level", "error", "--catalog", file)
 }
 
 // TestCatalogAfterABrokerRestart: mosquitto restarts without persistence (its default) and
@@ -166,24 +152,9 @@ func TestCatalogAfterABrokerRestart(t *testing.T) {
 	if err := os.WriteFile(file, []byte(biCatalogCSV), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := NewMain()
-	if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", filepath.Join(dir, "data"),
+	startMain(t, "--store", biStoreID, "--data-dir", filepath.Join(dir, "data"),
 		"--redis-addr", s.Redis[0].Addr(), "--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0",
-		"--api-token", biToken, "--tz", biTZ, "--log-level", "error", "--catalog", file}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-m.Ready:
-	case err := <-done:
-		done <- err
-		t.Fatalf("store-server: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready within 30s")
-	}
+		"--api-token", biToken, "--tz", biTZ, "--log-level", "error", "--catalog", file)
 	if err := s.Mosquitto.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -231,21 +202,13 @@ func TestCatalogFloorBogusHeartbeat(t *testing.T) {
 	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
 	r := biStartRun(t, srv)
-	p := wire.HeartbeatPayload{CatalogVersion: math.MaxInt64 - 1}
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
-	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
-		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
-	}
+	catalogHeartbeat(t, r, 1, math.MaxInt64-1)
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
 	if imp.Version != 2 {
 		t.Errorf("import after a heartbeat of MaxInt64-1: version %d, want 2", imp.Version)
 	}
 	// The terminal comes to its senses: an honest heartbeat.
-	p = wire.HeartbeatPayload{CatalogVersion: imp.Version}
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 2, biMarshal(t, p))))
-	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
-		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
-	}
+	catalogHeartbeat(t, r, 2, imp.Version)
 	status, _, b := srv.do(t, "POST", "/v1/catalog", biToken, "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.30\n"))
 	if status != 200 {
 		t.Fatalf("the manager's next import (a price change) is refused for good: status %d: %s", status, b)
@@ -264,11 +227,7 @@ func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
 	var imp apiImport
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
 	r := biStartRun(t, srv)
-	p := wire.HeartbeatPayload{CatalogVersion: 7}
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", 1, biMarshal(t, p))))
-	if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil || d.acks.Acks[0].Status != wire.AckAccepted {
-		t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
-	}
+	catalogHeartbeat(t, r, 1, 7)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var c wire.Catalog
 		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
@@ -315,11 +274,7 @@ func TestCatchUpDuringAnImport(t *testing.T) {
 		}()
 		time.Sleep(time.Duration(i%10) * 3 * time.Millisecond)
 		// A terminal reports a version above the store's (its data restored from a backup).
-		p := wire.HeartbeatPayload{CatalogVersion: c.Version + 100}
-		r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindHeartbeat, "T1", int64(i), biMarshal(t, p))))
-		if d, ok := r.bus.next("T1", biAckWait); !ok || d.err != nil {
-			t.Fatalf("heartbeat answered %s (%v)", d.raw, d.err)
-		}
+		catalogHeartbeat(t, r, int64(i), c.Version+100)
 		imp := <-done
 		time.Sleep(300 * time.Millisecond) // the catch-up settles
 		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)

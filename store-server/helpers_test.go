@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -256,4 +257,46 @@ func biDeref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// startMain parses args and runs a store-server in this process until it is ready. stop
+// cancels it and returns how long Run took to return (failing the test past 60 s); the
+// test's cleanup stops it too.
+func startMain(t *testing.T, args ...string) (Addrs, func() time.Duration) {
+	t.Helper()
+	m := NewMain()
+	if err := m.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var once sync.Once
+	var took time.Duration
+	stop := func() time.Duration {
+		once.Do(func() {
+			start := time.Now()
+			cancel()
+			select {
+			case <-done:
+				took = time.Since(start)
+			case <-time.After(60 * time.Second):
+				took = 60 * time.Second
+				t.Errorf("store-server: Run had not returned 60 s after cancel")
+			}
+		})
+		return took
+	}
+	select {
+	case addrs := <-m.Ready:
+		t.Cleanup(func() { stop() })
+		return addrs, stop
+	case err := <-done:
+		cancel()
+		t.Fatalf("store-server stopped before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("store-server not ready within 30s")
+	}
+	return Addrs{}, nil
 }

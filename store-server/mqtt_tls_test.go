@@ -34,26 +34,11 @@ func TestTerminalOverTLS(t *testing.T) {
 	if err := os.WriteFile(catalog, []byte(e2eCatalog), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := NewMain()
-	if err := m.ParseFlags([]string{"--store", "S1", "--data-dir", filepath.Join(dir, "data"),
+	addrs, _ := startMain(t, "--store", "S1", "--data-dir", filepath.Join(dir, "data"),
 		"--redis-addr", s.Redis[0].Addr(), "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", users,
 		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
-		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error"}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	var addrs Addrs
-	select {
-	case addrs = <-m.Ready:
-	case err := <-done:
-		done <- err
-		t.Fatalf("store-server: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready within 30s")
-	}
+		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
+	ctx := context.Background()
 	if !strings.HasPrefix(addrs.Broker, "tls://") {
 		t.Fatalf("broker %s, want tls://", addrs.Broker)
 	}

@@ -24,12 +24,7 @@ func TestOversellResolution(t *testing.T) {
 	r := biStartRun(t, srv)
 
 	// Five of D4 sold offline with two in stock: recorded, flagged, three short.
-	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
-	d, ok := r.bus.next("T1", biAckWait)
-	if !ok || d.err != nil || len(d.acks.Acks) != 1 || d.acks.Acks[0].Status != wire.AckAccepted ||
-		d.acks.Acks[0].Result == nil || !d.acks.Acks[0].Result.Oversold {
-		t.Fatalf("offline sale beyond stock answered %s (%v)", d.raw, d.err)
-	}
+	sellD4Offline(t, r, "offline sale beyond stock")
 	type list struct {
 		Oversells []ledger.Oversell `json:"oversells"`
 	}
@@ -99,5 +94,17 @@ func TestOversellResolution(t *testing.T) {
 	srv.mustJSON(t, "GET", "/v1/oversells?all=1&date="+r.date, nil, &all)
 	if len(all.Oversells) != 1 || all.Oversells[0].Resolution != note {
 		t.Fatalf("all oversells of %s: %+v", r.date, all.Oversells)
+	}
+}
+
+// sellD4Offline has T1 send, as its seq 1, a sale made offline of five D4 (biGoodSale 2),
+// and requires the store to accept it flagged as an oversell; what names the sale in a failure.
+func sellD4Offline(t *testing.T, r *biRun, what string) {
+	t.Helper()
+	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
+	d, ok := r.bus.next("T1", biAckWait)
+	if !ok || d.err != nil || len(d.acks.Acks) != 1 || d.acks.Acks[0].Status != wire.AckAccepted ||
+		d.acks.Acks[0].Result == nil || !d.acks.Acks[0].Result.Oversold {
+		t.Fatalf("%s answered %s (%v)", what, d.raw, d.err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net"
 	"strings"
 	"syscall"
@@ -34,38 +33,15 @@ func TestRunReturnsPromptly(t *testing.T) {
 		}
 	}()
 	run := func(name string, sentinels []string, before func()) {
-		m := NewMain()
-		if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", t.TempDir(),
+		_, stop := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(),
 			"--redis-sentinels", strings.Join(sentinels, ","), "--redis-master", s.MasterName,
 			"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
-			"--log-level", "error"}); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- m.Run(ctx) }()
-		select {
-		case <-m.Ready:
-		case err := <-done:
-			t.Fatalf("%s: Run: %v", name, err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: not ready", name)
-		}
+			"--log-level", "error")
 		if before != nil {
 			before()
 		}
-		start := time.Now()
-		cancel()
-		select {
-		case <-done:
-			took := time.Since(start)
-			t.Logf("%s: Run returned %v after cancel", name, took.Round(time.Millisecond))
-			if took > time.Second {
-				t.Errorf("%s: Run took %v to return after cancel, want under 1s", name, took.Round(time.Millisecond))
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("%s: Run had not returned 60s after cancel", name)
+		if took := stop(); took > time.Second {
+			t.Errorf("%s: Run took %v to return after cancel, want under 1s", name, took.Round(time.Millisecond))
 		}
 	}
 	addrs := s.SentinelAddrs()

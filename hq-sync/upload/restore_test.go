@@ -306,27 +306,32 @@ func TestOfflineDayNotDeclaredEmpty(t *testing.T) {
 func at(days int) time.Time  { return day0.AddDate(0, 0, days) }
 func dateOf(days int) string { return at(days).Format("2006-01-02") }
 
+// noLaterDayDeclared fails the test if HQ holds a declaration of a day after date0, or if
+// HQ's reconcile of date with the store expected says OK; what says why.
+func noLaterDayDeclared(t *testing.T, dir string, st *sqlite.Store, date, what string) {
+	t.Helper()
+	n := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1' AND business_date > '`+date0+`'`)
+	rep, err := reconcile.Run(context.Background(), st, date, "", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 || rep.OK() {
+		t.Errorf("%s: %d later days declared empty at HQ; reconcile of %s: %s", what, n, date, rep.Summary())
+	}
+}
+
 // TestSingleTillOfflineLong: a store with one till, cut off from the store-server after 1
 // March and selling offline (cash is never capped) for 40 days. No later day is declared
 // empty: every sale of them is at the till. With a till retired after a week unheard, the
 // run on 10 April declared 31 days empty, and HQ's reconcile said OK for them.
 func TestSingleTillOfflineLong(t *testing.T) {
-	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	dir := filepath.Dir(cfg.StatePath)
 	s.Sales(4, at(0), "T1")
 	clk.Set(at(40).Add(time.Hour))
 	u := MustNew(t, cfg)
 	MustOnce(t, u)
-	n := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1' AND business_date > '`+date0+`'`)
-	rep, err := reconcile.Run(ctx, st, dateOf(20), "", testStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n > 0 || rep.OK() {
-		t.Errorf("the store's only till last heard %s: %d later days declared empty at HQ; reconcile of %s: %s",
-			date0, n, dateOf(20), rep.Summary())
-	}
+	noLaterDayDeclared(t, dir, st, dateOf(20), "the store's only till last heard "+date0)
 }
 
 // TestLedgerWithoutHeartbeatsIndex: over a ledger its store-server has not migrated to 009
@@ -345,12 +350,7 @@ func TestLedgerWithoutHeartbeatsIndex(t *testing.T) {
 	s.Sales(3, at(0), "T1")
 	clk.Set(at(2).Add(time.Hour)) // 2 March had no trade
 	s.Sales(3, at(2), "T1")
-	u := MustNew(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := u.Once(ctx); err != nil {
-		t.Fatalf("upload over a ledger before migration 009: %v", err)
-	}
+	MustOnce(t, MustNew(t, cfg)) // upload over a ledger before migration 009
 }
 
 // TestTillClockAheadLastEvent: the store's only till, its last event dated 2030 by a clock
@@ -358,7 +358,6 @@ func TestLedgerWithoutHeartbeatsIndex(t *testing.T) {
 // ahead of the uploader's clock says nothing of when the till was last heard. It counted as
 // heard after every day, and the days were declared empty, reconciling OK at HQ.
 func TestTillClockAheadLastEvent(t *testing.T) {
-	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	dir := filepath.Dir(cfg.StatePath)
 	s.Sales(4, at(0), "T1")
@@ -370,13 +369,6 @@ func TestTillClockAheadLastEvent(t *testing.T) {
 	u := MustNew(t, cfg)
 	defer u.Close()
 	MustOnce(t, u)
-	n := hqCount(t, dir, `SELECT count(*) FROM days WHERE store = 'S1' AND business_date > '`+date0+`'`)
-	rep, err := reconcile.Run(ctx, st, dateOf(2), "", testStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n > 0 || rep.OK() {
-		t.Errorf("the store's only till, last heard by the store on %s (its last event dated 2030 by its clock): %d later days declared empty at HQ; reconcile of %s: %s",
-			date0, n, dateOf(2), rep.Summary())
-	}
+	noLaterDayDeclared(t, dir, st, dateOf(2),
+		"the store's only till, last heard by the store on "+date0+" (its last event dated 2030 by its clock)")
 }

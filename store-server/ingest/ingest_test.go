@@ -475,6 +475,12 @@ func waitMode(t *testing.T, in *Ingest, m Mode) {
 // firstAck waits for the first acks message and returns its first ack.
 func firstAck(t *testing.T, out *sent) wire.Ack {
 	t.Helper()
+	return acksOf(t, out, 0)[0]
+}
+
+// acksOf waits for an acks message and returns the acks of the n-th one sent.
+func acksOf(t *testing.T, out *sent, n int) []wire.Ack {
+	t.Helper()
 	select {
 	case <-out.got:
 	case <-time.After(20 * time.Second):
@@ -482,7 +488,7 @@ func firstAck(t *testing.T, out *sent) wire.Ack {
 	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
-	return out.msgs[0].Acks[0]
+	return out.msgs[n].Acks
 }
 
 // newLedger opens a fresh ledger (closed when the test ends) holding opening units of SKU

@@ -36,14 +36,7 @@ func sendWait(t *testing.T, in *Ingest, out *sent, body []byte) []wire.Ack {
 	n := len(out.msgs)
 	out.mu.Unlock()
 	in.Handle(wire.UpTopic(testStore, "T1"), body)
-	select {
-	case <-out.got:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no ack")
-	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	return out.msgs[n].Acks
+	return acksOf(t, out, n)
 }
 
 // TestLimitsSurviveRedisRestart: the manager lowered the live pay limit to 1 a minute and set
