@@ -46,6 +46,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/refund-exceptions"},
 	{"POST", "/v1/refund-exceptions/resolve"},
 	{"GET", "/v1/parked"},
+	{"POST", "/v1/parked/resolve"},
 	{"GET", "/v1/terminals"},
 	{"GET", "/v1/hq"},
 	{"GET", "/metrics"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -989,6 +990,33 @@ func (r *biRun) checkLedger(t *testing.T) {
 		if _, ok := r.parked[key]; !ok {
 			t.Errorf("parked %s (%s) was not expected", key, gotParked[key])
 		}
+	}
+
+	// The manager resolves the first: it leaves the open list, and stays in all=1.
+	first := parked.Parked[0]
+	var resolved struct {
+		Parked  ledger.Parked `json:"parked"`
+		Applied bool          `json:"applied"`
+	}
+	r.srv.mustJSON(t, "POST", "/v1/parked/resolve", map[string]any{"terminal": first.Terminal, "seq": first.Seq,
+		"note": "voided with the customer"}, &resolved)
+	if !resolved.Applied || !resolved.Parked.Resolved || resolved.Parked.Resolution != "voided with the customer" ||
+		resolved.Parked.BusinessDate == "" {
+		t.Errorf("resolving %s: %+v", wire.Key(first.Terminal, first.Seq), resolved)
+	}
+	r.srv.problem(t, "no note", "POST", "/v1/parked/resolve", biToken, "application/json",
+		[]byte(fmt.Sprintf(`{"terminal":%q,"seq":%d,"note":" "}`, first.Terminal, first.Seq)), http.StatusBadRequest,
+		ledger.CodeParkedResolutionRequired)
+	r.srv.problem(t, "no such parked event", "POST", "/v1/parked/resolve", biToken, "application/json",
+		[]byte(`{"terminal":"T404","seq":1,"note":"x"}`), http.StatusNotFound, ledger.CodeParkedNotFound)
+	var open, all struct {
+		Parked []ledger.Parked `json:"parked"`
+	}
+	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
+	r.srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
+	if len(open.Parked) != len(parked.Parked)-1 || len(all.Parked) != len(parked.Parked) {
+		t.Errorf("after one resolution: %d open and %d in all, of %d", len(open.Parked), len(all.Parked),
+			len(parked.Parked))
 	}
 
 	var overs struct {

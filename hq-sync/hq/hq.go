@@ -69,14 +69,18 @@ const (
 	ExceptionOversell = "oversell"
 	// ExceptionRefund: an accepted refund the store's records of its sale do not cover.
 	ExceptionRefund = "refund"
+	// ExceptionParked: an event the store refused for good (bad input, a key used again with
+	// other content), which the till kept: a sale or refund of the till's day close that
+	// the ledger does not hold. Sent only to an HQ whose receipts say TakesParked.
+	ExceptionParked = "parked"
 )
 
 // CodeOversold is the code of every oversell exception.
 const CodeOversold = "oversold"
 
 // Exception is the state of one exception a store's ledger flagged, as the ledger holds it
-// after its change number Change: an oversell line or a refund exception, open or resolved
-// by the store's manager, or withdrawn (the ledger no longer holds it: a refund its sale,
+// after its change number Change: an oversell line, a refund exception or a parked event,
+// open or resolved by the store's manager, or withdrawn (the ledger no longer holds it: a refund its sale,
 // arrived late, now covers). A store sends an exception again each time it changes; HQ keeps,
 // per (store, kind, terminal, seq, sku), the state with the highest Change.
 //
@@ -84,22 +88,24 @@ const CodeOversold = "oversold"
 // and they change after the fact (a resolution, a late sale), which rows never do.
 type Exception struct {
 	Change   int64  `json:"change"` // the ledger's change number, > 0
-	Kind     string `json:"kind"`   // ExceptionOversell or ExceptionRefund
+	Kind     string `json:"kind"`   // ExceptionOversell, ExceptionRefund or ExceptionParked
 	Terminal string `json:"terminal"`
-	Seq      int64  `json:"seq"` // the sale's (oversell) or the refund's event
+	Seq      int64  `json:"seq"` // the sale's (oversell), the refund's or the parked event
 	// SKU is, for an oversell, the SKU taken below zero, with each NUL written as SUB "0"
-	// and each SUB (0x1A) as two (EscapeSKU); for a refund, empty.
+	// and each SUB (0x1A) as two (EscapeSKU); for a refund or a parked event, empty.
 	SKU          string `json:"sku,omitempty"`
 	BusinessDate string `json:"business_date"`
 	// Withdrawn: the ledger no longer holds the exception; the fields below are empty (its
 	// key and BusinessDate are set: HQ files it under the date it had).
 	Withdrawn bool `json:"withdrawn,omitempty"`
 	// Code is CodeOversold for an oversell; for a refund, what the ledger found
-	// (refund_sale_unknown, refund_exceeds_sale), and Detail how.
+	// (refund_sale_unknown, refund_exceeds_sale), and Detail how; for a parked event, the
+	// code it was refused with, and Detail what the event was (a sale's amount and tenders,
+	// when its payload could be read) and why.
 	Code     string    `json:"code,omitempty"`
 	Detail   string    `json:"detail,omitempty"`
 	QtyShort int64     `json:"qty_short,omitempty"` // oversell: units below zero
-	At       time.Time `json:"at,omitzero"`         // the sale's or refund's business time
+	At       time.Time `json:"at,omitzero"`         // the event's business time
 	// Resolved says the store's manager explained it: when, and how.
 	Resolved   bool      `json:"resolved,omitempty"`
 	ResolvedAt time.Time `json:"resolved_at,omitzero"`
@@ -210,6 +216,9 @@ type Receipt struct {
 	Exceptions int `json:"exceptions,omitempty"`
 	// TakesExceptions says that HQ takes a batch's exceptions.
 	TakesExceptions bool `json:"takes_exceptions,omitempty"`
+	// TakesParked says that HQ takes exceptions of kind ExceptionParked. Until a receipt
+	// says so, a store's exception changes wait at its first change of a parked event.
+	TakesParked bool `json:"takes_parked,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

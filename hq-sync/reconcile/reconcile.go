@@ -3,8 +3,9 @@
 // declared (its day_close row), what the store's ledger declared (the store's StoreDay), and
 // the rows HQ holds — and lists every difference by transaction, not only totals. Beside
 // them it lists the exceptions the stores' ledgers flagged on the date (oversells, refunds
-// a store's records do not cover), open or resolved: the stores' own flags on transactions
-// the accounts hold, which do not decide whether the date reconciles.
+// a store's records do not cover, events a store refused for good that a till kept), open
+// or resolved: the stores' own flags, which do not decide whether the date reconciles. A
+// parked sale explains a terminal's declared totals above its store's.
 //
 // It reads hq.Storage and never writes it. Money is compared in int64 fen, exactly.
 package reconcile
@@ -110,14 +111,15 @@ type MissingDeclaration struct {
 }
 
 // StoreException is an exception a store's ledger flagged on a transaction of the date, in
-// the latest state HQ holds of it: an oversell (a sale took a SKU below zero) or a refund
-// the store's records of its sale do not cover, open or resolved by the store's manager.
+// the latest state HQ holds of it: an oversell (a sale took a SKU below zero), a refund
+// the store's records of its sale do not cover, or an event the store refused for good
+// (parked), open or resolved by the store's manager.
 type StoreException struct {
-	Kind         string `json:"kind"` // hq.ExceptionOversell or hq.ExceptionRefund
+	Kind         string `json:"kind"` // hq.ExceptionOversell, hq.ExceptionRefund or hq.ExceptionParked
 	Store        string `json:"store"`
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
-	Seq          int64  `json:"seq"`           // the sale's (oversell) or the refund's
+	Seq          int64  `json:"seq"`           // the sale's (oversell), the refund's or the parked event
 	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero
 	Code         string `json:"code"`
 	Detail       string `json:"detail,omitempty"`

@@ -491,6 +491,11 @@ func TestValidateExceptions(t *testing.T) {
 			x.Resolution = strings.Repeat("r", serve.MaxExceptionText)
 		}},
 		{"an oversell's longest sku", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", wire.MaxTextLen) }},
+		{"a parked sale", refund, func(x *hq.Exception) {
+			x.Kind, x.Code, x.Detail = hq.ExceptionParked, "payload_invalid", `sale "s1" of 3.00 (cash 3.00): bad`
+		}},
+		{"a parked event without time", refund, func(x *hq.Exception) { x.Kind, x.At = hq.ExceptionParked, time.Time{} }},
+		{"a withdrawn parked event", refund, withdrawn(func(x *hq.Exception) { x.Kind = hq.ExceptionParked })},
 	} {
 		b := batch("S1", "b-1", nil)
 		exceptions(c.i, c.mod)(b)
@@ -513,8 +518,14 @@ func TestValidateExceptions(t *testing.T) {
 		mod    func(x *hq.Exception)
 		detail string // the detail must contain "exceptions[i] (" and this
 	}{
-		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell or refund`},
-		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell or refund"},
+		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund or parked`},
+		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell, refund or parked"},
+		{"parked with a sku", refund, func(x *hq.Exception) { x.Kind, x.SKU = hq.ExceptionParked, "A" },
+			"a parked exception has no sku"},
+		{"parked with qty_short", refund, func(x *hq.Exception) { x.Kind, x.QtyShort = hq.ExceptionParked, 2 },
+			"a parked exception has no qty_short"},
+		{"parked without code", refund, func(x *hq.Exception) { x.Kind, x.Code = hq.ExceptionParked, "" },
+			`code "" is not 1 to 64 characters`},
 		{"terminal not an id", oversell, func(x *hq.Exception) { x.Terminal = "T/1" }, "terminal is not an id"},
 		{"no terminal", refund, func(x *hq.Exception) { x.Terminal = "" }, "terminal is not an id"},
 		{"seq 0", oversell, func(x *hq.Exception) { x.Seq = 0 }, "seq 0 is not positive"},

@@ -113,7 +113,30 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 		xs = append(xs, hq.Exception{Kind: hq.ExceptionRefund, Terminal: r.Terminal, Seq: r.Seq, Code: r.Code,
 			Resolved: r.Resolved, Resolution: r.Resolution})
 	}
+	parked, err := l.Parked(ctx, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parked {
+		xs = append(xs, hq.Exception{Kind: hq.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, Code: p.Code,
+			Resolved: p.Resolved, Resolution: p.Resolution})
+	}
 	return exceptionLines(xs)
+}
+
+// ParkedSale makes terminal's next sale, of one line, and commits it refused for good, as
+// the store-server commits an event it refuses as bad input: the ledger parks it.
+func (s *store) ParkedSale(terminal string, at time.Time) {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sale++
+	r := s.record(terminal, at, wire.KindSale, salePayload(s.sale, 1))
+	r.Sale, r.Status, r.Code, r.Message = nil, wire.AckRejected, "payload_invalid", "the lines do not add up"
+	out, err := s.l.Commit(context.Background(), []ledger.Record{r})
+	if err != nil || out[0].Err != nil || out[0].Status != wire.AckRejected {
+		s.tb.Fatalf("park %s: %+v, %v", wire.Key(r.Terminal, r.Seq), out, err)
+	}
 }
 
 // newHQFixture returns a store's ledger, HQ (hq-sync serve on the SQLite engine, wrapped by
@@ -291,6 +314,71 @@ func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
 	}
 	if o.refused.Load() != 1 {
 		t.Errorf("%d batches refused, want 1", o.refused.Load())
+	}
+}
+
+// TestParkedEventsReachHQ: a sale the store parked reaches HQ as an exception of kind
+// parked, saying what the till took, and the manager's resolution follows it. An HQ whose
+// receipts do not say it takes parked events gets the exceptions before the first parked
+// event's change and the rows; the rest wait for it.
+func TestParkedEventsReachHQ(t *testing.T) {
+	ctx := context.Background()
+	var older atomic.Bool
+	older.Store(true)
+	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if older.Load() {
+				serveWithout(w, r, h, "takes_parked")
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	u := MustNew(t, cfg)
+
+	s.Sales(3, day0)
+	MustOnce(t, u) // a receipt: HQ takes exceptions
+	s.ParkedSale("T8", day0.Add(2*time.Minute))
+	s.OfflineSale("T9", day0.Add(3*time.Minute)) // an oversell, changed after the parked sale
+	MustOnce(t, u)
+	all := inLedger(t, s.l)
+	before := slices.DeleteFunc(slices.Clone(all), func(x string) bool {
+		return strings.HasPrefix(x, "parked T8:1 ") || strings.HasPrefix(x, "oversell T9:1 ")
+	})
+	if len(before) != len(all)-2 || len(before) == 0 {
+		t.Fatalf("the ledger holds %q, want the sales' oversells, T8's parked sale and T9's oversell", all)
+	}
+	if got := atHQ(t, st); !slices.Equal(got, before) {
+		t.Errorf("an HQ without parked events holds %q, want %q", got, before)
+	}
+	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
+		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
+	}
+
+	older.Store(false)
+	s.Sales(1, day0.Add(time.Hour)) // a receipt that says HQ takes parked events, then the rest
+	MustOnce(t, u)
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, want)
+	}
+	stored, err := st.Exceptions(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range stored {
+		if x.Kind == hq.ExceptionParked && !strings.HasPrefix(x.Detail, `sale "`) {
+			t.Errorf("the parked sale at HQ says %q, want what the till took", x.Detail)
+		}
+	}
+
+	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "the customer paid again at T1"); err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) ||
+		!slices.Contains(got, "parked T8:1  payload_invalid resolved: the customer paid again at T1") {
+		t.Errorf("after the resolution HQ holds %q, the ledger %q", got, want)
 	}
 }
 

@@ -167,6 +167,7 @@ type Uploader struct {
 
 	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
 	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
+	hqTakesParked     bool // a receipt said HQ takes parked events among them (kv hq_takes_parked)
 	prog              progress
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
@@ -234,6 +235,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	}
 	u.hqTakesParts = kv["hq_takes_day_parts"] == "1"
 	u.hqTakesExceptions = kv["hq_takes_exceptions"] == "1"
+	u.hqTakesParked = kv["hq_takes_parked"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -552,7 +554,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			}
 		}
 		if u.hqTakesExceptions {
-			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked)
 			if err != nil {
 				return err
 			}
@@ -1121,13 +1123,23 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		u.log.Warn("HQ no longer says it takes the ledger's exceptions; they wait for it")
 		exec(setTakesExceptions, "0")
 	}
+	switch {
+	case rc.TakesParked && !u.hqTakesParked:
+		u.log.Info("HQ takes the ledger's parked events among its exceptions")
+		exec(setTakesParked, "1")
+	case !rc.TakesParked && u.hqTakesParked:
+		// The exception changes wait at the first change of a parked event HQ has not
+		// acknowledged, until a receipt says otherwise again.
+		u.log.Warn("HQ no longer says it takes parked events; the exception changes wait at the first one")
+		exec(setTakesParked, "0")
+	}
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
-	u.hqTakesParts, u.hqTakesExceptions = rc.TakesDayParts, rc.TakesExceptions
+	u.hqTakesParts, u.hqTakesExceptions, u.hqTakesParked = rc.TakesDayParts, rc.TakesExceptions, rc.TakesParked
 	return nil
 }
 
@@ -1234,6 +1246,9 @@ func fieldUnknown(se *sendError, fields ...string) bool {
 
 // setTakesParts records whether HQ takes declarations in parts ('1' or '0').
 const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
+
+// setTakesParked records whether HQ takes parked events among the exceptions ('1' or '0').
+const setTakesParked = `INSERT INTO kv (k, v) VALUES ('hq_takes_parked', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
 
 // setTakesExceptions records whether HQ takes exceptions ('1' or '0').
 const setTakesExceptions = `INSERT INTO kv (k, v) VALUES ('hq_takes_exceptions', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`

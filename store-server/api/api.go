@@ -86,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/refund-exceptions", s.refundExceptions)
 	s.route("POST /v1/refund-exceptions/resolve", s.resolveRefundException)
 	s.route("GET /v1/parked", s.parked)
+	s.route("POST /v1/parked/resolve", s.resolveParked)
 	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/hq", s.hq)
 	s.route("GET /v1/limits", s.limits)
@@ -535,11 +536,34 @@ func (s *Server) resolveRefundException(r *http.Request) (any, error) {
 }
 
 func (s *Server) parked(r *http.Request) (any, error) {
-	p, err := s.Ledger.Parked(r.Context(), 1000)
+	all := r.URL.Query().Get("all")
+	if all != "" && all != "1" && all != "0" {
+		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved parked events too) or 0")
+	}
+	p, err := s.Ledger.Parked(r.Context(), 1000, all == "1")
 	if p == nil {
 		p = []ledger.Parked{}
 	}
 	return map[string]any{"parked": p}, err
+}
+
+// ResolveParkedRequest resolves one parked event with what explained it.
+type ResolveParkedRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	Note     string `json:"note"`
+}
+
+func (s *Server) resolveParked(r *http.Request) (any, error) {
+	var req ResolveParkedRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	p, applied, err := s.Ledger.ResolveParked(r.Context(), req.Terminal, req.Seq, req.Note)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"parked": p, "applied": applied}, nil
 }
 
 // TerminalRow is one terminal as the store knows it: connected or not (its status topic),

@@ -296,7 +296,8 @@ func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, 
 		case wire.KindScan, wire.KindHeartbeat:
 		}
 	} else if d.final {
-		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, nowMs)
+		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, nowMs,
+			l.parkedDate(d.date, nowMs))
 	}
 	if err != nil {
 		return Outcome{}, constraint(err)
@@ -693,10 +694,11 @@ var (
 // refusals, parked events, day closes).
 const (
 	deleteNonFinal = `DELETE FROM events WHERE terminal = ? AND seq = ? AND final = 0`
-	upsertParked   = `INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	upsertParked   = `INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (terminal, seq) DO UPDATE SET kind = excluded.kind, code = excluded.code,
-			message = excluded.message, payload = excluded.payload, at = excluded.at, parked_ms = excluded.parked_ms`
+			message = excluded.message, payload = excluded.payload, at = excluded.at, parked_ms = excluded.parked_ms,
+			business_date = excluded.business_date`
 	upsertDayClose = `INSERT INTO day_closes (terminal, business_date, seq, payload) VALUES (?, ?, ?, ?)
 		ON CONFLICT (terminal, business_date) DO UPDATE SET seq = excluded.seq, payload = excluded.payload
 		WHERE excluded.seq > day_closes.seq`
@@ -951,7 +953,8 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 		}
 	} else if d.final {
 		s.singles = append(s.singles, single{upsertParked,
-			[]any{r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs}})
+			[]any{r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs,
+				s.l.parkedDate(d.date, s.nowMs)}})
 	}
 	// Written: replace what the key held (a non-final record), as commitOne's DELETE does.
 	if prior != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -81,8 +82,11 @@ func dump(tb fataler, l *Ledger) map[string][]string {
 		sort.Strings(out[t])
 	}
 	// The exception changes in their order (their numbers come from the clock): both ways
-	// of committing must number the same changes, as many and in the same order.
-	var changes strings.Builder
+	// of committing must number the same changes, as many and in the same order. A group's
+	// parked events are written after its oversells when staged, in record order one by
+	// one: the changes of parked events are compared in their own order (their keys are
+	// never another kind's, so how they fall among the others changes nothing for HQ).
+	var changes, parked strings.Builder
 	err := each(context.Background(), l.db.R, `SELECT kind, terminal, seq, sku, business_date FROM exception_changes ORDER BY id`,
 		nil, func(rows *sql.Rows) error {
 			var kind, terminal, sku, date string
@@ -90,13 +94,17 @@ func dump(tb fataler, l *Ledger) map[string][]string {
 			if err := rows.Scan(&kind, &terminal, &seq, &sku, &date); err != nil {
 				return err
 			}
-			fmt.Fprintf(&changes, "%s %s:%d %s %s; ", kind, terminal, seq, sku, date)
+			to := &changes
+			if kind == hq.ExceptionParked {
+				to = &parked
+			}
+			fmt.Fprintf(to, "%s %s:%d %s %s; ", kind, terminal, seq, sku, date)
 			return nil
 		})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out["exception_changes"] = []string{changes.String()}
+	out["exception_changes"] = []string{changes.String(), parked.String()}
 	return out
 }
 

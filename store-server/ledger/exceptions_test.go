@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -17,20 +18,27 @@ import (
 	"github.com/posgate/posgate/schema"
 )
 
-// exceptionsAfter reads the exception changes after afterID through the uploader's reader.
+// exceptionsAfter reads the exception changes after afterID through the uploader's reader,
+// for an HQ that takes parked events.
 func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) ([]hq.Exception, int64) {
 	t.Helper()
-	var xs []hq.Exception
-	var last int64
+	xs, last, _ := exceptionsFor(t, l, afterID, limit, true)
+	return xs, last
+}
+
+// exceptionsFor reads the exception changes after afterID through the uploader's reader, for
+// an HQ that takes parked events or not.
+func exceptionsFor(t *testing.T, l *Ledger, afterID int64, limit int, parked bool) (xs []hq.Exception, last int64, full bool) {
+	t.Helper()
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
-		xs, last, _, err = r.ExceptionsAfter(context.Background(), afterID, limit)
+		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return xs, last
+	return xs, last, full
 }
 
 // brief is an exception in a line, for comparing.
@@ -101,6 +109,107 @@ func TestExceptionsAfter(t *testing.T) {
 	if xs[0].ResolvedAt.IsZero() || xs[0].Change >= xs[1].Change {
 		t.Errorf("the resolved oversell: %+v", xs[0])
 	}
+}
+
+// TestParkedEventsAreExceptions: a parked event is an exception HQ hears of, with what the
+// till took; redelivered, it is not a change; resolved, it is. For an HQ that does not take parked events, the changes
+// wait at the first parked event's.
+func TestParkedEventsAreExceptions(t *testing.T) {
+	ctx := context.Background()
+	l := MustOpen(t, day)
+	MustAdjust(t, l, "open-A", "A", 1)
+	MustCommit(t, l, offline(accepted("T2", 1, day, salePayload("s2", []item{{"A", 3, 100}})))) // an oversell
+	bad := refused(accepted("T1", 1, day, salePayload("s1", []item{{"A", 2, 150}}, cash(500))), wire.AckRejected, true,
+		"payload_invalid")
+	garbled := Record{Terminal: "T3", Seq: 4, Status: wire.AckRejected, Final: true, Code: "wire_syntax",
+		Message: "bad JSON", Payload: []byte("{nope")}
+	MustCommit(t, l, bad, garbled, refused(accepted("T1", 2, day, salePayload("s3", []item{{"A", 1, 100}})),
+		wire.AckRejected, false, "out_of_stock")) // a live refusal: not parked
+
+	xs, last := exceptionsAfter(t, l, 0, 100)
+	want := []string{"oversell T2:1 A " + dayDate + " oversold", "parked T1:1  " + dayDate + " payload_invalid",
+		"parked T3:4  " + dayDate + " wire_syntax"}
+	if got := briefs(xs); !slices.Equal(got, want) {
+		t.Fatalf("changes: %q, want %q", got, want)
+	}
+	if d := xs[1].Detail; d != `sale "s1" of 3.00 (cash 5.00, change 2.00): refused: payload_invalid` || !xs[1].At.Equal(day) {
+		t.Errorf("the parked sale: detail %q at %v", d, xs[1].At)
+	}
+	if d := xs[2].Detail; d != "event: bad JSON" || !xs[2].At.IsZero() {
+		t.Errorf("the parked garble: detail %q at %v", d, xs[2].At)
+	}
+
+	// An HQ that does not take parked events gets the oversell, and then nothing more.
+	if xs, l2, full := exceptionsFor(t, l, 0, 2, false); !slices.Equal(briefs(xs), want[:1]) || l2 != xs[0].Change || full {
+		t.Errorf("changes for an HQ without parked events: %q, last %d, full %v; want %q, its change, not full",
+			briefs(xs), l2, full, want[:1])
+	}
+	if xs, l2, _ := exceptionsFor(t, l, want0(t, l), 100, false); len(xs) != 0 || l2 != want0(t, l) {
+		t.Errorf("changes after the oversell for an HQ without parked events: %q, last %d", briefs(xs), l2)
+	}
+
+	MustCommit(t, l, bad, garbled) // redelivered, parked again as they were
+	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 0 {
+		t.Errorf("parked again as they were: changes %q", briefs(xs))
+	}
+	if _, _, err := l.ResolveParked(ctx, "T1", 1, "voided with the customer"); err != nil {
+		t.Fatal(err)
+	}
+	xs, _ = exceptionsAfter(t, l, last, 100)
+	if got, want := briefs(xs), []string{"parked T1:1  " + dayDate + " payload_invalid resolved: voided with the customer"}; !slices.Equal(got, want) {
+		t.Errorf("after the resolution: %q, want %q", got, want)
+	}
+}
+
+// TestParkedEventsOfEarlierLedgers: the events a ledger from before migration 019 parked
+// are exceptions too, read once, filed under their event's business date or else the UTC
+// date they were parked.
+func TestParkedEventsOfEarlierLedgers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "019"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parkedMs := time.Date(2025, 3, 3, 23, 0, 0, 0, time.UTC).UnixMilli()
+	for _, q := range []string{
+		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
+			VALUES ('T1', 2, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01')`,
+		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
+			VALUES ('T1', 5, 'sale', 'h', '2025-03-02T02:00:00Z', '2025-03-02', 'rejected', 1, 'payload_invalid', 'bad', 1, x'')`,
+		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
+			VALUES ('T1', 5, 'sale', 'payload_invalid', 'bad', x'', '2025-03-02T02:00:00Z', 1)`,
+		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
+			VALUES ('T2', 6, '', 'h', '', '', 'rejected', 1, 'wire_syntax', 'bad JSON', 1, x'')`,
+		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
+			VALUES ('T2', 6, '', 'wire_syntax', 'bad JSON', x'', '', ` + strconv.FormatInt(parkedMs, 10) + `)`,
+	} {
+		if _, err := db.W.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	l := mustOpenAt(t, path, day)
+	xs, last := exceptionsAfter(t, l, 0, 100)
+	want := []string{"oversell T1:2 A 2025-03-01 oversold", "parked T1:5  2025-03-02 payload_invalid",
+		"parked T2:6  2025-03-03 wire_syntax"}
+	if got := briefs(xs); !slices.Equal(got, want) || last != xs[2].Change {
+		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
+	}
+	// The next change is numbered above them.
+	if _, _, err := l.ResolveParked(ctx, "T2", 6, "a till reinstalled"); err != nil {
+		t.Fatal(err)
+	}
+	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 1 || !xs[0].Resolved {
+		t.Errorf("the resolution after the migration: %q", briefs(xs))
+	}
+}
+
+// want0 is the change number of the ledger's first exception change.
+func want0(t *testing.T, l *Ledger) int64 {
+	t.Helper()
+	xs, _ := exceptionsAfter(t, l, 0, 1)
+	return xs[0].Change
 }
 
 // TestExceptionChangesOfEarlierLedgers: the exceptions of a ledger from before migration 014

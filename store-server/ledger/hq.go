@@ -8,9 +8,11 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
@@ -315,23 +317,28 @@ const (
 		WHERE terminal = ? AND seq = ? AND sku = ?`
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
+	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution FROM parked
+		WHERE terminal = ? AND seq = ?`
 	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
 	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
 )
 
-// ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines and
-// refund exceptions) after change number afterID, in order, and returns the state each
+// ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines,
+// refund exceptions and parked events) after change number afterID, in order, and returns the state each
 // exception they name holds now, as an hq.Exception whose Change is the exception's last
 // change read (an exception deleted since is Withdrawn), ordered by Change; the last
 // change number read (afterID when there is none); and whether it read limit changes (more
 // may follow). An exception changed again after the
 // changes read is returned as it is now: its later change sends the same state again.
 //
+// Unless parked (HQ takes parked events), reading stops before the first change of a parked
+// event: the changes after it wait until HQ takes them, in order.
+//
 // A ledger its store-server has not migrated yet (the uploader may be upgraded first) has no
 // changes to read (before migration 014), or its refund exceptions without column earlier
 // (before 016).
-func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked bool) (
 	xs []hq.Exception, last int64, full bool, err error) {
 	stateOfRefund, err := r.refundStateQuery(ctx)
 	if err != nil || stateOfRefund == "" {
@@ -346,6 +353,9 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
 		}
+		if x.Kind == hq.ExceptionParked && !parked {
+			return errWaitForHQ
+		}
 		last = x.Change
 		read++
 		if i, ok := byKey[x.Key()]; ok {
@@ -356,7 +366,8 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		out = append(out, x)
 		return nil
 	})
-	if err != nil {
+	waits := errors.Is(err, errWaitForHQ)
+	if err != nil && !waits {
 		return nil, 0, false, fmt.Errorf("exception changes: %w", err)
 	}
 	for i := range out {
@@ -365,8 +376,11 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Change < out[j].Change })
-	return out, last, read == limit, nil
+	return out, last, read == limit && !waits, nil
 }
+
+// errWaitForHQ stops ExceptionsAfter at a change HQ does not take.
+var errWaitForHQ = errors.New("an exception change HQ does not take")
 
 // refundStateQuery returns the query of a refund exception's state for the ledger's
 // migrations, or "" before 014 (no exception changes). The ledger is probed only until it
@@ -404,6 +418,12 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 	case hq.ExceptionRefund:
 		err = r.tx.QueryRowContext(ctx, stateOfRefund, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
+	case hq.ExceptionParked:
+		var kind, message string
+		var payload []byte
+		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq).Scan(&kind, &x.Code, &message, &payload,
+			&at, &x.Resolved, &resolvedAt, &x.Resolution)
+		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
 	default:
 		return fmt.Errorf("unknown exception kind %q", x.Kind)
 	}
@@ -417,4 +437,38 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 	}
 	x.At, x.ResolvedAt = r.l.parseTime(at), r.l.parseTime(resolvedAt)
 	return nil
+}
+
+// parkedDetail says what a parked event was, for HQ: its kind and, for a sale or refund
+// whose payload can be read, what the till took or paid out, then why the store refused it.
+func parkedDetail(kind wire.Kind, message string, payload []byte) string {
+	what := string(kind)
+	switch kind {
+	case wire.KindSale:
+		var p wire.SalePayload
+		if json.Unmarshal(payload, &p) == nil {
+			var b strings.Builder
+			fmt.Fprintf(&b, "sale %q of %s (", p.SaleID, p.Total)
+			for i, pm := range p.Payments {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%s %s", pm.Method, pm.Amount)
+			}
+			if p.Change != 0 {
+				fmt.Fprintf(&b, ", change %s", p.Change)
+			}
+			b.WriteString(")")
+			what = b.String()
+		}
+	case wire.KindRefund:
+		var p wire.RefundPayload
+		if json.Unmarshal(payload, &p) == nil {
+			what = fmt.Sprintf("refund %q of %s by %s, of sale %q (seq %d)", p.RefundID, p.Amount, p.Method,
+				p.SaleID, p.SaleSeq)
+		}
+	case "":
+		what = "event"
+	}
+	return what + ": " + message
 }

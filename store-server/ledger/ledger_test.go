@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -932,20 +933,59 @@ func TestParked(t *testing.T) {
 		Record{Terminal: "T2", Seq: 4, Status: wire.AckRejected, Final: true, Code: "wire_syntax", Message: "bad JSON",
 			Payload: []byte("{nope")}, // undecodable: no kind, no time
 	)
-	got, err := l.Parked(ctx, 0)
+	got, err := l.Parked(ctx, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Parked{
-		{Terminal: "T1", Seq: 3, Kind: wire.KindSale, Code: "idempotency_conflict", Message: "refused: idempotency_conflict", At: day},
-		{Terminal: "T1", Seq: 1, Kind: wire.KindSale, Code: "payload_invalid", Message: "refused: payload_invalid", At: day},
-		{Terminal: "T2", Seq: 4, Code: "wire_syntax", Message: "bad JSON"},
+		{Terminal: "T1", Seq: 3, Kind: wire.KindSale, Code: "idempotency_conflict", Message: "refused: idempotency_conflict",
+			At: day, BusinessDate: dayDate},
+		{Terminal: "T1", Seq: 1, Kind: wire.KindSale, Code: "payload_invalid", Message: "refused: payload_invalid", At: day,
+			BusinessDate: dayDate},
+		// No time: filed under the store's business date when it was parked (the ledger's
+		// clock).
+		{Terminal: "T2", Seq: 4, Code: "wire_syntax", Message: "bad JSON", BusinessDate: dayDate},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parked\n got %+v\nwant %+v", got, want)
 	}
-	if got, _ := l.Parked(ctx, 1); len(got) != 1 {
+	if got, _ := l.Parked(ctx, 1, false); len(got) != 1 {
 		t.Errorf("Parked(1) returned %d", len(got))
+	}
+
+	// The manager resolves one: it leaves the open list and the terminal's count, not all.
+	p, applied, err := l.ResolveParked(ctx, "T1", 1, "  sale voided with the customer ")
+	if err != nil || !applied || !p.Resolved || p.Resolution != "sale voided with the customer" || p.ResolvedAt.IsZero() {
+		t.Fatalf("resolve: %+v, applied %v, %v", p, applied, err)
+	}
+	if p2, applied, err := l.ResolveParked(ctx, "T1", 1, "again"); err != nil || applied || p2 != p {
+		t.Errorf("resolving again: %+v, applied %v, %v; want the first resolution", p2, applied, err)
+	}
+	for _, c := range []struct {
+		seq  int64
+		note string
+		code string
+	}{{2, "x", CodeParkedNotFound}, {9, "x", CodeParkedNotFound}, {3, " ", CodeParkedResolutionRequired}} {
+		if _, _, err := l.ResolveParked(ctx, "T1", c.seq, c.note); perr.As(err).Code != c.code {
+			t.Errorf("resolve T1:%d %q: %v, want %s", c.seq, c.note, err, c.code)
+		}
+	}
+	if got, _ := l.Parked(ctx, 0, false); len(got) != 2 || got[1].Seq != 4 {
+		t.Errorf("open parked events after the resolution: %+v", got)
+	}
+	if got, _ := l.Parked(ctx, 0, true); len(got) != 3 || !got[1].Resolved {
+		t.Errorf("all parked events: %+v", got)
+	}
+	ts, err := l.Terminals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, ts := range ts {
+		counts[ts.Terminal] = ts.Parked
+	}
+	if want := map[string]int64{"T1": 1, "T2": 1}; !maps.Equal(counts, want) {
+		t.Errorf("open parked counts: %v, want %v", counts, want)
 	}
 }
 

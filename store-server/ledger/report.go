@@ -342,7 +342,9 @@ func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, se
 	return x, applied, nil
 }
 
-// Parked is an event the store refused for good (a final rejection or conflict).
+// Parked is an event the store refused for good (a final rejection or conflict). The till
+// kept its sale or refund: a parked event is an exception the manager resolves with what
+// explained it, and HQ gets each of its changes (hq.ExceptionParked).
 type Parked struct {
 	Terminal string    `json:"terminal"`
 	Seq      int64     `json:"seq"`
@@ -350,32 +352,82 @@ type Parked struct {
 	Code     string    `json:"code"`
 	Message  string    `json:"message"`
 	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
+	// BusinessDate is the event's, or the store's when it was parked if its time could not
+	// be read.
+	BusinessDate string `json:"business_date"`
+	// Resolved says a manager explained it (ResolveParked): when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
 }
 
 // DefaultParkedLimit is how many parked events Parked returns for a limit ≤ 0.
 const DefaultParkedLimit = 100
 
-// Parked returns up to limit parked events, the most recently parked first.
-func (l *Ledger) Parked(ctx context.Context, limit int) ([]Parked, error) {
+const selParkedEvents = `SELECT terminal, seq, kind, code, message, at, business_date, resolved, resolved_at,
+	resolution FROM parked`
+
+func (l *Ledger) scanParked(sc interface{ Scan(...any) error }) (Parked, error) {
+	var p Parked
+	var at, resolvedAt string
+	err := sc.Scan(&p.Terminal, &p.Seq, &p.Kind, &p.Code, &p.Message, &at, &p.BusinessDate, &p.Resolved,
+		&resolvedAt, &p.Resolution)
+	p.At, p.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
+	return p, err
+}
+
+// Parked returns up to limit parked events, the most recently parked first; open ones
+// only unless all.
+func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]Parked, error) {
 	if limit <= 0 {
 		limit = DefaultParkedLimit
 	}
 	out := []Parked{}
-	err := each(ctx, l.db.R, `SELECT terminal, seq, kind, code, message, at FROM parked
-		ORDER BY parked_ms DESC, terminal, seq DESC LIMIT ?`, []any{limit}, func(rows *sql.Rows) error {
-		var p Parked
-		var at string
-		if err := rows.Scan(&p.Terminal, &p.Seq, &p.Kind, &p.Code, &p.Message, &at); err != nil {
-			return err
-		}
-		p.At = l.parseTime(at)
+	err := each(ctx, l.db.R, selParkedEvents+` WHERE resolved = 0 OR ?
+		ORDER BY parked_ms DESC, terminal, seq DESC LIMIT ?`, []any{all, limit}, func(rows *sql.Rows) error {
+		p, err := l.scanParked(rows)
 		out = append(out, p)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("parked: %w", err)
 	}
 	return out, nil
+}
+
+// parkedDate is the business date a parked event is filed under: its own (date), or the
+// store's at nowMs when its time could not be read.
+func (l *Ledger) parkedDate(date string, nowMs int64) string {
+	if date != "" {
+		return date
+	}
+	return l.BusinessDate(time.UnixMilli(nowMs))
+}
+
+// Codes of ResolveParked's errors.
+const (
+	CodeParkedNotFound           = "parked_not_found"
+	CodeParkedResolutionRequired = "parked_resolution_required"
+)
+
+// ResolveParked marks the parked event (terminal, seq) resolved with the manager's note of
+// what explained it (the sale voided with the customer, entered again, the money counted
+// out of the drawer). Resolving a resolved event changes nothing and returns it with its
+// first resolution (applied false). The event stays refused either way.
+func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, note string) (Parked, bool, error) {
+	p, applied, err := resolve(ctx, l, "parked", selParkedEvents, "terminal = ? AND seq = ?",
+		[]any{terminal, seq}, note, l.scanParked)
+	switch {
+	case errors.Is(err, errNoNote):
+		return Parked{}, false, perr.New(perr.Invalid, CodeParkedResolutionRequired,
+			"say what explained the parked event (1 to %d bytes of UTF-8)", wire.MaxTextLen)
+	case errors.Is(err, sql.ErrNoRows):
+		return Parked{}, false, perr.New(perr.NotFound, CodeParkedNotFound,
+			"no parked event %s", wire.Key(terminal, seq))
+	case err != nil:
+		return Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
+	}
+	return p, applied, nil
 }
 
 // DayCloses returns each terminal's declared totals for a business date (the date the day

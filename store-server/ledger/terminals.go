@@ -24,7 +24,7 @@ type TerminalSeen struct {
 	// Heartbeat is the terminal's last accepted heartbeat, if any: its backlog as the
 	// terminal counted it then.
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
-	// Parked counts the terminal's events parked as bad input.
+	// Parked counts the terminal's parked events no manager has resolved.
 	Parked int64 `json:"parked"`
 }
 
@@ -48,7 +48,7 @@ const (
 		WHERE terminal = ? ORDER BY seq DESC LIMIT 1`
 	selLastHeartbeat = `SELECT seq, at, received_ms, payload FROM events INDEXED BY events_heartbeats
 		WHERE terminal = ? AND kind = 'heartbeat' AND status = 'accepted' ORDER BY seq DESC LIMIT 1`
-	selParked = `SELECT count(*) FROM parked WHERE terminal = ?`
+	selParked = `SELECT count(*) FROM parked WHERE terminal = ? AND resolved = 0`
 )
 
 // Terminals returns, for every terminal the ledger holds an event of, the last event, the
