@@ -91,7 +91,7 @@ func (m *Main) ParseFlags(args []string) error {
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
 	fs.IntVar(&m.Window, "window", 2000, "most events published and not yet acked")
 	fs.IntVar(&m.Batch, "batch", 250, "most events in one MQTT message when draining a backlog")
-	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events this long (unacked events are never pruned)")
+	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events, and the answers of requests (Idempotency-Key), this long by the clock; unacked events are never pruned, and an answer also stays until 10,000 later requests (the clock may jump)")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")

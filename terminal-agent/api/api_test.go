@@ -666,3 +666,30 @@ func TestForgottenClose(t *testing.T) {
 		t.Errorf("the next evening's close declared %s, want 2026-12-01", closed.Totals.BusinessDate)
 	}
 }
+
+// TestRetryAfterClockJump: a card payment is committed and answered, and the answer is lost
+// on the way to the POS app. The device's clock then jumps eight days forward (NTP correcting
+// a dead RTC), the hourly prune runs with its seven days' retention, and the app retries a
+// minute later with the same Idempotency-Key. The retry gets the first answer and takes no
+// second payment. Pruning by the clock alone dropped the request's record, and the retry
+// charged the card again.
+func TestRetryAfterClockJump(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	ctx := context.Background()
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":1}`, 200) // 3999.00
+	pay := `{"method":"card","amount":"1000.00","reference":"AUTH-778"}`
+	first := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
+	a.clock.Add(8 * 24 * time.Hour)
+	if _, err := a.store.Prune(ctx, a.clock.Now().Add(-7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Add(time.Minute)
+	retry := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
+	var s api.SaleAnswer
+	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
+	if !bytes.Equal(retry.Body, first.Body) || s.Sale.Paid != 100000 || len(s.Sale.Payments) != 1 {
+		t.Fatalf("a retry after the clock jumped: %s\nwant the first answer %s\nthe sale has %d payments, %s paid (want 1, 1000.00)",
+			retry.Body, first.Body, len(s.Sale.Payments), s.Sale.Paid)
+	}
+}
