@@ -47,6 +47,10 @@ type Config struct {
 	// Now is the clock (time.Now if nil).
 	Now  func() time.Time
 	Caps Caps
+	// CloseLookbackDays is how many days before today a close that names no day looks for
+	// an open business day; older open days are closed by name (DefaultCloseLookbackDays if
+	// 0; see DayToClose).
+	CloseLookbackDays int
 	// KeepRequests is how many requests must be recorded after a request before Prune may
 	// delete its record (DefaultKeepRequests if 0).
 	KeepRequests int64
