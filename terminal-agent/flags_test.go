@@ -40,3 +40,27 @@ func TestBrokerCAFlags(t *testing.T) {
 		t.Fatalf("a --broker-ca without a certificate: %v", err)
 	}
 }
+
+// TestDayCloseLookbackFlag: the lookback of a close naming no day is 7 days unless set by
+// flag or environment, and less than a day (which would leave yesterday out of a close
+// pressed just after midnight) stops the start.
+func TestDayCloseLookbackFlag(t *testing.T) {
+	base := []string{"--store", "S1", "--terminal", "T01", "--data-dir", t.TempDir()}
+	m := NewMain()
+	if err := m.ParseFlags(base); err != nil || m.CloseLookbackDays != 7 {
+		t.Fatalf("default lookback %d (%v), want 7", m.CloseLookbackDays, err)
+	}
+	if err := NewMain().ParseFlags(append(base, "--day-close-lookback", "0")); err == nil ||
+		!strings.Contains(err.Error(), "at least 1 day") {
+		t.Fatalf("--day-close-lookback 0: %v, want an error", err)
+	}
+	t.Setenv("POSGATE_DAY_CLOSE_LOOKBACK", "3")
+	m = NewMain()
+	if err := m.ParseFlags(base); err != nil || m.CloseLookbackDays != 3 {
+		t.Fatalf("lookback from the environment %d (%v), want 3", m.CloseLookbackDays, err)
+	}
+	t.Setenv("POSGATE_DAY_CLOSE_LOOKBACK", "a week")
+	if err := NewMain().ParseFlags(base); err == nil {
+		t.Fatal("POSGATE_DAY_CLOSE_LOOKBACK=\"a week\" was taken")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ type Main struct {
 	AckTimeout         time.Duration
 	Window, Batch      int
 	Retention          time.Duration
+	CloseLookbackDays  int
 	Heartbeat          time.Duration
 	BacklogEvery       time.Duration
 	LogLevel           string
@@ -91,7 +93,13 @@ func (m *Main) ParseFlags(args []string) error {
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
 	fs.IntVar(&m.Window, "window", 2000, "most events published and not yet acked")
 	fs.IntVar(&m.Batch, "batch", 250, "most events in one MQTT message when draining a backlog")
-	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events this long (unacked events are never pruned)")
+	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events, and the answers of requests (Idempotency-Key), this long by the clock; unacked events are never pruned, and an answer also stays until 10,000 later requests (the clock may jump)")
+	lookback, err := strconv.Atoi(env("POSGATE_DAY_CLOSE_LOOKBACK", strconv.Itoa(outbox.DefaultCloseLookbackDays)))
+	if err != nil {
+		return fmt.Errorf("POSGATE_DAY_CLOSE_LOOKBACK: %w", err)
+	}
+	fs.IntVar(&m.CloseLookbackDays, "day-close-lookback", lookback,
+		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name (env POSGATE_DAY_CLOSE_LOOKBACK)")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -128,6 +136,9 @@ func (m *Main) Validate() error {
 		return errors.New("--data-dir is required")
 	case m.BrokerCA != "" && !tlsBroker(m.Broker):
 		return fmt.Errorf("--broker-ca is for a tls:// broker, not %s", m.Broker)
+	case m.CloseLookbackDays < 1:
+		// 0 would leave yesterday out: a close pressed just after midnight found nothing.
+		return fmt.Errorf("--day-close-lookback %d: want at least 1 day", m.CloseLookbackDays)
 	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
@@ -156,7 +167,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
-		Caps: outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline, OfflineRefunds: m.OfflineRefunds},
+		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline, OfflineRefunds: m.OfflineRefunds},
+		CloseLookbackDays: m.CloseLookbackDays,
 	})
 	if err != nil {
 		return err

@@ -530,6 +530,9 @@ type StatusAnswer struct {
 	InFlight       int        `json:"in_flight"`
 	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
 	CatalogVersion int64      `json:"catalog_version"`
+	// OldOpenDays are business days with sales or refunds, not closed, older than a close
+	// naming no day looks back (--day-close-lookback): a supervisor closes each by its date.
+	OldOpenDays []string `json:"old_open_days,omitempty"`
 	// DiskFree is the room left on the outbox's file system, where the system says (a full
 	// disk refuses every sale with storage_full: the till can warn before).
 	DiskFree *int64 `json:"disk_free_bytes,omitempty"`
@@ -547,10 +550,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	old, err := s.store.OldOpenDays(ctx, s.now())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	st := s.up.Status()
 	cfg := s.store.Config()
 	a := StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
-		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv}
+		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
+		OldOpenDays: old}
 	if !b.OldestAt.IsZero() {
 		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
 	}

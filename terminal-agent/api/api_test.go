@@ -666,3 +666,75 @@ func TestForgottenClose(t *testing.T) {
 		t.Errorf("the next evening's close declared %s, want 2026-12-01", closed.Totals.BusinessDate)
 	}
 }
+
+// TestRetryAfterClockJump: a card payment is committed and answered, and the answer is lost
+// on the way to the POS app. The device's clock then jumps eight days forward (NTP correcting
+// a dead RTC), the hourly prune runs with its seven days' retention, and the app retries a
+// minute later with the same Idempotency-Key. The retry gets the first answer and takes no
+// second payment. Pruning by the clock alone dropped the request's record, and the retry
+// charged the card again.
+func TestRetryAfterClockJump(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	ctx := context.Background()
+	id := a.openSale()
+	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":1}`, 200) // 3999.00
+	pay := `{"method":"card","amount":"1000.00","reference":"AUTH-778"}`
+	first := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
+	a.clock.Add(8 * 24 * time.Hour)
+	if _, err := a.store.Prune(ctx, a.clock.Now().Add(-7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Add(time.Minute)
+	retry := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
+	var s api.SaleAnswer
+	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
+	if !bytes.Equal(retry.Body, first.Body) || s.Sale.Paid != 100000 || len(s.Sale.Payments) != 1 {
+		t.Fatalf("a retry after the clock jumped: %s\nwant the first answer %s\nthe sale has %d payments, %s paid (want 1, 1000.00)",
+			retry.Body, first.Body, len(s.Sale.Payments), s.Sale.Paid)
+	}
+}
+
+// TestCloseWithADayLongPast: the till boots with a dead RTC reading 2000-01-01 and sells
+// offline on that business day until NTP puts the clock right. That evening the cashier's
+// close naming no day closes 2026-11-29, the day sold on; the old day is listed in status
+// (old_open_days) for the supervisor, who closes it by name. It made every close naming no
+// day day_to_close_ambiguous until someone named 2000-01-01.
+func TestCloseWithADayLongPast(t *testing.T) {
+	a := newOfflineAgent(t, outbox.Caps{})
+	sell := func() {
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	}
+	right := a.clock.Now() // 2026-11-29 10:00 Shanghai
+	a.clock.Add(time.Date(2000, 1, 1, 8, 0, 0, 0, shanghai).Sub(right))
+	sell()                                              // on business day 2000-01-01, by the till's clock
+	a.clock.Add(right.Sub(a.clock.Now()) + time.Minute) // NTP: 2026-11-29 10:01
+	sell()
+	a.clock.Add(12 * time.Hour) // 22:01: the end-of-day close
+	var closed api.DayCloseAnswer
+	r := a.do("POST", "/v1/day-close", `{}`)
+	if r.Status != http.StatusOK {
+		t.Fatalf("a close naming no day, 2026-11-29 and 2000-01-01 open: %d %s, want 200 closing 2026-11-29", r.Status, r.Body)
+	}
+	r.json(t, &closed)
+	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
+		t.Fatalf("the close declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
+	}
+	var st struct {
+		OldOpenDays []string `json:"old_open_days"`
+	}
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if len(st.OldOpenDays) != 1 || st.OldOpenDays[0] != "2000-01-01" {
+		t.Fatalf("status lists old open days %v, want [2000-01-01]", st.OldOpenDays)
+	}
+	a.must("POST", "/v1/day-close", `{"business_date":"2000-01-01"}`, 200).json(t, &closed)
+	if closed.Totals.SaleCount != 1 {
+		t.Errorf("the supervisor's close of 2000-01-01: %d sales, want 1", closed.Totals.SaleCount)
+	}
+	st.OldOpenDays = nil
+	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	if len(st.OldOpenDays) != 0 {
+		t.Errorf("status lists old open days %v once they are closed", st.OldOpenDays)
+	}
+}

@@ -47,6 +47,13 @@ type Config struct {
 	// Now is the clock (time.Now if nil).
 	Now  func() time.Time
 	Caps Caps
+	// CloseLookbackDays is how many days before today a close that names no day looks for
+	// an open business day; older open days are closed by name (DefaultCloseLookbackDays if
+	// 0; see DayToClose).
+	CloseLookbackDays int
+	// KeepRequests is how many requests must be recorded after a request before Prune may
+	// delete its record (DefaultKeepRequests if 0).
+	KeepRequests int64
 }
 
 // Store is the terminal's database.
@@ -433,15 +440,71 @@ func (s *Store) EventState(ctx context.Context, seq int64) (EventState, error) {
 	return e, err
 }
 
-// Prune deletes acknowledged and refused events older than before. Pending and parked events
-// are never pruned.
+// DefaultKeepRequests is how many requests must be recorded after a request before its
+// record may be pruned, unless Config.KeepRequests says otherwise (Prune).
+const DefaultKeepRequests = 10_000
+
+// Prune deletes what the outbox no longer needs: acknowledged and refused events whose
+// delivery ended before before, and the records of requests (Idempotency-Key) that no retry
+// can still come for. Pending and parked events are never pruned. It returns the number of
+// events deleted.
+//
+// A request's record is what answers a retry of it; without it the retry runs again, and a
+// payment is taken twice. A POS app retries within minutes, but the clock cannot say how
+// long ago that was: a device clock jumps (NTP stepping a clock that a dead RTC left days or
+// years behind), and a record made a minute ago then looks older than any retention. So a
+// record is deleted only when all of these hold:
+//
+//   - at least KeepRequests (DefaultKeepRequests, 10,000) requests have been recorded after
+//     it. This measure owes nothing to the clock: at a request a second, faster than anyone
+//     works a till, it is close to three hours of trade, and no app retries that late;
+//   - it was made before before, by the clock;
+//   - the clock has not gone back: no record is dated after now. A record from the future
+//     means the clock was once ahead or is now behind; until now passes it, ages read off
+//     the clock are not trusted and no record is deleted by its age.
+//
+// Whatever the clock says, a record with ten times KeepRequests requests after it is
+// deleted, so that a clock that stays behind does not grow the table without end.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 	res, err := s.db.W.ExecContext(ctx, `DELETE FROM events WHERE state IN ('acked', 'refused') AND done_ms < ?`,
 		before.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("prune events: %w", err)
 	}
-	if _, err := s.db.W.ExecContext(ctx, `DELETE FROM requests WHERE created_ms < ?`, before.UnixMilli()); err != nil {
+	keep := s.cfg.KeepRequests
+	if keep <= 0 {
+		keep = DefaultKeepRequests
+	}
+	err = s.durable(ctx, func(tx *sql.Tx) error {
+		// last(k) is the n of the newest record with k records after it (0 if none has).
+		last := func(k int64) (int64, error) {
+			var n int64
+			err := tx.QueryRowContext(ctx, `SELECT n FROM requests ORDER BY n DESC LIMIT 1 OFFSET ?`, k).Scan(&n)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, nil
+			}
+			return n, err
+		}
+		byAge, err := last(keep)
+		if err != nil || byAge == 0 {
+			return err
+		}
+		anyClock, err := last(10 * keep)
+		if err != nil {
+			return err
+		}
+		var newest int64
+		if err := tx.QueryRowContext(ctx, `SELECT max(created_ms) FROM requests`).Scan(&newest); err != nil {
+			return err
+		}
+		if newest > s.now().UnixMilli() {
+			byAge = 0 // the clock went back: no record is deleted by its age
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM requests WHERE (n <= ? AND created_ms < ?) OR n <= ?`,
+			byAge, before.UnixMilli(), anyClock)
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("prune requests: %w", err)
 	}
 	return res.RowsAffected()

@@ -764,51 +764,106 @@ func (t *Tx) refundable(saleID string) (map[int]refundableLine, error) {
 }
 
 // CodeNothingToClose refuses a day close that names no day when no business day with sales
-// or refunds is open at the terminal.
+// or refunds is open at the terminal within the close lookback.
 const CodeNothingToClose = "nothing_to_close"
 
 // CodeDayAmbiguous refuses a day close that names no day while more than one business day
-// with sales or refunds is open at the terminal: the cashier names the one to close.
+// with sales or refunds is open at the terminal within the close lookback: the cashier names
+// the one to close.
 const CodeDayAmbiguous = "day_to_close_ambiguous"
 
+// DefaultCloseLookbackDays is how many days before today a close that names no day looks
+// for an open business day, unless Config.CloseLookbackDays says otherwise (DayToClose).
+const DefaultCloseLookbackDays = 7
+
 // DayToClose returns the business day a close that names none closes: the one business day
-// up to today (now, in the store's zone) with a completed sale or a refund at this terminal
-// that is not closed. With none it is nothing_to_close; with several it is
-// day_to_close_ambiguous, naming them, since a close is final and closing the wrong one
-// locked the till out of a day's trade. Every default tried guessed wrong somewhere: today's
-// date closed the new, empty day after midnight; the latest open day closed the new day
-// after a sale at 00:01; the oldest lagged a day behind for good after one missed close; an
-// hour of the day locked a night shift out of the morning.
+// from CloseLookbackDays (7) days before today up to today (now, in the store's zone) with a
+// completed sale or a refund at this terminal that is not closed. With none it is
+// nothing_to_close; with several it is day_to_close_ambiguous, naming them, since a close is
+// final and closing the wrong one locked the till out of a day's trade. Every default tried
+// guessed wrong somewhere: today's date closed the new, empty day after midnight; the latest
+// open day closed the new day after a sale at 00:01; the oldest lagged a day behind for good
+// after one missed close; an hour of the day locked a night shift out of the morning.
+//
+// An open day older than the lookback is no candidate (OldOpenDays lists it, and a
+// supervisor closes it by name): a till whose clock, reset by a dead RTC, dated an offline
+// sale years back would otherwise make every close ambiguous until someone named that day.
+// The cashier's evening close is about the days just traded, and a week covers a close
+// missed over a long weekend; a day missed for longer needs someone who knows why.
 func (s *Store) DayToClose(ctx context.Context, now time.Time) (string, error) {
-	rows, err := s.readRows(ctx, `SELECT DISTINCT business_date FROM (
-			SELECT business_date FROM sales WHERE state = 'completed'
-			UNION ALL SELECT business_date FROM refunds WHERE state = 'done')
-		WHERE business_date <= ? AND business_date NOT IN (SELECT business_date FROM day_closes)
-		ORDER BY business_date`, s.BusinessDate(now))
+	open, old, err := s.openDays(ctx, now)
 	if err != nil {
 		return "", err
 	}
-	defer rows.Close()
-	var open []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			return "", err
-		}
-		open = append(open, d)
-	}
-	if err := rows.Err(); err != nil {
-		return "", err
+	var also string
+	if len(old) > 0 {
+		also = fmt.Sprintf("; open more than %d days back, left for a supervisor to close by date: %s",
+			s.closeLookbackDays(), strings.Join(old, ", "))
 	}
 	switch len(open) {
 	case 0:
 		return "", perr.New(perr.Refused, CodeNothingToClose,
-			"no business day with sales or refunds is open at this terminal; name the day to close (business_date)")
+			"no business day with sales or refunds is open at this terminal; name the day to close (business_date)%s", also)
 	case 1:
 		return open[0], nil
 	}
 	return "", perr.New(perr.Refused, CodeDayAmbiguous,
-		"business days %s are open at this terminal; name the one to close (business_date)", strings.Join(open, ", "))
+		"business days %s are open at this terminal; name the one to close (business_date)%s", strings.Join(open, ", "), also)
+}
+
+// OldOpenDays returns the business days, in order, with a completed sale or a refund at this
+// terminal that are not closed and are older than the lookback of a close that names no day
+// (DayToClose): they are closed by naming them.
+func (s *Store) OldOpenDays(ctx context.Context, now time.Time) ([]string, error) {
+	_, old, err := s.openDays(ctx, now)
+	return old, err
+}
+
+func (s *Store) closeLookbackDays() int {
+	if s.cfg.CloseLookbackDays > 0 {
+		return s.cfg.CloseLookbackDays
+	}
+	return DefaultCloseLookbackDays
+}
+
+// openDays returns the business days up to today (now, in the store's zone) with a completed
+// sale or a refund at this terminal that are not closed, in order: those within the close
+// lookback (recent), and those before it (old).
+func (s *Store) openDays(ctx context.Context, now time.Time) (recent, old []string, err error) {
+	today := s.BusinessDate(now)
+	d, err := time.Parse(wire.BusinessDate, today)
+	if err != nil {
+		return nil, nil, err
+	}
+	from := d.AddDate(0, 0, -s.closeLookbackDays()).Format(wire.BusinessDate) // dates, not instants: no DST
+	// Each traded day is found by one seek from the one before (indexes sales_day and
+	// refunds_day), not by reading every sale and refund the till has made.
+	rows, err := s.readRows(ctx, `WITH RECURSIVE
+			s(day) AS (SELECT min(business_date) FROM sales WHERE state = 'completed'
+				UNION ALL SELECT (SELECT min(business_date) FROM sales WHERE state = 'completed' AND business_date > s.day)
+				FROM s WHERE s.day IS NOT NULL),
+			r(day) AS (SELECT min(business_date) FROM refunds WHERE state = 'done'
+				UNION ALL SELECT (SELECT min(business_date) FROM refunds WHERE state = 'done' AND business_date > r.day)
+				FROM r WHERE r.day IS NOT NULL)
+		SELECT day FROM (SELECT day FROM s UNION SELECT day FROM r)
+		WHERE day IS NOT NULL AND day <= ? AND day NOT IN (SELECT business_date FROM day_closes)
+		ORDER BY day`, today)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var day string
+		if err := rows.Scan(&day); err != nil {
+			return nil, nil, err
+		}
+		if day < from { // YYYY-MM-DD orders as text
+			old = append(old, day)
+		} else {
+			recent = append(recent, day)
+		}
+	}
+	return recent, old, rows.Err()
 }
 
 // DayClose queues the terminal's totals for a business day, which are then final: no sale,
