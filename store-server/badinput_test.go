@@ -118,7 +118,7 @@ type biWant struct {
 	live    bool   // accepted: the ack's live flag
 	sale    *wire.SalePayload
 	refund  *wire.RefundPayload
-	noPark  bool // a rejection that is not (newly) parked: topic mismatch, replay
+	noPark  bool // a rejection or conflict that is not (newly) parked: topic mismatch, replay
 }
 
 func biAccepted(seq int64) biWant { return biWant{seq: seq, status: wire.AckAccepted} }
@@ -363,7 +363,9 @@ func (r *biRun) expect(wants []biWant, terminal string) {
 					}
 				}
 			}
-		case w.status == wire.AckRejected && !w.noPark:
+		case (w.status == wire.AckRejected || w.status == wire.AckConflict) && !w.noPark:
+			// A conflict parks its content, which the till kept, unless the key is parked
+			// already.
 			if _, ok := r.parked[key]; !ok {
 				r.parked[key] = w.code
 				if w.anyCode {
@@ -881,7 +883,11 @@ func (r *biRun) sameBatchConflictCase(t *testing.T) {
 	const term = "T_DUPB"
 	a, wa := r.heartbeat(t, term, 1, 1)
 	b, _ := r.heartbeat(t, term, 1, 2)
-	r.step(t, "two contents for one key", term, biBatch(term, a, b), wa, biConflict(1))
+	// The second content, refused in the group that brings the first, is answered, not
+	// parked; alone, once the first is in the ledger, it is parked.
+	inGroup := biConflict(1)
+	inGroup.noPark = true
+	r.step(t, "two contents for one key", term, biBatch(term, a, b), wa, inGroup)
 	r.step(t, "the second content alone", term, b, biConflict(1))
 	e2, w2 := r.heartbeat(t, term, 2, 0)
 	r.step(t, "good 2", term, e2, w2)

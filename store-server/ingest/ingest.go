@@ -682,7 +682,15 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		if err != nil {
 			return err
 		}
-		if ok && (st.Final || (it.Err == nil && st.Hash != it.Env.Hash)) {
+		switch {
+		case ok && st.Final && it.Err == nil && st.Hash != it.Env.Hash:
+			// The key's original stands; the ledger parks this content, which the till
+			// kept (its day close counts it), and answers the conflict.
+			x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash,
+				At: it.Env.At, Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true,
+				Status: wire.AckConflict, Code: ledger.CodeIdempotencyConflict}
+			return nil
+		case ok && (st.Final || (it.Err == nil && st.Hash != it.Env.Hash)):
 			x.done = true
 			in.count(func(s *Stats) { s.Replays++ })
 			x.ack = replayAck(x.ack, st, it)

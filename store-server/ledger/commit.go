@@ -170,9 +170,8 @@ func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int6
 	}
 	if found && prior.Final {
 		if prior.Hash != r.Hash {
-			return Outcome{Status: wire.AckConflict, Code: CodeIdempotencyConflict,
-				Message: fmt.Sprintf("key %s was already used with other content; the original stands",
-					wire.Key(r.Terminal, r.Seq))}, nil
+			o, args := l.conflict(r, nowMs)
+			return o, w.exec(ctx, parkConflict, args...)
 		}
 		o := prior.outcome()
 		o.Duplicate = true
@@ -199,6 +198,23 @@ func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int6
 		return Outcome{}, err
 	}
 	return o, nil
+}
+
+// conflict answers a record whose key the ledger holds final with other content: the
+// original stands, and the record's content is parked (the parkConflict arguments), for the
+// till kept it. Its date is its own, or the store's at nowMs if its time is unknown.
+func (l *Ledger) conflict(r *Record, nowMs int64) (Outcome, []any) {
+	o := Outcome{Status: wire.AckConflict, Code: CodeIdempotencyConflict,
+		Message: fmt.Sprintf("key %s was already used with other content; the original stands", wire.Key(r.Terminal, r.Seq))}
+	var at, date string
+	if !r.At.IsZero() {
+		at, date = r.At.UTC().Format(timeFormat), l.BusinessDate(r.At)
+	}
+	payload := r.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	return o, []any{r.Terminal, r.Seq, string(r.Kind), o.Code, o.Message, payload, at, nowMs, l.parkedDate(date, nowMs)}
 }
 
 // checkRecord rejects a record the ledger cannot store as given, and fills in the raw
@@ -699,6 +715,12 @@ const (
 		ON CONFLICT (terminal, seq) DO UPDATE SET kind = excluded.kind, code = excluded.code,
 			message = excluded.message, payload = excluded.payload, at = excluded.at, parked_ms = excluded.parked_ms,
 			business_date = excluded.business_date`
+	// parkConflict parks a conflict's content unless its key is parked already: redelivered,
+	// it changes nothing (no exception change for HQ), and a key parked as a rejection keeps
+	// that event, the one the ledger answered first. A third content for one key is not
+	// kept; the till's own record of it stands.
+	parkConflict = `INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
 	upsertDayClose = `INSERT INTO day_closes (terminal, business_date, seq, payload) VALUES (?, ?, ?, ?)
 		ON CONFLICT (terminal, business_date) DO UPDATE SET seq = excluded.seq, payload = excluded.payload
 		WHERE excluded.seq > day_closes.seq`
@@ -915,9 +937,9 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 	prior := s.keys[k]
 	if prior != nil && prior.Final {
 		if prior.Hash != r.Hash {
-			return Outcome{Status: wire.AckConflict, Code: CodeIdempotencyConflict,
-				Message: fmt.Sprintf("key %s was already used with other content; the original stands",
-					wire.Key(r.Terminal, r.Seq))}
+			o, args := s.l.conflict(r, s.nowMs)
+			s.singles = append(s.singles, single{parkConflict, args})
+			return o
 		}
 		o := prior.outcome()
 		o.Duplicate = true

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -399,10 +400,11 @@ func TestConflictOverFinalRecord(t *testing.T) {
 	tests := []struct {
 		name        string
 		first, then Record
+		parked      string // the content parked under the key after the conflict: first, then or none
 	}{
-		{"accepted, then other content", original, other},
-		{"rejected, then other content", rejected, other},
-		{"accepted, then a rejection with another hash", original, refused(other, wire.AckRejected, true, "x")},
+		{"accepted, then other content", original, other, "then"},
+		{"rejected, then other content", rejected, other, "first"},
+		{"accepted, then a rejection with another hash", original, refused(other, wire.AckRejected, true, "x"), "then"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,8 +418,31 @@ func TestConflictOverFinalRecord(t *testing.T) {
 			if s := mustLookup(t, l, "T1", 1); s.Hash != tt.first.Hash || s.Status != tt.first.Status {
 				t.Errorf("stored %+v: the original must stand", s)
 			}
+			// The till kept the conflicting content: it is parked, unless the key is already
+			// (the first content was refused). Nothing else changes, and a redelivery changes
+			// nothing at all.
+			if tt.parked == "then" {
+				before["parked"]++
+			}
 			if after := counts(t, l); !reflect.DeepEqual(after, before) {
-				t.Errorf("a conflict changed rows: before %v after %v", before, after)
+				t.Errorf("a conflict changed rows: want %v after %v", before, after)
+			}
+			parked, err := l.Parked(context.Background(), 0, false)
+			want := map[string][]byte{"first": tt.first.Payload, "then": tt.then.Payload}[tt.parked]
+			if err != nil || len(parked) != 1 {
+				t.Fatalf("parked %+v, %v", parked, err)
+			}
+			var payload []byte
+			if err := l.db.R.QueryRow(`SELECT payload FROM parked`).Scan(&payload); err != nil || !bytes.Equal(payload, want) {
+				t.Errorf("parked payload %s (%v), want the %s content %s", payload, err, tt.parked, want)
+			}
+			if tt.parked == "then" && (parked[0].Code != CodeIdempotencyConflict || parked[0].BusinessDate != dayDate) {
+				t.Errorf("parked conflict %+v", parked[0])
+			}
+			xs, last := exceptionsAfter(t, l, 0, 100)
+			MustCommit(t, l, tt.then)
+			if again, _ := exceptionsAfter(t, l, last, 100); len(xs) == 0 || len(again) != 0 {
+				t.Errorf("exception changes %q, then after a redelivery %q", briefs(xs), briefs(again))
 			}
 		})
 	}
