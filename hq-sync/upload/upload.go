@@ -62,6 +62,10 @@ const (
 	// CodeRefused (perr.Refused): HQ answered a 4xx other than 408 and 429 for a batch; the
 	// batch stays pending and the rows after it wait.
 	CodeRefused = "hq_refused_batch"
+	// CodeLedgerBehind (perr.Conflict): the ledger does not hold the last row HQ acknowledged
+	// (restored from an older backup, or another ledger of the store); nothing more is sent
+	// from it with this state.
+	CodeLedgerBehind = "ledger_behind_hq"
 )
 
 // Config configures an Uploader.
@@ -238,15 +242,28 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if through == 0 {
 		return nil
 	}
-	held, err := u.ledgerHolds(ctx, through, kv["sent_key"])
+	var held bool
+	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		held, err = rowHeld(ctx, r, through, kv["sent_key"])
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if !held {
-		return fmt.Errorf("the ledger %s does not hold the last row HQ acknowledged (id %d, %s): "+
-			"an older or another ledger; refusing to upload", u.cfg.LedgerPath, through, kv["sent_key"])
+		return u.behind(through, kv["sent_key"])
 	}
 	return nil
+}
+
+// behind is the error of a ledger that does not hold the last row HQ acknowledged, id
+// through of key: rows after the point it goes back to took their ids again (sold after a
+// restore), and sending on from the watermark would skip them for good.
+func (u *Uploader) behind(through int64, key string) error {
+	return perr.New(perr.Conflict, CodeLedgerBehind, "the ledger %s does not hold the last row HQ acknowledged "+
+		"(id %d, %s): an older ledger (restored from a backup?) or another one; refusing to upload. To send it "+
+		"as it is, start the uploader with a new, empty state: every row goes again and HQ keeps one of each",
+		u.cfg.LedgerPath, through, key)
 }
 
 // ledgerHoldsBatch reports whether the ledger's outbox rows from the batch's first id to its
@@ -277,14 +294,11 @@ func (u *Uploader) ledgerHoldsBatch(ctx context.Context, b *batch) (bool, error)
 	return true, nil
 }
 
-// ledgerHolds reports whether the ledger's outbox row id is the row of key (rowKey).
-func (u *Uploader) ledgerHolds(ctx context.Context, id int64, key string) (bool, error) {
-	var rows []ledger.OutboxRow
-	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		var err error
-		rows, err = r.OutboxAfter(ctx, id-1, 1)
-		return err
-	}); err != nil {
+// rowHeld reports whether the ledger's outbox row id is, in r's snapshot, the row of key
+// (rowKey).
+func rowHeld(ctx context.Context, r *ledger.HQReader, id int64, key string) (bool, error) {
+	rows, err := r.OutboxAfter(ctx, id-1, 1)
+	if err != nil {
 		return false, err
 	}
 	return len(rows) == 1 && rows[0].ID == id && rowKey(&rows[0]) == key, nil
@@ -321,7 +335,8 @@ func rowKey(o *ledger.OutboxRow) string {
 // Once sends everything the ledger holds now (and every declaration that is due), then
 // returns. It waits out HQ being unreachable for as long as ctx allows; a batch HQ refuses
 // ends it with a *perr.Error of kind perr.Refused (code "hq_refused_batch"), the batch still
-// pending.
+// pending, and a ledger that no longer holds the last row HQ acknowledged with one of kind
+// perr.Conflict (code "ledger_behind_hq").
 func (u *Uploader) Once(ctx context.Context) error {
 	for {
 		did, err := u.step(ctx, true)
@@ -339,7 +354,8 @@ func (u *Uploader) Once(ctx context.Context) error {
 // when BatchRows of them wait or the first has waited BatchAge; HQ being away, for however
 // long, only delays them; a batch HQ refuses is logged as an error and tried again every
 // RefusedRetry; a failure to read the ledger or to write the state is logged and retried
-// with backoff.
+// with backoff, and so is a ledger restored under it from a backup older than the last row
+// HQ acknowledged: nothing more is sent from it, as New refuses it.
 func (u *Uploader) Run(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
@@ -490,6 +506,18 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		// The ledger may have been restored from a backup under the running uploader, as it
+		// may before a start (claim): rows sold since took ids up to the watermark again, and
+		// nothing is read from a ledger that no longer holds the last row HQ acknowledged.
+		if through > 0 {
+			held, err := rowHeld(ctx, r, through, kv["sent_key"])
+			if err != nil {
+				return err
+			}
+			if !held {
+				return u.behind(through, kv["sent_key"])
+			}
+		}
 		for _, c := range candidates {
 			if waiting.has(c.date) {
 				continue // its parts are on their way
