@@ -13,10 +13,12 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -440,6 +442,8 @@ func TestRestoreUnderRunningUploader(t *testing.T) {
 	s.Sales(5, day0, "T1") // ids 1..5
 	backup := backupLedger(t, s)
 	s.Sales(3, day0.Add(time.Hour), "T1") // ids 6..8
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
 	u := MustNew(t, cfg)
 	stop := runInBackground(t, u)
 	waitFor(t, 10*time.Second, "HQ to acknowledge ids 1..8", func() bool {
@@ -449,15 +453,30 @@ func TestRestoreUnderRunningUploader(t *testing.T) {
 
 	restoreLive(t, s, backup)
 	s.Sales(5, day0.Add(2*time.Hour), "T2") // after the restore: ids 6..10
-	time.Sleep(20 * cfg.PollInterval)       // the uploader's next polls
+	// The uploader's next polls: it refuses the ledger, or sends on (id 10 acknowledged).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		st, err := u.Status(ctx)
+		errs, _ := metricstest.Value(scrape(t, reg), "posgate_upload_step_errors_total", nil)
+		if errs > 0 || (err == nil && st.SentThrough == 10) {
+			break
+		}
+	}
 	stop()
 	if err := u.Once(ctx); err == nil || !strings.Contains(err.Error(), "refusing") {
 		everyRowAtHQ(t, s, st)
 		t.Fatalf("the running uploader took a ledger restored from before its watermark: %v", err)
 	}
+	fams := scrape(t, reg)
+	if v, _ := metricstest.Value(fams, "posgate_upload_ledger_behind_hq", nil); v != 1 {
+		t.Errorf("posgate_upload_ledger_behind_hq = %v while the uploader refuses the ledger, want 1", v)
+	}
+	if v, _ := metricstest.Value(fams, "posgate_upload_step_errors_total", nil); v < 1 {
+		t.Errorf("posgate_upload_step_errors_total = %v after Run refused the ledger, want ≥ 1", v)
+	}
 	u.Close()
 
 	cfg.StatePath = filepath.Join(t.TempDir(), "upload.db") // the operator starts it with a new state
+	cfg.Metrics = nil
 	u2 := MustNew(t, cfg)
 	MustOnce(t, u2)
 	s.DayClose(date0, day0.Add(10*time.Hour), "T1", "T2")

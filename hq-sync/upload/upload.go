@@ -31,6 +31,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/perr"
@@ -99,6 +101,9 @@ type Config struct {
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger     // default slog.Default()
 	Progress io.Writer        // if set, catch-up progress lines, at most one a second
+	// Metrics, if not nil, gets the uploader's metrics (see metrics.go); New fails if they
+	// are there already.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) setDefaults() {
@@ -172,6 +177,7 @@ type Uploader struct {
 	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
 	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
 	prog              progress
+	met               *metrics // nil: none
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -210,6 +216,12 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	if err := u.claim(ctx); err != nil {
 		u.Close()
 		return nil, fmt.Errorf("upload: %w", err)
+	}
+	if cfg.Metrics != nil {
+		if u.met, err = newMetrics(cfg.Metrics, u); err != nil {
+			u.Close()
+			return nil, fmt.Errorf("upload: %w", err)
+		}
 	}
 	return u, nil
 }
@@ -364,9 +376,11 @@ func (u *Uploader) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			// The ledger or the state could not be read or written (a busy or full disk):
-			// nothing was lost; try again.
+			// The ledger or the state could not be read or written (a busy or full disk), or
+			// the ledger was restored from before the last row HQ acknowledged: nothing was
+			// lost; try again.
 			u.log.Error("upload step failed", "err", err)
+			u.met.stepFailed()
 			if !sleep(ctx, u.backoff(failures)) {
 				return nil
 			}
@@ -1174,6 +1188,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			if err := u.markSent(ctx, b, &receipt, raw); err != nil {
 				return err
 			}
+			u.met.sent(b)
 			if attempt > 0 || b.attempts > 0 {
 				log.Info("HQ acknowledged the batch after retries", "attempts", b.attempts+attempt+1)
 			}
@@ -1185,6 +1200,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		u.met.failed(err)
 		var wait time.Duration
 		var se *sendError
 		errors.As(err, &se)
