@@ -128,11 +128,13 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	u := c.u
+	u.ledgerMu.RLock()
+	defer u.ledgerMu.RUnlock()
 	fail := func(err error) {
 		u.log.Warn("metrics: read the upload's progress", "err", err)
 		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
 	}
-	st, err := u.Status(ctx)
+	st, err := u.status(ctx)
 	if err != nil {
 		fail(err)
 		return

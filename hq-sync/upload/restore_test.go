@@ -484,3 +484,45 @@ func TestRestoreUnderRunningUploader(t *testing.T) {
 	MustOnce(t, u2)
 	everyRowAtHQ(t, s, st)
 }
+
+// TestLedgerFileReplacedUnderRunningUploader: the uploader runs while the store's ledger is
+// restored by moving a copy of its backup into its place (the store-server stopped); the
+// backup holds every row HQ acknowledged, and the store sells on. The uploader reads the
+// new file from its next poll and sends the new sales. It kept reading the file it had
+// opened, gone from the directory: nothing more reached HQ, and its status said the backlog
+// was 0, until it was started again.
+func TestLedgerFileReplacedUnderRunningUploader(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, _, cfg := restoreFixture(t)
+	s.Sales(5, day0, "T1") // ids 1..5
+	u := MustNew(t, cfg)
+	stop := runInBackground(t, u)
+	waitFor(t, 10*time.Second, "HQ to acknowledge ids 1..5", func() bool {
+		st, err := u.Status(ctx)
+		return err == nil && st.SentThrough == 5
+	})
+	backup := backupLedger(t, s)
+
+	s.l.Close()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		os.Remove(s.path + suffix)
+	}
+	if err := os.Rename(backup, s.path); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
+		t.Fatal(err)
+	}
+	l := s.l
+	t.Cleanup(func() { l.Close() })
+	s.Sales(3, day0.Add(time.Hour), "T2") // ids 6..8, in the new file
+	time.Sleep(30 * cfg.PollInterval)     // the uploader's next polls (nothing else reads its ledger meanwhile)
+	stop()
+	MustOnce(t, u)
+	status, err := u.Status(ctx)
+	if err != nil || status.SentThrough != 8 || status.Backlog != 0 {
+		t.Errorf("status after the new sales: %+v, %v; want sent through 8, no backlog", status, err)
+	}
+	everyRowAtHQ(t, s, st)
+}

@@ -25,9 +25,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -163,11 +165,17 @@ func (c *Config) Validate() error {
 // Uploader sends a store's ledger to HQ. Run and Once must not be called concurrently, and
 // one state database serves one uploader at a time.
 type Uploader struct {
-	cfg    Config
-	log    *slog.Logger
-	ledger *ledger.Ledger
-	state  *sqlitedb.DB
-	path   string // the signed request path
+	cfg   Config
+	log   *slog.Logger
+	state *sqlitedb.DB
+	path  string // the signed request path
+
+	// ledger is the ledger open, ledgerFile the file it has open. Only the step (Run, Once)
+	// replaces them (followLedger), under ledgerMu; Status and the metrics, which may run
+	// beside it, read them under it.
+	ledgerMu   sync.RWMutex
+	ledger     *ledger.Ledger
+	ledgerFile os.FileInfo
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
@@ -193,6 +201,10 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	}
 	cfg.setDefaults()
 	hqURL, _ := url.Parse(cfg.HQURL)
+	file, err := os.Stat(cfg.LedgerPath) // before it is opened: a file moved in between is opened again
+	if err != nil {
+		return nil, fmt.Errorf("upload: ledger: %w", err)
+	}
 	l, err := ledger.OpenReader(ctx, cfg.LedgerPath, cfg.Store, cfg.Location)
 	if err != nil {
 		return nil, fmt.Errorf("upload: %w", err)
@@ -208,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		return nil, fmt.Errorf("upload: open state: %w", err)
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
-		state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
+		ledgerFile: file, state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
 		maxParts: hq.MaxDayParts}
 	if u.path == "" {
 		u.path = "/"
@@ -228,6 +240,8 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 
 // Close closes the ledger and the state database.
 func (u *Uploader) Close() error {
+	u.ledgerMu.Lock()
+	defer u.ledgerMu.Unlock()
 	err := u.ledger.Close()
 	if serr := u.state.Close(); err == nil {
 		err = serr
@@ -276,6 +290,34 @@ func (u *Uploader) behind(through int64, key string) error {
 		"(id %d, %s): an older ledger (restored from a backup?) or another one; refusing to upload. To send it "+
 		"as it is, start the uploader with a new, empty state: every row goes again and HQ keeps one of each",
 		u.cfg.LedgerPath, through, key)
+}
+
+// followLedger opens the ledger again if its path now names another file than the one
+// open: a ledger restored by moving (or copying) a file into its place, the store-server
+// stopped. The connections open read the file they opened, gone from the directory, for as
+// long as they live: nothing sold since reached HQ, and the backlog read 0. The new file is
+// checked as any ledger is before a batch is cut from it (build).
+func (u *Uploader) followLedger(ctx context.Context) error {
+	file, err := os.Stat(u.cfg.LedgerPath)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if os.SameFile(file, u.ledgerFile) {
+		return nil
+	}
+	l, err := ledger.OpenReader(ctx, u.cfg.LedgerPath, u.cfg.Store, u.cfg.Location)
+	if err != nil {
+		return fmt.Errorf("open the ledger's new file: %w", err)
+	}
+	u.log.Warn("the ledger's file was replaced (restored from a backup?); reading the new one", "ledger", u.cfg.LedgerPath)
+	u.ledgerMu.Lock()
+	old := u.ledger
+	u.ledger, u.ledgerFile = l, file
+	u.ledgerMu.Unlock()
+	if err := old.Close(); err != nil {
+		u.log.Warn("close the ledger's old file", "err", err)
+	}
+	return nil
 }
 
 // ledgerHoldsBatch reports whether the ledger's outbox rows from the batch's first id to its
@@ -398,6 +440,9 @@ func (u *Uploader) Run(ctx context.Context) error {
 // step sends the pending batch, or builds, records and sends the next one. It reports
 // whether there was anything to send.
 func (u *Uploader) step(ctx context.Context, force bool) (bool, error) {
+	if err := u.followLedger(ctx); err != nil {
+		return false, err
+	}
 	b, err := u.pending(ctx)
 	if err != nil {
 		return false, err
@@ -1058,6 +1103,9 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	// happened all the same, and HQ has them now.
 	advance := b.rows > 0
 	if advance {
+		if err := u.followLedger(ctx); err != nil { // HQ may have been away for days
+			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
+		}
 		held, err := u.ledgerHoldsBatch(ctx, b)
 		if err != nil {
 			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
@@ -1462,8 +1510,15 @@ type PartsSent struct {
 	Parts    int   `json:"parts"`
 }
 
-// Status reads the uploader's progress.
+// Status reads the uploader's progress; it may be called while Run runs.
 func (u *Uploader) Status(ctx context.Context) (Status, error) {
+	u.ledgerMu.RLock()
+	defer u.ledgerMu.RUnlock()
+	return u.status(ctx)
+}
+
+// status is Status with ledgerMu held.
+func (u *Uploader) status(ctx context.Context) (Status, error) {
 	kv, err := u.kv(ctx)
 	if err != nil {
 		return Status{}, err
