@@ -115,7 +115,7 @@ func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
 
 func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("upload", "send the store ledger's rows to HQ in signed, idempotent batches", stderr)
-	var store, ledgerPath, statePath, hqURL, secret, tz, level string
+	var store, ledgerPath, statePath, hqURL, secret, tz, level, metricsListen string
 	var once, progress, status bool
 	var batchRows int
 	cli.String(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
@@ -125,6 +125,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cli.String(fs, &secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
 	cli.String(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
 	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_UPLOAD_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9465 (empty: off)")
 	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
 	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
 	fs.BoolVar(&status, "status", false, "print the uploader's status as JSON and exit (works while an uploader runs)")
@@ -145,19 +146,33 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
+	log := cli.Logger(level)
 	cfg := upload.Config{LedgerPath: ledgerPath, StatePath: statePath, Store: store, Location: loc, Secret: []byte(secret),
-		HQURL: hqURL, BatchRows: batchRows, Logger: cli.Logger(level)}
+		HQURL: hqURL, BatchRows: batchRows, Logger: log}
 	if progress {
 		cfg.Progress = stderr
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
+	var reg *prometheus.Registry
+	if metricsListen != "" {
+		reg = newRegistry()
+		cfg.Metrics = reg
+	}
 	u, err := upload.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer u.Close()
+	if reg != nil {
+		msrv, addr, err := serveMetrics(metricsListen, reg, nil)
+		if err != nil {
+			return err
+		}
+		defer msrv.Close() // before the uploader closes: a scrape reads its ledger and state
+		log.Info("hq-sync upload metrics", "addr", addr)
+	}
 	if once {
 		return u.Once(ctx)
 	}
@@ -232,20 +247,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	opts := serve.Options{Logger: log}
 	errc := make(chan error, 2)
 	if metricsListen != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg := newRegistry()
 		opts.Metrics = reg
-		mln, err := net.Listen("tcp", metricsListen)
+		msrv, addr, err := serveMetrics(metricsListen, reg, errc)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		defer msrv.Close()
-		go func() { errc <- msrv.Serve(mln) }()
-		log.Info("hq-sync serve metrics", "addr", mln.Addr().String())
+		log.Info("hq-sync serve metrics", "addr", addr)
 	}
 	srv := &http.Server{Handler: serve.New(st, secrets, opts), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
@@ -259,6 +269,32 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shut)
+}
+
+// newRegistry returns a registry with the Go and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveMetrics serves reg's metrics (GET /metrics) on addr until the returned server is
+// closed, and returns the address it listens on. Serve's error goes to errc, if not nil.
+func serveMetrics(addr string, reg *prometheus.Registry, errc chan<- error) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		err := srv.Serve(ln)
+		if errc != nil {
+			errc <- err
+		}
+	}()
+	return srv, ln.Addr().String(), nil
 }
 
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {

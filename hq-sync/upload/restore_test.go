@@ -7,13 +7,18 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -371,4 +376,153 @@ func TestTillClockAheadLastEvent(t *testing.T) {
 	MustOnce(t, u)
 	noLaterDayDeclared(t, dir, st, dateOf(2),
 		"the store's only till, last heard by the store on "+date0+" (its last event dated 2030 by its clock)")
+}
+
+// restoreLive restores the store's ledger from backup while the uploader keeps it open, the
+// way an operator does with `sqlite3 ledger.db ".restore ledger.bak"`: the store-server is
+// stopped, the backup is copied in through SQLite's backup API (every open connection sees
+// the restored ledger at its next read), and the store-server is started again.
+func restoreLive(t *testing.T, s *store, backup string) {
+	t.Helper()
+	s.l.Close()
+	ctx := context.Background()
+	dst, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	src, err := sql.Open("sqlite3", "file:"+backup+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dc, err := dst.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	sc, err := src.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	err = dc.Raw(func(d any) error {
+		return sc.Raw(func(s any) error {
+			bk, err := d.(*sqlite3.SQLiteConn).Backup("main", s.(*sqlite3.SQLiteConn), "main")
+			if err != nil {
+				return err
+			}
+			if _, err := bk.Step(-1); err != nil {
+				bk.Finish()
+				return err
+			}
+			return bk.Finish()
+		})
+	})
+	if err != nil {
+		t.Fatalf("restore %s: %v", s.path, err)
+	}
+	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
+		t.Fatal(err)
+	}
+	l := s.l
+	t.Cleanup(func() { l.Close() })
+}
+
+// TestRestoreUnderRunningUploader: the uploader runs while the store's ledger is restored
+// from a backup older than the last row HQ acknowledged (ids 1..5 of 8), and the store sells
+// on, its new sales taking ids 6..10. The uploader stops as it does at start with such a
+// ledger (refusing it) instead of going on from its watermark (8): it sent ids 9 and 10, and
+// the sales at ids 6..8 never reached HQ, while its state (backlog 0) and the next start
+// (the ledger holds a row at 10 with the key it sent) said all was well. Started again with
+// a new state, as the operator does with a restored ledger, it sends every row.
+func TestRestoreUnderRunningUploader(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, clk, cfg := restoreFixture(t)
+	s.Sales(5, day0, "T1") // ids 1..5
+	backup := backupLedger(t, s)
+	s.Sales(3, day0.Add(time.Hour), "T1") // ids 6..8
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	stop := runInBackground(t, u)
+	waitFor(t, 10*time.Second, "HQ to acknowledge ids 1..8", func() bool {
+		st, err := u.Status(ctx)
+		return err == nil && st.SentThrough == 8
+	})
+
+	restoreLive(t, s, backup)
+	s.Sales(5, day0.Add(2*time.Hour), "T2") // after the restore: ids 6..10
+	// The uploader's next polls: it refuses the ledger, or sends on (id 10 acknowledged).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		st, err := u.Status(ctx)
+		errs, _ := metricstest.Value(scrape(t, reg), "posgate_upload_step_errors_total", nil)
+		if errs > 0 || (err == nil && st.SentThrough == 10) {
+			break
+		}
+	}
+	stop()
+	if err := u.Once(ctx); err == nil || !strings.Contains(err.Error(), "refusing") {
+		everyRowAtHQ(t, s, st)
+		t.Fatalf("the running uploader took a ledger restored from before its watermark: %v", err)
+	}
+	fams := scrape(t, reg)
+	if v, _ := metricstest.Value(fams, "posgate_upload_ledger_behind_hq", nil); v != 1 {
+		t.Errorf("posgate_upload_ledger_behind_hq = %v while the uploader refuses the ledger, want 1", v)
+	}
+	if v, _ := metricstest.Value(fams, "posgate_upload_step_errors_total", nil); v < 1 {
+		t.Errorf("posgate_upload_step_errors_total = %v after Run refused the ledger, want ≥ 1", v)
+	}
+	u.Close()
+
+	cfg.StatePath = filepath.Join(t.TempDir(), "upload.db") // the operator starts it with a new state
+	cfg.Metrics = nil
+	u2 := MustNew(t, cfg)
+	MustOnce(t, u2)
+	s.DayClose(date0, day0.Add(10*time.Hour), "T1", "T2")
+	clk.Set(day1.Add(time.Hour))
+	MustOnce(t, u2)
+	everyRowAtHQ(t, s, st)
+}
+
+// TestLedgerFileReplacedUnderRunningUploader: the uploader runs while the store's ledger is
+// restored by moving a copy of its backup into its place (the store-server stopped); the
+// backup holds every row HQ acknowledged, and the store sells on. The uploader reads the
+// new file from its next poll and sends the new sales. It kept reading the file it had
+// opened, gone from the directory: nothing more reached HQ, and its status said the backlog
+// was 0, until it was started again.
+func TestLedgerFileReplacedUnderRunningUploader(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, _, cfg := restoreFixture(t)
+	s.Sales(5, day0, "T1") // ids 1..5
+	u := MustNew(t, cfg)
+	stop := runInBackground(t, u)
+	waitFor(t, 10*time.Second, "HQ to acknowledge ids 1..5", func() bool {
+		st, err := u.Status(ctx)
+		return err == nil && st.SentThrough == 5
+	})
+	backup := backupLedger(t, s)
+
+	s.l.Close()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		os.Remove(s.path + suffix)
+	}
+	if err := os.Rename(backup, s.path); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
+		t.Fatal(err)
+	}
+	l := s.l
+	t.Cleanup(func() { l.Close() })
+	s.Sales(3, day0.Add(time.Hour), "T2") // ids 6..8, in the new file
+	time.Sleep(30 * cfg.PollInterval)     // the uploader's next polls (nothing else reads its ledger meanwhile)
+	stop()
+	MustOnce(t, u)
+	status, err := u.Status(ctx)
+	if err != nil || status.SentThrough != 8 || status.Backlog != 0 {
+		t.Errorf("status after the new sales: %+v, %v; want sent through 8, no backlog", status, err)
+	}
+	everyRowAtHQ(t, s, st)
 }

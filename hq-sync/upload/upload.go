@@ -25,11 +25,15 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/serve"
@@ -62,6 +66,10 @@ const (
 	// CodeRefused (perr.Refused): HQ answered a 4xx other than 408 and 429 for a batch; the
 	// batch stays pending and the rows after it wait.
 	CodeRefused = "hq_refused_batch"
+	// CodeLedgerBehind (perr.Conflict): the ledger does not hold the last row HQ acknowledged
+	// (restored from an older backup, or another ledger of the store); nothing more is sent
+	// from it with this state.
+	CodeLedgerBehind = "ledger_behind_hq"
 )
 
 // Config configures an Uploader.
@@ -95,6 +103,9 @@ type Config struct {
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger     // default slog.Default()
 	Progress io.Writer        // if set, catch-up progress lines, at most one a second
+	// Metrics, if not nil, gets the uploader's metrics (see metrics.go); New fails if they
+	// are there already.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) setDefaults() {
@@ -154,11 +165,17 @@ func (c *Config) Validate() error {
 // Uploader sends a store's ledger to HQ. Run and Once must not be called concurrently, and
 // one state database serves one uploader at a time.
 type Uploader struct {
-	cfg    Config
-	log    *slog.Logger
-	ledger *ledger.Ledger
-	state  *sqlitedb.DB
-	path   string // the signed request path
+	cfg   Config
+	log   *slog.Logger
+	state *sqlitedb.DB
+	path  string // the signed request path
+
+	// ledger is the ledger open, ledgerFile the file it has open. Only the step (Run, Once)
+	// replaces them (followLedger), under ledgerMu; Status and the metrics, which may run
+	// beside it, read them under it.
+	ledgerMu   sync.RWMutex
+	ledger     *ledger.Ledger
+	ledgerFile os.FileInfo
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
@@ -169,6 +186,7 @@ type Uploader struct {
 	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
 	hqTakesParked     bool // a receipt said HQ takes parked events among them (kv hq_takes_parked)
 	prog              progress
+	met               *metrics // nil: none
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -184,6 +202,10 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	}
 	cfg.setDefaults()
 	hqURL, _ := url.Parse(cfg.HQURL)
+	file, err := os.Stat(cfg.LedgerPath) // before it is opened: a file moved in between is opened again
+	if err != nil {
+		return nil, fmt.Errorf("upload: ledger: %w", err)
+	}
 	l, err := ledger.OpenReader(ctx, cfg.LedgerPath, cfg.Store, cfg.Location)
 	if err != nil {
 		return nil, fmt.Errorf("upload: %w", err)
@@ -199,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		return nil, fmt.Errorf("upload: open state: %w", err)
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
-		state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
+		ledgerFile: file, state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
 		maxParts: hq.MaxDayParts}
 	if u.path == "" {
 		u.path = "/"
@@ -208,11 +230,19 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 		u.Close()
 		return nil, fmt.Errorf("upload: %w", err)
 	}
+	if cfg.Metrics != nil {
+		if u.met, err = newMetrics(cfg.Metrics, u); err != nil {
+			u.Close()
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+	}
 	return u, nil
 }
 
 // Close closes the ledger and the state database.
 func (u *Uploader) Close() error {
+	u.ledgerMu.Lock()
+	defer u.ledgerMu.Unlock()
 	err := u.ledger.Close()
 	if serr := u.state.Close(); err == nil {
 		err = serr
@@ -240,13 +270,54 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if through == 0 {
 		return nil
 	}
-	held, err := u.ledgerHolds(ctx, through, kv["sent_key"])
+	var held bool
+	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		held, err = rowHeld(ctx, r, through, kv["sent_key"])
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if !held {
-		return fmt.Errorf("the ledger %s does not hold the last row HQ acknowledged (id %d, %s): "+
-			"an older or another ledger; refusing to upload", u.cfg.LedgerPath, through, kv["sent_key"])
+		return u.behind(through, kv["sent_key"])
+	}
+	return nil
+}
+
+// behind is the error of a ledger that does not hold the last row HQ acknowledged, id
+// through of key: rows after the point it goes back to took their ids again (sold after a
+// restore), and sending on from the watermark would skip them for good.
+func (u *Uploader) behind(through int64, key string) error {
+	return perr.New(perr.Conflict, CodeLedgerBehind, "the ledger %s does not hold the last row HQ acknowledged "+
+		"(id %d, %s): an older ledger (restored from a backup?) or another one; refusing to upload. To send it "+
+		"as it is, start the uploader with a new, empty state: every row goes again and HQ keeps one of each",
+		u.cfg.LedgerPath, through, key)
+}
+
+// followLedger opens the ledger again if its path now names another file than the one
+// open: a ledger restored by moving (or copying) a file into its place, the store-server
+// stopped. The connections open read the file they opened, gone from the directory, for as
+// long as they live: nothing sold since reached HQ, and the backlog read 0. The new file is
+// checked as any ledger is before a batch is cut from it (build).
+func (u *Uploader) followLedger(ctx context.Context) error {
+	file, err := os.Stat(u.cfg.LedgerPath)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if os.SameFile(file, u.ledgerFile) {
+		return nil
+	}
+	l, err := ledger.OpenReader(ctx, u.cfg.LedgerPath, u.cfg.Store, u.cfg.Location)
+	if err != nil {
+		return fmt.Errorf("open the ledger's new file: %w", err)
+	}
+	u.log.Warn("the ledger's file was replaced (restored from a backup?); reading the new one", "ledger", u.cfg.LedgerPath)
+	u.ledgerMu.Lock()
+	old := u.ledger
+	u.ledger, u.ledgerFile = l, file
+	u.ledgerMu.Unlock()
+	if err := old.Close(); err != nil {
+		u.log.Warn("close the ledger's old file", "err", err)
 	}
 	return nil
 }
@@ -279,14 +350,11 @@ func (u *Uploader) ledgerHoldsBatch(ctx context.Context, b *batch) (bool, error)
 	return true, nil
 }
 
-// ledgerHolds reports whether the ledger's outbox row id is the row of key (rowKey).
-func (u *Uploader) ledgerHolds(ctx context.Context, id int64, key string) (bool, error) {
-	var rows []ledger.OutboxRow
-	if err := u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		var err error
-		rows, err = r.OutboxAfter(ctx, id-1, 1)
-		return err
-	}); err != nil {
+// rowHeld reports whether the ledger's outbox row id is, in r's snapshot, the row of key
+// (rowKey).
+func rowHeld(ctx context.Context, r *ledger.HQReader, id int64, key string) (bool, error) {
+	rows, err := r.OutboxAfter(ctx, id-1, 1)
+	if err != nil {
 		return false, err
 	}
 	return len(rows) == 1 && rows[0].ID == id && rowKey(&rows[0]) == key, nil
@@ -323,7 +391,8 @@ func rowKey(o *ledger.OutboxRow) string {
 // Once sends everything the ledger holds now (and every declaration that is due), then
 // returns. It waits out HQ being unreachable for as long as ctx allows; a batch HQ refuses
 // ends it with a *perr.Error of kind perr.Refused (code "hq_refused_batch"), the batch still
-// pending.
+// pending, and a ledger that no longer holds the last row HQ acknowledged with one of kind
+// perr.Conflict (code "ledger_behind_hq").
 func (u *Uploader) Once(ctx context.Context) error {
 	for {
 		did, err := u.step(ctx, true)
@@ -341,7 +410,8 @@ func (u *Uploader) Once(ctx context.Context) error {
 // when BatchRows of them wait or the first has waited BatchAge; HQ being away, for however
 // long, only delays them; a batch HQ refuses is logged as an error and tried again every
 // RefusedRetry; a failure to read the ledger or to write the state is logged and retried
-// with backoff.
+// with backoff, and so is a ledger restored under it from a backup older than the last row
+// HQ acknowledged: nothing more is sent from it, as New refuses it.
 func (u *Uploader) Run(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
@@ -350,9 +420,11 @@ func (u *Uploader) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			// The ledger or the state could not be read or written (a busy or full disk):
-			// nothing was lost; try again.
+			// The ledger or the state could not be read or written (a busy or full disk), or
+			// the ledger was restored from before the last row HQ acknowledged: nothing was
+			// lost; try again.
 			u.log.Error("upload step failed", "err", err)
+			u.met.stepFailed()
 			if !sleep(ctx, u.backoff(failures)) {
 				return nil
 			}
@@ -370,6 +442,9 @@ func (u *Uploader) Run(ctx context.Context) error {
 // step sends the pending batch, or builds, records and sends the next one. It reports
 // whether there was anything to send.
 func (u *Uploader) step(ctx context.Context, force bool) (bool, error) {
+	if err := u.followLedger(ctx); err != nil {
+		return false, err
+	}
 	b, err := u.pending(ctx)
 	if err != nil {
 		return false, err
@@ -492,6 +567,18 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		// The ledger may have been restored from a backup under the running uploader, as it
+		// may before a start (claim): rows sold since took ids up to the watermark again, and
+		// nothing is read from a ledger that no longer holds the last row HQ acknowledged.
+		if through > 0 {
+			held, err := rowHeld(ctx, r, through, kv["sent_key"])
+			if err != nil {
+				return err
+			}
+			if !held {
+				return u.behind(through, kv["sent_key"])
+			}
+		}
 		for _, c := range candidates {
 			if waiting.has(c.date) {
 				continue // its parts are on their way
@@ -1018,6 +1105,9 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	// happened all the same, and HQ has them now.
 	advance := b.rows > 0
 	if advance {
+		if err := u.followLedger(ctx); err != nil { // HQ may have been away for days
+			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
+		}
 		held, err := u.ledgerHoldsBatch(ctx, b)
 		if err != nil {
 			return fmt.Errorf("mark batch %s sent: %w", b.id, err)
@@ -1158,6 +1248,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			if err := u.markSent(ctx, b, &receipt, raw); err != nil {
 				return err
 			}
+			u.met.sent(b)
 			if attempt > 0 || b.attempts > 0 {
 				log.Info("HQ acknowledged the batch after retries", "attempts", b.attempts+attempt+1)
 			}
@@ -1169,6 +1260,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		u.met.failed(err)
 		var wait time.Duration
 		var se *sendError
 		errors.As(err, &se)
@@ -1433,8 +1525,15 @@ type PartsSent struct {
 	Parts    int   `json:"parts"`
 }
 
-// Status reads the uploader's progress.
+// Status reads the uploader's progress; it may be called while Run runs.
 func (u *Uploader) Status(ctx context.Context) (Status, error) {
+	u.ledgerMu.RLock()
+	defer u.ledgerMu.RUnlock()
+	return u.status(ctx)
+}
+
+// status is Status with ledgerMu held.
+func (u *Uploader) status(ctx context.Context) (Status, error) {
 	kv, err := u.kv(ctx)
 	if err != nil {
 		return Status{}, err
