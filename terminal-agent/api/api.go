@@ -1,5 +1,6 @@
 // Package api is the terminal-agent's local HTTP JSON API for the POS app: sales, lines,
-// payments, refunds, day close, status and parked events (docs/terminal-api.md).
+// payments, refunds, day close and a supervisor's reopen, status and parked events
+// (docs/terminal-api.md).
 //
 // Every state-changing request is committed to the outbox before it is answered; a request
 // repeated with the same Idempotency-Key gets the first answer and changes nothing. Bad input

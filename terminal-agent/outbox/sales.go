@@ -780,8 +780,8 @@ const DefaultCloseLookbackDays = 7
 // DayToClose returns the business day a close that names none closes: the one business day
 // from CloseLookbackDays (7) days before today up to today (now, in the store's zone) with a
 // completed sale or a refund at this terminal that is not closed. With none it is
-// nothing_to_close; with several it is day_to_close_ambiguous, naming them, since a close is
-// final and closing the wrong one locked the till out of a day's trade. Every default tried
+// nothing_to_close; with several it is day_to_close_ambiguous, naming them, since closing the
+// wrong one locks the till out of a day's trade until a supervisor reopens it. Every default tried
 // guessed wrong somewhere: today's date closed the new, empty day after midnight; the latest
 // open day closed the new day after a sale at 00:01; the oldest lagged a day behind for good
 // after one missed close; an hour of the day locked a night shift out of the morning.
