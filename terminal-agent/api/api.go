@@ -1,5 +1,6 @@
 // Package api is the terminal-agent's local HTTP JSON API for the POS app: sales, lines,
-// payments, refunds, day close, status and parked events (docs/terminal-api.md).
+// payments, refunds, day close and a supervisor's reopen, status and parked events
+// (docs/terminal-api.md).
 //
 // Every state-changing request is committed to the outbox before it is answered; a request
 // repeated with the same Idempotency-Key gets the first answer and changes nothing. Bad input
@@ -54,6 +55,7 @@ func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
 	s.mux.HandleFunc("POST /v1/sales/{id}/cancel", s.cancel)
 	s.mux.HandleFunc("POST /v1/refunds", s.refund)
 	s.mux.HandleFunc("POST /v1/day-close", s.dayClose)
+	s.mux.HandleFunc("POST /v1/day-close/reopen", s.dayReopen)
 	s.mux.HandleFunc("GET /v1/day-totals", s.dayTotals)
 	s.mux.HandleFunc("GET /v1/status", s.status)
 	s.mux.HandleFunc("GET /v1/parked", s.parked)
@@ -499,6 +501,51 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// DayReopenRequest is a supervisor's reopen of a closed business day. Reason is required;
+// Supervisor names who reopened it (the POS app checks the supervisor's authority).
+type DayReopenRequest struct {
+	BusinessDate string `json:"business_date"`
+	Reason       string `json:"reason"`
+	Supervisor   string `json:"supervisor,omitempty"`
+}
+
+// DayReopenAnswer is the answer to a reopen: the reopen as kept, with the close it undid.
+type DayReopenAnswer struct {
+	Reopen outbox.DayReopen `json:"reopen"`
+}
+
+func (s *Server) dayReopen(w http.ResponseWriter, r *http.Request) {
+	var req DayReopenRequest
+	body, err := readBody(w, r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.BusinessDate == "" {
+		// Named, never guessed: the wrong day reopened would take trade it should not.
+		writeError(w, perr.New(perr.Invalid, "business_date_required", "name the business day to reopen (business_date)"))
+		return
+	}
+	s.mutate(w, r, body, mutation{
+		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, req.Supervisor) },
+		render: func(ctx context.Context, ref string, _ *EventRef) (int, any, error) {
+			ro, err := s.store.DayReopenByRef(ctx, ref)
+			return http.StatusOK, DayReopenAnswer{Reopen: ro}, err
+		},
+	})
+}
+
+// DayTotalsAnswer is a business day's totals at this terminal as they stand now, with the
+// day's close and reopens.
+type DayTotalsAnswer struct {
+	wire.DayClosePayload
+	// ClosedSeq is the day_close event that closes the day now; absent while it is open.
+	ClosedSeq int64 `json:"closed_seq,omitempty"`
+	// Reopens lists the supervisors' reopens of the day, oldest first, each with the close
+	// it undid; absent when the day was never reopened.
+	Reopens []outbox.DayReopen `json:"reopens,omitempty"`
+}
+
 func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
 	date := r.URL.Query().Get("date")
 	if date == "" {
@@ -513,7 +560,16 @@ func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	a := DayTotalsAnswer{DayClosePayload: t}
+	if a.ClosedSeq, err = s.store.DayCloseSeq(r.Context(), date); err != nil {
+		writeError(w, err)
+		return
+	}
+	if a.Reopens, err = s.store.DayReopens(r.Context(), date); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
 }
 
 // StatusAnswer is the terminal's sync state.

@@ -149,7 +149,7 @@ func (a *agent) dump() string {
 	}
 	defer db.Close()
 	var out bytes.Buffer
-	for _, table := range []string{"events", "sales", "sale_lines", "payments", "refunds", "refund_lines", "day_closes", "requests", "catalog"} {
+	for _, table := range []string{"events", "sales", "sale_lines", "payments", "refunds", "refund_lines", "day_closes", "day_reopens", "requests", "catalog"} {
 		rows, err := db.Query("SELECT * FROM " + table + " ORDER BY rowid")
 		if err != nil {
 			a.t.Fatal(err)

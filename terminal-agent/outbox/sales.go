@@ -568,7 +568,8 @@ func (t *Tx) dayOpen() error {
 		return err
 	}
 	return perr.New(perr.Refused, CodeDayClosed,
-		"business day %s is closed at this terminal (its totals are declared); sales and refunds go on the next business day", date)
+		"business day %s is closed at this terminal (its totals are declared); sales and refunds go on the next business day, "+
+			"or a supervisor reopens the day", date)
 }
 
 // CodeVerdictPending refuses a payment or refund built on a step of the sale that the store
@@ -779,8 +780,8 @@ const DefaultCloseLookbackDays = 7
 // DayToClose returns the business day a close that names none closes: the one business day
 // from CloseLookbackDays (7) days before today up to today (now, in the store's zone) with a
 // completed sale or a refund at this terminal that is not closed. With none it is
-// nothing_to_close; with several it is day_to_close_ambiguous, naming them, since a close is
-// final and closing the wrong one locked the till out of a day's trade. Every default tried
+// nothing_to_close; with several it is day_to_close_ambiguous, naming them, since closing the
+// wrong one locks the till out of a day's trade until a supervisor reopens it. Every default tried
 // guessed wrong somewhere: today's date closed the new, empty day after midnight; the latest
 // open day closed the new day after a sale at 00:01; the oldest lagged a day behind for good
 // after one missed close; an hour of the day locked a night shift out of the morning.
@@ -867,8 +868,9 @@ func (s *Store) openDays(ctx context.Context, now time.Time) (recent, old []stri
 }
 
 // DayClose queues the terminal's totals for a business day, which are then final: no sale,
-// payment or refund is taken on that day at this terminal any more (day_closed). Closing a
-// day twice returns the first close. A day that has not begun cannot be closed, nor one
+// payment or refund is taken on that day at this terminal any more (day_closed), until a
+// supervisor reopens the day (DayReopen); its next close is then a new close of all the
+// day's trade. Closing a closed day again returns its close. A day that has not begun cannot be closed, nor one
 // while a sale or refund waits for the store's live verdict (verdict_pending: its refusal
 // would undo it under the close), nor today while a sale has payments taken and is not
 // complete.
