@@ -24,6 +24,9 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--metrics-token", "m"}, ""},
 		{[]string{"--metrics-token", "x"}, "must differ"},
 		{[]string{"--disk-warn-mb", "0"}, ""},
+		{[]string{"--clock-skew-warn", "5m"}, ""},
+		{[]string{"--clock-skew-warn", "0"}, ""},
+		{[]string{"--clock-skew-warn", "-1s"}, "clock-skew-warn"},
 		{[]string{"--disk-warn-mb", "-1"}, "disk-warn-mb"},
 		{[]string{"--disk-warn-mb", "1G"}, "disk-warn-mb"},
 		// The embedded broker admits anyone only on loopback, unless told to: on the store's

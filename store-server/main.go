@@ -70,6 +70,9 @@ type Main struct {
 	APITLSKey     string
 	MetricsToken  string
 	DiskWarnMB    string
+	// ClockSkewWarn is how far a till's clock may be from the store's before the API,
+	// dashboard, metrics and log say it is off (0: never).
+	ClockSkewWarn time.Duration
 	APIToken      string
 	CatalogFile   string
 	UploadState   string
@@ -116,6 +119,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start when the file has changed since it was last imported")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
 	str(&m.DiskWarnMB, "disk-warn-mb", "POSGATE_DISK_WARN_MB", "1024", "below this much free room (MiB) on the ledger's disk, the API and dashboard warn (0: never)")
+	cli.Duration(fs, &m.ClockSkewWarn, "clock-skew-warn", "POSGATE_CLOCK_SKEW_WARN", presence.DefaultSkewLimit,
+		"a till whose clock is further than this from the store's is flagged (its sales take their business date from it); 0: never")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -146,6 +151,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-tls-cert and --mqtt-tls-key go together")
 	case m.MQTTTLSCert != "" && m.MQTTURL != "":
 		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
+	case m.ClockSkewWarn < 0:
+		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
 	case !validMB(m.DiskWarnMB):
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
@@ -220,6 +227,13 @@ func (m *Main) Run(ctx context.Context) error {
 	met := metrics.New()
 	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
 	seen := presence.New(m.Store, nil, log)
+	seen.SetSkewLimit(m.ClockSkewWarn)
+	// Each up message reads its till's clock as it arrives (the board takes only those the
+	// till sent as it stamped them), before ingest, which may wait for room in its queue.
+	onUp := func(topic string, payload []byte) {
+		seen.HandleUp(topic, payload)
+		in.Handle(topic, payload)
+	}
 	met.Follow(in, led, seen, log)
 	met.FollowUpload(m.uploadState(), led, log)
 	// The embedded broker hands up messages to ingest inside the process; an external broker
@@ -243,7 +257,7 @@ func (m *Main) Run(ctx context.Context) error {
 			tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
 		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
-			OnUp: in.Handle, OnStatus: seen.Handle, Logger: log})
+			OnUp: onUp, OnStatus: seen.Handle, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -265,7 +279,7 @@ func (m *Main) Run(ctx context.Context) error {
 			}
 		}
 		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
-			Password: m.MQTTPassword, OnUp: in.Handle, OnStatus: seen.Handle, OnConnected: republish, Logger: log})
+			Password: m.MQTTPassword, OnUp: onUp, OnStatus: seen.Handle, OnConnected: republish, Logger: log})
 		if err != nil {
 			return err
 		}

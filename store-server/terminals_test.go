@@ -18,8 +18,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/posgate/posgate/internal/metricstest"
+	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/ingest"
 )
 
 // TestTerminalsViewAndMetrics: GET /v1/terminals shows each terminal's presence from its
@@ -89,6 +91,14 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	}
 	if probe := row(a, "T_PROBE"); probe.Online != nil || probe.LastKind != wire.KindHeartbeat || probe.Heartbeat == nil {
 		t.Errorf("T_PROBE (events, no presence): %+v", probe)
+	}
+	// T_PROBE's heartbeat counted nothing queued ahead, so it read the till's clock: its
+	// stamp, the run's time, is a minute before the store heard it. T1's heartbeat and sale,
+	// queued behind others and sent offline, did not.
+	if probe := row(a, "T_PROBE"); probe.ClockSkewMs == nil || *probe.ClockSkewMs > -60_000 ||
+		*probe.ClockSkewMs < -90_000 || probe.ClockOff {
+		t.Errorf("T_PROBE's clock: %v ms, off %v; want about a minute behind, within the limit",
+			biDeref(probe.ClockSkewMs), probe.ClockOff)
 	}
 
 	t.Run("metrics", func(t *testing.T) {
@@ -210,6 +220,9 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	if b := row(a, "T2").Backlog; b.Events != 7 || b.OldestMs != 90_000 || b.OldestNowMs < 90_000 || b.Heard.IsZero() {
 		t.Errorf("T2's backlog: %+v", b)
 	}
+	if c := row(a, "T2").ClockSkewMs; c == nil || *c > 5_000 || *c < -5_000 {
+		t.Errorf("T2's clock, from the report it stamped as it sent it: %v ms, want about 0", biDeref(c))
+	}
 	if dom := browse(t, srv.Base+"/#token="+biToken+"&date="+r.date); !strings.Contains(dom,
 		`<td>T2</td><td class="good">online</td><td>—</td><td class="num warn">7</td><td>2 min (`) {
 		t.Errorf("the dashboard does not show T2's 7 events, the oldest 2 min old:\n%s", dom)
@@ -218,6 +231,144 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	// T1's connection drops without a DISCONNECT: the broker publishes its will.
 	t1.drop()
 	waitFor("T1 offline", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), false) })
+}
+
+// TestTillClockSkew: the store checks each till's clock against its own, from the messages
+// the till sends as it stamps them, on its embedded broker: GET /v1/terminals gives the skew
+// and flags a till past --clock-skew-warn, /metrics has it per terminal and the dashboard
+// warns. An offline event, stamped when the sale happened and sent later, reads nothing.
+// The business dates stay the tills' (invariant 7): the store only reports.
+func TestTillClockSkew(t *testing.T) {
+	t.Parallel()
+	s := stack.Run(t, stack.Options{Redis: true})
+	addrs, _ := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(), "--redis-addr", s.Redis[0].Addr(),
+		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--log-level", "error")
+	srv := &biServer{Base: "http://" + addrs.API, Broker: addrs.Broker, Client: &http.Client{Timeout: 10 * time.Second}}
+	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	const day = 24 * time.Hour
+	publish := func(tt *testTerminal, topic string, qos byte, v any) {
+		t.Helper()
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok := tt.c.Publish(topic, qos, false, raw); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish on %s: %v", topic, tok.Error())
+		}
+	}
+	event := func(kind wire.Kind, terminal string, seq int64, at time.Time, offline bool, payload any) wire.Envelope {
+		t.Helper()
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := wire.NewEnvelope(kind, biStoreID, terminal, seq, at, raw)
+		env.Offline = offline
+		return env
+	}
+	waitFor := func(what string, cond func(map[string]api.TerminalRow) bool) api.TerminalsAnswer {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var a api.TerminalsAnswer
+			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
+			rows := map[string]api.TerminalRow{}
+			for _, r := range a.Terminals {
+				rows[r.Terminal] = r
+			}
+			if cond(rows) {
+				return a
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s; last answer %+v", what, a)
+			}
+		}
+	}
+	near := func(r api.TerminalRow, skew time.Duration) bool {
+		return r.ClockSkewMs != nil && time.Duration(*r.ClockSkewMs)*time.Millisecond > skew-5*time.Second &&
+			time.Duration(*r.ClockSkewMs)*time.Millisecond < skew+5*time.Second
+	}
+
+	// T1's clock is a day behind (a dead clock battery): it says so in its backlog report.
+	t1 := dialTerminal(t, srv.Broker, "T1")
+	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now().Add(-day)})
+	// T2 sells live, its clock 3 minutes ahead.
+	t2 := dialTerminal(t, srv.Broker, "T2")
+	publish(t2, wire.UpTopic(biStoreID, "T2"), 1, event(wire.KindSale, "T2", 1, time.Now().Add(3*time.Minute), false,
+		biGoodSale("T2-1", 0)))
+	// T3 sends a sale it made offline yesterday, then a heartbeat with nothing queued: its
+	// clock is right.
+	t3 := dialTerminal(t, srv.Broker, "T3")
+	publish(t3, wire.UpTopic(biStoreID, "T3"), 1, event(wire.KindSale, "T3", 1, time.Now().Add(-day), true,
+		biGoodSale("T3-1", 0)))
+	a := waitFor("T3's offline sale in the ledger", func(rows map[string]api.TerminalRow) bool { return rows["T3"].LastSeq == 1 })
+	for _, r := range a.Terminals {
+		if r.Terminal == "T3" && (r.ClockSkewMs != nil || r.ClockOff) {
+			t.Fatalf("an offline sale of yesterday read as T3's clock: %+v", r)
+		}
+	}
+	publish(t3, wire.UpTopic(biStoreID, "T3"), 1, event(wire.KindHeartbeat, "T3", 2, time.Now(), true,
+		wire.HeartbeatPayload{CatalogVersion: 1}))
+
+	a = waitFor("the three clocks", func(rows map[string]api.TerminalRow) bool {
+		return rows["T1"].ClockSkewMs != nil && rows["T2"].ClockSkewMs != nil && rows["T3"].ClockSkewMs != nil
+	})
+	for _, r := range a.Terminals {
+		var skew time.Duration
+		var off bool
+		switch r.Terminal {
+		case "T1":
+			skew, off = -day, true
+		case "T2":
+			skew, off = 3*time.Minute, true
+		case "T3":
+			skew, off = 0, false
+		}
+		if !near(r, skew) || r.ClockOff != off || r.ClockChecked.IsZero() {
+			t.Errorf("%s: clock_skew_ms %v clock_off %v checked %v, want about %v, off %v", r.Terminal,
+				biDeref(r.ClockSkewMs), r.ClockOff, r.ClockChecked, skew, off)
+		}
+	}
+	if a.ClockSkewLimitMs != 120_000 {
+		t.Errorf("clock_skew_limit_ms %d, want the default 2 minutes", a.ClockSkewLimitMs)
+	}
+
+	fams := srv.scrape(t)
+	for _, c := range []struct {
+		terminal   string
+		skew, off  float64
+		toleranceS float64
+	}{{"T1", -86400, 1, 5}, {"T2", 180, 1, 5}, {"T3", 0, 0, 5}} {
+		skew, ok := fams.value("posgate_store_terminal_clock_skew_seconds", "terminal", c.terminal)
+		off, okOff := fams.value("posgate_store_terminal_clock_off", "terminal", c.terminal)
+		if !ok || !okOff || skew < c.skew-c.toleranceS || skew > c.skew+c.toleranceS || off != c.off {
+			t.Errorf("%s: terminal_clock_skew_seconds %v (present %v), terminal_clock_off %v (present %v); want about %v, %v",
+				c.terminal, skew, ok, off, okOff, c.skew, c.off)
+		}
+	}
+
+	dom := browse(t, srv.Base+"/#token="+biToken)
+	for _, want := range []string{
+		`<td class="bad">1.0 d behind</td></tr>`,
+		`<td class="bad">3 min ahead</td></tr>`,
+		`<td>on time</td></tr>`,
+		`T1's clock is 1.0 d behind the store's (more than 2 min)`,
+		`T2's clock is 3 min ahead of the store's (more than 2 min)`,
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the dashboard does not show %s", want)
+		}
+	}
+	if strings.Contains(dom, "T3's clock") {
+		t.Error("the dashboard warns of T3's clock, which is right")
+	}
+	if t.Failed() {
+		t.Logf("page:\n%s", dom)
+	}
+
+	// T1's clock is set: its next report reads right, and the flag clears.
+	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now()})
+	waitFor("T1 set right", func(rows map[string]api.TerminalRow) bool { return near(rows["T1"], 0) && !rows["T1"].ClockOff })
 }
 
 // testTerminal is a paho client connected as a terminal with the agent's last will, whose

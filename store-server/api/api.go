@@ -2,10 +2,11 @@
 // mode, stock, adjustments and shelf counts, catalog import, the store's and each
 // terminal's day from the ledger, from Redis and as the terminals declared it, with the
 // differences, oversell and refund exceptions and their resolution, parked events, the
-// terminals (presence, last event, reported backlog), how far headquarters has the store's
-// rows, limits and the promo coefficient; the Prometheus metrics; and the web dashboard
-// that reads them. Errors are application/problem+json with a stable code. It never writes
-// the ledger except through the ledger's own idempotent methods.
+// terminals (presence, last event, reported backlog, clock against the store's), how far
+// headquarters has the store's rows, limits and the promo coefficient; the Prometheus
+// metrics; and the web dashboard that reads them. Errors are application/problem+json with
+// a stable code. It never writes the ledger except through the ledger's own idempotent
+// methods.
 package api
 
 import (
@@ -585,6 +586,16 @@ type TerminalRow struct {
 	// directory was restored or made anew): the terminal ignores the store's until the next
 	// import, which takes a version above it.
 	CatalogAhead bool `json:"catalog_ahead,omitempty"`
+	// ClockSkewMs is the till's clock minus the store's, in ms (positive: the till is
+	// ahead), as presence.Board measured it; nil until the store has heard a message to
+	// measure it by since it started.
+	ClockSkewMs *int64 `json:"clock_skew_ms,omitempty"`
+	// ClockOff: |ClockSkewMs| is over the store's limit (TerminalsAnswer.ClockSkewLimitMs):
+	// the till dates its sales by a clock the store does not agree with, and they may go
+	// to the wrong business day.
+	ClockOff bool `json:"clock_off"`
+	// ClockChecked is when the store last heard a message it measured the clock by.
+	ClockChecked time.Time `json:"clock_checked,omitzero"`
 }
 
 // BacklogRow is a terminal's last backlog report, with its oldest event's age now.
@@ -595,9 +606,12 @@ type BacklogRow struct {
 
 // TerminalsAnswer is the answer of GET /v1/terminals.
 type TerminalsAnswer struct {
-	Now            time.Time     `json:"now"`
-	CatalogVersion int64         `json:"catalog_version"`
-	Terminals      []TerminalRow `json:"terminals"`
+	Now            time.Time `json:"now"`
+	CatalogVersion int64     `json:"catalog_version"`
+	// ClockSkewLimitMs is how far a till's clock may be from the store's before its row says
+	// clock_off (--clock-skew-warn; 0: never).
+	ClockSkewLimitMs int64         `json:"clock_skew_limit_ms"`
+	Terminals        []TerminalRow `json:"terminals"`
 }
 
 func (s *Server) terminals(r *http.Request) (any, error) {
@@ -607,8 +621,11 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	}
 	var live map[string]presence.Seen
 	var reports map[string]presence.Backlog
+	var clocks map[string]presence.Clock
+	var skewLimit time.Duration
 	if s.Presence != nil {
 		live, reports = s.Presence.All(), s.Presence.Backlogs()
+		clocks, skewLimit = s.Presence.Clocks(), s.Presence.SkewLimit()
 	}
 	now := s.Now()
 	version := s.Catalog.Current().Version
@@ -627,6 +644,11 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		if hb := row.Heartbeat; hb != nil {
 			row.CatalogBehind, row.CatalogAhead = hb.CatalogVersion < version, hb.CatalogVersion > version
 		}
+		if c, ok := clocks[row.Terminal]; ok {
+			ms := c.Skew.Milliseconds()
+			row.ClockSkewMs, row.ClockOff, row.ClockChecked = &ms, c.Off, c.Checked
+			delete(clocks, row.Terminal)
+		}
 		rows = append(rows, row)
 	}
 	for _, ts := range seen {
@@ -638,8 +660,11 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	for t := range reports { // a backlog reported, nothing else heard yet
 		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
 	}
+	for t := range clocks { // a live event heard, not yet in the ledger
+		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+	}
 	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return TerminalsAnswer{Now: now, CatalogVersion: version, Terminals: rows}, nil
+	return TerminalsAnswer{Now: now, CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(), Terminals: rows}, nil
 }
 
 // HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.

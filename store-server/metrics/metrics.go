@@ -1,7 +1,8 @@
 // Package metrics exposes the store-server's state in the Prometheus text format: ingest's
 // counters and gate mode, read when scraped; how long gate calls, ledger commits and acks
-// take (ingest.Observer); each terminal's presence and last reported backlog; how far the
-// store's hq-sync uploader has got; and the Go runtime's and the process's own figures.
+// take (ingest.Observer); each terminal's presence, last reported backlog and clock against
+// the store's; how far the store's hq-sync uploader has got; and the Go runtime's and the
+// process's own figures.
 package metrics
 
 import (
@@ -122,6 +123,8 @@ var (
 	backlogDesc = desc("terminal_backlog_events", "Events the terminal held that the store had not acknowledged, at its last backlog report (an agent of an earlier release: its last heartbeat).", "terminal")
 	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unacknowledged event: at its last backlog report (or heartbeat), plus the time since while it had a backlog.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
+	skewDesc    = desc("terminal_clock_skew_seconds", "The terminal's clock minus the store's (positive: ahead), from the messages it sent as it stamped them in the last 5 minutes; its sales take their business date from it.", "terminal")
+	clockOff    = desc("terminal_clock_off", "1 if the terminal's clock is further from the store's than --clock-skew-warn.", "terminal")
 	droppedDesc = desc("status_messages_dropped_total", "Status and backlog messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
@@ -195,6 +198,8 @@ func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backlogDesc
 	ch <- oldestDesc
 	ch <- seenDesc
+	ch <- skewDesc
+	ch <- clockOff
 	ch <- droppedDesc
 	ch <- ledgerBytes
 	ch <- diskFree
@@ -226,6 +231,14 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(onlineDesc, prometheus.GaugeValue, v, t)
+		}
+		for t, c := range s.board.Clocks() {
+			off := 0.0
+			if c.Off {
+				off = 1
+			}
+			ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, c.Skew.Seconds(), t)
+			ch <- prometheus.MustNewConstMetric(clockOff, prometheus.GaugeValue, off, t)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(ledgerBytes, prometheus.GaugeValue, float64(s.led.FileBytes()))

@@ -4,7 +4,11 @@
 // store-server subscribes to them so that a manager sees which tills are connected now,
 // beside what the ledger last heard from each. It follows their retained backlog reports
 // (pos/{store}/{terminal}/backlog) too: what a till holds that the store has not
-// acknowledged, sent beside its events rather than behind them.
+// acknowledged, sent beside its events rather than behind them. And it checks each till's
+// clock against the store's, from the till's stamps on the messages it sends as it stamps
+// them (clock.go): a till dates its sales by its own clock (invariant 7), and one whose clock
+// is off puts them on the wrong business day. The board only watches: it never changes a
+// message, a stamp or a business date.
 package presence
 
 import (
@@ -69,10 +73,12 @@ type Board struct {
 	now   func() time.Time
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	seen    map[string]Seen
-	backlog map[string]Backlog
-	wrong   int64
+	mu        sync.Mutex
+	seen      map[string]Seen
+	backlog   map[string]Backlog
+	clocks    map[string]*clock
+	skewLimit time.Duration
+	wrong     int64
 }
 
 // New returns an empty board for store. now is the clock (time.Now if nil).
@@ -84,7 +90,7 @@ func New(store string, now func() time.Time, log *slog.Logger) *Board {
 		log = slog.Default()
 	}
 	return &Board{store: store, now: now, log: log.With("component", "presence"),
-		seen: map[string]Seen{}, backlog: map[string]Backlog{}}
+		seen: map[string]Seen{}, backlog: map[string]Backlog{}, clocks: map[string]*clock{}, skewLimit: DefaultSkewLimit}
 }
 
 // Handle takes one message from a status or backlog topic; retained says the broker sent
@@ -92,7 +98,10 @@ func New(store string, now func() time.Time, log *slog.Logger) *Board {
 // empty payload (a cleared retained message) forgets the terminal's presence or backlog. A
 // message on a topic that is not one of the store's status or backlog topics, that cannot be
 // decoded or that names another terminal than its topic is counted, logged and dropped: it
-// changes nothing.
+// changes nothing. An online message and a backlog report, as published (not retained), are
+// readings of the till's clock too: the till stamps each as it publishes it, straight to the
+// broker, never from its queue of events (a backlog report goes at QoS 0, which the MQTT
+// client drops rather than keeps while it is disconnected).
 func (b *Board) Handle(topic string, payload []byte, retained bool) {
 	if store, terminal, ok := wire.ParseBacklogTopic(topic); ok && store == b.store {
 		b.handleBacklog(topic, terminal, payload, retained)
@@ -125,6 +134,9 @@ func (b *Board) Handle(topic string, payload []byte, retained bool) {
 	b.mu.Lock()
 	b.seen[terminal] = s
 	b.mu.Unlock()
+	if p.Online && !retained {
+		b.reading(terminal, p.At, s.Heard, false)
+	}
 }
 
 func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained bool) {
@@ -144,7 +156,6 @@ func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained b
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	heard := b.now()
 	if retained {
 		// A report published before the store subscribed (its restart, or its reconnection
@@ -159,6 +170,10 @@ func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained b
 		}
 	}
 	b.backlog[terminal] = Backlog{Events: r.Events, Seq: r.Seq, OldestMs: r.OldestMs, At: r.At, Heard: heard}
+	b.mu.Unlock()
+	if !retained {
+		b.reading(terminal, r.At, heard, false)
+	}
 }
 
 func (b *Board) drop(msg string, args ...any) {

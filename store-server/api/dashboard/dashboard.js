@@ -94,6 +94,14 @@ function duration(ms) {
   return (s / 3600).toFixed(1) + " h";
 }
 
+// skew says how far a till's clock is from the store's: "on time" within a second,
+// otherwise "3 min behind" or "1.0 d ahead".
+function skew(ms) {
+  const a = Math.abs(ms);
+  if (a < 1000) return "on time";
+  return (a >= 86400000 ? (a / 86400000).toFixed(1) + " d" : duration(a)) + (ms < 0 ? " behind" : " ahead");
+}
+
 function figure(label, value, cls) {
   const d = el("div", label);
   d.prepend(el("b", value, cls));
@@ -171,8 +179,17 @@ function drawTerminals(view, totals, alerts) {
       if (d.redis) redis = d.redis_differs ? el("td", "differs", "bad") : el("td", "matches", "good");
       if (d.declared) close = d.declared_matches ? el("td", "matches", "good") : el("td", "differs", "bad");
     }
+    // The till's clock against the store's: the till dates its sales by it (business day).
+    const hasClock = t.clock_skew_ms !== undefined && t.clock_skew_ms !== null;
+    const clock = hasClock ? el("td", skew(t.clock_skew_ms), t.clock_off ? "bad" : "") : el("td", "—", "muted");
     rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
-      el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close]));
+      el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close, clock]));
+
+    if (t.clock_off) {
+      const how = t.clock_skew_ms < 0 ? skew(t.clock_skew_ms) : skew(t.clock_skew_ms) + " of";
+      alerts.push([name + "'s clock is " + how + " the store's (more than " + duration(view.clock_skew_limit_ms) +
+        "): it dates its sales by it, so they can go to the wrong business day. Set the till's date and time.", ""]);
+    }
 
     if (t.online === false && held && held.events > 0) {
       alerts.push([name + " is offline and last reported " + held.events + " unsent events.", "warn"]);
