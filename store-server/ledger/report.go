@@ -295,15 +295,16 @@ func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (Refund
 	return x, err
 }
 
-// OpenExceptions counts the exceptions waiting for a manager: oversells and refund
-// exceptions nobody has resolved yet.
-func (l *Ledger) OpenExceptions(ctx context.Context) (oversells, refunds int64, err error) {
+// OpenExceptions counts the exceptions waiting for a manager: oversells, refund exceptions
+// and parked events nobody has resolved yet.
+func (l *Ledger) OpenExceptions(ctx context.Context) (oversells, refunds, parked int64, err error) {
 	err = l.db.R.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM oversells WHERE resolved = 0),
-		(SELECT count(*) FROM refund_exceptions WHERE resolved = 0)`).Scan(&oversells, &refunds)
+		(SELECT count(*) FROM refund_exceptions WHERE resolved = 0),
+		(SELECT count(*) FROM parked WHERE resolved = 0)`).Scan(&oversells, &refunds, &parked)
 	if err != nil {
-		return 0, 0, fmt.Errorf("open exceptions: %w", err)
+		return 0, 0, 0, fmt.Errorf("open exceptions: %w", err)
 	}
-	return oversells, refunds, nil
+	return oversells, refunds, parked, nil
 }
 
 // RefundExceptions returns the refund exceptions of a business date ("" for every date),

@@ -129,7 +129,7 @@ var (
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
-	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover).", "kind")
+	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept).", "kind")
 	counterDesc = func() map[string]*prometheus.Desc {
 		d := map[string]*prometheus.Desc{}
 		for _, c := range counters {
@@ -248,11 +248,12 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if over, refunds, err := s.led.OpenExceptions(ctx); err != nil {
+	if over, refunds, parked, err := s.led.OpenExceptions(ctx); err != nil {
 		s.log.Warn("metrics: open exceptions from the ledger", "err", err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(over), "oversell")
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(refunds), "refund")
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(parked), "parked")
 	}
 	terms, err := s.led.Terminals(ctx)
 	if err != nil {

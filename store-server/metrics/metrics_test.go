@@ -147,23 +147,32 @@ func TestOpenExceptions(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.New()
 	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, nil, log)
-	want := func(oversell, refund string) {
+	want := func(oversell, refund, parked string) {
 		t.Helper()
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		body := rec.Body.String()
 		for _, w := range []string{`posgate_store_open_exceptions{kind="oversell"} ` + oversell,
-			`posgate_store_open_exceptions{kind="refund"} ` + refund} {
+			`posgate_store_open_exceptions{kind="refund"} ` + refund, `posgate_store_open_exceptions{kind="parked"} ` + parked} {
 			if !strings.Contains(body, w+"\n") {
 				t.Fatalf("no %q in\n%s", w, body)
 			}
 		}
 	}
-	want("0", "1")
+	// A sale refused for good as bad input: parked.
+	if outs, err := led.Commit(ctx, []ledger.Record{{Terminal: "T1", Seq: 9, Kind: wire.KindSale, Hash: "h9", At: at,
+		Payload: []byte(`{"sale_id": 5}`), Status: wire.AckRejected, Final: true, Code: "payload_invalid"}}); err != nil ||
+		outs[0].Err != nil {
+		t.Fatalf("commit a bad sale: %+v %v", outs, err)
+	}
+	want("0", "1", "1")
 	if _, _, err := led.ResolveRefundException(ctx, "T1", 8, "a refund at the till of another store's sale"); err != nil {
 		t.Fatal(err)
 	}
-	want("0", "0")
+	if _, _, err := led.ResolveParked(ctx, "T1", 9, "the sale entered again"); err != nil {
+		t.Fatal(err)
+	}
+	want("0", "0", "0")
 }
 
 // openLedger opens a fresh ledger of store S1, closed when the test ends (again, if the test

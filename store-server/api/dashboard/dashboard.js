@@ -19,11 +19,13 @@ const ENDPOINTS = {
   hq: "/v1/hq",
 };
 
-// The changes the page makes (POST): a manager resolves an oversell or refund exception,
-// or books a shelf count (the store books the difference from the ledger's stock).
+// The changes the page makes (POST): a manager resolves an oversell, a refund exception or
+// a parked event, or books a shelf count (the store books the difference from the ledger's
+// stock).
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
   resolveRefundException: "/v1/refund-exceptions/resolve",
+  resolveParked: "/v1/parked/resolve",
   countStock: "/v1/stock/count",
 };
 
@@ -336,8 +338,29 @@ async function resolveRefundException(x) {
 }
 
 function drawParked(p) {
-  fill("parked", p.parked.slice(0, 50).map((x) => row([x.terminal, x.seq, x.kind || "—", x.code,
-    el("td", x.message, "wrap"), x.at && !x.at.startsWith("0001") ? new Date(x.at).toLocaleString() : "—"])), "None.");
+  fill("parked", p.parked.slice(0, 50).map((x) => {
+    const button = el("button", "Resolve…");
+    button.addEventListener("click", () => resolveParked(x));
+    const action = el("td");
+    action.append(button);
+    return row([x.business_date, x.terminal, x.seq, x.kind || "—", el("td", x.code, "bad"), el("td", x.message, "wrap"),
+      x.at && !x.at.startsWith("0001") ? new Date(x.at).toLocaleString() : "—", action]);
+  }), "None.");
+}
+
+// resolveParked asks what explained an event the store refused for good, which the till
+// kept (its day close counts it), and records it. The event stays refused.
+async function resolveParked(x) {
+  const note = prompt("Parked " + (x.kind || "event") + " " + x.terminal + " #" + x.seq + ": " + x.message +
+    ".\nWhat explained it? (e.g. sale voided with the customer, entered again at another till)");
+  if (note === null) return;
+  try {
+    await api(ACTIONS.resolveParked, { terminal: x.terminal, seq: x.seq, note: note });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut("The token was refused.");
+    alert("Not resolved: " + e.message);
+  }
+  refresh();
 }
 
 function drawLimits(l) {
