@@ -256,13 +256,19 @@ func ParseBacklogTopic(topic string) (store, terminal string, ok bool) {
 	return parseTerminalTopic(topic, "backlog")
 }
 
-// parseTerminalTopic splits pos/{store}/{terminal}/{leaf}.
+// parseTerminalTopic splits pos/{store}/{terminal}/{leaf}. It runs for every message a
+// store hears, so it allocates nothing.
 func parseTerminalTopic(topic, leaf string) (store, terminal string, ok bool) {
-	p := strings.Split(topic, "/")
-	if len(p) != 4 || p[0] != "pos" || p[3] != leaf || p[1] == "" || p[2] == "" {
+	rest, ok := strings.CutPrefix(topic, "pos/")
+	if !ok {
 		return "", "", false
 	}
-	return p[1], p[2], true
+	store, rest, _ = strings.Cut(rest, "/")
+	terminal, rest, _ = strings.Cut(rest, "/")
+	if rest != leaf || store == "" || terminal == "" {
+		return "", "", false
+	}
+	return store, terminal, true
 }
 
 // Presence is the retained message on a terminal's status topic.

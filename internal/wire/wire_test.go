@@ -446,6 +446,14 @@ func TestParseUpTopic(t *testing.T) {
 	}
 }
 
+// TestParseUpTopicAllocatesNothing: the store parses the topic of every message it hears.
+func TestParseUpTopicAllocatesNothing(t *testing.T) {
+	topic := wire.UpTopic(testStore, testTerm)
+	if n := testing.AllocsPerRun(100, func() { wire.ParseUpTopic(topic) }); n != 0 {
+		t.Errorf("ParseUpTopic allocates %v times a call", n)
+	}
+}
+
 func TestParseStatusTopic(t *testing.T) {
 	for _, tc := range []struct {
 		name, topic     string
