@@ -749,3 +749,88 @@ func TestParkedFarDateOfAnEarlierRelease(t *testing.T) {
 		t.Errorf("HQ holds %q of %s, want T8's parked sale among them", got, date0)
 	}
 }
+
+// olderHQWithoutParked answers, while older is set, as an hq-sync serve of the release
+// before parked events: it takes exceptions, refuses a batch with one of kind parked (as
+// its validation words it), and its receipts do not say takes_parked.
+type olderHQWithoutParked struct {
+	h       http.Handler
+	older   atomic.Bool
+	refused atomic.Int64
+}
+
+func (o *olderHQWithoutParked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !o.older.Load() {
+		o.h.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var b hq.Batch
+	if json.Unmarshal(body, &b) == nil {
+		for i, x := range b.Exceptions {
+			if x.Kind == hq.ExceptionParked {
+				o.refused.Add(1)
+				problem(w, serve.CodeBatchInvalid, fmt.Sprintf(
+					`exceptions[%d] (kind "parked" terminal %q seq %d sku ""): kind "parked" is not oversell or refund`,
+					i, x.Terminal, x.Seq))
+				return
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	serveWithout(w, r, o.h, "takes_parked")
+}
+
+// TestParkedWaitForAnHQGoneBack: HQ goes back to the release before parked events while a
+// change of a parked event waits (the manager resolved it). The batch built for it, as the
+// last receipt allowed, is refused; its rows go again without the exceptions, which wait at
+// the parked event's change; once HQ takes parked events again, the resolution goes.
+func TestParkedWaitForAnHQGoneBack(t *testing.T) {
+	ctx := context.Background()
+	o := &olderHQWithoutParked{}
+	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	u := MustNew(t, cfg)
+
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ takes exceptions, parked events among them
+	s.ParkedSale("T8", day0.Add(time.Minute))
+	MustOnce(t, u)
+	before := inLedger(t, s.l)
+	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  payload_invalid") || !slices.Equal(got, before) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, before)
+	}
+
+	o.older.Store(true)
+	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "the customer paid again at T1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(4, day0.Add(time.Hour))
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx2); err != nil {
+		t.Fatalf("upload to an HQ gone back a release, with the resolution of a parked event waiting: %v", err)
+	}
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
+		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
+			len(rows), len(s.Outbox()), err, o.refused.Load())
+	}
+	if got := atHQ(t, st); !slices.Equal(got, before) {
+		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
+	}
+
+	o.older.Store(false)
+	s.Sales(1, day0.Add(2*time.Hour))
+	MustOnce(t, u)
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
+	}
+	if o.refused.Load() != 1 {
+		t.Errorf("%d batches refused, want 1", o.refused.Load())
+	}
+}
