@@ -891,6 +891,14 @@ func (r *biRun) sameBatchConflictCase(t *testing.T) {
 	r.step(t, "the second content alone", term, b, biConflict(1))
 	e2, w2 := r.heartbeat(t, term, 2, 0)
 	r.step(t, "good 2", term, e2, w2)
+
+	// Once the first content is in the ledger: the other content and a resend of the
+	// first in one batch. The other is a conflict (parked already above); the resend is a
+	// duplicate of what the ledger holds, answered as such, not as a conflict: a till
+	// told its accepted event conflicts would park an event the store has.
+	again := biConflict(1)
+	again.noPark = true
+	r.step(t, "the other content, then the first again", term, biBatch(term, b, a), again, biDuplicate(1))
 }
 
 // farTimeCase: a sale whose business time is valid RFC 3339 but whose business date in the

@@ -654,3 +654,183 @@ func TestSKUsThatDifferByANULAndASUB(t *testing.T) {
 		t.Fatalf("HQ holds %d rows of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
 	}
 }
+
+// TestParkedEventOfAFarTime: a till whose clock is far off sends a sale whose business time
+// the wire refuses (wire_time: 9999-12-31T23:00-10:00 is the year 10000 in UTC and in the
+// store's zone). The store-server parks it with that time, as it parks any bad event. Its
+// exception must go to HQ under a date HQ takes, and the rows and exceptions after it must
+// follow; a batch HQ refuses would hold back everything the store sells from then on.
+func TestParkedEventOfAFarTime(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ's receipts say it takes exceptions, parked events among them
+
+	far := time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("HST", -10*3600))
+	s.l.Now = func() time.Time { return day0.Add(time.Minute) } // when the store parks it
+	s.parkedAt("T8", far, "wire_time", "business time 9999-12-31T23:00:00-10:00 is outside the years 1970-9998")
+	s.Sales(2, day0.Add(time.Minute))
+	s.OfflineSale("T9", day0.Add(2*time.Minute))
+
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx2); err != nil {
+		t.Fatalf("upload after a parked sale of the year 10000: %v", err)
+	}
+	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
+		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
+	}
+	parked, err := s.l.Parked(ctx, 0, true)
+	if err != nil || len(parked) != 1 {
+		t.Fatalf("parked %+v, %v", parked, err)
+	}
+	if parked[0].BusinessDate != date0 {
+		t.Errorf("the parked sale is filed under %q, want the store's date when it was parked, %s",
+			parked[0].BusinessDate, date0)
+	}
+	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  wire_time") ||
+		!slices.ContainsFunc(got, func(x string) bool { return strings.HasPrefix(x, "oversell T9:1 ") }) {
+		t.Errorf("HQ holds %q of %s, want T8's parked sale and T9's oversell among them", got, date0)
+	}
+}
+
+// parkedAt commits terminal's next sale, of one line, at business time at, refused for
+// good with code and message, as the store-server commits an event it refuses as bad input.
+func (s *store) parkedAt(terminal string, at time.Time, code, message string) {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sale++
+	r := s.record(terminal, at, wire.KindSale, salePayload(s.sale, 1))
+	r.Sale, r.Status, r.Code, r.Message, r.FlowNo = nil, wire.AckRejected, code, message, 0
+	out, err := s.l.Commit(context.Background(), []ledger.Record{r})
+	if err != nil || out[0].Err != nil || out[0].Status != wire.AckRejected {
+		s.tb.Fatalf("park %s: %+v, %v", wire.Key(r.Terminal, r.Seq), out, err)
+	}
+}
+
+// TestParkedFarDateOfAnEarlierRelease: a ledger whose store-server of the release before
+// filed a parked event under its far time's date, "10000-01-01", as it wrote it (the
+// parked row and its change). The uploader sends it under the store's date when it was
+// parked, which HQ takes, and the rows after it follow.
+func TestParkedFarDateOfAnEarlierRelease(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u)
+
+	far := time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("HST", -10*3600))
+	s.l.Now = func() time.Time { return day0.Add(time.Minute) }
+	s.parkedAt("T8", far, "wire_time", "business time 9999-12-31T23:00:00-10:00 is outside the years 1970-9998")
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`UPDATE exception_changes SET business_date = '10000-01-01' WHERE kind = 'parked'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`UPDATE parked SET business_date = '10000-01-01'`); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(2, day0.Add(2*time.Minute))
+
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx2); err != nil {
+		t.Fatalf("upload after a parked sale filed under 10000-01-01: %v", err)
+	}
+	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
+		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
+	}
+	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  wire_time") {
+		t.Errorf("HQ holds %q of %s, want T8's parked sale among them", got, date0)
+	}
+}
+
+// olderHQWithoutParked answers, while older is set, as an hq-sync serve of the release
+// before parked events: it takes exceptions, refuses a batch with one of kind parked (as
+// its validation words it), and its receipts do not say takes_parked.
+type olderHQWithoutParked struct {
+	h       http.Handler
+	older   atomic.Bool
+	refused atomic.Int64
+}
+
+func (o *olderHQWithoutParked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !o.older.Load() {
+		o.h.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var b hq.Batch
+	if json.Unmarshal(body, &b) == nil {
+		for i, x := range b.Exceptions {
+			if x.Kind == hq.ExceptionParked {
+				o.refused.Add(1)
+				problem(w, serve.CodeBatchInvalid, fmt.Sprintf(
+					`exceptions[%d] (kind "parked" terminal %q seq %d sku ""): kind "parked" is not oversell or refund`,
+					i, x.Terminal, x.Seq))
+				return
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	serveWithout(w, r, o.h, "takes_parked")
+}
+
+// TestParkedWaitForAnHQGoneBack: HQ goes back to the release before parked events while a
+// change of a parked event waits (the manager resolved it). The batch built for it, as the
+// last receipt allowed, is refused; its rows go again without the exceptions, which wait at
+// the parked event's change; once HQ takes parked events again, the resolution goes.
+func TestParkedWaitForAnHQGoneBack(t *testing.T) {
+	ctx := context.Background()
+	o := &olderHQWithoutParked{}
+	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	u := MustNew(t, cfg)
+
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ takes exceptions, parked events among them
+	s.ParkedSale("T8", day0.Add(time.Minute))
+	MustOnce(t, u)
+	before := inLedger(t, s.l)
+	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  payload_invalid") || !slices.Equal(got, before) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, before)
+	}
+
+	o.older.Store(true)
+	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "the customer paid again at T1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(4, day0.Add(time.Hour))
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx2); err != nil {
+		t.Fatalf("upload to an HQ gone back a release, with the resolution of a parked event waiting: %v", err)
+	}
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
+		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
+			len(rows), len(s.Outbox()), err, o.refused.Load())
+	}
+	if got := atHQ(t, st); !slices.Equal(got, before) {
+		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
+	}
+
+	o.older.Store(false)
+	s.Sales(1, day0.Add(2*time.Hour))
+	MustOnce(t, u)
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
+	}
+	if o.refused.Load() != 1 {
+		t.Errorf("%d batches refused, want 1", o.refused.Load())
+	}
+}

@@ -1279,6 +1279,21 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			u.hqTakesExceptions = false
 			return nil
 		}
+		if se != nil && se.refused && b.xThrough > 0 && parkedRefused(se) {
+			// A batch built while HQ's receipts said it takes parked events, refused by an HQ
+			// gone back to the release before them (it takes exceptions, not that kind). HQ
+			// kept nothing of it: its rows go again, and the exception changes wait at the
+			// first parked event's until a receipt says takes_parked again. Kept pending, it
+			// would hold back every later row for good.
+			log.Warn("HQ refused a batch with parked events among its exceptions; sending its rows again and "+
+				"holding the exception changes at the first parked event's until HQ takes them",
+				"status", se.status, "answer", se.body)
+			if err := u.dropBatch(ctx, b, setTakesParked, "0"); err != nil {
+				return err
+			}
+			u.hqTakesParked = false
+			return nil
+		}
 		if se != nil && se.refused && len(b.parts) > 0 && fieldUnknown(se, "part", "parts", "split") {
 			// A part refused as an unknown field: an HQ gone back to a release that does not
 			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
@@ -1334,6 +1349,14 @@ func fieldUnknown(se *sendError, fields ...string) bool {
 		}
 	}
 	return false
+}
+
+// parkedRefused reports whether HQ refused a batch for an exception of kind parked, as the
+// serve of a release from before parked events answers one: batch_invalid, and the kind
+// "is not oversell or refund".
+func parkedRefused(se *sendError) bool {
+	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
+		strings.Contains(se.detail, `kind "`+hq.ExceptionParked+`" is not oversell or refund`)
 }
 
 // setTakesParts records whether HQ takes declarations in parts ('1' or '0').

@@ -553,6 +553,9 @@ type item struct {
 	recIndex int
 	op       int   // index in the gate ops, -1 if none
 	dupOf    *item // the same key earlier in this group: answered with its result
+	// overFinal: rec is a conflict record, the other content of a key the ledger holds
+	// final (order); the ledger lookup, not this item, knows the key's original content.
+	overFinal bool
 }
 
 type groupMsg struct {
@@ -608,7 +611,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			}
 			x.live = it.Err == nil && !it.Env.Offline
 			x.ack.Live = x.live
-			if f := first[x.ack.Key]; f != nil && f.rec != nil {
+			if f := first[x.ack.Key]; f != nil && f.rec != nil && (it.Err != nil || f.env.Hash == it.Env.Hash || !f.overFinal) {
 				x.done = true
 				if it.Err == nil && f.env.Hash != it.Env.Hash {
 					x.ack.Status, x.ack.Code = wire.AckConflict, "idempotency_conflict"
@@ -618,6 +621,9 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 				x.dupOf = f // a resend that arrived in the same group
 				continue
 			}
+			// Other content than a conflict record of this group for the same key: the
+			// ledger's original (a duplicate) or yet another content, which order tells
+			// apart from the ledger lookup.
 			if err := in.order(ctx, x, it, m.payloads[k], m.perrs[k], topicTerminal, nextOf(topicTerminal)); err != nil {
 				in.log.Error("ledger lookup", "err", err)
 				x.done, x.ack.Status = true, "" // no ack: the terminal resends
@@ -689,6 +695,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 			x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash,
 				At: it.Env.At, Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true,
 				Status: wire.AckConflict, Code: ledger.CodeIdempotencyConflict}
+			x.overFinal = true
 			return nil
 		case ok && (st.Final || (it.Err == nil && st.Hash != it.Env.Hash)):
 			x.done = true

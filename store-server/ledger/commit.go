@@ -206,15 +206,15 @@ func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int6
 func (l *Ledger) conflict(r *Record, nowMs int64) (Outcome, []any) {
 	o := Outcome{Status: wire.AckConflict, Code: CodeIdempotencyConflict,
 		Message: fmt.Sprintf("key %s was already used with other content; the original stands", wire.Key(r.Terminal, r.Seq))}
-	var at, date string
+	var at string
 	if !r.At.IsZero() {
-		at, date = r.At.UTC().Format(timeFormat), l.BusinessDate(r.At)
+		at = r.At.UTC().Format(timeFormat)
 	}
 	payload := r.Payload
 	if payload == nil {
 		payload = []byte{}
 	}
-	return o, []any{r.Terminal, r.Seq, string(r.Kind), o.Code, o.Message, payload, at, nowMs, l.parkedDate(date, nowMs)}
+	return o, []any{r.Terminal, r.Seq, string(r.Kind), o.Code, o.Message, payload, at, nowMs, l.parkedDate(r.At, nowMs)}
 }
 
 // checkRecord rejects a record the ledger cannot store as given, and fills in the raw
@@ -313,7 +313,7 @@ func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, 
 		}
 	} else if d.final {
 		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, nowMs,
-			l.parkedDate(d.date, nowMs))
+			l.parkedDate(r.At, nowMs))
 	}
 	if err != nil {
 		return Outcome{}, constraint(err)
@@ -976,7 +976,7 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 	} else if d.final {
 		s.singles = append(s.singles, single{upsertParked,
 			[]any{r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs,
-				s.l.parkedDate(d.date, s.nowMs)}})
+				s.l.parkedDate(r.At, s.nowMs)}})
 	}
 	// Written: replace what the key held (a non-final record), as commitOne's DELETE does.
 	if prior != nil {

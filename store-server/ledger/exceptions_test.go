@@ -162,8 +162,9 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 }
 
 // TestParkedEventsOfEarlierLedgers: the events a ledger from before migration 019 parked
-// are exceptions too, read once, filed under their event's business date or else the UTC
-// date they were parked.
+// are exceptions too, read once, filed under their event's business date or else the
+// store's date when they were parked (23:00 UTC on 2025-03-03 is 07:00 on 2025-03-04 in
+// Shanghai).
 func TestParkedEventsOfEarlierLedgers(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -192,7 +193,7 @@ func TestParkedEventsOfEarlierLedgers(t *testing.T) {
 	l := mustOpenAt(t, path, day)
 	xs, last := exceptionsAfter(t, l, 0, 100)
 	want := []string{"oversell T1:2 A 2025-03-01 oversold", "parked T1:5  2025-03-02 payload_invalid",
-		"parked T2:6  2025-03-03 wire_syntax"}
+		"parked T2:6  2025-03-04 wire_syntax"}
 	if got := briefs(xs); !slices.Equal(got, want) || last != xs[2].Change {
 		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
 	}

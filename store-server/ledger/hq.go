@@ -317,8 +317,8 @@ const (
 		WHERE terminal = ? AND seq = ? AND sku = ?`
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
-	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution FROM parked
-		WHERE terminal = ? AND seq = ?`
+	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
+		parked_ms FROM parked WHERE terminal = ? AND seq = ?`
 	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
 	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
@@ -419,11 +419,22 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 		err = r.tx.QueryRowContext(ctx, stateOfRefund, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
 	case hq.ExceptionParked:
-		var kind, message string
+		var kind, message, date string
 		var payload []byte
+		var parkedMs int64
 		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq).Scan(&kind, &x.Code, &message, &payload,
-			&at, &x.Resolved, &resolvedAt, &x.Resolution)
+			&at, &x.Resolved, &resolvedAt, &x.Resolution, &date, &parkedMs)
 		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
+		if err == nil {
+			// The date the parked event is filed under now. A ledger of the release before
+			// filed an event whose time the wire refuses under that time's date, which may
+			// have five digits (HQ refuses it, and the batch would hold back every row after
+			// it): such an event goes under the store's date when it was parked.
+			x.BusinessDate = date
+			if !validDate(date) {
+				x.BusinessDate = r.l.parkedDate(time.Time{}, parkedMs)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown exception kind %q", x.Kind)
 	}

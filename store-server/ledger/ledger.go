@@ -100,7 +100,50 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 		db.Close()
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
+	if err := l.redateParked(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
 	return l, nil
+}
+
+// redateParked files each parked event whose time could not be read, or is outside the
+// years 1970-9998, under the store's date when it was parked (parkedDate), as the ledger
+// files such events when it parks them. Migration 019 dated those of an earlier ledger by
+// the UTC date they were parked (SQL does not know the store's zone: an event parked
+// before 08:00 in Shanghai went under the day before), or by a far time's date, which may
+// have five digits. Each row re-dated is an exception change: HQ hears of the date. Only
+// the few parked rows without a readable time are read.
+func (l *Ledger) redateParked(ctx context.Context) error {
+	type row struct {
+		terminal string
+		seq      int64
+		date     string
+	}
+	var fix []row
+	err := each(ctx, l.db.W, `SELECT terminal, seq, at, parked_ms, business_date FROM parked
+		WHERE at = '' OR at NOT GLOB '[12][0-9][0-9][0-9]-*' OR at < '1970' OR at >= '9999'`, nil, func(rows *sql.Rows) error {
+		var r row
+		var at, date string
+		var parkedMs int64
+		if err := rows.Scan(&r.terminal, &r.seq, &at, &parkedMs, &date); err != nil {
+			return err
+		}
+		if r.date = l.parkedDate(l.parseTime(at), parkedMs); r.date != date {
+			fix = append(fix, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("parked dates: %w", err)
+	}
+	for _, r := range fix {
+		if _, err := l.db.W.ExecContext(ctx, `UPDATE parked SET business_date = ? WHERE terminal = ? AND seq = ?`,
+			r.date, r.terminal, r.seq); err != nil {
+			return fmt.Errorf("parked dates: %w", err)
+		}
+	}
+	return nil
 }
 
 // claim records the store id in a new ledger and checks it in an existing one.

@@ -7,6 +7,10 @@ import (
 	"reflect"
 	"testing"
 	"testing/fstest"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/wire"
 
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/schema"
@@ -101,6 +105,74 @@ func TestMigrationsKeepRows(t *testing.T) {
 		var n int
 		if err := l.db.R.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = ?`, idx).Scan(&n); err != nil || n != 0 {
 			t.Errorf("index %s still there (%d, %v)", idx, n, err)
+		}
+	}
+}
+
+// TestParkedOfAnEarlierLedgerDated: a ledger written before migration 019 holds two parked
+// events: one whose time could not be read, parked at 07:00 store time on 2025-03-01 (a
+// backlog drained as the store opened; 23:00 the day before in UTC), and one whose time
+// the wire refused, 9999-12-31T23:00-10:00 (its events row dated 10000-01-01). Each is
+// filed under the store's date when it was parked, 2025-03-01, as the store-server files
+// such events since 019, and HQ hears of them under that date.
+func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	old := fstest.MapFS{}
+	names, err := fs.Glob(schema.Store(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if name >= "019" {
+			continue
+		}
+		b, err := fs.ReadFile(schema.Store(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: b}
+	}
+	db, err := sqlitedb.Open(ctx, path, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parkedMs := time.Date(2025, 3, 1, 7, 0, 0, 0, shanghai).UnixMilli()
+	for _, q := range []string{
+		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
+			VALUES ('T1', 1, '', '', '', '', 'rejected', 1, 'wire_syntax', 'malformed JSON', ?1, '{}'),
+			('T2', 1, 'sale', 'h', '10000-01-01T09:00:00Z', '10000-01-01', 'rejected', 1, 'wire_time', 'far', ?1, '{}')`,
+		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
+			VALUES ('T1', 1, '', 'wire_syntax', 'malformed JSON', '{}', '', ?1),
+			('T2', 1, 'sale', 'wire_time', 'far', '{}', '10000-01-01T09:00:00Z', ?1)`,
+	} {
+		if _, err := db.W.Exec(q, parkedMs); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	l := mustOpenAt(t, path, day)
+	parked, err := l.Parked(ctx, 0, true)
+	if err != nil || len(parked) != 2 {
+		t.Fatalf("parked %+v, %v", parked, err)
+	}
+	for _, p := range parked {
+		if p.BusinessDate != "2025-03-01" {
+			t.Errorf("parked %s is filed under %q, want 2025-03-01, the store's date when it was parked",
+				wire.Key(p.Terminal, p.Seq), p.BusinessDate)
+		}
+	}
+	var xs []hq.Exception
+	if err := l.ViewHQ(ctx, func(r *HQReader) error {
+		xs, _, _, err = r.ExceptionsAfter(ctx, 0, 100, true)
+		return err
+	}); err != nil || len(xs) != 2 {
+		t.Fatalf("exceptions for HQ %+v, %v", xs, err)
+	}
+	for _, x := range xs {
+		if x.BusinessDate != "2025-03-01" {
+			t.Errorf("HQ hears of parked %s under %q, want 2025-03-01", wire.Key(x.Terminal, x.Seq), x.BusinessDate)
 		}
 	}
 }

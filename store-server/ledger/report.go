@@ -354,7 +354,7 @@ type Parked struct {
 	Message  string    `json:"message"`
 	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
 	// BusinessDate is the event's, or the store's when it was parked if its time could not
-	// be read.
+	// be read or is outside the years 1970-9998 (parkedDate).
 	BusinessDate string `json:"business_date"`
 	// Resolved says a manager explained it (ResolveParked): when, and how.
 	Resolved   bool      `json:"resolved"`
@@ -396,13 +396,22 @@ func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]Parked, err
 	return out, nil
 }
 
-// parkedDate is the business date a parked event is filed under: its own (date), or the
-// store's at nowMs when its time could not be read.
-func (l *Ledger) parkedDate(date string, nowMs int64) string {
-	if date != "" {
-		return date
+// parkedDate is the business date a parked event is filed under: the date of its business
+// time at, or the store's at nowMs when its time could not be read or is one the wire
+// refuses (outside the years 1970-9998: a till's clock far off). Such a time can have a
+// date of five digits in the store's zone (9999-12-31T23:00-10:00 is 10000-01-01), which
+// HQ refuses, and a batch HQ refuses holds back every row after it.
+func (l *Ledger) parkedDate(at time.Time, nowMs int64) string {
+	if y := at.UTC().Year(); !at.IsZero() && 1970 <= y && y <= 9998 {
+		return l.BusinessDate(at)
 	}
 	return l.BusinessDate(time.UnixMilli(nowMs))
+}
+
+// validDate reports whether s is a calendar date written YYYY-MM-DD, as HQ takes one.
+func validDate(s string) bool {
+	d, err := time.Parse(wire.BusinessDate, s)
+	return err == nil && len(s) == len(wire.BusinessDate) && d.Format(wire.BusinessDate) == s
 }
 
 // Codes of ResolveParked's errors.
