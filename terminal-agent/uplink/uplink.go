@@ -624,9 +624,16 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 			ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Ack})
 		case wire.AckRejected, wire.AckRateLimited, wire.AckConflict:
 			switch {
+			case a.Status == wire.AckConflict:
+				// Not a verdict on the step: its key is the store's already, with other
+				// content (an outbox restored from a backup reuses seqs). The store parks
+				// this content and the till keeps the step, live or not: undone, the store
+				// would list a step the till took back, and every step would be refused
+				// until the till's seqs passed the store's.
+				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Park})
 			case a.Live && waiting:
 				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Refuse})
-			case a.Status == wire.AckConflict || (a.Status == wire.AckRejected && !a.Live):
+			case a.Status == wire.AckRejected && !a.Live:
 				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Park})
 			case a.Live:
 				// The store judged a live attempt the terminal has since decided locally:

@@ -93,3 +93,26 @@ func TestAwaitSharedByRetries(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveConflictParked: a live event answered conflict (its key held by the store with
+// other content: an outbox restored from a backup reuses seqs) is parked and its step
+// stands, as the store parks its content; it is not a live refusal that undoes the step,
+// which would leave the store listing as kept by the till a step the till took back, and
+// the till unable to sell or close its day until its seqs pass the store's.
+func TestLiveConflictParked(t *testing.T) {
+	st, seq := liveScan(t)
+	u := New(Config{Store: "S1", Terminal: "T1", VerdictTimeout: time.Second}, st)
+	v := awaitTwice(t, u, seq, func() {
+		u.onDown(context.Background(), fmt.Appendf(nil, `{"v":1,"kind":"acks","store":"S1","terminal":"T1",`+
+			`"acks":[{"seq":%d,"key":%q,"status":"conflict","live":true,"code":"idempotency_conflict"}]}`,
+			seq, wire.Key("T1", seq)))
+	})
+	for i, x := range v {
+		if x.Ack == nil || x.Ack.Status != wire.AckConflict || x.Refused || !x.Parked {
+			t.Errorf("request %d: %+v, want the conflict, parked", i+1, x)
+		}
+	}
+	if s, err := st.EventState(context.Background(), seq); err != nil || s.State != "parked" {
+		t.Errorf("event %d: %+v (%v), want parked", seq, s, err)
+	}
+}
