@@ -211,3 +211,10 @@ func (c *Cashier) DayTotals(date string) (wire.DayClosePayload, error) {
 	}
 	return t, json.Unmarshal(b, &t)
 }
+
+// Sales returns the ids of the sales this cashier completed (their payment answered 2xx).
+func (c *Cashier) Sales() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.sales...)
+}

@@ -3,9 +3,12 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -176,4 +179,52 @@ func (a *Agent) Restart(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return a.waitUp(ctx, a.API)
+}
+
+// outboxFiles are the files of an agent's outbox database a backup holds: the database and
+// its write-ahead log (the shared-memory index and the lock file are rebuilt on open).
+var outboxFiles = []string{"outbox.db", "outbox.db-wal"}
+
+// BackupOutbox copies the stopped agent's outbox database into dir, as a backup of the
+// device taken at that moment would hold it.
+func (a *Agent) BackupOutbox(dir string) error {
+	if a.running() {
+		return fmt.Errorf("%s: back up the outbox of a stopped agent", a.Name)
+	}
+	return copyFiles(a.Opts.DataDir, dir)
+}
+
+// RestoreOutbox puts the backup BackupOutbox took in dir in place of the stopped agent's
+// outbox database (a device re-imaged from that backup): whatever the agent recorded since
+// is gone.
+func (a *Agent) RestoreOutbox(dir string) error {
+	if a.running() {
+		return fmt.Errorf("%s: restore the outbox of a stopped agent", a.Name)
+	}
+	for _, f := range append(outboxFiles, "outbox.db-shm") {
+		if err := os.Remove(filepath.Join(a.Opts.DataDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return copyFiles(dir, a.Opts.DataDir)
+}
+
+// copyFiles copies the outbox files present in src into dst.
+func copyFiles(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, f := range outboxFiles {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

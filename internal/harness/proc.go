@@ -202,3 +202,10 @@ func portTaken(err error) bool {
 // FreeAddr returns a loopback TCP address that is free now (freeport.Addr: below the
 // kernel's ephemeral range, so that no test's outgoing connection takes it meanwhile).
 func FreeAddr() (string, error) { return freeport.Addr() }
+
+// running says the process was started and has not been killed or stopped since.
+func (p *Proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
