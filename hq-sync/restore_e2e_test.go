@@ -167,9 +167,11 @@ func TestRestoredTillReconciles(t *testing.T) {
 	if st, body, err := c.Call("POST", "/v1/day-close", fmt.Sprintf(`{"business_date":%q}`, date)); err != nil || st != 200 {
 		t.Fatalf("day close: %d %s %v", st, body, err)
 	}
-	status, err := c.WaitDrained(ctx)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	status, err := c.WaitDrained(dctx)
+	cancel()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("drain the day close: %v", err)
 	}
 	if n := len(c.Sales()); n != 12 {
 		t.Fatalf("the till completed %d sales, want 12: %v", n, c.Counts())
