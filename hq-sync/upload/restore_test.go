@@ -526,3 +526,74 @@ func TestLedgerFileReplacedUnderRunningUploader(t *testing.T) {
 	}
 	everyRowAtHQ(t, s, st)
 }
+
+// moveIntoPlace restores the store's ledger by moving a copy of backup into its place, the
+// store-server stopped, and starts the store-server again on it.
+func moveIntoPlace(t *testing.T, s *store, backup string) {
+	t.Helper()
+	s.l.Close()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		os.Remove(s.path + suffix)
+	}
+	if err := os.Rename(backup, s.path); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s.l, err = ledger.Open(context.Background(), s.path, testStore, shanghai); err != nil {
+		t.Fatal(err)
+	}
+	l := s.l
+	t.Cleanup(func() { l.Close() })
+}
+
+// TestLedgerFileReplacedWhileHQIsDown: HQ is down and a batch waits for it when the store's
+// ledger is restored, by moving a file into its place, from a backup older than the last row
+// HQ acknowledged. The uploader's metrics and status read the ledger the path names from
+// the next failed send on: ledger_behind_hq is 1, as `--status` and a restart say. They read
+// the file the uploader had open before the restore for as long as HQ stayed away (days,
+// maybe), and said the ledger was fine.
+func TestLedgerFileReplacedWhileHQIsDown(t *testing.T) {
+	ctx := context.Background()
+	s, _, hqs, _, cfg := restoreFixture(t)
+	s.Sales(3, day0, "T1") // ids 1..3
+	backup := backupLedger(t, s)
+	s.Sales(2, day0.Add(time.Minute), "T1") // ids 4..5
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	stop := runInBackground(t, u)
+	defer stop()
+	waitFor(t, 10*time.Second, "HQ to acknowledge ids 1..5", func() bool {
+		st, err := u.Status(ctx)
+		return err == nil && st.SentThrough == 5
+	})
+
+	hqs.down.Store(true)
+	s.Sales(2, day0.Add(time.Hour), "T1") // ids 6..7: a batch waits for HQ
+	waitFor(t, 10*time.Second, "a failed send of the batch of ids 6..7", func() bool {
+		st, err := u.Status(ctx)
+		return err == nil && st.Pending != "" && st.Attempts > 0
+	})
+	moveIntoPlace(t, s, backup)
+	s.Sales(2, day0.Add(2*time.Hour), "T2") // after the restore: ids 4..5 again
+
+	behind := func() float64 {
+		v, _ := metricstest.Value(scrape(t, reg), "posgate_upload_ledger_behind_hq", nil)
+		return v
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && behind() != 1; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fromPath, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := u.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := behind(); v != 1 || st.Backlog != fromPath.Backlog {
+		t.Errorf("HQ down, the ledger restored from before the last row HQ acknowledged: ledger_behind_hq = %v, "+
+			"want 1; backlog %d, --status says %d", v, st.Backlog, fromPath.Backlog)
+	}
+}

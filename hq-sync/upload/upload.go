@@ -1268,6 +1268,12 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			WHERE batch_id = ?`, err.Error(), b.id); uerr != nil && ctx.Err() == nil {
 			log.Warn("cannot count the failed attempt", "err", uerr)
 		}
+		// HQ may stay away for days, and the ledger be restored meanwhile by moving a file
+		// into its place: Status and the metrics read the file the path names (ledger_behind_hq
+		// says so while the batch waits), not the one open before.
+		if ferr := u.followLedger(ctx); ferr != nil && ctx.Err() == nil {
+			log.Warn("cannot open the ledger's new file", "err", ferr)
+		}
 		if se != nil && se.refused && b.xThrough > 0 && fieldUnknown(se, "exceptions") {
 			// As for parts below: an HQ gone back to a release without exceptions kept
 			// nothing of the batch; its rows go again without them.
