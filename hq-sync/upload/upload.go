@@ -46,6 +46,9 @@ import (
 //go:embed schema/*.sql
 var schemaFiles embed.FS
 
+// KeepSentBatches is how long the state keeps a batch HQ acknowledged (markSent).
+const KeepSentBatches = 7 * 24 * time.Hour
+
 // Defaults of Config.
 const (
 	DefaultBatchRows      = 1000
@@ -1131,6 +1134,10 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	}
 	exec(`UPDATE batches SET state = 'sent', sent_at = ?, receipt = ?, body = NULL WHERE batch_id = ? AND state = 'pending'`,
 		now, string(receipt), b.id)
+	// Nothing reads a sent batch but for the time of the last one (Status): the state keeps
+	// a week of them, for an operator to look back, and no more.
+	exec(`DELETE FROM batches WHERE state = 'sent' AND sent_at < ?`,
+		u.cfg.Now().Add(-KeepSentBatches).UTC().Format(time.RFC3339Nano))
 	if advance {
 		exec(`INSERT INTO kv (k, v) VALUES ('sent_through', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
 			strconv.FormatInt(b.lastID, 10))

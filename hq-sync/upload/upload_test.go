@@ -794,3 +794,50 @@ func TestSplitParts(t *testing.T) {
 		}
 	}
 }
+
+// TestSentBatchesKeptAWeek: a store that trades all day sends a batch every few seconds;
+// the state keeps those HQ acknowledged for a week and no more, and still says when the
+// last one went.
+func TestSentBatchesKeptAWeek(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, clk, cfg := restoreFixture(t)
+	u := MustNew(t, cfg)
+	sentOn := func() map[string]int {
+		t.Helper()
+		rows, err := u.state.R.Query(`SELECT substr(sent_at, 1, 10), count(*) FROM batches WHERE state = 'sent'
+			GROUP BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var day string
+			var n int
+			if err := rows.Scan(&day, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[day] = n
+		}
+		return out
+	}
+	start := clk.Now()
+	var days []string
+	for day := range 3 {
+		clk.Set(start.Add(time.Duration(day) * 4 * 24 * time.Hour))
+		days = append(days, clk.Now().UTC().Format("2006-01-02"))
+		for i := range 3 {
+			s.Sales(1, day0.Add(time.Duration(10*day+i)*time.Minute), "T1")
+			MustOnce(t, u)
+		}
+	}
+	// Sent on days 0, 4 and 8: those of day 0 are more than a week old on day 8.
+	got := sentOn()
+	if _, ok := got[days[0]]; ok || got[days[1]] == 0 || got[days[2]] == 0 || len(got) != 2 {
+		t.Errorf("sent batches kept, by day sent: %v; want those of %s and %s only", got, days[1], days[2])
+	}
+	st, err := u.Status(ctx)
+	if err != nil || !st.LastSentAt.Equal(clk.Now()) || st.Backlog != 0 {
+		t.Errorf("status %+v (%v): want the last batch sent now, backlog 0", st, err)
+	}
+}
