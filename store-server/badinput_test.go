@@ -125,6 +125,11 @@ func biAccepted(seq int64) biWant { return biWant{seq: seq, status: wire.AckAcce
 func biRejected(seq int64, code string) biWant {
 	return biWant{seq: seq, status: wire.AckRejected, code: code}
 }
+
+// biLiveRejected is a live event's rejection: a live verdict, not final, and not parked.
+func biLiveRejected(seq int64, code string) biWant {
+	return biWant{seq: seq, status: wire.AckRejected, code: code, noPark: true}
+}
 func biDuplicate(seq int64) biWant { return biWant{seq: seq, status: wire.AckDuplicate} }
 func biConflict(seq int64) biWant {
 	return biWant{seq: seq, status: wire.AckConflict, code: ledger.CodeIdempotencyConflict}
@@ -556,12 +561,13 @@ func (r *biRun) envelopeCases(t *testing.T) {
 	{
 		s := next()
 		env := wire.NewEnvelope(wire.KindSale, "S2", term, s, r.at, biMarshal(t, biGoodSale("other-store", 0)))
-		r.step(t, "sealed for another store", term, biMarshal(t, env), biRejected(s, ingest.CodeStoreMismatch))
+		// Sent live: a live verdict, which the waiting till undoes; nothing is parked.
+		r.step(t, "sealed for another store", term, biMarshal(t, env), biLiveRejected(s, ingest.CodeStoreMismatch))
 	}
 	{
 		s := next()
 		env := wire.NewEnvelope(wire.KindSale, "s1", term, s, r.at, biMarshal(t, biGoodSale("lower-store", 0)))
-		r.step(t, "store id in the wrong case", term, biMarshal(t, env), biRejected(s, ingest.CodeStoreMismatch))
+		r.step(t, "store id in the wrong case", term, biMarshal(t, env), biLiveRejected(s, ingest.CodeStoreMismatch))
 	}
 	{
 		// Whitespace is not content: a pretty-printed envelope keeps its hash.
@@ -715,10 +721,11 @@ func (r *biRun) payloadCases(t *testing.T) {
 			biWant{seq: s, status: wire.AckAccepted, refund: p})
 	}
 	{
-		// Live attempts: an invalid one is still refused with its code; a valid one is accepted live.
+		// Live attempts: an invalid one is still refused with its code (a live verdict: the
+		// waiting till undoes the step, and the store parks nothing); a valid one is accepted live.
 		s := next()
 		env := wire.NewEnvelope(wire.KindSale, biStoreID, term, s, r.at, []byte(biSaleWith(t, cashPay, `{"method":"card","amount":"7.00"}`)))
-		r.step(t, "live card without reference", term, biMarshal(t, env), biRejected(s, wire.CodePayload))
+		r.step(t, "live card without reference", term, biMarshal(t, env), biLiveRejected(s, wire.CodePayload))
 		s = next()
 		p := biGoodSale(fmt.Sprintf("%s-%d", term, s), 3)
 		env = wire.NewEnvelope(wire.KindSale, biStoreID, term, s, r.at, biMarshal(t, p))

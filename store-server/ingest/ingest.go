@@ -752,9 +752,15 @@ func replayAck(a wire.Ack, st ledger.Stored, it wire.Item) wire.Ack {
 	return a
 }
 
+// reject records the event as rejected. A live event's rejection is a live verdict, not
+// final (docs/protocol.md): the till that waits on it undoes the step and tells the cashier
+// no, so the store keeps nothing of it (parked, the manager and HQ would be shown a step the
+// till took back); a till that decided the event locally meanwhile resends it offline, and
+// that is decided again (an earlier catalog's SKU is recorded, a bad event parked).
 func reject(x *item, err error) {
 	e := perr.As(err)
 	x.rec.Status, x.rec.Code, x.rec.Message = wire.AckRejected, e.Code, e.Message
+	x.rec.Final = !x.live
 }
 
 // unknownSKU returns a SKU of p the store does not sell, if any. A live event must name SKUs

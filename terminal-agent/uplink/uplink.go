@@ -688,8 +688,11 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 	}
 	for _, t := range ts {
 		a, ok := deliver[t.Seq]
-		if !ok && t.Action == outbox.Ack {
-			a, ok = t.Ack, true // a request that started waiting while the acks were written
+		if !ok && (t.Action == outbox.Ack || t.Action == outbox.Park) {
+			// A request that started waiting while the acks were written (a retry of one
+			// committed before a restart): delivered or parked, the event's fate is final,
+			// and the request learns it now, not as "decided locally" at its deadline.
+			a, ok = t.Ack, true
 		}
 		if w := u.waiters[t.Seq]; ok && w != nil {
 			w.ack, w.action = &a, t.Action
