@@ -22,8 +22,10 @@ import (
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // OfflineSale commits a sale the terminal made offline, of one line, or of one line per
@@ -793,6 +795,8 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 	ctx := context.Background()
 	o := &olderHQWithoutParked{}
 	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
 	u := MustNew(t, cfg)
 
 	s.Sales(3, day0)
@@ -818,6 +822,13 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
 		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
 			len(rows), len(s.Outbox()), err, o.refused.Load())
+	}
+	// The refusal is one the uploader mends itself: not one that pages an operator.
+	fams := scrape(t, reg)
+	for reason, want := range map[string]float64{FailResent: 1, FailHQRefused: 0} {
+		if n, _ := metricstest.Value(fams, "posgate_upload_batch_failures_total", map[string]string{"reason": reason}); n != want {
+			t.Errorf("batch_failures_total{reason=%q} = %v, want %v", reason, n, want)
+		}
 	}
 	if got := atHQ(t, st); !slices.Equal(got, before) {
 		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)

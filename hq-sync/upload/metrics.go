@@ -28,6 +28,11 @@ const (
 	FailHQRefused = "hq_refused"
 	// FailOther: any other answer (200 without a receipt for the batch, a redirect).
 	FailOther = "other"
+	// FailResent: HQ refused the batch in a way the uploader mends itself by sending its
+	// rows again under a new id (an HQ gone back a release that does not know a field or
+	// an exception kind of the batch; a batch id HQ holds with other content). Nothing
+	// waits for an operator.
+	FailResent = "resent"
 )
 
 // metrics are the counters the uploader keeps as it goes.
@@ -47,12 +52,13 @@ func newMetrics(reg prometheus.Registerer, u *Uploader) (*metrics, error) {
 		batches: counter("batches_sent_total", "Batches HQ acknowledged."),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "upload",
 			Name: "batch_failures_total", Help: "Failed sends of a batch, by reason: hq_down (no answer, 5xx, 408, " +
-				"429), hq_refused (another 4xx: the batch stays pending and later rows wait), other."},
+				"429), hq_refused (another 4xx: the batch stays pending and later rows wait), resent (refused by an HQ gone " +
+				"back a release, or for a batch id it holds: its rows go again under a new id), other."},
 			[]string{"reason"}),
 		stepErrors: counter("step_errors_total", "Upload steps that failed before or after a send: the ledger or "+
 			"the state could not be read or written, or the ledger no longer holds the last row HQ acknowledged."),
 	}
-	for _, r := range []string{FailHQDown, FailHQRefused, FailOther} {
+	for _, r := range []string{FailHQDown, FailHQRefused, FailResent, FailOther} {
 		m.failures.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.rows, m.batches, m.failures, m.stepErrors, &scraped{u: u}} {
@@ -75,6 +81,13 @@ func (m *metrics) sent(b *batch) {
 func (m *metrics) failed(err error) {
 	if m != nil {
 		m.failures.WithLabelValues(failReason(err)).Inc()
+	}
+}
+
+// resent counts a failed send whose rows go again under a new id (FailResent).
+func (m *metrics) resent() {
+	if m != nil {
+		m.failures.WithLabelValues(FailResent).Inc()
 	}
 }
 

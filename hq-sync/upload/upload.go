@@ -1267,7 +1267,6 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		u.met.failed(err)
 		var wait time.Duration
 		var se *sendError
 		errors.As(err, &se)
@@ -1286,6 +1285,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			// nothing of the batch; its rows go again without them.
 			log.Warn("HQ refused a batch with the ledger's exceptions; sending its rows again without them "+
 				"until HQ takes them", "status", se.status, "answer", se.body)
+			u.met.resent()
 			if err := u.dropBatch(ctx, b, setTakesExceptions, "0"); err != nil {
 				return err
 			}
@@ -1301,6 +1301,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			log.Warn("HQ refused a batch with parked events among its exceptions; sending its rows again and "+
 				"holding the exception changes at the first parked event's until HQ takes them",
 				"status", se.status, "answer", se.body)
+			u.met.resent()
 			if err := u.dropBatch(ctx, b, setTakesParked, "0"); err != nil {
 				return err
 			}
@@ -1316,13 +1317,16 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			// the next receipt and be refused again, for ever, with the day never declared.
 			log.Warn("HQ refused a batch with a part of a day's declaration; sending its rows again without it "+
 				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
+			u.met.resent()
 			return u.dropPartsBatch(ctx, b)
 		}
 		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == serve.CodeBatchIDReused {
 			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
 				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
+			u.met.resent()
 			return u.newSeries(ctx, b)
 		}
+		u.met.failed(err)
 		if se != nil && se.refused {
 			// Never skip the batch: its rows would be missing at HQ and the day could not be
 			// declared. It stays pending and the rows after it wait for an operator.
