@@ -123,6 +123,38 @@ func (l *Ledger) DayManifest(ctx context.Context, date string) ([]hq.Txn, error)
 	return out, err
 }
 
+// OutboxKey is the identity of an hq_outbox row: its id and its event's key and hash.
+type OutboxKey struct {
+	ID       int64
+	Terminal string
+	Seq      int64
+	Hash     string
+}
+
+// OutboxKeysAfter returns the identities of up to limit hq_outbox rows after afterID, in id
+// order: what OutboxAfter returns without the rows' content, for checking that the ledger
+// still holds rows sent before (an event not in the events table has an empty Hash).
+func (r *HQReader) OutboxKeysAfter(ctx context.Context, afterID int64, limit int) ([]OutboxKey, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	out := make([]OutboxKey, 0, min(limit, 4096))
+	err := each(ctx, r.tx, `SELECT o.id, o.terminal, o.seq, coalesce(e.hash, '') FROM hq_outbox o
+		LEFT JOIN events e ON e.terminal = o.terminal AND e.seq = o.seq
+		WHERE o.id > ? ORDER BY o.id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
+		var k OutboxKey
+		if err := rows.Scan(&k.ID, &k.Terminal, &k.Seq, &k.Hash); err != nil {
+			return err
+		}
+		out = append(out, k)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox keys: %w", err)
+	}
+	return out, nil
+}
+
 // OutboxAfter is Ledger.OutboxAfter inside the reader's snapshot.
 func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]OutboxRow, error) {
 	if limit <= 0 {

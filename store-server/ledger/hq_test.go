@@ -108,6 +108,26 @@ func TestOutboxAfter(t *testing.T) {
 	if !reflect.DeepEqual(paged, all) {
 		t.Errorf("pages of 2 differ from one read")
 	}
+	// The keys alone, as the uploader checks a batch sent before: the same rows, in order.
+	err = l.ViewHQ(ctx, func(r *HQReader) error {
+		keys, err := r.OutboxKeysAfter(ctx, all[0].ID, len(all))
+		if err != nil {
+			return err
+		}
+		if len(keys) != len(all)-1 {
+			t.Fatalf("%d keys after the first row, want %d", len(keys), len(all)-1)
+		}
+		for i, k := range keys {
+			o := all[i+1]
+			if want := (OutboxKey{ID: o.ID, Terminal: o.Row.Terminal, Seq: o.Row.Seq, Hash: o.Row.Hash}); k != want {
+				t.Errorf("key %d: %+v, want %+v", i, k, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if max, err := l.OutboxMaxID(ctx); err != nil || max != all[len(all)-1].ID {
 		t.Errorf("max id %d %v, want %d", max, err, all[len(all)-1].ID)
 	}
