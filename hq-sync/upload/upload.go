@@ -1639,9 +1639,15 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 	if err != nil {
 		return s, err
 	}
+	// The batch HQ acknowledged last is the one recorded last of those sent: batches are
+	// recorded, and sent, one at a time, in order (rowid order). The highest sent_at was
+	// that of a batch stamped by a clock since set back (a year ahead, say): the last
+	// receipt read as one in the future, and an alert on an upload that stopped could not
+	// fire until the clock caught up with it.
 	var last sql.NullString
-	err = state.QueryRowContext(ctx, `SELECT max(sent_at) FROM batches WHERE state = 'sent'`).Scan(&last)
-	if err != nil {
+	err = state.QueryRowContext(ctx, `SELECT sent_at FROM batches WHERE state = 'sent' ORDER BY rowid DESC LIMIT 1`).
+		Scan(&last)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return s, fmt.Errorf("status: %w", err)
 	}
 	if last.Valid {

@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -839,5 +842,35 @@ func TestSentBatchesKeptAWeek(t *testing.T) {
 	st, err := u.Status(ctx)
 	if err != nil || !st.LastSentAt.Equal(clk.Now()) || st.Backlog != 0 {
 		t.Errorf("status %+v (%v): want the last batch sent now, backlog 0", st, err)
+	}
+}
+
+// TestLastSentAfterAClockCorrected: the store's clock ran a year ahead for a while (a reset
+// real-time clock, a wrong NTP server) and was then set right. The batches sent since say
+// when HQ last acknowledged one: `--status` and posgate_upload_last_success_timestamp_seconds
+// follow them, not the batches stamped a year ahead, or the alert on a store whose upload
+// stopped could not fire for a year.
+func TestLastSentAfterAClockCorrected(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, clk, cfg := restoreFixture(t)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	right := clk.Now()
+	s.Sales(2, day0, "T1")
+	MustOnce(t, u)
+	clk.Set(right.AddDate(1, 0, 0)) // a year ahead
+	s.Sales(2, day0.Add(time.Minute), "T1")
+	MustOnce(t, u)
+	clk.Set(right.Add(time.Hour)) // set right
+	s.Sales(2, day0.Add(2*time.Minute), "T1")
+	MustOnce(t, u)
+	st, err := u.Status(ctx)
+	if err != nil || st.Backlog != 0 || !st.LastSentAt.Equal(clk.Now()) {
+		t.Errorf("status %+v (%v): want backlog 0 and the last batch sent at %v", st, err, clk.Now())
+	}
+	v, _ := metricstest.Value(scrape(t, reg), "posgate_upload_last_success_timestamp_seconds", nil)
+	if want := float64(clk.Now().Unix()); v != want {
+		t.Errorf("last_success_timestamp_seconds = %v, want %v (now)", v, want)
 	}
 }
