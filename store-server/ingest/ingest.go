@@ -977,7 +977,10 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 				in.count(func(s *Stats) { s.Accepted++ })
 			}
 		case wire.AckRejected, wire.AckRateLimited:
-			if x.rec.Final {
+			// A live refusal is not final: the record said so (the gate's verdict, a live
+			// event's bad input), or the ledger refused a live sale for stock (degrade mode,
+			// CheckStock), which the record sent as final. Only a final rejection is parked.
+			if x.rec.Final && !(x.rec.CheckStock && o.Code == ledger.CodeOutOfStock) {
 				in.count(func(s *Stats) { s.Rejected++ })
 			} else {
 				in.count(func(s *Stats) { s.Refused++ })
