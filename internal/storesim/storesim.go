@@ -530,7 +530,9 @@ func (r *Responder) step(t *terminal, it *wire.Item) (ack wire.Ack, ok, accepted
 		return a, true, a.Status == wire.AckAccepted && keep
 	}
 	rec := &t.recs[seq-1]
-	if it.Err == nil && it.Env.Hash != rec.hash && (rec.final || rec.hash != "") {
+	// Other content under a final key is a conflict; a live verdict or a rate limit binds
+	// nothing, whatever comes under its key next is decided again (as the store does).
+	if it.Err == nil && it.Env.Hash != rec.hash && rec.final {
 		return wire.Ack{
 			Seq: seq, Key: it.Key, Status: wire.AckConflict, Live: live, Code: CodeConflict,
 			Message: fmt.Sprintf("key %s was already used with other content", it.Key),

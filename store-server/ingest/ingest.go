@@ -697,13 +697,17 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 				Status: wire.AckConflict, Code: ledger.CodeIdempotencyConflict}
 			x.overFinal = true
 			return nil
-		case ok && (st.Final || (it.Err == nil && st.Hash != it.Env.Hash)):
+		case ok && st.Final:
 			x.done = true
 			in.count(func(s *Stats) { s.Replays++ })
 			x.ack = replayAck(x.ack, st, it)
 			return nil
 		}
-		// Not final (a live refusal): decide it again.
+		// Not final (a live refusal): decide it again, whatever its content. A live refusal
+		// binds nothing: the till it answered undid the step, or resends it offline to be
+		// decided. Other content under its key (a till restored from a backup numbers its
+		// events again) is a step that till kept; answered conflict, the till parked it and
+		// counted it while the store held it nowhere, neither recorded nor parked.
 	}
 	x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash, At: it.Env.At,
 		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true}
@@ -977,7 +981,10 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 				in.count(func(s *Stats) { s.Accepted++ })
 			}
 		case wire.AckRejected, wire.AckRateLimited:
-			if x.rec.Final {
+			// A live refusal is not final: the record said so (the gate's verdict, a live
+			// event's bad input), or the ledger refused a live sale for stock (degrade mode,
+			// CheckStock), which the record sent as final. Only a final rejection is parked.
+			if x.rec.Final && !(x.rec.CheckStock && o.Code == ledger.CodeOutOfStock) {
 				in.count(func(s *Stats) { s.Rejected++ })
 			} else {
 				in.count(func(s *Stats) { s.Refused++ })

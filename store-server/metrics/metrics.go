@@ -105,7 +105,7 @@ var counters = []struct {
 	{"accepted_total", "Events accepted.", func(s ingest.Stats) int64 { return s.Accepted }},
 	{"replays_total", "Events answered from the ledger as duplicates.", func(s ingest.Stats) int64 { return s.Replays }},
 	{"rejected_total", "Events rejected as bad input (parked).", func(s ingest.Stats) int64 { return s.Rejected }},
-	{"refused_live_total", "Live events refused (rate limit, stock); the terminal may sell them offline.", func(s ingest.Stats) int64 { return s.Refused }},
+	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s ingest.Stats) int64 { return s.Refused }},
 	{"out_of_order_total", "Events answered out_of_order.", func(s ingest.Stats) int64 { return s.OutOfOrder }},
 	{"groups_total", "Groups decided and committed.", func(s ingest.Stats) int64 { return s.Groups }},
 	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s ingest.Stats) int64 { return s.Rebuilds }},
