@@ -391,7 +391,9 @@ func applyOne(tx txStmts, t Transition, nowMs int64) (bool, error) {
 }
 
 // undo reverts the sale step whose event seq was refused by a live verdict: a scanned line is
-// removed, a completed sale reopens without its last payment, a refund is marked refused.
+// removed, a completed sale reopens without its last payment, a refund is marked refused, a
+// day close is taken back (the day is open again: the cashier was told the store refused it,
+// and the store holds no close of it).
 func undo(tx txStmts, kind wire.Kind, seq int64) error {
 	var err error
 	switch kind {
@@ -410,6 +412,8 @@ func undo(tx txStmts, kind wire.Kind, seq int64) error {
 			business_date = NULL, change = 0 WHERE id = ?`, id)
 	case wire.KindRefund:
 		_, err = tx.exec(`UPDATE refunds SET state = 'refused' WHERE seq = ?`, seq)
+	case wire.KindDayClose:
+		_, err = tx.exec(`DELETE FROM day_closes WHERE seq = ?`, seq)
 	}
 	return err
 }

@@ -1,0 +1,41 @@
+package api_test
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// TestLiveRefusedCloseReopensTheDay: the store refuses a day close live (a store of an
+// earlier release that cannot read it, say). The cashier is told no, and the till's day is
+// not closed behind that answer: it sells on, and a close once the store takes it goes,
+// with every sale of the day.
+func TestLiveRefusedCloseReopensTheDay(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	a, _ := newLiveAgent(t, liveOpts{decide: func(env wire.Envelope, live bool) *wire.Ack {
+		if env.Kind == wire.KindDayClose && refuse.Load() {
+			return &wire.Ack{Status: wire.AckRejected, Code: "payload_invalid", Message: "unknown field"}
+		}
+		return nil
+	}})
+	sell := func() {
+		t.Helper()
+		id := a.openSale()
+		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, http.StatusOK)
+		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, http.StatusOK)
+	}
+	sell()
+	a.must("POST", "/v1/day-close", `{}`, http.StatusConflict)
+	sell() // not day_closed: the close the store refused is undone
+	refuse.Store(false)
+	var closed struct {
+		Totals wire.DayClosePayload `json:"totals"`
+	}
+	a.must("POST", "/v1/day-close", `{}`, http.StatusOK).json(t, &closed)
+	if closed.Totals.SaleCount != 2 || closed.Totals.SaleAmount != 2500 {
+		t.Errorf("the close the store took: %+v, want both sales, 25.00", closed.Totals)
+	}
+}
