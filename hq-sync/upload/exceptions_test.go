@@ -845,3 +845,51 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 		t.Errorf("%d batches refused, want 1", o.refused.Load())
 	}
 }
+
+// TestParkedDayCloseFiledUnderItsDay: a till's day close the store refused for good, made
+// after midnight as a day close usually is, reaches HQ under the business date it closes,
+// where reconcile finds the terminal without a day close, and says what the till declared.
+// Filed under the date of its time, it would be listed the night after, beside nothing.
+func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // a receipt: HQ takes exceptions and parked events
+
+	closedAt := time.Date(2025, 3, 2, 0, 20, 0, 0, shanghai)
+	r := s.record("T8", closedAt, wire.KindDayClose, &wire.DayClosePayload{BusinessDate: date0, SaleCount: 2,
+		SaleAmount: 4650, Methods: []wire.MethodTotal{{Method: wire.MethodCash, SaleCount: 2, SaleAmount: 4650}}})
+	r.DayClose, r.Status, r.Code, r.Message = nil, wire.AckRejected, "payload_invalid", "the methods do not add up"
+	if out, err := s.l.Commit(ctx, []ledger.Record{r}); err != nil || out[0].Err != nil || out[0].Status != wire.AckRejected {
+		t.Fatalf("park the day close: %+v, %v", out, err)
+	}
+	s.Sales(1, day0.Add(time.Hour))
+	MustOnce(t, u)
+	MustOnce(t, u)
+
+	next, err := st.Exceptions(ctx, "2025-03-02", testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of, err := st.Exceptions(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *hq.StoredException
+	for i := range of {
+		if of[i].Kind == hq.ExceptionParked && of[i].Terminal == "T8" {
+			found = &of[i]
+		}
+	}
+	if found == nil || len(next) != 0 {
+		var nextKeys []string
+		for _, x := range next {
+			nextKeys = append(nextKeys, x.Key()+" "+x.BusinessDate)
+		}
+		t.Fatalf("the parked day close of %s is not at HQ under its date; under 2025-03-02: %q", date0, nextKeys)
+	}
+	if !strings.HasPrefix(found.Detail, "day close of \""+date0+"\" (sales 2 of 46.50") {
+		t.Errorf("the parked day close at HQ says %q, want the day and the totals the till declared", found.Detail)
+	}
+}

@@ -466,6 +466,13 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 			if !validDate(date) {
 				x.BusinessDate = r.l.parkedDate(time.Time{}, parkedMs)
 			}
+			if d := dayCloseDate(wire.Kind(kind), payload); d != "" {
+				// A day close is of the day its payload names, as the ledger files an
+				// accepted one, not of its time: a till closes a day after midnight.
+				// Under its time's date, HQ would list it the night after the day it
+				// leaves without a day close.
+				x.BusinessDate = d
+			}
 		}
 	default:
 		return fmt.Errorf("unknown exception kind %q", x.Kind)
@@ -510,8 +517,34 @@ func parkedDetail(kind wire.Kind, message string, payload []byte) string {
 			what = fmt.Sprintf("refund %q of %s by %s, of sale %q (seq %d)", p.RefundID, p.Amount, p.Method,
 				p.SaleID, p.SaleSeq)
 		}
+	case wire.KindDayClose:
+		var p wire.DayClosePayload
+		if json.Unmarshal(payload, &p) == nil {
+			var b strings.Builder
+			fmt.Fprintf(&b, "day close of %q (sales %d of %s, refunds %d of %s", p.BusinessDate, p.SaleCount,
+				p.SaleAmount, p.RefundCount, p.RefundAmount)
+			for _, m := range p.Methods {
+				fmt.Fprintf(&b, "; %s: sales %d of %s, refunds %d of %s", m.Method, m.SaleCount, m.SaleAmount,
+					m.RefundCount, m.RefundAmount)
+			}
+			b.WriteString(")")
+			what = b.String()
+		}
 	case "":
 		what = "event"
 	}
 	return what + ": " + message
+}
+
+// dayCloseDate returns the business date a parked day close names, or "" when kind is not
+// a day close or its payload names no date HQ takes.
+func dayCloseDate(kind wire.Kind, payload []byte) string {
+	if kind != wire.KindDayClose {
+		return ""
+	}
+	var p wire.DayClosePayload
+	if json.Unmarshal(payload, &p) != nil || !validDate(p.BusinessDate) {
+		return ""
+	}
+	return p.BusinessDate
 }
