@@ -893,3 +893,42 @@ func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
 		t.Errorf("the parked day close at HQ says %q, want the day and the totals the till declared", found.Detail)
 	}
 }
+
+// TestParkedWaitAtAnIdleStore: a store that sends no rows (closed, its tills off) while its
+// exception changes wait at a parked event for an HQ that has not said it takes them still
+// hears from HQ once HQ is upgraded: the uploader asks now and then with a batch of nothing,
+// and the changes go after the receipt that says takes_parked. Without a row to carry
+// there was never a receipt, and they waited for good.
+func TestParkedWaitAtAnIdleStore(t *testing.T) {
+	ctx := context.Background()
+	var older atomic.Bool
+	older.Store(true)
+	s, st, log, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if older.Load() {
+				serveWithout(w, r, h, "takes_parked")
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // a receipt: HQ takes exceptions, not parked events
+	s.ParkedSale("T8", day0.Add(2*time.Minute))
+	over, _ := s.l.Oversells(ctx, "", false)
+	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u)
+	older.Store(false) // HQ upgraded; the store sells nothing more
+	defer func(d time.Duration) { parkedProbeEvery = d }(parkedProbeEvery)
+	parkedProbeEvery = 50 * time.Millisecond
+	time.Sleep(2 * parkedProbeEvery)
+	for i := 0; i < 3; i++ {
+		MustOnce(t, u)
+	}
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
+	}
+}

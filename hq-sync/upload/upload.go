@@ -60,6 +60,12 @@ const (
 	DefaultRequestTimeout = 2 * time.Minute
 )
 
+// parkedProbeEvery is how often an uploader whose exception changes wait at a parked event
+// (HQ has not said it takes them) and that has nothing else to send asks HQ with a batch of
+// nothing: a store that sends no rows would otherwise never read the receipt that says HQ
+// takes them now.
+var parkedProbeEvery = time.Hour
+
 // batchBudget is how many body bytes the rows and days of one batch may take: the protocol
 // limit less room for the envelope fields.
 const batchBudget = hq.MaxBatchBytes - 64<<10
@@ -181,9 +187,12 @@ type Uploader struct {
 	ledgerFile os.FileInfo
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
-	budget    int       // body bytes the rows and days of a batch may take
-	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
-	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
+	// parkedWait is when the uploader, with nothing to send, last found or asked about
+	// exception changes that may wait at a parked event (see parkedProbeEvery; wall clock).
+	parkedWait time.Time
+	budget     int // body bytes the rows and days of a batch may take
+	dayLimit   int // body bytes a day declaration may take at most (HQ's limit); more go in parts
+	maxParts   int // parts a declaration may take at most (hq.MaxDayParts)
 
 	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
 	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
@@ -576,6 +585,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	var xFull bool        // more changes than one batch takes wait: the batch is due
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
+	var probe bool        // a batch of nothing, to read whether HQ takes parked events now
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		// The ledger may have been restored from a backup under the running uploader, as it
 		// may before a start (claim): rows sold since took ids up to the watermark again, and
@@ -686,7 +696,17 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
-			return nil
+			if u.hqTakesExceptions && !u.hqTakesParked && len(out.Days) == 0 {
+				// Nothing to send, and the exception changes may wait at a parked event for a
+				// receipt that says HQ takes them: ask HQ now and then.
+				if u.parkedWait.IsZero() {
+					u.parkedWait = time.Now()
+				}
+				if time.Since(u.parkedWait) >= parkedProbeEvery {
+					probe, err = r.ParkedAfter(ctx, xThrough)
+				}
+			}
+			return err
 		}
 		if u.firstSeen.IsZero() {
 			u.firstSeen = time.Now()
@@ -716,7 +736,11 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 	}
 	if len(out.Days) == 0 && len(rows) == 0 && len(xs) == 0 {
-		return nil, nil
+		if !probe {
+			return nil, nil
+		}
+		u.parkedWait = time.Now()
+		u.log.Info("exception changes wait at a parked event HQ has not said it takes; asking HQ with an empty batch")
 	}
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,
