@@ -932,3 +932,39 @@ func TestParkedWaitAtAnIdleStore(t *testing.T) {
 		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
 	}
 }
+
+// TestExceptionsWaitAtAnIdleStore: as TestParkedWaitAtAnIdleStore, for an uploader that
+// has not yet read a receipt saying HQ takes exceptions at all (HQ upgraded while the
+// store sends no rows): a manager's resolution reaches HQ without waiting for a sale.
+func TestExceptionsWaitAtAnIdleStore(t *testing.T) {
+	ctx := context.Background()
+	var older atomic.Bool
+	older.Store(true)
+	s, st, log, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if older.Load() {
+				serveWithout(w, r, h, "takes_exceptions")
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // a receipt that does not say HQ takes exceptions
+	over, _ := s.l.Oversells(ctx, "", false)
+	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
+		t.Fatal(err)
+	}
+	MustOnce(t, u)
+	older.Store(false) // HQ upgraded; the store sells nothing more
+	defer func(d time.Duration) { parkedProbeEvery = d }(parkedProbeEvery)
+	parkedProbeEvery = 50 * time.Millisecond
+	time.Sleep(2 * parkedProbeEvery)
+	for i := 0; i < 3; i++ {
+		MustOnce(t, u)
+	}
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
+	}
+}

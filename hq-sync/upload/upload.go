@@ -60,10 +60,10 @@ const (
 	DefaultRequestTimeout = 2 * time.Minute
 )
 
-// parkedProbeEvery is how often an uploader whose exception changes wait at a parked event
-// (HQ has not said it takes them) and that has nothing else to send asks HQ with a batch of
-// nothing: a store that sends no rows would otherwise never read the receipt that says HQ
-// takes them now.
+// parkedProbeEvery is how often an uploader whose exception changes wait for HQ (no receipt
+// has said it takes exceptions, or the parked events among them) and that has nothing else
+// to send asks HQ with a batch of nothing: a store that sends no rows would otherwise never
+// read the receipt that says HQ takes them now.
 var parkedProbeEvery = time.Hour
 
 // batchBudget is how many body bytes the rows and days of one batch may take: the protocol
@@ -696,14 +696,14 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
-			if u.hqTakesExceptions && !u.hqTakesParked && len(out.Days) == 0 {
-				// Nothing to send, and the exception changes may wait at a parked event for a
-				// receipt that says HQ takes them: ask HQ now and then.
+			if (!u.hqTakesExceptions || !u.hqTakesParked) && len(out.Days) == 0 {
+				// Nothing to send, and exception changes may wait for a receipt that says HQ
+				// takes them (or the parked events among them): ask HQ now and then.
 				if u.parkedWait.IsZero() {
 					u.parkedWait = time.Now()
 				}
 				if time.Since(u.parkedWait) >= parkedProbeEvery {
-					probe, err = r.ParkedAfter(ctx, xThrough)
+					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions)
 				}
 			}
 			return err
@@ -740,7 +740,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			return nil, nil
 		}
 		u.parkedWait = time.Now()
-		u.log.Info("exception changes wait at a parked event HQ has not said it takes; asking HQ with an empty batch")
+		u.log.Info("exception changes wait for a receipt that says HQ takes them; asking HQ with an empty batch",
+			"takes_exceptions", u.hqTakesExceptions, "takes_parked", u.hqTakesParked)
 	}
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,

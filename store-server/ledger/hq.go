@@ -411,17 +411,18 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 	return out, last, read == limit && !waits, nil
 }
 
-// ParkedAfter reports whether the ledger holds a change of a parked event after change
-// number afterID: the exception changes of an uploader whose HQ has not said it takes
-// parked events wait there. A ledger without exception changes holds none.
-func (r *HQReader) ParkedAfter(ctx context.Context, afterID int64) (bool, error) {
+// ChangesWaiting reports whether the ledger holds an exception change after change number
+// afterID that an uploader holds back: any change, or with exceptionsTaken (HQ takes
+// exceptions, not parked events) a change of a parked event. A ledger without exception
+// changes holds none.
+func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken bool) (bool, error) {
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
 		return false, err
 	}
 	var n int
 	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM exception_changes
-		WHERE id > ? AND kind = 'parked' LIMIT 1)`, afterID).Scan(&n); err != nil {
-		return false, fmt.Errorf("parked changes: %w", err)
+		WHERE id > ? AND (kind = 'parked' OR NOT ?) LIMIT 1)`, afterID, exceptionsTaken).Scan(&n); err != nil {
+		return false, fmt.Errorf("exception changes waiting: %w", err)
 	}
 	return n > 0, nil
 }
