@@ -704,6 +704,9 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				}
 				if time.Since(u.parkedWait) >= parkedProbeEvery {
 					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions)
+					if !probe {
+						u.parkedWait = time.Now() // looked: the next look is the next interval's
+					}
 				}
 			}
 			return err
