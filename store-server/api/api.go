@@ -186,12 +186,19 @@ func writeError(w http.ResponseWriter, err error) {
 	w.Write(body)
 }
 
+// writeJSON writes v as the answer. It is encoded before the status goes out: a value JSON
+// cannot write (a time outside the years 0-9999) is an internal error, not a 200 with an
+// empty body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		slog.Error("manager api: answer not encoded", "err", err)
+		writeError(w, perr.Wrap(err, perr.Internal, "internal", "answer not encoded: %v", err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	w.Write(append(body, '\n'))
 }
 
 func decode(r *http.Request, v any) error {
