@@ -548,12 +548,21 @@ func (s *Server) parked(r *http.Request) (any, error) {
 	if all != "" && all != "1" && all != "0" {
 		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved parked events too) or 0")
 	}
-	p, err := s.Ledger.Parked(r.Context(), 1000, all == "1")
-	if p == nil {
-		p = []ledger.Parked{}
+	p, err := s.Ledger.Parked(r.Context(), parkedListed, all == "1")
+	if err != nil {
+		return nil, err
 	}
-	return map[string]any{"parked": p}, err
+	// The list holds the most recently parked only: open says how many are open in all, so
+	// that a list cut short says so.
+	_, _, open, err := s.Ledger.OpenExceptions(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"parked": p, "open": open}, nil
 }
+
+// parkedListed is how many parked events GET /v1/parked lists, the most recently parked.
+const parkedListed = 1000
 
 // ResolveParkedRequest resolves one parked event with what explained it.
 type ResolveParkedRequest struct {

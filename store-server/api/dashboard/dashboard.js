@@ -346,8 +346,15 @@ async function resolveRefundException(x) {
   refresh();
 }
 
+// PARKED_SHOWN is how many parked events the table lists, the most recently parked.
+const PARKED_SHOWN = 50;
+
 function drawParked(p) {
-  fill("parked", p.parked.slice(0, 50).map((x) => {
+  const shown = p.parked.filter((x) => !x.resolved).slice(0, PARKED_SHOWN);
+  const open = typeof p.open === "number" ? p.open : shown.length;
+  $("parked-more").textContent = open > shown.length ? "Showing the " + shown.length +
+    " most recently parked of " + open + " open: resolve these to see the others." : "";
+  fill("parked", shown.map((x) => {
     const button = el("button", "Resolve…");
     button.addEventListener("click", () => resolveParked(x));
     const action = el("td");
