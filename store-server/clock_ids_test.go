@@ -63,3 +63,36 @@ func grepLines(s, sub string) []string {
 	}
 	return out
 }
+
+// TestUpTopicOfNoTerminalID: an up message on a topic whose terminal is no terminal id
+// cannot be answered as any terminal's, and the ledger must not file it under that name: it
+// became a row of /v1/terminals and a label of terminal_last_event_timestamp_seconds in
+// /metrics for good, one per name whoever can publish on the broker chose.
+func TestUpTopicOfNoTerminalID(t *testing.T) {
+	t.Parallel()
+	srv := biRunServer(t)
+	srv.openStore(t)
+	r := biStartRun(t, srv)
+
+	bad := []string{"T.01", "T<b>1", "junk-" + strings.Repeat("x", wire.MaxIDLen)}
+	for _, term := range bad {
+		r.bus.publish(t, term, r.event(t, wire.KindSale, term, 1, `{"not":"a sale"}`))
+	}
+	e1, w1 := r.good(t, "T1", 1)
+	r.step(t, "a sale", "T1", e1, w1)
+
+	var terms api.TerminalsAnswer
+	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
+	for _, row := range terms.Terminals {
+		if !wire.ValidID(row.Terminal) {
+			t.Errorf("/v1/terminals has a row for %q, no terminal id (last %s #%d %s)", row.Terminal,
+				row.LastKind, row.LastSeq, row.LastStatus)
+		}
+	}
+	_, _, body := srv.do(t, "GET", "/metrics", biToken, "", nil)
+	for _, term := range bad {
+		if l := grepLines(string(body), `terminal="`+term+`"`); len(l) > 0 {
+			t.Errorf("/metrics has %s", l)
+		}
+	}
+}
