@@ -186,12 +186,19 @@ func writeError(w http.ResponseWriter, err error) {
 	w.Write(body)
 }
 
+// writeJSON writes v as the answer. It is encoded before the status goes out: a value JSON
+// cannot write (a time outside the years 0-9999) is an internal error, not a 200 with an
+// empty body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		slog.Error("manager api: answer not encoded", "err", err)
+		writeError(w, perr.Wrap(err, perr.Internal, "internal", "answer not encoded: %v", err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	w.Write(append(body, '\n'))
 }
 
 func decode(r *http.Request, v any) error {
@@ -541,12 +548,21 @@ func (s *Server) parked(r *http.Request) (any, error) {
 	if all != "" && all != "1" && all != "0" {
 		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved parked events too) or 0")
 	}
-	p, err := s.Ledger.Parked(r.Context(), 1000, all == "1")
-	if p == nil {
-		p = []ledger.Parked{}
+	p, err := s.Ledger.Parked(r.Context(), parkedListed, all == "1")
+	if err != nil {
+		return nil, err
 	}
-	return map[string]any{"parked": p}, err
+	// The list holds the most recently parked only: open says how many are open in all, so
+	// that a list cut short says so.
+	_, _, open, err := s.Ledger.OpenExceptions(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"parked": p, "open": open}, nil
 }
+
+// parkedListed is how many parked events GET /v1/parked lists, the most recently parked.
+const parkedListed = 1000
 
 // ResolveParkedRequest resolves one parked event with what explained it.
 type ResolveParkedRequest struct {

@@ -586,6 +586,12 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 		gm := &msgs[i]
 		_, topicTerminal, ok := wire.ParseUpTopic(m.topic)
 		up, err := m.up, m.err
+		// A topic whose terminal is no terminal id is no terminal's: its events are not
+		// filed under that name, which would be a terminal of the ledger, the API and the
+		// metrics for good, one per name a publisher chose.
+		if ok && err == nil && !wire.ValidID(topicTerminal) {
+			err = errors.New("the topic's terminal is not a terminal id")
+		}
 		if !ok || err != nil {
 			gm.skip = true
 			in.count(func(s *Stats) { s.Bad++ })

@@ -486,7 +486,8 @@ func eachRow(rows *sql.Rows, err error) func(fn func(*sql.Rows) error) error {
 	}
 }
 
-// parseTime reads a stored time into the store's zone (the zero time for an empty string).
+// parseTime reads a stored time into the store's zone (the zero time for an empty string;
+// UTC for a time whose year in the store's zone JSON cannot write).
 func (l *Ledger) parseTime(s string) time.Time {
 	if s == "" {
 		return time.Time{}
@@ -494,6 +495,13 @@ func (l *Ledger) parseTime(s string) time.Time {
 	t, err := time.Parse(timeFormat, s)
 	if err != nil {
 		return time.Time{}
+	}
+	// A till's clock far off can stamp a time of the year 9999 that is in the year 10000 in
+	// the store's zone (9999-12-31T20:00Z is 10000-01-01 in Shanghai): JSON writes years 0
+	// to 9999 only, and such a time in the store's zone made every answer holding it empty.
+	// It is kept in UTC, the same instant.
+	if y := t.In(l.loc).Year(); y < 0 || y > 9999 {
+		return t
 	}
 	return t.In(l.loc)
 }

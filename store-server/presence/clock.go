@@ -116,8 +116,11 @@ func (b *Board) Clocks() map[string]Clock {
 // other events do not. At most one reading per terminal per second is taken; anything it
 // cannot read it leaves to ingest, which judges every message.
 func (b *Board) HandleUp(topic string, payload []byte) {
+	// A topic whose terminal is no terminal id is refused by ingest, as its status and
+	// backlog messages are here: it gets no clock, which would be a row of the terminals and
+	// a label of the metrics for as long as the store runs.
 	store, terminal, ok := wire.ParseUpTopic(topic)
-	if !ok || store != b.store {
+	if !ok || store != b.store || !wire.ValidID(terminal) {
 		return
 	}
 	heard := b.now()

@@ -86,6 +86,15 @@ function ago(iso, now) {
   return Math.round(s / 86400) + " d ago";
 }
 
+// storeTime shows a time as the API gives it, in the store's zone (--tz): the wall clock of
+// the store, as its business dates are taken, whatever zone the browser is set to. "—" for
+// none (a time the store could not read is the zero time).
+function storeTime(iso) {
+  if (!iso || iso.startsWith("0001-")) return "—";
+  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})/.exec(iso);
+  return m ? m[1] + " " + m[2] : iso;
+}
+
 // gib shows a byte count in GiB (sizes, not money).
 const gib = (n) => (n / 2 ** 30).toFixed(1) + " GiB";
 
@@ -292,7 +301,7 @@ function drawOversells(o) {
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, x.sku, el("td", x.short, "num bad"),
-      new Date(x.at).toLocaleString(), action]);
+      storeTime(x.at), action]);
   }), "None.");
 }
 
@@ -318,7 +327,7 @@ function drawRefundExceptions(r) {
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, el("td", x.code, "bad"), el("td", x.detail, "wrap"),
-      new Date(x.at).toLocaleString(), action]);
+      storeTime(x.at), action]);
   }), "None.");
 }
 
@@ -337,14 +346,21 @@ async function resolveRefundException(x) {
   refresh();
 }
 
+// PARKED_SHOWN is how many parked events the table lists, the most recently parked.
+const PARKED_SHOWN = 50;
+
 function drawParked(p) {
-  fill("parked", p.parked.slice(0, 50).map((x) => {
+  const shown = p.parked.filter((x) => !x.resolved).slice(0, PARKED_SHOWN);
+  const open = typeof p.open === "number" ? p.open : shown.length;
+  $("parked-more").textContent = open > shown.length ? "Showing the " + shown.length +
+    " most recently parked of " + open + " open: resolve these to see the others." : "";
+  fill("parked", shown.map((x) => {
     const button = el("button", "Resolve…");
     button.addEventListener("click", () => resolveParked(x));
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, x.kind || "—", el("td", x.code, "bad"), el("td", x.message, "wrap"),
-      x.at && !x.at.startsWith("0001") ? new Date(x.at).toLocaleString() : "—", action]);
+      storeTime(x.at), action]);
   }), "None.");
 }
 
