@@ -247,32 +247,14 @@ func TestExceptionsReachHQ(t *testing.T) {
 	}
 }
 
-// olderHQWithoutExceptions answers, while older is set, as an hq-sync serve of the release
-// before exceptions: it refuses a batch with exceptions (an unknown field to its strict
-// decoding), and its receipts do not say that it takes them.
-type olderHQWithoutExceptions struct {
-	h       http.Handler
-	older   atomic.Bool
-	refused atomic.Int64
-}
-
-func (o *olderHQWithoutExceptions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !o.older.Load() {
-		o.h.ServeHTTP(w, r)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if bytes.Contains(body, []byte(`"exceptions":`)) {
-		o.refused.Add(1)
-		problem(w, serve.CodeJSONInvalid, `the request body is not one JSON batch: json: unknown field "exceptions"`)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	serveWithout(w, r, o.h, "takes_exceptions")
+// olderHQWithoutExceptions is the release before exceptions: it refuses a batch with
+// exceptions (an unknown field to its strict decoding), and its receipts do not say that it
+// takes them.
+func olderHQWithoutExceptions() *olderHQ {
+	return &olderHQ{lacks: "takes_exceptions", refuse: func(body []byte) (string, string, bool) {
+		return serve.CodeJSONInvalid, `the request body is not one JSON batch: json: unknown field "exceptions"`,
+			bytes.Contains(body, []byte(`"exceptions":`))
+	}}
 }
 
 // TestExceptionsWaitForAnOlderHQ: HQ goes back to a release without exceptions while a
@@ -280,7 +262,7 @@ func (o *olderHQWithoutExceptions) ServeHTTP(w http.ResponseWriter, r *http.Requ
 // more is held back; once HQ takes exceptions again, the change goes.
 func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
 	ctx := context.Background()
-	o := &olderHQWithoutExceptions{}
+	o := olderHQWithoutExceptions()
 	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
 	u := MustNew(t, cfg)
 
@@ -752,39 +734,24 @@ func TestParkedFarDateOfAnEarlierRelease(t *testing.T) {
 	}
 }
 
-// olderHQWithoutParked answers, while older is set, as an hq-sync serve of the release
-// before parked events: it takes exceptions, refuses a batch with one of kind parked (as
-// its validation words it), and its receipts do not say takes_parked.
-type olderHQWithoutParked struct {
-	h       http.Handler
-	older   atomic.Bool
-	refused atomic.Int64
-}
-
-func (o *olderHQWithoutParked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !o.older.Load() {
-		o.h.ServeHTTP(w, r)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var b hq.Batch
-	if json.Unmarshal(body, &b) == nil {
+// olderHQWithoutParked is the release before parked events: it takes exceptions, refuses a
+// batch with one of kind parked (as its validation words it), and its receipts do not say
+// takes_parked.
+func olderHQWithoutParked() *olderHQ {
+	return &olderHQ{lacks: "takes_parked", refuse: func(body []byte) (string, string, bool) {
+		var b hq.Batch
+		if json.Unmarshal(body, &b) != nil {
+			return "", "", false
+		}
 		for i, x := range b.Exceptions {
 			if x.Kind == hq.ExceptionParked {
-				o.refused.Add(1)
-				problem(w, serve.CodeBatchInvalid, fmt.Sprintf(
+				return serve.CodeBatchInvalid, fmt.Sprintf(
 					`exceptions[%d] (kind "parked" terminal %q seq %d sku ""): kind "parked" is not oversell or refund`,
-					i, x.Terminal, x.Seq))
-				return
+					i, x.Terminal, x.Seq), true
 			}
 		}
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	serveWithout(w, r, o.h, "takes_parked")
+		return "", "", false
+	}}
 }
 
 // TestParkedWaitForAnHQGoneBack: HQ goes back to the release before parked events while a
@@ -793,7 +760,7 @@ func (o *olderHQWithoutParked) ServeHTTP(w http.ResponseWriter, r *http.Request)
 // the parked event's change; once HQ takes parked events again, the resolution goes.
 func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 	ctx := context.Background()
-	o := &olderHQWithoutParked{}
+	o := olderHQWithoutParked()
 	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg

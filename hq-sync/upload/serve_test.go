@@ -602,11 +602,13 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	status()
 }
 
-// olderHQ answers as an hq-sync serve of the release before declarations in parts did: it
-// refuses a batch with a part (an unknown field to it), and its receipts do not say that it
-// takes them.
+// olderHQ answers, while older is set, as an hq-sync serve of an earlier release: it
+// refuses a batch that refuse finds it cannot take (with refuse's problem code and detail),
+// and its receipts leave out the field lacks.
 type olderHQ struct {
 	h       http.Handler
+	lacks   string
+	refuse  func(body []byte) (code, detail string, ok bool)
 	older   atomic.Bool
 	refused atomic.Int64
 }
@@ -616,11 +618,27 @@ func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.h.ServeHTTP(w, r)
 		return
 	}
-	// As that release's strict decoding answers the first field it does not know.
-	if refusePart(w, r, &o.refused, serve.CodeJSONInvalid, `unknown field "part"`) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	serveWithout(w, r, o.h, "takes_day_parts")
+	if code, detail, ok := o.refuse(body); ok {
+		o.refused.Add(1)
+		problem(w, code, detail)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	serveWithout(w, r, o.h, o.lacks)
+}
+
+// olderHQWithoutParts is the release before declarations in parts: it refuses a batch with
+// a part (its strict decoding answers the first field it does not know), and its receipts
+// do not say that it takes them.
+func olderHQWithoutParts() *olderHQ {
+	return &olderHQ{lacks: "takes_day_parts", refuse: func(body []byte) (string, string, bool) {
+		return serve.CodeJSONInvalid, `unknown field "part"`, bytes.Contains(body, []byte(`"parts":`))
+	}}
 }
 
 // serveWithout has h answer r, with field taken out of its receipt: what an HQ of a
@@ -775,7 +793,7 @@ func TestPendingPartBatchOfFirstRelease(t *testing.T) {
 // HQ going back to the earlier release is seen at its next receipt: large days wait again.
 func TestDayInPartsWaitsForHQ(t *testing.T) {
 	ctx := context.Background()
-	o := &olderHQ{}
+	o := olderHQWithoutParts()
 	o.older.Store(true)
 	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { o.h = h; return o })
 	u := MustNew(t, cfg)
