@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -448,20 +447,7 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 	u.Close()
 
 	// The ledger's disk is replaced; the ledger comes back from the backup.
-	s.l.Close()
-	for _, suffix := range []string{"-wal", "-shm"} {
-		os.Remove(s.path + suffix)
-	}
-	b, err := os.ReadFile(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(s.path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
-		t.Fatal(err)
-	}
+	restoreLedger(t, s, backup)
 	s.OfflineSale("T2", day0.Add(3*time.Minute)) // a new oversell after the restore
 
 	u, err = New(ctx, cfg)

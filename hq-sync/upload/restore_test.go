@@ -503,19 +503,7 @@ func TestLedgerFileReplacedUnderRunningUploader(t *testing.T) {
 	})
 	backup := backupLedger(t, s)
 
-	s.l.Close()
-	for _, suffix := range []string{"-wal", "-shm"} {
-		os.Remove(s.path + suffix)
-	}
-	if err := os.Rename(backup, s.path); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
-		t.Fatal(err)
-	}
-	l := s.l
-	t.Cleanup(func() { l.Close() })
+	moveIntoPlace(t, s, backup)
 	s.Sales(3, day0.Add(time.Hour), "T2") // ids 6..8, in the new file
 	time.Sleep(30 * cfg.PollInterval)     // the uploader's next polls (nothing else reads its ledger meanwhile)
 	stop()
