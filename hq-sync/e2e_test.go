@@ -220,22 +220,7 @@ func TestChainReconciles(t *testing.T) {
 		if code, out, _ := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json"); code != 1 {
 			t.Fatalf("%s: a day the store has not declared reconciled (exit %d): %s", name, code, out)
 		}
-		// The next morning the uploader declares the day (to an HQ whose clock has moved on
-		// too, or it would refuse the request's timestamp).
-		tomorrow := func() time.Time { return time.Now().Add(24 * time.Hour) }
-		hqStore, err := openStorage(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hqNext := httptest.NewServer(serve.New(hqStore, map[string][]byte{e2eStore: []byte(e2eSecret)}, serve.Options{Now: tomorrow}))
-		u, err := upload.New(ctx, upload.Config{LedgerPath: filepath.Join(sdir, "ledger.db"), StatePath: state, Store: e2eStore,
-			Location: loc, Secret: []byte(e2eSecret), HQURL: hqNext.URL + "/v1/batches", Now: tomorrow})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := u.Once(ctx); err != nil {
-			t.Fatalf("%s: declaring the day: %v", name, err)
-		}
+		u, closeNext := declareNextMorning(ctx, t, db, filepath.Join(sdir, "ledger.db"), state, loc)
 		// The status command reads the state the uploader holds; a second uploader may not.
 		code, out, errs := runCmd(ctx, "upload", "--status", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
 			"--state", state, "--tz", e2eTZ)
@@ -250,9 +235,7 @@ func TestChainReconciles(t *testing.T) {
 			"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn"); code == 0 || !strings.Contains(errs, "in use") {
 			t.Errorf("%s: a second uploader on a held state exited %d: %s", name, code, errs)
 		}
-		u.Close()
-		hqNext.Close()
-		hqStore.Close()
+		closeNext()
 		code, out, errs = runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json")
 		var rep reconcile.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -352,4 +335,26 @@ func TestReconcileOpenFlags(t *testing.T) {
 			t.Errorf("--open %v: exit %d: %s", args, code, errs)
 		}
 	}
+}
+
+// declareNextMorning has an uploader on state declare the store's day the next morning, to
+// an HQ on db whose clock has moved on too (or it would refuse the request's timestamp). It
+// returns the uploader, and what closes it and that HQ.
+func declareNextMorning(ctx context.Context, t *testing.T, db, ledgerPath, state string, loc *time.Location) (*upload.Uploader, func()) {
+	t.Helper()
+	tomorrow := func() time.Time { return time.Now().Add(24 * time.Hour) }
+	hqStore, err := openStorage(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hqNext := httptest.NewServer(serve.New(hqStore, map[string][]byte{e2eStore: []byte(e2eSecret)}, serve.Options{Now: tomorrow}))
+	u, err := upload.New(ctx, upload.Config{LedgerPath: ledgerPath, StatePath: state, Store: e2eStore,
+		Location: loc, Secret: []byte(e2eSecret), HQURL: hqNext.URL + "/v1/batches", Now: tomorrow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("declaring the day: %v", err)
+	}
+	return u, func() { u.Close(); hqNext.Close(); hqStore.Close() }
 }

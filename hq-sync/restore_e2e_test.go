@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
-	"github.com/posgate/posgate/hq-sync/serve"
-	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
@@ -281,26 +278,11 @@ func TestRestoredTillReconciles(t *testing.T) {
 		"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn"); code != 0 {
 		t.Fatalf("upload exited %d: %s", code, errs)
 	}
-	tomorrow := func() time.Time { return time.Now().Add(24 * time.Hour) }
-	hqStore, err := openStorage(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hqNext := httptest.NewServer(serve.New(hqStore, map[string][]byte{e2eStore: []byte(e2eSecret)}, serve.Options{Now: tomorrow}))
-	u, err := upload.New(ctx, upload.Config{LedgerPath: filepath.Join(sdir, "ledger.db"), StatePath: state, Store: e2eStore,
-		Location: loc, Secret: []byte(e2eSecret), HQURL: hqNext.URL + "/v1/batches", Now: tomorrow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := u.Once(ctx); err != nil {
-		t.Fatalf("declaring the day: %v", err)
-	}
+	u, closeNext := declareNextMorning(ctx, t, db, filepath.Join(sdir, "ledger.db"), state, loc)
 	if us, err := u.Status(ctx); err != nil || us.Backlog != 0 || us.Pending != "" || us.Declared[date] == 0 {
 		t.Errorf("uploader status %+v (%v), want everything sent and %s declared", us, err, date)
 	}
-	u.Close()
-	hqNext.Close()
-	hqStore.Close()
+	closeNext()
 	code, out, errs := runCmd(ctx, "reconcile", "--db", db, "--date", date, "--format", "json")
 	var rep reconcile.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

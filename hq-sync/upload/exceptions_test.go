@@ -308,15 +308,7 @@ func TestParkedEventsReachHQ(t *testing.T) {
 	ctx := context.Background()
 	var older atomic.Bool
 	older.Store(true)
-	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if older.Load() {
-				serveWithout(w, r, h, "takes_parked")
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	s, st, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
 	u := MustNew(t, cfg)
 
 	s.Sales(3, day0)
@@ -856,15 +848,7 @@ func TestParkedWaitAtAnIdleStore(t *testing.T) {
 	ctx := context.Background()
 	var older atomic.Bool
 	older.Store(true)
-	s, st, log, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if older.Load() {
-				serveWithout(w, r, h, "takes_parked")
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	s, st, log, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u) // a receipt: HQ takes exceptions, not parked events
@@ -893,15 +877,7 @@ func TestExceptionsWaitAtAnIdleStore(t *testing.T) {
 	ctx := context.Background()
 	var older atomic.Bool
 	older.Store(true)
-	s, st, log, cfg := newHQFixture(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if older.Load() {
-				serveWithout(w, r, h, "takes_exceptions")
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	s, st, log, cfg := newHQFixture(t, withoutWhile(&older, "takes_exceptions"))
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
 	MustOnce(t, u) // a receipt that does not say HQ takes exceptions

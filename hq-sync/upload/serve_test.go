@@ -641,6 +641,19 @@ func olderHQWithoutParts() *olderHQ {
 	}}
 }
 
+// withoutWhile wraps HQ so that, while on is set, its receipts leave out field (serveWithout).
+func withoutWhile(on *atomic.Bool, field string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if on.Load() {
+				serveWithout(w, r, h, field)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
 // serveWithout has h answer r, with field taken out of its receipt: what an HQ of a
 // release that does not know it answers.
 func serveWithout(w http.ResponseWriter, r *http.Request, h http.Handler, field string) {
