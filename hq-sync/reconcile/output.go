@@ -207,7 +207,9 @@ func (o *Open) WriteTable(w io.Writer) error {
 // transaction count) and per exception (section "exception"; kind is oversell, refund or parked,
 // detail its detail, and sku, code, qty_short, resolved ("true" or "false") and resolution
 // its own columns, which the other sections leave empty). Amounts are decimal yuan text
-// ("12.30").
+// ("12.30"). A text cell a spreadsheet would take for a formula (it starts with =, +, -, @,
+// a tab or a carriage return: a manager's resolution, an exception's detail, a SKU, an id)
+// is written with a ' in front (cellText); amounts and counts are written as they are.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
@@ -218,35 +220,45 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	}
 	for i := range r.Txns {
 		d := &r.Txns[i]
-		if err := write("txn", d.Kind, d.Store, d.Terminal, strconv.FormatInt(d.Seq, 10), "", "amount",
-			"", amountOf(d.Ledger), amountOf(d.HQ), d.Detail); err != nil {
+		if err := write("txn", d.Kind, cellText(d.Store), cellText(d.Terminal), strconv.FormatInt(d.Seq, 10), "", "amount",
+			"", amountOf(d.Ledger), amountOf(d.HQ), cellText(d.Detail)); err != nil {
 			return err
 		}
 	}
 	for i := range r.Totals {
 		d := &r.Totals[i]
 		for _, f := range d.figures() {
-			if err := write("totals", KindTotals, d.Store, d.Terminal, "", d.Method, f.name,
+			if err := write("totals", KindTotals, cellText(d.Store), cellText(d.Terminal), "", cellText(d.Method), f.name,
 				f.declared, f.ledger, f.hqv, ""); err != nil {
 				return err
 			}
 		}
 	}
 	for _, m := range r.Missing {
-		if err := write("declaration", m.Kind, m.Store, m.Terminal, "", "", "", "", "", "",
+		if err := write("declaration", m.Kind, cellText(m.Store), cellText(m.Terminal), "", "", "", "", "", "",
 			strconv.Itoa(m.Txns)); err != nil {
 			return err
 		}
 	}
 	for i := range r.Exceptions {
 		x := &r.Exceptions[i]
-		if err := write("exception", x.Kind, x.Store, x.Terminal, strconv.FormatInt(x.Seq, 10), "", "", "", "", "",
-			x.Detail, x.SKU, x.Code, qtyText(x.QtyShort), strconv.FormatBool(x.Resolved), x.Resolution); err != nil {
+		if err := write("exception", x.Kind, cellText(x.Store), cellText(x.Terminal), strconv.FormatInt(x.Seq, 10),
+			"", "", "", "", "", cellText(x.Detail), cellText(x.SKU), x.Code, qtyText(x.QtyShort), strconv.FormatBool(x.Resolved),
+			cellText(x.Resolution)); err != nil {
 			return err
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// cellText is s as a CSV text cell: with a ' in front when a spreadsheet would read it as a
+// formula (a store's or a manager's text may start with "=HYPERLINK(…"), as OWASP advises.
+func cellText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }
 
 func amountOf(a *Amounts) string {

@@ -657,3 +657,36 @@ func TestExceptionsDoNotDecide(t *testing.T) {
 		t.Fatalf("a day without its declaration, with a resolved exception: %s", r.Summary())
 	}
 }
+
+// TestCSVTextIsNoFormula: text a store or its manager wrote goes into the CSV as text, not
+// as a formula a spreadsheet would run (a resolution of "=HYPERLINK(…)", say); amounts keep
+// their sign.
+func TestCSVTextIsNoFormula(t *testing.T) {
+	r := Report{Date: date,
+		Txns: []TxnDiff{{Kind: AmountDiffers, Store: "S1", Terminal: "-T1", Seq: 4, Detail: "+1 line",
+			Ledger: &Amounts{Amount: -1230}, HQ: &Amounts{Amount: 1230}}},
+		Exceptions: []StoreException{{Kind: hq.ExceptionParked, Store: "S1", Terminal: "T1", Seq: 9, SKU: "@SUM(A1)",
+			Code: "payload_invalid", Detail: "-2+3", Resolved: true, Resolution: `=HYPERLINK("http://x","ok")`}}}
+	var cb bytes.Buffer
+	if err := r.WriteCSV(&cb); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&cb).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	txn, x := recs[1], recs[2]
+	for _, c := range []struct{ got, want string }{
+		{txn[col["terminal"]], "'-T1"}, {txn[col["detail"]], "'+1 line"}, {txn[col["ledger"]], "-12.30"},
+		{x[col["sku"]], "'@SUM(A1)"}, {x[col["detail"]], "'-2+3"}, {x[col["resolution"]], `'=HYPERLINK("http://x","ok")`},
+		{x[col["terminal"]], "T1"},
+	} {
+		if c.got != c.want {
+			t.Errorf("CSV cell %q, want %q", c.got, c.want)
+		}
+	}
+}
