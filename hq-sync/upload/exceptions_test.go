@@ -246,6 +246,35 @@ func TestExceptionsReachHQ(t *testing.T) {
 	}
 }
 
+// rowsWentAgain checks, with HQ gone back a release, that every row of the ledger reached
+// it and that it refused one batch: the one carrying what it cannot read.
+func (o *olderHQ) rowsWentAgain(t *testing.T, s *store, st *sqlite.Store) {
+	t.Helper()
+	rows, err := st.Rows(context.Background(), date0, testStore)
+	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
+		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
+			len(rows), len(s.Outbox()), err, o.refused.Load())
+	}
+}
+
+// upgradedAgain has HQ take again what it lacked, the store sell once more and the uploader
+// run sends times, and checks that HQ then holds the ledger's exceptions, having refused no
+// other batch.
+func (o *olderHQ) upgradedAgain(t *testing.T, s *store, st *sqlite.Store, u *Uploader, sends int) {
+	t.Helper()
+	o.older.Store(false)
+	s.Sales(1, day0.Add(2*time.Hour))
+	for range sends {
+		MustOnce(t, u)
+	}
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
+	}
+	if o.refused.Load() != 1 {
+		t.Errorf("%d batches refused, want 1", o.refused.Load())
+	}
+}
+
 // olderHQWithoutExceptions is the release before exceptions: it refuses a batch with
 // exceptions (an unknown field to its strict decoding), and its receipts do not say that it
 // takes them.
@@ -280,24 +309,12 @@ func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
 	}
 	s.Sales(4, day0.Add(time.Hour))
 	MustOnce(t, u)
-	rows, err := st.Rows(ctx, date0, testStore)
-	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
-		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
-			len(rows), len(s.Outbox()), err, o.refused.Load())
-	}
+	o.rowsWentAgain(t, s, st)
 	if got := atHQ(t, st); !slices.Equal(got, before) {
 		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
 	}
 
-	o.older.Store(false)
-	s.Sales(1, day0.Add(2*time.Hour))
-	MustOnce(t, u)
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
-	}
-	if o.refused.Load() != 1 {
-		t.Errorf("%d batches refused, want 1", o.refused.Load())
-	}
+	o.upgradedAgain(t, s, st, u, 1)
 }
 
 // TestParkedEventsReachHQ: a sale the store parked reaches HQ as an exception of kind
@@ -763,11 +780,7 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 	if err := u.Once(ctx2); err != nil {
 		t.Fatalf("upload to an HQ gone back a release, with the resolution of a parked event waiting: %v", err)
 	}
-	rows, err := st.Rows(ctx, date0, testStore)
-	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
-		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
-			len(rows), len(s.Outbox()), err, o.refused.Load())
-	}
+	o.rowsWentAgain(t, s, st)
 	// The refusal is one the uploader mends itself: not one that pages an operator.
 	fams := scrape(t, reg)
 	for reason, want := range map[string]float64{FailResent: 1, FailHQRefused: 0} {
@@ -779,16 +792,7 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
 	}
 
-	o.older.Store(false)
-	s.Sales(1, day0.Add(2*time.Hour))
-	MustOnce(t, u)
-	MustOnce(t, u)
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
-	}
-	if o.refused.Load() != 1 {
-		t.Errorf("%d batches refused, want 1", o.refused.Load())
-	}
+	o.upgradedAgain(t, s, st, u, 2) // a receipt that says HQ takes parked events, then they go
 }
 
 // TestParkedDayCloseFiledUnderItsDay: a till's day close the store refused for good, made
