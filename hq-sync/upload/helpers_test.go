@@ -80,6 +80,18 @@ type store struct {
 }
 
 // MustOpenStore opens a fresh ledger of store S1 in dir.
+// reopen opens the store's ledger again, as the store-server does when it starts on a
+// restored file, closed when the test ends.
+func (s *store) reopen(tb testing.TB) {
+	tb.Helper()
+	l, err := ledger.Open(context.Background(), s.path, testStore, shanghai)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	s.l = l
+}
+
 func MustOpenStore(tb testing.TB, dir string) *store {
 	tb.Helper()
 	path := filepath.Join(dir, "ledger.db")

@@ -77,9 +77,7 @@ func restoreLedger(t *testing.T, s *store, backup string) {
 	if err := os.WriteFile(s.path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s.l, err = ledger.Open(context.Background(), s.path, testStore, shanghai); err != nil {
-		t.Fatal(err)
-	}
+	s.reopen(t)
 }
 
 // everyRowAtHQ fails the test for each row of the store's ledger (of date0) HQ does not hold.
@@ -422,11 +420,7 @@ func restoreLive(t *testing.T, s *store, backup string) {
 	if err != nil {
 		t.Fatalf("restore %s: %v", s.path, err)
 	}
-	if s.l, err = ledger.Open(ctx, s.path, testStore, shanghai); err != nil {
-		t.Fatal(err)
-	}
-	l := s.l
-	t.Cleanup(func() { l.Close() })
+	s.reopen(t)
 }
 
 // TestRestoreUnderRunningUploader: the uploader runs while the store's ledger is restored
@@ -526,12 +520,7 @@ func moveIntoPlace(t *testing.T, s *store, backup string) {
 	if err := os.Rename(backup, s.path); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	if s.l, err = ledger.Open(context.Background(), s.path, testStore, shanghai); err != nil {
-		t.Fatal(err)
-	}
-	l := s.l
-	t.Cleanup(func() { l.Close() })
+	s.reopen(t)
 }
 
 // TestLedgerFileReplacedWhileHQIsDown: HQ is down and a batch waits for it when the store's
