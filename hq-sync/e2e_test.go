@@ -95,32 +95,9 @@ func startServe(t *testing.T, db, stores string) (batches, metrics string) {
 // that reconciles the day exactly.
 func TestChainReconciles(t *testing.T) {
 	ctx := context.Background()
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := harness.Build(ctx, root, t.TempDir(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := stack.Run(t, stack.Options{Redis: true, MQTT: true, Postgres: true})
 	dir := t.TempDir()
-	cat := filepath.Join(dir, "catalog.csv")
-	os.WriteFile(cat, []byte("sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\nTEA,Green tea,0.30\n"), 0o600)
-	sdir := filepath.Join(dir, "store")
-	os.MkdirAll(sdir, 0o700)
-	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
-		RedisAddr: st.Redis[0].Addr(), MQTTURL: st.MQTTURL(), Catalog: cat})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Kill() })
-	for _, sku := range []string{"MILK", "BREAD", "EGGS", "TEA"} {
-		body := fmt.Sprintf(`{"id":"open-%s","sku":%q,"delta":500,"reason":"opening"}`, sku, sku)
-		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bins, st, srv, sdir := startE2EStore(ctx, t, stack.Options{Redis: true, MQTT: true, Postgres: true}, dir,
+		"sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\nTEA,Green tea,0.30\n")
 	cashiers := map[string]*harness.Cashier{}
 	for _, term := range []string{"T01", "T02"} {
 		adir := filepath.Join(dir, "agent-"+term)
@@ -357,4 +334,44 @@ func declareNextMorning(ctx context.Context, t *testing.T, db, ledgerPath, state
 		t.Fatalf("declaring the day: %v", err)
 	}
 	return u, func() { u.Close(); hqNext.Close(); hqStore.Close() }
+}
+
+// startE2EStore builds posgate's binaries, starts the stack o asks for and a store-server on
+// it (data in dir/store) with the catalog catalogCSV, and books 500 of each of its SKUs as
+// opening stock. It returns the binaries, the stack, the store-server and its data dir.
+func startE2EStore(ctx context.Context, t *testing.T, o stack.Options, dir, catalogCSV string) (
+	harness.Binaries, *stack.Stack, *harness.StoreServer, string) {
+	t.Helper()
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := harness.Build(ctx, root, t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stack.Run(t, o)
+	cat := filepath.Join(dir, "catalog.csv")
+	if err := os.WriteFile(cat, []byte(catalogCSV), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(dir, "store")
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
+		RedisAddr: st.Redis[0].Addr(), MQTTURL: st.MQTTURL(), Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Kill() })
+	lines := strings.Split(strings.TrimSpace(catalogCSV), "\n")[1:]
+	for _, line := range lines {
+		sku, _, _ := strings.Cut(line, ",")
+		body := fmt.Sprintf(`{"id":"open-%s","sku":%q,"delta":500,"reason":"opening"}`, sku, sku)
+		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bins, st, srv, sdir
 }

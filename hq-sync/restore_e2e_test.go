@@ -35,32 +35,9 @@ import (
 // made is in the ledger or parked.
 func TestRestoredTillReconciles(t *testing.T) {
 	ctx := context.Background()
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := harness.Build(ctx, root, t.TempDir(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := stack.Run(t, stack.Options{Redis: true, MQTT: true})
 	dir := t.TempDir()
-	cat := filepath.Join(dir, "catalog.csv")
-	os.WriteFile(cat, []byte("sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\n"), 0o600)
-	sdir := filepath.Join(dir, "store")
-	os.MkdirAll(sdir, 0o700)
-	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
-		RedisAddr: st.Redis[0].Addr(), MQTTURL: st.MQTTURL(), Catalog: cat})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Kill() })
-	for _, sku := range []string{"MILK", "BREAD", "EGGS"} {
-		body := fmt.Sprintf(`{"id":"open-%s","sku":%q,"delta":500,"reason":"opening"}`, sku, sku)
-		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bins, st, srv, sdir := startE2EStore(ctx, t, stack.Options{Redis: true, MQTT: true}, dir,
+		"sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\n")
 	// Live limits no cashier of this test reaches: every sale completes.
 	if err := srv.Call(ctx, "PUT", "/v1/limits", "application/json", strings.NewReader(
 		`{"window_ms":1000,"store":1000,"terminal":1000,"scan":1000,"pay":1000,"refund":1000}`), nil); err != nil {
