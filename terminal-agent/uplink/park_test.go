@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,16 +22,7 @@ import (
 // still on its way.
 func TestParkReachesARequestThatJoinedDuringTheWrite(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "outbox.db")
-	st, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 1,
-		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
-		t.Fatal(err)
-	}
+	st, path := milkOutbox(t)
 	for _, status := range []wire.AckStatus{wire.AckRejected, wire.AckConflict} {
 		// An offline scan, committed by a run of the agent that stopped before answering.
 		id, _, _, err := st.Do(ctx, "", "", outbox.Mode{}, func(tx *outbox.Tx) (string, error) { return tx.OpenSale() })

@@ -11,12 +11,13 @@ import (
 	"github.com/posgate/posgate/terminal-agent/outbox"
 )
 
-// liveScan returns an outbox holding one live scan event waiting for its verdict, and its
-// seq.
-func liveScan(t *testing.T) (*outbox.Store, int64) {
+// milkOutbox returns a new outbox of terminal T1 of store S1 whose catalog sells MILK, and
+// the path of its database.
+func milkOutbox(t *testing.T) (*outbox.Store, string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), outbox.Config{Store: "S1", Terminal: "T1"})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	st, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +26,15 @@ func liveScan(t *testing.T) (*outbox.Store, int64) {
 		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk", Price: 1250}}}); err != nil {
 		t.Fatal(err)
 	}
+	return st, path
+}
+
+// liveScan returns an outbox holding one live scan event waiting for its verdict, and its
+// seq.
+func liveScan(t *testing.T) (*outbox.Store, int64) {
+	t.Helper()
+	ctx := context.Background()
+	st, _ := milkOutbox(t)
 	id, _, _, err := st.Do(ctx, "", "", outbox.Mode{}, func(tx *outbox.Tx) (string, error) { return tx.OpenSale() })
 	if err != nil {
 		t.Fatal(err)
