@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -219,7 +220,9 @@ func loadSecrets(path string) (map[string][]byte, error) {
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve", "receive store batches at HQ", stderr)
 	var listen, metricsListen, db, stores, level string
+	var dropParts time.Duration
 	cli.String(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	cli.Duration(fs, &dropParts, "drop-parts-after", "POSGATE_HQ_DROP_PARTS_AFTER", 7*24*time.Hour, "delete a declaration's parts kept aside this long after its part 1 came without its last part (0: keep them)")
 	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_HQ_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, apart from the stores' (empty: off)")
 	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
 	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
@@ -261,6 +264,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
 	log.Info("hq-sync serve", "addr", ln.Addr().String(), "stores", len(secrets))
 	go func() { errc <- srv.Serve(ln) }()
+	if dropParts > 0 {
+		sweep, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); dropAbandonedParts(sweep, st, dropParts, time.Hour, log) }()
+		defer func() { stop(); <-done }() // before st.Close
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -269,6 +278,27 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shut)
+}
+
+// dropAbandonedParts deletes, now and then every, the parts of declarations kept aside
+// longer than keep without their last part (hq.Storage.DropDrafts), until ctx is done.
+func dropAbandonedParts(ctx context.Context, st hq.Storage, keep, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n, err := st.DropDrafts(ctx, time.Now().Add(-keep))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("drop parts kept aside", "err", err)
+		case n > 0:
+			log.Info("dropped parts kept aside without their last part", "store_days", n, "kept_for", keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // newRegistry returns a registry with the Go and process collectors.

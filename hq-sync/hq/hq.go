@@ -302,6 +302,12 @@ type Storage interface {
 	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
 	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
 	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)
+	// DropDrafts deletes the parts of declarations kept aside whose part 1 came before
+	// before, of every store, with their transactions, and returns how many store-days'
+	// parts it deleted. A store that never sends the rest (retired, or its state lost) would
+	// have them kept for good. One that sends the next part after all has it dropped
+	// (Receipt.PartsDropped) and declares the day anew from part 1, as after any draft lost.
+	DropDrafts(ctx context.Context, before time.Time) (int64, error)
 	// Close closes the database.
 	Close() error
 }

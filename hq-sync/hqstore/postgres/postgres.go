@@ -179,6 +179,44 @@ func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
 	return days, txns, nil
 }
 
+// DropDrafts implements hq.Storage, in one transaction. It locks the drafts it deletes
+// before their transactions, as a part does, and skips a draft a batch holds: that one is
+// dropped at the next call if it is still stale.
+func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT store, business_date FROM day_drafts WHERE first_ms < $1
+			FOR UPDATE SKIP LOCKED`, before.UnixMilli())
+		if err != nil {
+			return err
+		}
+		type day struct{ store, date string }
+		days, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (day, error) {
+			var d day
+			return d, r.Scan(&d.store, &d.date)
+		})
+		if err != nil {
+			return err
+		}
+		for _, d := range days {
+			if _, err := tx.Exec(ctx, `DELETE FROM draft_txns WHERE business_date = $1 AND store = $2`,
+				d.date, d.store); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM day_drafts WHERE store = $1 AND business_date = $2`,
+				d.store, d.date); err != nil {
+				return err
+			}
+		}
+		n = int64(len(days))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	return n, nil
+}
+
 // maxAttempts bounds the retries of a batch that lost a race with a concurrent one.
 const maxAttempts = 8
 

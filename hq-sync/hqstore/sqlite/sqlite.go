@@ -84,6 +84,32 @@ func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
 	return days, txns, nil
 }
 
+// DropDrafts implements hq.Storage, in one transaction.
+func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error) {
+	ms := before.UnixMilli()
+	tx, err := s.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM draft_txns WHERE (business_date, store) IN
+		(SELECT business_date, store FROM day_drafts WHERE first_ms < ?)`, ms); err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM day_drafts WHERE first_ms < ?`, ms)
+	if err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("drop parts kept aside: %w", err)
+	}
+	return n, nil
+}
+
 // PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
 // the day's current one (a revision higher than the one held, whole or by its last part),

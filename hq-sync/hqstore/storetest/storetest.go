@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) hq.Storage) {
 		{"DayPartsAndWhole", testDayPartsAndWhole},
 		{"DayPartsInterleaved", testDayPartsInterleaved},
 		{"DayPartsNumbered", testDayPartsNumbered},
+		{"DayPartsAbandoned", testDayPartsAbandoned},
 		{"LastBatches", testLastBatches},
 		{"Exceptions", testExceptions},
 		{"ExceptionsByChange", testExceptionsByChange},
@@ -804,6 +805,50 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 	if days := daysOf(t, s, D2, ""); len(days) != 0 {
 		t.Fatalf("days of %s: %+v, want none", D2, days)
 	}
+}
+
+// testDayPartsAbandoned: DropDrafts deletes the parts kept aside whose part 1 came before
+// the time given, of every store, and no others; a store that sends the next part after
+// all has it dropped, and its day stands once it declares the day anew.
+func testDayPartsAbandoned(t *testing.T, s hq.Storage) {
+	rev := Day(D1, 1, t0, Sales("S1", "T1", 1, 9, D1, t0))
+	p := Parts(rev, 3)
+	mustCount(t, put(t, s, "S1", "b-1", 1, p[0]), 0, 1, nil, nil)
+	other := Day(D1, 1, t0, Sales("S2", "T1", 1, 4, D1, t0))
+	q := Parts(other, 2)
+	mustCount(t, put(t, s, "S2", "c-1", 3, q[0]), 0, 1, nil, nil)
+	mustKeep(t, s, 2, 5)
+
+	drop := func(before time.Time, want int64) {
+		t.Helper()
+		n, err := s.DropDrafts(context.Background(), before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("DropDrafts(%v) dropped %d, want %d", before, n, want)
+		}
+	}
+	drop(at(1), 0) // part 1 came at(1): not before it
+	mustKeep(t, s, 2, 5)
+	drop(at(2), 1)
+	mustKeep(t, s, 1, 2) // S2's part 1 stands
+	drop(at(2), 0)
+
+	// S1 sends its part 2 after all: dropped, and the day is not declared.
+	mustCount(t, put(t, s, "S1", "b-2", 4, p[1]), 0, 0, nil, map[string]int64{D1: 1})
+	if days := daysOf(t, s, D1, "S1"); len(days) != 0 {
+		t.Fatalf("days of S1 after a part of dropped parts: %+v, want none", days)
+	}
+	// It declares the day anew, cut again: the day stands, whole.
+	r := Resplit(Parts(rev, 2), "again")
+	mustCount(t, put(t, s, "S1", "b-3", 5, r[0]), 0, 1, nil, nil)
+	mustCount(t, put(t, s, "S1", "b-4", 6, r[1]), 1, 0, nil, nil)
+	CheckDay(t, daysOf(t, s, D1, "S1")[0], "S1", rev, at(6), at(5))
+	// S2's parts were left as they were: its last part makes its day.
+	mustCount(t, put(t, s, "S2", "c-2", 7, q[1]), 1, 0, nil, nil)
+	CheckDay(t, daysOf(t, s, D1, "S2")[0], "S2", other, at(7), at(3))
+	mustKeep(t, s, 0, 0)
 }
 
 // testDayPartsRestart: part 1 starts the day's parts over, whatever was kept before (of
