@@ -593,10 +593,10 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
 		return nil
 	}
-	if err := copyTxns(ctx, tx, "draft_txns", b.Store, d, txns); err != nil {
-		return err
-	}
 	if part < parts {
+		if err := copyTxns(ctx, tx, "draft_txns", b.Store, d, txns); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE day_drafts SET next_part = $3, txns = $4 WHERE store = $1 AND business_date = $2`,
 			b.Store, d.BusinessDate, part+1, txns+len(d.Txns)); err != nil {
 			return fmt.Errorf("part %d of %d: %w", part, parts, err)
@@ -604,9 +604,9 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		rc.DayParts++
 		return nil
 	}
-	// The last part: the draft, as it is, becomes the revision standing, unless a batch
-	// committed since the revision held was read made a revision as high stand: then the
-	// draft could only be held, and goes.
+	// The last part: the draft's parts and this one, written once into the day, become the
+	// revision standing, unless a batch committed since the revision held was read made a
+	// revision as high stand: then the draft could only be held, and goes.
 	if first == 0 { // kept before first_ms was
 		first = ms
 	}
@@ -618,6 +618,9 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 		if _, err := tx.Exec(ctx, `INSERT INTO day_txns (`+txnColumns+`) SELECT `+txnColumns+`
 			FROM draft_txns WHERE business_date = $1 AND store = $2`, d.BusinessDate, b.Store); err != nil {
 			return fmt.Errorf("last part %d: move transactions: %w", part, err)
+		}
+		if err := copyTxns(ctx, tx, "day_txns", b.Store, d, txns); err != nil {
+			return err
 		}
 		rc.Days++
 	} else if err := noteHeld(ctx, tx, b.Store, d.BusinessDate, rc); err != nil {

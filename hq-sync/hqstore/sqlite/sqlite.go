@@ -410,10 +410,10 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 		rc.PartsDropped = hqstore.Dropped(rc.PartsDropped, d.BusinessDate, d.Revision)
 		return nil
 	}
-	if err := insertTxns(ctx, tx, insertDraftTxns, b.Store, d, txns); err != nil {
-		return err
-	}
 	if part < parts {
+		if err := insertTxns(ctx, tx, insertDraftTxns, b.Store, d, txns); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE day_drafts SET next_part = ?, txns = ? WHERE store = ? AND business_date = ?`,
 			part+1, txns+len(d.Txns), b.Store, d.BusinessDate); err != nil {
 			return fmt.Errorf("part %d of %d: %w", part, parts, err)
@@ -421,7 +421,8 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 		rc.DayParts++
 		return nil
 	}
-	// The last part: the draft, as it is, becomes the revision standing.
+	// The last part: the draft's parts and this one, written once into the day, become
+	// the revision standing.
 	if first == 0 { // kept before first_ms was
 		first = ms
 	}
@@ -431,6 +432,9 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 	if _, err := tx.ExecContext(ctx, `INSERT INTO day_txns (`+txnColumns+`) SELECT `+txnColumns+`
 		FROM draft_txns WHERE business_date = ? AND store = ?`, d.BusinessDate, b.Store); err != nil {
 		return fmt.Errorf("last part %d: move transactions: %w", part, err)
+	}
+	if err := insertTxns(ctx, tx, insertDayTxns, b.Store, d, txns); err != nil {
+		return err
 	}
 	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, d.Revision); err != nil {
 		return err
