@@ -281,6 +281,16 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
+	// A session the broker keeps after a disconnect (the agent's, to get its acks back) is
+	// the terminal's one, under its agent's client id. Under any other id a terminal's
+	// account connects only with a session that ends with the connection (a tool's): else
+	// each new id would leave a session behind, its subscriptions and queued messages held
+	// for as long as the broker runs.
+	if id := pk.Connect.ClientIdentifier; id != h.agentPrefix+a.Terminal && !sessionEndsWithConnection(pk) {
+		h.log.Warn("connection refused: a kept session under another client id than the terminal agent's", "client", id,
+			"user", a.Username, "terminal", a.Terminal, "want_client", h.agentPrefix+a.Terminal, "remote", cl.Net.Remote)
+		return false
+	}
 	// A client id belongs to the account that holds it: another account connecting with it
 	// would take over its session, and the messages queued for it, which the broker sends
 	// again without an ACL check.
@@ -290,6 +300,16 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		return false
 	}
 	return true
+}
+
+// sessionEndsWithConnection reports whether the broker drops the session of a CONNECT when
+// its connection ends: a clean session in MQTT 3.1.1, and in MQTT 5 a session expiry
+// interval of 0 (also when the property is absent).
+func sessionEndsWithConnection(pk packets.Packet) bool {
+	if pk.ProtocolVersion == 5 {
+		return pk.Properties.SessionExpiryInterval == 0
+	}
+	return pk.Connect.Clean
 }
 
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // TestPacketSizeBeforeLogin: a client that has not logged in (nothing but a TCP connection)
@@ -103,6 +106,80 @@ func TestUsersFileWithoutAccounts(t *testing.T) {
 		}
 		if users, err := LoadUsers(path); err == nil {
 			t.Errorf("users file %q: %v accounts and no error", body, users)
+		}
+	}
+}
+
+// TestKeptSessionsOnlyUnderTheAgentID: a terminal's account keeps a session across
+// disconnects only under its agent's client id. Under any other id it connects with a
+// session that ends with the connection; before, every new id left a session behind,
+// subscriptions and queued messages, for as long as the broker ran.
+func TestKeptSessionsOnlyUnderTheAgentID(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}}
+	b, _ := startBroker(t, users)
+	dial := func(id string, clean bool) error {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(id).
+			SetUsername("t1").SetPassword("p1").SetCleanSession(clean).SetAutoReconnect(false).
+			SetConnectTimeout(5 * time.Second))
+		tok := c.Connect()
+		if !tok.WaitTimeout(5 * time.Second) {
+			t.Fatalf("connect %s: timed out", id)
+		}
+		if tok.Error() != nil {
+			return tok.Error()
+		}
+		c.Subscribe(wire.DownTopic("S1", "T1"), 1, nil).WaitTimeout(5 * time.Second)
+		c.Disconnect(50)
+		return nil
+	}
+	kept := func(id string) bool {
+		time.Sleep(50 * time.Millisecond) // the broker ends the connection after DISCONNECT
+		_, ok := b.srv.Clients.Get(id)
+		return ok
+	}
+	for i := range 3 {
+		id := fmt.Sprintf("tool-%d", i)
+		if err := dial(id, false); err == nil {
+			t.Errorf("%s with a kept session: connected", id)
+		}
+		if kept(id) {
+			t.Errorf("%s: a session is kept after a refused connection", id)
+		}
+		if err := dial(id, true); err != nil {
+			t.Errorf("%s with a clean session: %v", id, err)
+		}
+		if kept(id) {
+			t.Errorf("%s: a clean session is kept after its connection", id)
+		}
+	}
+	if err := dial("posgate-S1-T1", false); err != nil {
+		t.Fatalf("the agent's client id with a kept session: %v", err)
+	}
+	if !kept("posgate-S1-T1") {
+		t.Error("the agent's session is not kept across a disconnect")
+	}
+}
+
+func TestSessionEndsWithConnection(t *testing.T) {
+	v3 := func(clean bool) packets.Packet {
+		return packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{Clean: clean}}
+	}
+	v5 := func(clean bool, expiry uint32) packets.Packet {
+		pk := packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{Clean: clean}}
+		pk.Properties.SessionExpiryInterval = expiry
+		pk.Properties.SessionExpiryIntervalFlag = expiry != 0
+		return pk
+	}
+	for _, c := range []struct {
+		pk   packets.Packet
+		want bool
+	}{
+		{v3(true), true}, {v3(false), false},
+		{v5(true, 0), true}, {v5(false, 0), true}, {v5(true, 60), false}, {v5(false, 60), false},
+	} {
+		if got := sessionEndsWithConnection(c.pk); got != c.want {
+			t.Errorf("version %d clean %v expiry %d: %v, want %v", c.pk.ProtocolVersion, c.pk.Connect.Clean,
+				c.pk.Properties.SessionExpiryInterval, got, c.want)
 		}
 	}
 }
