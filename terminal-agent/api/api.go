@@ -589,6 +589,10 @@ type StatusAnswer struct {
 	// OldOpenDays are business days with sales or refunds, not closed, older than a close
 	// naming no day looks back (--day-close-lookback): a supervisor closes each by its date.
 	OldOpenDays []string `json:"old_open_days,omitempty"`
+	// DatesApart, when present, says the store dated some of the till's latest events on
+	// another business day than the till did: the till's --tz is not the
+	// store's zone, and its day closes will not match the store's days.
+	DatesApart *outbox.DatesApart `json:"dates_apart,omitempty"`
 	// DiskFree is the room left on the outbox's file system, where the system says (a full
 	// disk refuses every sale with storage_full: the till can warn before).
 	DiskFree *int64 `json:"disk_free_bytes,omitempty"`
@@ -611,11 +615,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	apart, err := s.store.DatesApart(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	st := s.up.Status()
 	cfg := s.store.Config()
 	a := StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
 		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
-		OldOpenDays: old}
+		OldOpenDays: old, DatesApart: apart}
 	if !b.OldestAt.IsZero() {
 		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
 	}

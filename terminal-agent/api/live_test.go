@@ -25,6 +25,9 @@ type liveOpts struct {
 	decide     storesim.DecideFunc // its verdicts, if not the default ones
 	caps       outbox.Caps         // the agent's offline caps
 	ackTimeout time.Duration       // the uplink's AckTimeout (0: its default)
+	storeZone  *time.Location      // the store's zone (nil: time.Local)
+	tillZone   *time.Location      // the agent's --tz (nil: time.Local)
+	now        func() time.Time    // the agent's clock (nil: time.Now)
 }
 
 // newLiveAgent starts the API over a real outbox whose uplink reaches a real mosquitto, on
@@ -33,7 +36,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	t.Helper()
 	s := stack.Run(t, stack.Options{MQTT: true})
 	r, err := storesim.Start(context.Background(), storesim.Options{BrokerURL: s.MQTTURL(), Store: "S1",
-		AckDelay: o.ackDelay, Decide: o.decide})
+		AckDelay: o.ackDelay, Decide: o.decide, Location: o.storeZone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,8 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	}
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: o.caps})
+	store, err := outbox.Open(ctx, path, outbox.Config{Store: "S1", Terminal: "T1", Caps: o.caps,
+		Location: o.tillZone, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +175,48 @@ func TestStoreSilent(t *testing.T) {
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.StoredCard != 250000 {
 		t.Fatalf("card money held offline %s, want 2500.00", st.StoredCard)
+	}
+}
+
+// TestDatesApartInStatus: a till whose --tz is not the store's zone dates a sale after the
+// till's midnight on another day than the store does; its status says so, from the store's
+// acks, where the POS app and the till's support see it. A till in the store's zone shows
+// nothing.
+func TestDatesApartInStatus(t *testing.T) {
+	// 01:30 at UTC+08:00 is 17:30 of the day before in UTC.
+	start, at := time.Now(), time.Date(2026, 11, 30, 1, 30, 0, 0, time.FixedZone("UTC+08:00", 8*3600))
+	now := func() time.Time { return at.Add(time.Since(start)) }
+	for _, c := range []struct {
+		name  string
+		store *time.Location
+		apart bool
+	}{
+		{"same zone", time.FixedZone("UTC+08:00", 8*3600), false},
+		{"store in UTC", time.UTC, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, _ := newLiveAgent(t, liveOpts{storeZone: c.store, tillZone: time.FixedZone("UTC+08:00", 8*3600), now: now})
+			id := a.openSale()
+			a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":2}`, 200)
+			var sale api.SaleAnswer
+			a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"25.00"}`, 200).json(t, &sale)
+			if sale.Sale.State != "completed" || sale.Event == nil || sale.Event.Offline {
+				t.Fatalf("sale %s, event %+v: want completed live", sale.Sale.State, sale.Event)
+			}
+			var st api.StatusAnswer
+			a.must("GET", "/v1/status", "", 200).json(t, &st)
+			if !c.apart {
+				if st.DatesApart != nil {
+					t.Fatalf("dates_apart %+v, want none: the till is in the store's zone", *st.DatesApart)
+				}
+				return
+			}
+			// The scan and the sale: the store dates every event it accepts.
+			want := outbox.DatesApart{Events: 2, Seq: st.DatesApart.Seq, TillDate: "2026-11-30", StoreDate: "2026-11-29",
+				TillZone: "UTC+08:00"}
+			if st.DatesApart == nil || *st.DatesApart != want || want.Seq <= 0 {
+				t.Fatalf("dates_apart %+v, want %+v", st.DatesApart, want)
+			}
+		})
 	}
 }

@@ -176,3 +176,51 @@ func (s *Store) Item(ctx context.Context, sku string) (wire.CatalogItem, bool, e
 	it.Barcode = bc.String
 	return it, err == nil, err
 }
+
+// datesApartWindow is how many of the latest events DatesApart reads: a bounded read
+// whatever the outbox's size, and recent enough that a zone set right shows at once.
+const datesApartWindow = 5000
+
+// DatesApart is what the store's acks say of the till's business dates. The store dates an
+// event it accepts by its time, from midnight in the store's zone (the ack's
+// business_date), as the till does in its own (--tz). Any difference means the two zones
+// are not the same: the till's day totals and closes then cover other hours than the
+// store's days, and HQ finds the days apart.
+type DatesApart struct {
+	// Events counts, among the latest events the store dated, those it dated otherwise
+	// than the till.
+	Events int64 `json:"events"`
+	// The latest of them: its seq, and the date each side gave it.
+	Seq       int64  `json:"seq"`
+	TillDate  string `json:"till_date"`
+	StoreDate string `json:"store_date"`
+	// TillZone is the till's --tz.
+	TillZone string `json:"till_zone"`
+}
+
+// DatesApart returns what the latest acks say of the till's business dates, or nil when the
+// store dated every event it dated among the latest ones as the till did.
+func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
+	rows, err := s.readRows(ctx, `SELECT seq, business_date, store_date FROM events
+		WHERE seq > (SELECT coalesce(max(seq), 0) FROM events) - ? AND store_date IS NOT NULL
+			AND store_date <> business_date
+		ORDER BY seq DESC`, datesApartWindow)
+	if err != nil {
+		return nil, fmt.Errorf("dates apart: %w", err)
+	}
+	defer rows.Close()
+	var d *DatesApart
+	for rows.Next() {
+		if d == nil {
+			d = &DatesApart{TillZone: s.cfg.Location.String()}
+			if err := rows.Scan(&d.Seq, &d.TillDate, &d.StoreDate); err != nil {
+				return nil, fmt.Errorf("dates apart: %w", err)
+			}
+		}
+		d.Events++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dates apart: %w", err)
+	}
+	return d, nil
+}
