@@ -53,6 +53,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/limits"},
 	{"PUT", "/v1/limits"},
 	{"POST", "/v1/promo"},
+	{"GET", "/v1/backup"},
 }
 
 func TestManagerAPI(t *testing.T) {

@@ -192,7 +192,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return err
 	}
-	led, err := ledger.Open(ctx, filepath.Join(m.DataDir, "ledger.db"), m.Store, loc)
+	led, err := ledger.Open(ctx, filepath.Join(m.DataDir, ledger.FileName), m.Store, loc)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/upload"
@@ -60,7 +61,8 @@ type Server struct {
 	Now           func() time.Time
 	Logger        *slog.Logger
 
-	mux *http.ServeMux
+	mux      *http.ServeMux
+	backupMu sync.Mutex // one backup at a time
 }
 
 // Handler returns the API's handler.
@@ -93,6 +95,7 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
+	s.mux.Handle("GET /v1/backup", s.guard(http.HandlerFunc(s.backup)))
 	if s.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.guardWith(s.Metrics, s.MetricsToken))
 	}

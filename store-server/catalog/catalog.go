@@ -145,6 +145,33 @@ func (c *Catalog) Replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	return c.replace(items, pub)
 }
 
+// File is one of the files the catalog keeps in its directory.
+type File struct {
+	Name string // the file's name in the directory
+	Body []byte
+}
+
+// Files returns the files the catalog keeps (the catalog, the SKUs of every version, the
+// digest of the file last imported from --catalog), those that exist, read under the import
+// lock: a set of one moment, which Open takes back as it was. They are what a backup of
+// the store holds of its catalog.
+func (c *Catalog) Files() ([]File, error) {
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
+	var out []File
+	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path)} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read catalog: %w", err)
+		}
+		out = append(out, File{Name: filepath.Base(p), Body: b})
+	}
+	return out, nil
+}
+
 // Reissue issues the current catalog's items again, under a version above held, the version
 // terminals report holding, when that is above the store's (and under MaxVersionJump above
 // it). It reads the current catalog under the import lock: read before it, an import running

@@ -188,6 +188,16 @@ func (l *Ledger) FileBytes() int64 {
 	return n
 }
 
+// FileName is the ledger's name in a store-server's data directory, and in a backup of it.
+const FileName = "ledger.db"
+
+// Backup writes a consistent copy of the ledger, as of one commit, into the new file dst
+// while the store goes on trading (sqlitedb.Snapshot: the copy is checked, and nothing is
+// left at dst on an error).
+func (l *Ledger) Backup(ctx context.Context, dst string) error {
+	return sqlitedb.Snapshot(ctx, l.db.Path, dst)
+}
+
 // FinishCheckpoint lets a long log start over (sqlitedb.DB.FinishCheckpoint): the committer
 // calls it between group commits.
 func (l *Ledger) FinishCheckpoint(ctx context.Context) error { return l.db.FinishCheckpoint(ctx) }

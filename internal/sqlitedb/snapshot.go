@@ -1,0 +1,58 @@
+package sqlitedb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+)
+
+// Snapshot writes a consistent copy of the database at src into the new file dst while
+// other connections, of this process or another, go on writing: VACUUM INTO, in one read
+// transaction, so that the copy is the database as of one commit. It then checks the copy
+// (PRAGMA quick_check). dst must not exist; on an error nothing is left at dst.
+//
+// It reads on a connection of its own: VACUUM INTO writes the copy, which a query-only
+// connection refuses, and on the writer it would hold every commit back for as long as
+// it runs.
+func Snapshot(ctx context.Context, src, dst string) (err error) {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("snapshot: %s exists", dst)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	q := url.Values{}
+	q.Set("mode", "rw") // never create src
+	q.Set("_busy_timeout", "10000")
+	db, err := sql.Open(driverName, "file:"+src+"?"+q.Encode())
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	cp, err := OpenQueryOnly(ctx, dst, 1)
+	if err != nil {
+		return fmt.Errorf("snapshot: open the copy: %w", err)
+	}
+	defer cp.Close()
+	var check string
+	if err := cp.QueryRowContext(ctx, `PRAGMA quick_check`).Scan(&check); err != nil {
+		return fmt.Errorf("snapshot: check the copy: %w", err)
+	}
+	if check != "ok" {
+		return fmt.Errorf("snapshot: the copy fails its check: %s", check)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/posgate/posgate/internal/disk"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+// backupPattern names the ledger's copy while it is made and sent, in the ledger's directory
+// (the same file system: no room is taken elsewhere, and a copy left by a crash is found).
+const backupPattern = ".backup-*.db"
+
+// backup answers GET /v1/backup with what a store-server's data directory needs to start
+// again as the store was: a tar of the ledger, copied as of one commit while the store goes
+// on trading and checked before it is sent, and the catalog's files. One backup runs at a
+// time (409 backup_running); it needs room for a copy of the ledger beside it (503
+// backup_no_room).
+func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
+	if !s.backupMu.TryLock() {
+		writeError(w, perr.New(perr.Refused, "backup_running", "a backup of the store is being made; try again when it is done"))
+		return
+	}
+	defer s.backupMu.Unlock()
+	dir := s.Ledger.Dir()
+	// Copies a crash left behind: none is being made (the lock above, and one store-server
+	// per data directory).
+	if stale, err := filepath.Glob(filepath.Join(dir, backupPattern)); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
+	need := s.Ledger.FileBytes()
+	if sp, err := disk.Of(dir); err == nil && sp.Free < need+s.DiskWarnBytes {
+		writeError(w, perr.New(perr.Unavailable, "backup_no_room",
+			"a backup needs room for a copy of the ledger (%d bytes) beside it, above the disk warning's %d bytes; %d are free",
+			need, s.DiskWarnBytes, sp.Free))
+		return
+	}
+	tmp, err := os.CreateTemp(dir, backupPattern)
+	if err != nil {
+		s.backupFailed(w, err)
+		return
+	}
+	path := tmp.Name()
+	tmp.Close()
+	os.Remove(path) // the snapshot makes the file itself
+	defer os.Remove(path)
+	start := s.Now()
+	if err := s.Ledger.Backup(r.Context(), path); err != nil {
+		s.backupFailed(w, err)
+		return
+	}
+	var files []catalog.File
+	if s.Catalog != nil {
+		if files, err = s.Catalog.Files(); err != nil {
+			s.backupFailed(w, err)
+			return
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		s.backupFailed(w, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		s.backupFailed(w, err)
+		return
+	}
+	// The tar's length, sent ahead so that a backup cut short shows as one: a 512-byte
+	// header and the body in 512-byte blocks for each file, and two empty blocks at the end.
+	size := tarSize(fi.Size())
+	for _, c := range files {
+		size += tarSize(int64(len(c.Body)))
+	}
+	size += 2 * 512
+	name := fmt.Sprintf("posgate-%s-%s.tar", s.Store, start.UTC().Format("20060102T150405Z"))
+	h := w.Header()
+	h.Set("Content-Type", "application/x-tar")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	tw := tar.NewWriter(w)
+	err = tw.WriteHeader(&tar.Header{Name: ledger.FileName, Mode: 0o600, Size: fi.Size(), ModTime: start, Format: tar.FormatUSTAR})
+	if err == nil {
+		_, err = io.Copy(tw, f)
+	}
+	for _, c := range files {
+		if err != nil {
+			break
+		}
+		err = tw.WriteHeader(&tar.Header{Name: c.Name, Mode: 0o600, Size: int64(len(c.Body)), ModTime: start, Format: tar.FormatUSTAR})
+		if err == nil {
+			_, err = tw.Write(c.Body)
+		}
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	if err != nil {
+		s.Logger.Warn("backup: not sent whole", "file", name, "err", err)
+		return
+	}
+	s.Logger.Info("backup of the store sent", "file", name, "bytes", size, "took", s.Now().Sub(start).Round(time.Millisecond))
+}
+
+// tarSize is what a file of n bytes takes in a tar: its header and its body in 512-byte
+// blocks.
+func tarSize(n int64) int64 { return 512 + (n+511)/512*512 }
+
+func (s *Server) backupFailed(w http.ResponseWriter, err error) {
+	s.Logger.Error("backup of the store", "err", err)
+	writeError(w, perr.Wrap(err, perr.Internal, "internal", "backup: %v", err))
+}
