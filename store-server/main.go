@@ -23,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
@@ -250,11 +251,13 @@ func (m *Main) Run(ctx context.Context) error {
 		var tlsCfg *tls.Config
 		if m.MQTTTLSCert != "" {
 			// Loaded before serving: a wrong file stops the start instead of every handshake.
-			cert, err := tls.LoadX509KeyPair(m.MQTTTLSCert, m.MQTTTLSKey)
+			// A renewal replacing the files later is taken without a restart.
+			pair, err := certfile.Load(m.MQTTTLSCert, m.MQTTTLSKey, certfile.Options{Every: certCheckEvery, Name: "mqtt", Logger: log})
 			if err != nil {
 				return fmt.Errorf("--mqtt-tls-cert: %w", err)
 			}
-			tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			tlsCfg = pair.TLSConfig()
+			met.FollowCert("mqtt", pair.NotAfter)
 		}
 		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
 			OnUp: onUp, OnStatus: seen.Handle, Logger: log})
@@ -314,12 +317,14 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if m.APITLSCert != "" {
 		// Loaded before serving: a wrong file stops the start instead of every handshake.
-		cert, err := tls.LoadX509KeyPair(m.APITLSCert, m.APITLSKey)
+		// A renewal replacing the files later is taken without a restart.
+		pair, err := certfile.Load(m.APITLSCert, m.APITLSKey, certfile.Options{Every: certCheckEvery, Name: "api", Logger: log})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("api tls: %w", err)
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		ln = tls.NewListener(ln, pair.TLSConfig())
+		met.FollowCert("api", pair.NotAfter)
 	}
 	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
 		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -388,6 +393,10 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 	}
 	return nil
 }
+
+// certCheckEvery is the least time between two looks at the files of a listener's TLS
+// certificate, on a handshake or a metrics scrape: a renewal is served within it.
+var certCheckEvery = certfile.DefaultEvery
 
 // catalogCheckEvery is how often the store looks for terminals holding a catalog version
 // above its own.

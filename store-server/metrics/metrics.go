@@ -1,8 +1,8 @@
 // Package metrics exposes the store-server's state in the Prometheus text format: ingest's
 // counters and gate mode, read when scraped; how long gate calls, ledger commits and acks
 // take (ingest.Observer); each terminal's presence, last reported backlog and clock against
-// the store's; how far the store's hq-sync uploader has got; and the Go runtime's and the
-// process's own figures.
+// the store's; how far the store's hq-sync uploader has got; when the listeners' TLS
+// certificates expire; and the Go runtime's and the process's own figures.
 package metrics
 
 import (
@@ -84,6 +84,30 @@ func (m *Metrics) Follow(in *ingest.Ingest, led *ledger.Ledger, board *presence.
 // the days too large to declare.
 func (m *Metrics) FollowUpload(statePath string, led *ledger.Ledger, log *slog.Logger) {
 	m.reg.MustRegister(&uploadScraped{state: statePath, led: led, log: log})
+}
+
+// FollowCert registers the expiry of the TLS certificate a listener ("mqtt", "api") is
+// serving, read when scraped: notAfter gives the certificate in service, after a look at
+// its files (certfile.Pair.NotAfter), so that a renewal that did not take shows.
+func (m *Metrics) FollowCert(listener string, notAfter func() time.Time) {
+	m.reg.MustRegister(&certScraped{
+		desc: prometheus.NewDesc(prometheus.BuildFQName("posgate", "store", "tls_cert_expiry_timestamp_seconds"),
+			"When the TLS certificate the listener serves (its leaf) expires.", nil,
+			prometheus.Labels{"listener": listener}),
+		notAfter: notAfter,
+	})
+}
+
+// certScraped reads a listener's certificate at scrape time.
+type certScraped struct {
+	desc     *prometheus.Desc
+	notAfter func() time.Time
+}
+
+func (c *certScraped) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *certScraped) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(c.notAfter().Unix()))
 }
 
 // Handler serves the registry.

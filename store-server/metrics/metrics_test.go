@@ -190,3 +190,28 @@ func openLedger(t *testing.T) *ledger.Ledger {
 	t.Cleanup(func() { led.Close() })
 	return led
 }
+
+// TestCertExpiry: each listener's certificate expiry is a series of its own, read when
+// scraped (a renewed certificate shows at the next scrape).
+func TestCertExpiry(t *testing.T) {
+	m := metrics.New()
+	mqtt := time.Unix(1_900_000_000, 0)
+	m.FollowCert("mqtt", func() time.Time { return mqtt })
+	m.FollowCert("api", func() time.Time { return time.Unix(1_800_000_000, 0) })
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	body := scrape()
+	for _, want := range []string{`posgate_store_tls_cert_expiry_timestamp_seconds{listener="mqtt"} 1.9e+09`,
+		`posgate_store_tls_cert_expiry_timestamp_seconds{listener="api"} 1.8e+09`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in\n%s", want, body)
+		}
+	}
+	mqtt = time.Unix(1_950_000_000, 0)
+	if want := `posgate_store_tls_cert_expiry_timestamp_seconds{listener="mqtt"} 1.95e+09`; !strings.Contains(scrape(), want) {
+		t.Errorf("after renewal, no %q", want)
+	}
+}

@@ -1,0 +1,303 @@
+package certfile
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ca signs server certificates for 127.0.0.1.
+type ca struct {
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	pool   *x509.CertPool
+	serial int64
+}
+
+func newCA(t *testing.T) *ca {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "posgate test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(c)
+	return &ca{cert: c, key: k, pool: pool, serial: 1}
+}
+
+// issue returns a new key and a certificate for it expiring at notAfter, as PEM.
+func (c *ca) issue(t *testing.T, notAfter time.Time) (certPEM, keyPEM []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(c.serial), Subject: pkix.Name{CommonName: "store"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter.Truncate(time.Second),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &k.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// replace writes data beside path and renames it over path, as a renewal does.
+func replace(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serve runs a TLS listener serving p, each connection answered with one byte.
+func serve(t *testing.T, p *Pair) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", p.TLSConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				c.Write([]byte{1})
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// handshake connects anew and returns the certificate the server presented.
+func handshake(t *testing.T, addr string, roots *x509.CertPool) *x509.Certificate {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	defer c.Close()
+	var b [1]byte
+	if _, err := c.Read(b[:]); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return c.ConnectionState().PeerCertificates[0]
+}
+
+// syncBuffer is a log sink read while the server writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const every = 20 * time.Millisecond
+
+// rotated waits for a new handshake to present a certificate expiring at want.
+func rotated(t *testing.T, addr string, roots *x509.CertPool, want time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := handshake(t, addr, roots).NotAfter
+		if got.Equal(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new connection still sees the certificate expiring %v, want %v", got, want)
+		}
+		time.Sleep(every / 2)
+	}
+}
+
+// TestRotateInPlace: the cert and key replaced in place under a running listener (two
+// renames, as a renewal does) are what a new connection sees; a connection made before
+// keeps going; NotAfter follows.
+func TestRotateInPlace(t *testing.T) {
+	t.Parallel()
+	a := newCA(t)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
+	c1, k1 := a.issue(t, first)
+	replace(t, certPath, c1)
+	replace(t, keyPath, k1)
+	var logs syncBuffer
+	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, p)
+	if got := handshake(t, addr, a.pool).NotAfter; !got.Equal(first) {
+		t.Fatalf("first certificate expires %v, want %v", got, first)
+	}
+	old, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: a.pool, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+
+	second := first.Add(60 * 24 * time.Hour)
+	c2, k2 := a.issue(t, second)
+	replace(t, keyPath, k2)
+	replace(t, certPath, c2)
+	rotated(t, addr, a.pool, second)
+	if got := p.NotAfter(); !got.Equal(second) {
+		t.Errorf("NotAfter %v, want %v", got, second)
+	}
+	var b [1]byte
+	if _, err := old.Read(b[:]); err != nil {
+		t.Errorf("the connection made before the rotation: %v", err)
+	}
+	if !strings.Contains(logs.String(), "TLS certificate reloaded") {
+		t.Errorf("no reload logged:\n%s", logs.String())
+	}
+}
+
+// TestBrokenPairKeepsOld: mid-rotation the files hold a pair that does not load (the new
+// certificate beside the old key, then a half-written key); every handshake meanwhile
+// succeeds with the old certificate, the warning is logged once per change, and the
+// complete pair is taken once it is there.
+func TestBrokenPairKeepsOld(t *testing.T) {
+	t.Parallel()
+	a := newCA(t)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
+	c1, k1 := a.issue(t, first)
+	replace(t, certPath, c1)
+	replace(t, keyPath, k1)
+	var logs syncBuffer
+	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, p)
+	warnings := func() int { return strings.Count(logs.String(), "level=WARN") }
+	// steady: every handshake for a while sees the old certificate, and the pair is looked
+	// at meanwhile (several checks).
+	steady := func(wantWarnings int) {
+		t.Helper()
+		for end := time.Now().Add(10 * every); time.Now().Before(end); time.Sleep(every / 4) {
+			if got := handshake(t, addr, a.pool).NotAfter; !got.Equal(first) {
+				t.Fatalf("served the certificate expiring %v, want the old one (%v)", got, first)
+			}
+		}
+		if got := p.NotAfter(); !got.Equal(first) {
+			t.Fatalf("NotAfter %v, want the old certificate's %v", got, first)
+		}
+		if n := warnings(); n != wantWarnings {
+			t.Fatalf("%d warnings, want %d:\n%s", n, wantWarnings, logs.String())
+		}
+	}
+
+	second := first.Add(60 * 24 * time.Hour)
+	c2, k2 := a.issue(t, second)
+	replace(t, certPath, c2) // the key not yet
+	steady(1)
+	replace(t, keyPath, k2[:len(k2)/2]) // half of it
+	steady(2)
+	if err := os.Remove(keyPath); err != nil { // a renewal that deletes before writing
+		t.Fatal(err)
+	}
+	steady(3)
+	replace(t, keyPath, k2)
+	rotated(t, addr, a.pool, second)
+	if n := warnings(); n != 3 {
+		t.Errorf("%d warnings, want 3:\n%s", n, logs.String())
+	}
+}
+
+// TestLoadFails: a pair that does not load at the start is an error, as before.
+func TestLoadFails(t *testing.T) {
+	t.Parallel()
+	a := newCA(t)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	c1, _ := a.issue(t, time.Now().Add(time.Hour))
+	_, k2 := a.issue(t, time.Now().Add(time.Hour))
+	replace(t, certPath, c1)
+	replace(t, keyPath, k2)
+	if _, err := Load(certPath, keyPath, Options{}); err == nil {
+		t.Fatal("a certificate with another's key loaded")
+	}
+	if _, err := Load(certPath, filepath.Join(dir, "missing.pem"), Options{}); err == nil {
+		t.Fatal("a missing key loaded")
+	}
+}
+
+// TestEveryBoundsChecks: within Every of the last look, a handshake is served without
+// reading the files.
+func TestEveryBoundsChecks(t *testing.T) {
+	t.Parallel()
+	a := newCA(t)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	first := time.Now().Add(time.Hour).Truncate(time.Second)
+	c1, k1 := a.issue(t, first)
+	replace(t, certPath, c1)
+	replace(t, keyPath, k1)
+	p, err := Load(certPath, keyPath, Options{Every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, k2 := a.issue(t, first.Add(time.Hour))
+	replace(t, certPath, c2)
+	replace(t, keyPath, k2)
+	if got := handshake(t, serve(t, p), a.pool).NotAfter; !got.Equal(first) {
+		t.Fatalf("files read again within Every: served %v", got)
+	}
+}
