@@ -15,6 +15,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/posgate/posgate/internal/certtest"
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/broker"
@@ -90,13 +91,13 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	fastCertChecks(t)
 	bins := binaries(t)
 	s := stack.Run(t, stack.Options{Redis: true})
-	ca := newTestCA(t)
+	ca := certtest.NewCA(t)
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "mqtt.pem"), filepath.Join(dir, "mqtt-key.pem")
 	first := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
-	c1, k1 := ca.issue(t, first)
-	replaceFile(t, cert, c1)
-	replaceFile(t, key, k1)
+	c1, k1 := ca.Issue(t, first)
+	certtest.Replace(t, cert, c1)
+	certtest.Replace(t, key, k1)
 	users := filepath.Join(dir, "users.json")
 	b, _ := json.Marshal([]broker.User{{Username: "t01", Password: "t01-pass", Terminal: "T01"},
 		{Username: "t02", Password: "t02-pass", Terminal: "T02"}})
@@ -123,7 +124,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 		var served atomic.Pointer[x509.Certificate]
 		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(addrs.Broker).SetClientID("posgate-S1-T02").
 			SetUsername("t02").SetPassword("t02-pass").SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).
-			SetTLSConfig(&tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS12,
+			SetTLSConfig(&tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12,
 				VerifyConnection: func(cs tls.ConnectionState) error {
 					served.Store(cs.PeerCertificates[0])
 					return nil
@@ -146,7 +147,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	}
 	a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: "tls://" + proxy.Addr(), DataDir: filepath.Join(dir, "T01"),
-		Extra: []string{"--broker-ca", ca.path, "--username", "t01", "--password", "t01-pass"}})
+		Extra: []string{"--broker-ca", ca.Path, "--username", "t01", "--password", "t01-pass"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,13 +172,13 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	}
 
 	second := first.Add(60 * 24 * time.Hour)
-	c2, k2 := ca.issue(t, second)
-	replaceFile(t, cert, c2) // the key not yet
+	c2, k2 := ca.Issue(t, second)
+	certtest.Replace(t, cert, c2) // the key not yet
 	time.Sleep(200 * time.Millisecond)
 	if got := probe(); !got.Equal(first) {
 		t.Fatalf("mid-rotation: served a certificate expiring %v, want the old one (%v)", got, first)
 	}
-	replaceFile(t, key, k2)
+	certtest.Replace(t, key, k2)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		got := probe()
 		if got.Equal(second) {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/certtest"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/ingest"
 )
@@ -146,77 +147,6 @@ func TestDiskRoom(t *testing.T) {
 	}
 }
 
-// testCA is a certificate authority of the test, as a store chain's own PKI is.
-type testCA struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	path   string // its certificate, PEM
-	serial int64
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "posgate test chain CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(c)
-	path := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: c, key: k, pool: pool, path: path, serial: 1}
-}
-
-// issue makes a new key and a certificate for 127.0.0.1 expiring at notAfter (to the
-// second), as PEM.
-func (ca *testCA) issue(t *testing.T, notAfter time.Time) (certPEM, keyPEM []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial), Subject: pkix.Name{CommonName: "posgate test store"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &k.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
-// replaceFile writes data beside path and renames it over path, as a renewal does.
-func replaceFile(t *testing.T, path string, data []byte) {
-	t.Helper()
-	if err := os.WriteFile(path+".new", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".new", path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // servedExpiry makes a new TLS connection to addr, trusting roots, and returns when the
 // certificate it was served expires.
 func servedExpiry(t *testing.T, addr string, roots *x509.CertPool) time.Time {
@@ -244,22 +174,22 @@ func fastCertChecks(t *testing.T) {
 // is served and the API answers. The expiry metric follows.
 func TestAPICertRenewed(t *testing.T) {
 	fastCertChecks(t)
-	ca := newTestCA(t)
+	ca := certtest.NewCA(t)
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "api.pem"), filepath.Join(dir, "api-key.pem")
 	first := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
-	c1, k1 := ca.issue(t, first)
-	replaceFile(t, cert, c1)
-	replaceFile(t, key, k1)
+	c1, k1 := ca.Issue(t, first)
+	certtest.Replace(t, cert, c1)
+	certtest.Replace(t, key, k1)
 	srv := biRunServer(t, "--api-tls-cert", cert, "--api-tls-key", key)
 	srv.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS12}}}
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}}}
 	addr := strings.TrimPrefix(srv.Base, "https://")
 	expiry := func() float64 {
 		v, _ := srv.scrape(t).value("posgate_store_tls_cert_expiry_timestamp_seconds", "listener", "api")
 		return v
 	}
-	if got := servedExpiry(t, addr, ca.pool); !got.Equal(first) {
+	if got := servedExpiry(t, addr, ca.Pool); !got.Equal(first) {
 		t.Fatalf("served a certificate expiring %v, want %v", got, first)
 	}
 	if v := expiry(); v != float64(first.Unix()) {
@@ -267,10 +197,10 @@ func TestAPICertRenewed(t *testing.T) {
 	}
 
 	second := first.Add(60 * 24 * time.Hour)
-	c2, k2 := ca.issue(t, second)
-	replaceFile(t, cert, c2) // the key not yet
+	c2, k2 := ca.Issue(t, second)
+	certtest.Replace(t, cert, c2) // the key not yet
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if got := servedExpiry(t, addr, ca.pool); !got.Equal(first) {
+		if got := servedExpiry(t, addr, ca.Pool); !got.Equal(first) {
 			t.Fatalf("mid-rotation: served a certificate expiring %v, want the old one (%v)", got, first)
 		}
 		var m api.ModeAnswer
@@ -279,9 +209,9 @@ func TestAPICertRenewed(t *testing.T) {
 	if v := expiry(); v != float64(first.Unix()) {
 		t.Errorf("mid-rotation: expiry metric %v, want the old %d", v, first.Unix())
 	}
-	replaceFile(t, key, k2)
+	certtest.Replace(t, key, k2)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		got := servedExpiry(t, addr, ca.pool)
+		got := servedExpiry(t, addr, ca.Pool)
 		if got.Equal(second) {
 			break
 		}

@@ -2,15 +2,9 @@ package certfile
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,73 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/posgate/posgate/internal/certtest"
 )
-
-// ca signs server certificates for 127.0.0.1.
-type ca struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	serial int64
-}
-
-func newCA(t *testing.T) *ca {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "posgate test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(c)
-	return &ca{cert: c, key: k, pool: pool, serial: 1}
-}
-
-// issue returns a new key and a certificate for it expiring at notAfter, as PEM.
-func (c *ca) issue(t *testing.T, notAfter time.Time) (certPEM, keyPEM []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(c.serial), Subject: pkix.Name{CommonName: "store"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter.Truncate(time.Second),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &k.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
-// replace writes data beside path and renames it over path, as a renewal does.
-func replace(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // serve runs a TLS listener serving p, each connection answered with one byte.
 func serve(t *testing.T, p *Pair) string {
@@ -168,33 +98,33 @@ func rotated(t *testing.T, addr string, roots *x509.CertPool, want time.Time) {
 // keeps going; NotAfter follows.
 func TestRotateInPlace(t *testing.T) {
 	t.Parallel()
-	a := newCA(t)
+	a := certtest.NewCA(t)
 	dir := t.TempDir()
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
-	c1, k1 := a.issue(t, first)
-	replace(t, certPath, c1)
-	replace(t, keyPath, k1)
+	c1, k1 := a.Issue(t, first)
+	certtest.Replace(t, certPath, c1)
+	certtest.Replace(t, keyPath, k1)
 	var logs syncBuffer
 	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, p)
-	if got := handshake(t, addr, a.pool).NotAfter; !got.Equal(first) {
+	if got := handshake(t, addr, a.Pool).NotAfter; !got.Equal(first) {
 		t.Fatalf("first certificate expires %v, want %v", got, first)
 	}
-	old, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: a.pool, MinVersion: tls.VersionTLS12})
+	old, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: a.Pool, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer old.Close()
 
 	second := first.Add(60 * 24 * time.Hour)
-	c2, k2 := a.issue(t, second)
-	replace(t, keyPath, k2)
-	replace(t, certPath, c2)
-	rotated(t, addr, a.pool, second)
+	c2, k2 := a.Issue(t, second)
+	certtest.Replace(t, keyPath, k2)
+	certtest.Replace(t, certPath, c2)
+	rotated(t, addr, a.Pool, second)
 	if got := p.NotAfter(); !got.Equal(second) {
 		t.Errorf("NotAfter %v, want %v", got, second)
 	}
@@ -213,13 +143,13 @@ func TestRotateInPlace(t *testing.T) {
 // complete pair is taken once it is there.
 func TestBrokenPairKeepsOld(t *testing.T) {
 	t.Parallel()
-	a := newCA(t)
+	a := certtest.NewCA(t)
 	dir := t.TempDir()
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
-	c1, k1 := a.issue(t, first)
-	replace(t, certPath, c1)
-	replace(t, keyPath, k1)
+	c1, k1 := a.Issue(t, first)
+	certtest.Replace(t, certPath, c1)
+	certtest.Replace(t, keyPath, k1)
 	var logs syncBuffer
 	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -232,7 +162,7 @@ func TestBrokenPairKeepsOld(t *testing.T) {
 	steady := func(wantWarnings int) {
 		t.Helper()
 		for end := time.Now().Add(10 * every); time.Now().Before(end); time.Sleep(every / 4) {
-			if got := handshake(t, addr, a.pool).NotAfter; !got.Equal(first) {
+			if got := handshake(t, addr, a.Pool).NotAfter; !got.Equal(first) {
 				t.Fatalf("served the certificate expiring %v, want the old one (%v)", got, first)
 			}
 		}
@@ -245,17 +175,17 @@ func TestBrokenPairKeepsOld(t *testing.T) {
 	}
 
 	second := first.Add(60 * 24 * time.Hour)
-	c2, k2 := a.issue(t, second)
-	replace(t, certPath, c2) // the key not yet
+	c2, k2 := a.Issue(t, second)
+	certtest.Replace(t, certPath, c2) // the key not yet
 	steady(1)
-	replace(t, keyPath, k2[:len(k2)/2]) // half of it
+	certtest.Replace(t, keyPath, k2[:len(k2)/2]) // half of it
 	steady(2)
 	if err := os.Remove(keyPath); err != nil { // a renewal that deletes before writing
 		t.Fatal(err)
 	}
 	steady(3)
-	replace(t, keyPath, k2)
-	rotated(t, addr, a.pool, second)
+	certtest.Replace(t, keyPath, k2)
+	rotated(t, addr, a.Pool, second)
 	if n := warnings(); n != 3 {
 		t.Errorf("%d warnings, want 3:\n%s", n, logs.String())
 	}
@@ -264,13 +194,13 @@ func TestBrokenPairKeepsOld(t *testing.T) {
 // TestLoadFails: a pair that does not load at the start is an error, as before.
 func TestLoadFails(t *testing.T) {
 	t.Parallel()
-	a := newCA(t)
+	a := certtest.NewCA(t)
 	dir := t.TempDir()
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	c1, _ := a.issue(t, time.Now().Add(time.Hour))
-	_, k2 := a.issue(t, time.Now().Add(time.Hour))
-	replace(t, certPath, c1)
-	replace(t, keyPath, k2)
+	c1, _ := a.Issue(t, time.Now().Add(time.Hour))
+	_, k2 := a.Issue(t, time.Now().Add(time.Hour))
+	certtest.Replace(t, certPath, c1)
+	certtest.Replace(t, keyPath, k2)
 	if _, err := Load(certPath, keyPath, Options{}); err == nil {
 		t.Fatal("a certificate with another's key loaded")
 	}
@@ -283,21 +213,21 @@ func TestLoadFails(t *testing.T) {
 // reading the files.
 func TestEveryBoundsChecks(t *testing.T) {
 	t.Parallel()
-	a := newCA(t)
+	a := certtest.NewCA(t)
 	dir := t.TempDir()
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(time.Hour).Truncate(time.Second)
-	c1, k1 := a.issue(t, first)
-	replace(t, certPath, c1)
-	replace(t, keyPath, k1)
+	c1, k1 := a.Issue(t, first)
+	certtest.Replace(t, certPath, c1)
+	certtest.Replace(t, keyPath, k1)
 	p, err := Load(certPath, keyPath, Options{Every: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, k2 := a.issue(t, first.Add(time.Hour))
-	replace(t, certPath, c2)
-	replace(t, keyPath, k2)
-	if got := handshake(t, serve(t, p), a.pool).NotAfter; !got.Equal(first) {
+	c2, k2 := a.Issue(t, first.Add(time.Hour))
+	certtest.Replace(t, certPath, c2)
+	certtest.Replace(t, keyPath, k2)
+	if got := handshake(t, serve(t, p), a.Pool).NotAfter; !got.Equal(first) {
 		t.Fatalf("files read again within Every: served %v", got)
 	}
 }
