@@ -99,12 +99,8 @@ func rotated(t *testing.T, addr string, roots *x509.CertPool, want time.Time) {
 func TestRotateInPlace(t *testing.T) {
 	t.Parallel()
 	a := certtest.NewCA(t)
-	dir := t.TempDir()
-	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
-	c1, k1 := a.Issue(t, first)
-	certtest.Replace(t, certPath, c1)
-	certtest.Replace(t, keyPath, k1)
+	certPath, keyPath := a.IssueFiles(t, first)
 	var logs syncBuffer
 	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -144,12 +140,8 @@ func TestRotateInPlace(t *testing.T) {
 func TestBrokenPairKeepsOld(t *testing.T) {
 	t.Parallel()
 	a := certtest.NewCA(t)
-	dir := t.TempDir()
-	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(10 * time.Hour).Truncate(time.Second)
-	c1, k1 := a.Issue(t, first)
-	certtest.Replace(t, certPath, c1)
-	certtest.Replace(t, keyPath, k1)
+	certPath, keyPath := a.IssueFiles(t, first)
 	var logs syncBuffer
 	p, err := Load(certPath, keyPath, Options{Every: every, Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -214,12 +206,8 @@ func TestLoadFails(t *testing.T) {
 func TestEveryBoundsChecks(t *testing.T) {
 	t.Parallel()
 	a := certtest.NewCA(t)
-	dir := t.TempDir()
-	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := time.Now().Add(time.Hour).Truncate(time.Second)
-	c1, k1 := a.Issue(t, first)
-	certtest.Replace(t, certPath, c1)
-	certtest.Replace(t, keyPath, k1)
+	certPath, keyPath := a.IssueFiles(t, first)
 	p, err := Load(certPath, keyPath, Options{Every: time.Hour})
 	if err != nil {
 		t.Fatal(err)
