@@ -1169,6 +1169,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	}
 	exec(`UPDATE batches SET state = 'sent', sent_at = ?, receipt = ?, body = NULL WHERE batch_id = ? AND state = 'pending'`,
 		now, string(receipt), b.id)
+	exec(`INSERT INTO kv (k, v) VALUES ('batches_sent', '1') ON CONFLICT (k) DO UPDATE SET v = CAST(v AS INTEGER) + 1`)
 	// Nothing reads a sent batch but for the time of the last one (Status): the state keeps
 	// a week of them, for an operator to look back, and no more.
 	exec(`DELETE FROM batches WHERE state = 'sent' AND sent_at < ?`,
@@ -1581,7 +1582,10 @@ type Status struct {
 	Attempts    int       `json:"attempts,omitempty"` // failed sends of the pending batch
 	LastError   string    `json:"last_error,omitempty"`
 	LastSentAt  time.Time `json:"last_sent_at,omitzero"`
-	Batches     int64     `json:"batches"` // batches recorded so far
+	// Batches is how many batches HQ acknowledged to this state, across its batch series
+	// (kv batches_sent; the batch counter of its series for a state an uploader of an earlier
+	// release keeps).
+	Batches int64 `json:"batches"`
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration is
@@ -1658,7 +1662,11 @@ func stateOf(kv map[string]string, path, store string) error {
 // readStatus reads the progress held in state (whose kv is kv) and l.
 func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (Status, error) {
 	var s Status
-	s.SentThrough, s.Batches = atoi(kv["sent_through"]), atoi(kv["next_batch"])
+	s.SentThrough = atoi(kv["sent_through"])
+	s.Batches = atoi(kv["batches_sent"])
+	if _, ok := kv["batches_sent"]; !ok {
+		s.Batches = atoi(kv["next_batch"]) // a state not migrated yet (its uploader of an earlier release runs)
+	}
 	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
 		s.Backlog, err = r.OutboxCountAfter(ctx, s.SentThrough)
