@@ -119,7 +119,7 @@ func desc(name, help string) *prometheus.Desc {
 }
 
 var (
-	backlogDesc  = desc("backlog_rows", "Ledger rows HQ has not acknowledged.")
+	backlogDesc  = desc("backlog_rows", "Ledger rows HQ has not acknowledged (while ledger_behind_hq, those after the last row of a sent batch the ledger still holds).")
 	oldestDesc   = desc("oldest_unsent_age_seconds", "Age of the oldest ledger row HQ has not acknowledged, by the time of its event (the till's clock; 0 when there is none).")
 	lastSentDesc = desc("last_success_timestamp_seconds", "When HQ last acknowledged a batch (absent until it has).")
 	pendingDesc  = desc("pending_batch_failed_sends", "Failed sends of the batch waiting for HQ (0 when none waits).")
@@ -147,29 +147,16 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 		u.log.Warn("metrics: read the upload's progress", "err", err)
 		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
 	}
-	st, err := u.status(ctx)
-	if err != nil {
-		fail(err)
-		return
-	}
-	kv, err := u.kv(ctx)
+	st, after, err := u.status(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
 	var oldest time.Duration
-	held := true
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		through := atoi(kv["sent_through"])
-		rows, err := r.OutboxAfter(ctx, through, 1)
-		if err != nil {
-			return err
-		}
+		rows, err := r.OutboxAfter(ctx, after, 1) // the oldest of the backlog
 		if len(rows) == 1 {
 			oldest = max(u.cfg.Now().Sub(rows[0].Row.At), 0)
-		}
-		if through > 0 {
-			held, err = rowHeld(ctx, r, through, kv["sent_key"])
 		}
 		return err
 	})
@@ -192,7 +179,7 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 		gauge(dayDesc, float64(day.Unix()))
 	}
 	behind := 0.0
-	if !held {
+	if st.LedgerBehindHQ {
 		behind = 1
 	}
 	gauge(behindDesc, behind)
