@@ -125,6 +125,10 @@ var (
 	pendingDesc  = desc("pending_batch_failed_sends", "Failed sends of the batch waiting for HQ (0 when none waits).")
 	dayDesc      = desc("last_declared_day_timestamp_seconds", "Start (00:00, the store's time zone) of the latest business day HQ acknowledged the store's declaration of (absent until one).")
 	behindDesc   = desc("ledger_behind_hq", "1 while the ledger does not hold the last row HQ acknowledged (restored from an older backup, or another ledger): nothing is sent.")
+	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, their resolutions) HQ has not acknowledged.")
+	xHeldDesc    = prometheus.NewDesc(prometheus.BuildFQName("posgate", "upload", "exception_changes_held"),
+		"Exception changes held back until a receipt says HQ takes them, by what it must say: takes_exceptions (none go), "+
+			"takes_parked (those from the first change of a parked event on).", []string{"until"}, nil)
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -132,7 +136,8 @@ var (
 type scraped struct{ u *Uploader }
 
 func (c *scraped) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc} {
+	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc,
+		xWaitingDesc, xHeldDesc} {
 		ch <- d
 	}
 }
@@ -183,4 +188,12 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 		behind = 1
 	}
 	gauge(behindDesc, behind)
+	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
+	for _, until := range []string{HeldUntilExceptions, HeldUntilParked} {
+		held := 0.0
+		if st.ExceptionsHeldUntil == until {
+			held = float64(st.ExceptionsHeld)
+		}
+		ch <- prometheus.MustNewConstMetric(xHeldDesc, prometheus.GaugeValue, held, until)
+	}
 }

@@ -1593,6 +1593,14 @@ type Status struct {
 	// (kv batches_sent; the batch counter of its series for a state an uploader of an earlier
 	// release keeps).
 	Batches int64 `json:"batches"`
+	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
+	// acknowledged (after kv exceptions_through).
+	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
+	// ExceptionsHeld is how many of them are held back until a receipt says HQ takes them,
+	// and ExceptionsHeldUntil what it must say: HeldUntilExceptions (none go) or
+	// HeldUntilParked (those from the first change of a parked event on).
+	ExceptionsHeld      int64  `json:"exception_changes_held,omitempty"`
+	ExceptionsHeldUntil string `json:"exception_changes_held_until,omitempty"`
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration is
@@ -1603,6 +1611,13 @@ type Status struct {
 	// revision only once it has every part.
 	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
 }
+
+// Why exception changes are held back (Status.ExceptionsHeldUntil): the receipt field they
+// wait for.
+const (
+	HeldUntilExceptions = "takes_exceptions" // no receipt has said HQ takes exceptions
+	HeldUntilParked     = "takes_parked"     // HQ takes exceptions, and has not said parked events
+)
 
 // PartsSent is how far a declaration in parts has gone.
 type PartsSent struct {
@@ -1682,8 +1697,21 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		if after, s.LedgerBehindHQ, err = backlogFrom(ctx, state, r, s.SentThrough, kv["sent_key"]); err != nil {
 			return err
 		}
-		s.Backlog, err = r.OutboxCountAfter(ctx, after)
-		return err
+		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
+			return err
+		}
+		all, fromParked, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		if err != nil {
+			return err
+		}
+		s.ExceptionsWaiting = all
+		switch {
+		case all > 0 && kv["hq_takes_exceptions"] != "1":
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = all, HeldUntilExceptions
+		case fromParked > 0 && kv["hq_takes_parked"] != "1":
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromParked, HeldUntilParked
+		}
+		return nil
 	})
 	if err != nil {
 		return s, after, err
