@@ -986,3 +986,69 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 	MustOnce(t, u)
 	check("HQ takes parked events", 0, 0, "")
 }
+
+// TestRowsNotStarvedByExceptions: a backlog of exception changes with long details (the
+// manager's notes) larger than many batches, and sales waiting behind it: every batch
+// carries rows, so the sales reach HQ within a few batches while the changes still drain in
+// each. The changes took the whole batch, and the sales waited until every one had gone.
+func TestRowsNotStarvedByExceptions(t *testing.T) {
+	ctx := context.Background()
+	s, st, log, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
+	s.Sales(2, day0)
+	MustOnce(t, u) // HQ takes exceptions from now on
+
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	tx, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := strings.Repeat("counted the shelf again, a delivery not booked; ", 25)[:serve.MaxExceptionText]
+	const changes = 300
+	for i := 0; i < changes; i++ {
+		if _, err := tx.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved,
+			resolved_at, resolution) VALUES ('T9', ?, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01', 1,
+			'2025-03-01T11:00:00+08:00', ?)`, 1000+i, note); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(40, day0.Add(time.Hour), "T1")
+	u.budget = 60 << 10 // some 50 changes, or 70 sales, a batch
+
+	n0 := len(log.batches())
+	const bound = 3 // the 40 sales fill half of the budget twice at most
+	for i := 0; i < bound; i++ {
+		if _, err := u.step(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs := log.batches()[n0:]
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(s.Outbox()) {
+		var carried []string
+		for _, b := range bs {
+			carried = append(carried, fmt.Sprintf("%d rows + %d exceptions", len(b.Rows), len(b.Exceptions)))
+		}
+		t.Fatalf("after %d batches (%s) HQ holds %d rows of the ledger's %d: the sales wait behind the exceptions",
+			bound, strings.Join(carried, ", "), len(rows), len(s.Outbox()))
+	}
+	for i, b := range bs {
+		if len(b.Exceptions) == 0 {
+			t.Errorf("batch %d carries %d rows and no exception: the changes wait behind the rows", i+1, len(b.Rows))
+		}
+	}
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %d exceptions, the ledger %d", len(got), len(want))
+	}
+}

@@ -660,10 +660,22 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				break
 			}
 		}
+		maxID, err := r.OutboxMaxID(ctx)
+		if err != nil {
+			return err
+		}
 		if u.hqTakesExceptions {
 			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked)
 			if err != nil {
 				return err
+			}
+			// While rows wait, the exceptions take at most half of the room the days leave:
+			// a backlog of changes with long details (an upgraded ledger numbering every
+			// oversell it held, a day of parked events) filled every batch, and the sales
+			// behind it waited for all of it to drain. Rows go in every batch, changes too.
+			xLimit := u.budget
+			if maxID > through {
+				xLimit = used + (u.budget-used)/2
 			}
 			xFull = full
 			for i := range changed {
@@ -674,7 +686,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				if err != nil {
 					return err
 				}
-				if used+len(js)+1 > u.budget && (len(xs) > 0 || len(out.Days) > 0) {
+				if used+len(js)+1 > xLimit && (len(xs) > 0 || len(out.Days) > 0) {
 					// The next batch takes the rest: every exception whose last change is up
 					// to the cursor is in this one (they come in change order).
 					if len(xs) > 0 {
@@ -689,10 +701,6 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if len(xs) > 0 {
 				xCursor = last
 			}
-		}
-		maxID, err := r.OutboxMaxID(ctx)
-		if err != nil {
-			return err
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
