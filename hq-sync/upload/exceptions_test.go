@@ -499,6 +499,9 @@ func TestLedgerBeforeExceptionChanges(t *testing.T) {
 	if err := u.Once(ctx); err != nil {
 		t.Fatalf("rows after HQ said it takes exceptions: %v", err)
 	}
+	if st, err := u.Status(ctx); err != nil || st.ExceptionsWaiting != 0 || st.ExceptionsHeld != 0 {
+		t.Fatalf("status of a ledger without exception changes: %+v, %v", st, err)
+	}
 }
 
 // TestBudgetCutsExceptions: a small budget cuts the exceptions over several batches,
@@ -899,5 +902,153 @@ func TestExceptionsWaitAtAnIdleStore(t *testing.T) {
 	}
 	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
 		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
+	}
+}
+
+// changesInLedger counts the ledger's exception changes after change number after, read
+// straight from its table.
+func changesInLedger(t *testing.T, s *store, after int64) int64 {
+	t.Helper()
+	raw, err := sql.Open("sqlite3", "file:"+s.path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var n int64
+	if err := raw.QueryRow(`SELECT count(*) FROM exception_changes WHERE id > ?`, after).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestExceptionChangesWaitingShown: the exception changes HQ has not acknowledged, and
+// why they are held back, show in the status (--status, the store-server's GET /v1/hq) and
+// the metrics: until a receipt says HQ takes exceptions, all of them; then none; then, HQ not
+// taking parked events, those from a parked event's change on, until a receipt says it does.
+// They showed nowhere: a store whose resolutions never reached HQ looked all sent.
+func TestExceptionChangesWaitingShown(t *testing.T) {
+	ctx := context.Background()
+	var older atomic.Bool
+	older.Store(true)
+	s, _, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	check := func(step string, waiting, held int64, until string) {
+		t.Helper()
+		for _, via := range []string{"Status", "ReadStatus"} {
+			st, err := u.Status(ctx)
+			if via == "ReadStatus" {
+				st, err = ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+			}
+			if err != nil {
+				t.Fatalf("%s: %s: %v", step, via, err)
+			}
+			if st.ExceptionsWaiting != waiting || st.ExceptionsHeld != held || st.ExceptionsHeldUntil != until {
+				t.Errorf("%s: %s says %d exception changes waiting, %d held until %q; want %d, %d, %q", step, via,
+					st.ExceptionsWaiting, st.ExceptionsHeld, st.ExceptionsHeldUntil, waiting, held, until)
+			}
+		}
+		fams := scrape(t, reg)
+		if v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_waiting", nil); !ok || v != float64(waiting) {
+			t.Errorf("%s: posgate_upload_exception_changes_waiting = %v (present %v), want %d", step, v, ok, waiting)
+		}
+		for _, u := range []string{HeldUntilExceptions, HeldUntilParked} {
+			want := 0.0
+			if u == until {
+				want = float64(held)
+			}
+			v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_held", map[string]string{"until": u})
+			if !ok || v != want {
+				t.Errorf("%s: posgate_upload_exception_changes_held{until=%q} = %v (present %v), want %v", step, u, v, ok, want)
+			}
+		}
+	}
+
+	s.Sales(3, day0) // every sale of these tests oversells
+	n := changesInLedger(t, s, 0)
+	if n == 0 {
+		t.Fatal("the sales flagged no exception")
+	}
+	check("before any receipt", n, n, HeldUntilExceptions)
+
+	MustOnce(t, u) // a receipt says HQ takes exceptions (not parked events), and they go
+	check("HQ takes exceptions", 0, 0, "")
+
+	s.ParkedSale("T8", day0.Add(2*time.Minute))
+	s.OfflineSale("T9", day0.Add(3*time.Minute), "SKU001") // its oversell changes after the parked sale
+	MustOnce(t, u)
+	check("a parked sale, HQ without parked events", 2, 2, HeldUntilParked)
+
+	older.Store(false)
+	s.Sales(1, day0.Add(time.Hour)) // a receipt that says HQ takes parked events, then they go
+	MustOnce(t, u)
+	MustOnce(t, u)
+	check("HQ takes parked events", 0, 0, "")
+}
+
+// TestRowsNotStarvedByExceptions: a backlog of exception changes with long details (the
+// manager's notes) larger than many batches, and sales waiting behind it: every batch
+// carries rows, so the sales reach HQ within a few batches while the changes still drain in
+// each. The changes took the whole batch, and the sales waited until every one had gone.
+func TestRowsNotStarvedByExceptions(t *testing.T) {
+	ctx := context.Background()
+	s, st, log, cfg := newHQFixture(t, nil)
+	u := MustNew(t, cfg)
+	s.Sales(2, day0)
+	MustOnce(t, u) // HQ takes exceptions from now on
+
+	raw, err := sql.Open("sqlite3", s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	tx, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := strings.Repeat("counted the shelf again, a delivery not booked; ", 25)[:serve.MaxExceptionText]
+	const changes = 300
+	for i := 0; i < changes; i++ {
+		if _, err := tx.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved,
+			resolved_at, resolution) VALUES ('T9', ?, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01', 1,
+			'2025-03-01T11:00:00+08:00', ?)`, 1000+i, note); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s.Sales(40, day0.Add(time.Hour), "T1")
+	u.budget = 60 << 10 // some 50 changes, or 70 sales, a batch
+
+	n0 := len(log.batches())
+	const bound = 3 // the 40 sales fill half of the budget twice at most
+	for i := 0; i < bound; i++ {
+		if _, err := u.step(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs := log.batches()[n0:]
+	rows, err := st.Rows(ctx, date0, testStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(s.Outbox()) {
+		var carried []string
+		for _, b := range bs {
+			carried = append(carried, fmt.Sprintf("%d rows + %d exceptions", len(b.Rows), len(b.Exceptions)))
+		}
+		t.Fatalf("after %d batches (%s) HQ holds %d rows of the ledger's %d: the sales wait behind the exceptions",
+			bound, strings.Join(carried, ", "), len(rows), len(s.Outbox()))
+	}
+	for i, b := range bs {
+		if len(b.Exceptions) == 0 {
+			t.Errorf("batch %d carries %d rows and no exception: the changes wait behind the rows", i+1, len(b.Rows))
+		}
+	}
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %d exceptions, the ledger %d", len(got), len(want))
 	}
 }

@@ -119,12 +119,16 @@ func desc(name, help string) *prometheus.Desc {
 }
 
 var (
-	backlogDesc  = desc("backlog_rows", "Ledger rows HQ has not acknowledged.")
+	backlogDesc  = desc("backlog_rows", "Ledger rows HQ has not acknowledged (while ledger_behind_hq, those after the last row of a sent batch the ledger still holds).")
 	oldestDesc   = desc("oldest_unsent_age_seconds", "Age of the oldest ledger row HQ has not acknowledged, by the time of its event (the till's clock; 0 when there is none).")
 	lastSentDesc = desc("last_success_timestamp_seconds", "When HQ last acknowledged a batch (absent until it has).")
 	pendingDesc  = desc("pending_batch_failed_sends", "Failed sends of the batch waiting for HQ (0 when none waits).")
 	dayDesc      = desc("last_declared_day_timestamp_seconds", "Start (00:00, the store's time zone) of the latest business day HQ acknowledged the store's declaration of (absent until one).")
 	behindDesc   = desc("ledger_behind_hq", "1 while the ledger does not hold the last row HQ acknowledged (restored from an older backup, or another ledger): nothing is sent.")
+	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, their resolutions) HQ has not acknowledged.")
+	xHeldDesc    = prometheus.NewDesc(prometheus.BuildFQName("posgate", "upload", "exception_changes_held"),
+		"Exception changes held back until a receipt says HQ takes them, by what it must say: takes_exceptions (none go), "+
+			"takes_parked (those from the first change of a parked event on).", []string{"until"}, nil)
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -132,7 +136,8 @@ var (
 type scraped struct{ u *Uploader }
 
 func (c *scraped) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc} {
+	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc,
+		xWaitingDesc, xHeldDesc} {
 		ch <- d
 	}
 }
@@ -147,29 +152,16 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 		u.log.Warn("metrics: read the upload's progress", "err", err)
 		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
 	}
-	st, err := u.status(ctx)
-	if err != nil {
-		fail(err)
-		return
-	}
-	kv, err := u.kv(ctx)
+	st, after, err := u.status(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
 	var oldest time.Duration
-	held := true
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		through := atoi(kv["sent_through"])
-		rows, err := r.OutboxAfter(ctx, through, 1)
-		if err != nil {
-			return err
-		}
+		rows, err := r.OutboxAfter(ctx, after, 1) // the oldest of the backlog
 		if len(rows) == 1 {
 			oldest = max(u.cfg.Now().Sub(rows[0].Row.At), 0)
-		}
-		if through > 0 {
-			held, err = rowHeld(ctx, r, through, kv["sent_key"])
 		}
 		return err
 	})
@@ -192,8 +184,16 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 		gauge(dayDesc, float64(day.Unix()))
 	}
 	behind := 0.0
-	if !held {
+	if st.LedgerBehindHQ {
 		behind = 1
 	}
 	gauge(behindDesc, behind)
+	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
+	for _, until := range []string{HeldUntilExceptions, HeldUntilParked} {
+		held := 0.0
+		if st.ExceptionsHeldUntil == until {
+			held = float64(st.ExceptionsHeld)
+		}
+		ch <- prometheus.MustNewConstMetric(xHeldDesc, prometheus.GaugeValue, held, until)
+	}
 }

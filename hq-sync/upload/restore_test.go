@@ -19,6 +19,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/metricstest"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -572,5 +573,52 @@ func TestLedgerFileReplacedWhileHQIsDown(t *testing.T) {
 	if v := behind(); v != 1 || st.Backlog != fromPath.Backlog {
 		t.Errorf("HQ down, the ledger restored from before the last row HQ acknowledged: ledger_behind_hq = %v, "+
 			"want 1; backlog %d, --status says %d", v, st.Backlog, fromPath.Backlog)
+	}
+}
+
+// TestBacklogWhileLedgerBehindHQ: the ledger is restored, under the running uploader, from a
+// backup older than the last row HQ acknowledged (ids 1..5 of 8), and the store sells on,
+// its 4 new sales taking ids 6..9. Nothing goes (ledger_behind_hq), and the backlog counts
+// the rows HQ may not have: those after the last sent batch the ledger still holds (ids
+// 6..9), by --status, the uploader's status and its metrics. It counted the rows after the
+// watermark (id 9 alone): 1 row waiting, while 4 sales were not at HQ.
+func TestBacklogWhileLedgerBehindHQ(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, clk, cfg := restoreFixture(t)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	s.Sales(5, day0, "T1") // ids 1..5
+	MustOnce(t, u)
+	backup := backupLedger(t, s)
+	s.Sales(3, day0.Add(time.Hour), "T1") // ids 6..8
+	MustOnce(t, u)
+
+	restoreLive(t, s, backup)
+	s.Sales(4, day0.Add(2*time.Hour), "T2") // after the restore: ids 6..9
+	clk.Set(day0.Add(3 * time.Hour))
+	if err := u.Once(ctx); perr.CodeOf(err) != CodeLedgerBehind {
+		t.Fatalf("Once on the restored ledger: %v, want %s", err, CodeLedgerBehind)
+	}
+	fromPath, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := u.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for via, got := range map[string]Status{"--status": fromPath, "Status": st} {
+		if !got.LedgerBehindHQ || got.Backlog != 4 || got.SentThrough != 8 {
+			t.Errorf("%s: ledger behind HQ %v, backlog %d, sent through %d; want true, the 4 sales since the restore, 8",
+				via, got.LedgerBehindHQ, got.Backlog, got.SentThrough)
+		}
+	}
+	fams := scrape(t, reg)
+	for name, want := range map[string]float64{"posgate_upload_backlog_rows": 4, "posgate_upload_ledger_behind_hq": 1,
+		"posgate_upload_oldest_unsent_age_seconds": 3600} {
+		if v, _ := metricstest.Value(fams, name, nil); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
 	}
 }

@@ -884,34 +884,17 @@ func TestStateRestoredFromBackup(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := config(dir, s, srv.URL+serve.BatchesPath, clk.Now)
 	cfg.BatchRows = 50
-	copyState := func(from, to string) {
-		t.Helper()
-		for _, suffix := range []string{"", "-wal"} {
-			b, err := os.ReadFile(from + suffix)
-			if errors.Is(err, fs.ErrNotExist) {
-				os.Remove(to + suffix)
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(to+suffix, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		os.Remove(to + "-shm")
-	}
 	s.Sales(50, day0)
 	u := MustNew(t, cfg)
 	MustOnce(t, u)
 	u.Close()
 	backup := cfg.StatePath + ".bak"
-	copyState(cfg.StatePath, backup) // the nightly backup
+	copyState(t, cfg.StatePath, backup) // the nightly backup
 	s.Sales(120, day0.Add(time.Hour))
 	u = MustNew(t, cfg)
 	MustOnce(t, u)
 	u.Close()
-	copyState(backup, cfg.StatePath) // the disk is replaced; the state comes back from the backup
+	copyState(t, backup, cfg.StatePath) // the disk is replaced; the state comes back from the backup
 	s.Sales(10, day0.Add(2*time.Hour))
 	u = MustNew(t, cfg)
 	MustOnce(t, u)
@@ -922,4 +905,100 @@ func TestStateRestoredFromBackup(t *testing.T) {
 	if err != nil || len(rows) != 180 {
 		t.Fatalf("HQ holds %d rows of %s (%v), want 180", len(rows), date0, err)
 	}
+}
+
+// copyState copies an upload state (closed) from one path to another, as a backup does.
+func copyState(t *testing.T, from, to string) {
+	t.Helper()
+	for _, suffix := range []string{"", "-wal"} {
+		b, err := os.ReadFile(from + suffix)
+		if errors.Is(err, fs.ErrNotExist) {
+			os.Remove(to + suffix)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Remove(to + "-shm")
+}
+
+// receipts is HQ counting the receipts it answers.
+type receipts struct {
+	h http.Handler
+	n atomic.Int64
+}
+
+func (c *receipts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	c.h.ServeHTTP(rec, r)
+	if rec.Code == http.StatusOK {
+		c.n.Add(1)
+	}
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+// TestBatchesCountedAcrossSeries: the status's batches are those HQ acknowledged to the
+// state, the batches of a series before a new one (the state restored from a backup, HQ
+// holding its next ids with other content) among them. It read the batch counter of the
+// series, which the new series starts at 0 again: the store's upload looked as if it had
+// only begun.
+func TestBatchesCountedAcrossSeries(t *testing.T) {
+	ctx := context.Background()
+	c := &receipts{}
+	s, _, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { c.h = h; return c })
+	cfg.BatchRows = 50
+	batches := func(step string, want int64) {
+		t.Helper()
+		st, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Batches != want {
+			t.Errorf("%s: status says %d batches, HQ acknowledged %d to the state", step, st.Batches, want)
+		}
+	}
+	s.Sales(120, day0)
+	u := MustNew(t, cfg)
+	MustOnce(t, u)
+	u.Close()
+	before := c.n.Load()
+	batches("sent", before)
+	backup := cfg.StatePath + ".bak"
+	copyState(t, cfg.StatePath, backup) // the nightly backup
+	s.Sales(60, day0.Add(time.Hour))
+	u = MustNew(t, cfg)
+	MustOnce(t, u)
+	u.Close()
+	copyState(t, backup, cfg.StatePath) // the state comes back from the backup
+	series := seriesOf(t, cfg.StatePath)
+	lost := c.n.Load() - before // acknowledged to the state lost with the disk
+	s.Sales(10, day0.Add(2*time.Hour))
+	u = MustNew(t, cfg)
+	MustOnce(t, u) // HQ refuses the next id (batch_id_reused): a new series
+	u.Close()
+	if got := seriesOf(t, cfg.StatePath); got == series {
+		t.Fatalf("the state goes on with series %s: want a new one", got)
+	}
+	batches("after a new series", c.n.Load()-lost)
+}
+
+// seriesOf reads the batch series of the upload state at path.
+func seriesOf(t *testing.T, path string) string {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRow(`SELECT v FROM kv WHERE k = 'batch_series'`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

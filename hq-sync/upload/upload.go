@@ -660,10 +660,22 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				break
 			}
 		}
+		maxID, err := r.OutboxMaxID(ctx)
+		if err != nil {
+			return err
+		}
 		if u.hqTakesExceptions {
 			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked)
 			if err != nil {
 				return err
+			}
+			// While rows wait, the exceptions take at most half of the room the days leave:
+			// a backlog of changes with long details (an upgraded ledger numbering every
+			// oversell it held, a day of parked events) filled every batch, and the sales
+			// behind it waited for all of it to drain. Rows go in every batch, changes too.
+			xLimit := u.budget
+			if maxID > through {
+				xLimit = used + (u.budget-used)/2
 			}
 			xFull = full
 			for i := range changed {
@@ -674,7 +686,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				if err != nil {
 					return err
 				}
-				if used+len(js)+1 > u.budget && (len(xs) > 0 || len(out.Days) > 0) {
+				if used+len(js)+1 > xLimit && (len(xs) > 0 || len(out.Days) > 0) {
 					// The next batch takes the rest: every exception whose last change is up
 					// to the cursor is in this one (they come in change order).
 					if len(xs) > 0 {
@@ -689,10 +701,6 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if len(xs) > 0 {
 				xCursor = last
 			}
-		}
-		maxID, err := r.OutboxMaxID(ctx)
-		if err != nil {
-			return err
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
@@ -1169,6 +1177,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	}
 	exec(`UPDATE batches SET state = 'sent', sent_at = ?, receipt = ?, body = NULL WHERE batch_id = ? AND state = 'pending'`,
 		now, string(receipt), b.id)
+	exec(`INSERT INTO kv (k, v) VALUES ('batches_sent', '1') ON CONFLICT (k) DO UPDATE SET v = CAST(v AS INTEGER) + 1`)
 	// Nothing reads a sent batch but for the time of the last one (Status): the state keeps
 	// a week of them, for an operator to look back, and no more.
 	exec(`DELETE FROM batches WHERE state = 'sent' AND sent_at < ?`,
@@ -1575,13 +1584,31 @@ func short(b []byte) string {
 
 // Status is what the uploader's state says, for operators.
 type Status struct {
-	SentThrough int64     `json:"sent_through"` // highest hq_outbox id HQ acknowledged
-	Backlog     int64     `json:"backlog"`      // ledger rows not yet acknowledged
-	Pending     string    `json:"pending,omitempty"`
-	Attempts    int       `json:"attempts,omitempty"` // failed sends of the pending batch
-	LastError   string    `json:"last_error,omitempty"`
-	LastSentAt  time.Time `json:"last_sent_at,omitzero"`
-	Batches     int64     `json:"batches"` // batches recorded so far
+	SentThrough int64 `json:"sent_through"` // highest hq_outbox id HQ acknowledged
+	// Backlog is the ledger rows not yet acknowledged: those after SentThrough; while
+	// LedgerBehindHQ, those after the last row of a sent batch the ledger still holds, all
+	// of its rows when there is none (see backlogFrom).
+	Backlog int64 `json:"backlog"`
+	// LedgerBehindHQ: the ledger does not hold the last row HQ acknowledged (restored from an
+	// older backup, or another ledger; CodeLedgerBehind): nothing is sent from it with this
+	// state.
+	LedgerBehindHQ bool      `json:"ledger_behind_hq,omitempty"`
+	Pending        string    `json:"pending,omitempty"`
+	Attempts       int       `json:"attempts,omitempty"` // failed sends of the pending batch
+	LastError      string    `json:"last_error,omitempty"`
+	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
+	// Batches is how many batches HQ acknowledged to this state, across its batch series
+	// (kv batches_sent; the batch counter of its series for a state an uploader of an earlier
+	// release keeps).
+	Batches int64 `json:"batches"`
+	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
+	// acknowledged (after kv exceptions_through).
+	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
+	// ExceptionsHeld is how many of them are held back until a receipt says HQ takes them,
+	// and ExceptionsHeldUntil what it must say: HeldUntilExceptions (none go) or
+	// HeldUntilParked (those from the first change of a parked event on).
+	ExceptionsHeld      int64  `json:"exception_changes_held,omitempty"`
+	ExceptionsHeldUntil string `json:"exception_changes_held_until,omitempty"`
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration is
@@ -1592,6 +1619,13 @@ type Status struct {
 	// revision only once it has every part.
 	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
 }
+
+// Why exception changes are held back (Status.ExceptionsHeldUntil): the receipt field they
+// wait for.
+const (
+	HeldUntilExceptions = "takes_exceptions" // no receipt has said HQ takes exceptions
+	HeldUntilParked     = "takes_parked"     // HQ takes exceptions, and has not said parked events
+)
 
 // PartsSent is how far a declaration in parts has gone.
 type PartsSent struct {
@@ -1604,14 +1638,16 @@ type PartsSent struct {
 func (u *Uploader) Status(ctx context.Context) (Status, error) {
 	u.ledgerMu.RLock()
 	defer u.ledgerMu.RUnlock()
-	return u.status(ctx)
+	s, _, err := u.status(ctx)
+	return s, err
 }
 
-// status is Status with ledgerMu held.
-func (u *Uploader) status(ctx context.Context) (Status, error) {
+// status is Status with ledgerMu held; it also returns the hq_outbox id the backlog counts
+// after.
+func (u *Uploader) status(ctx context.Context) (Status, int64, error) {
 	kv, err := u.kv(ctx)
 	if err != nil {
-		return Status{}, err
+		return Status{}, 0, err
 	}
 	return readStatus(ctx, u.state.R, kv, u.ledger)
 }
@@ -1644,7 +1680,8 @@ func ReadStatusOf(ctx context.Context, statePath string, l *ledger.Ledger) (Stat
 	if err := stateOf(kv, statePath, l.StoreID()); err != nil {
 		return Status{}, fmt.Errorf("upload status: %w", err)
 	}
-	return readStatus(ctx, state, kv, l)
+	s, _, err := readStatus(ctx, state, kv, l)
+	return s, err
 }
 
 // stateOf checks that the state whose kv is kv, at path, belongs to store.
@@ -1655,17 +1692,37 @@ func stateOf(kv map[string]string, path, store string) error {
 	return nil
 }
 
-// readStatus reads the progress held in state (whose kv is kv) and l.
-func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (Status, error) {
-	var s Status
-	s.SentThrough, s.Batches = atoi(kv["sent_through"]), atoi(kv["next_batch"])
+// readStatus reads the progress held in state (whose kv is kv) and l, and the hq_outbox id
+// the backlog counts after.
+func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s Status, after int64, _ error) {
+	s.SentThrough = atoi(kv["sent_through"])
+	s.Batches = atoi(kv["batches_sent"])
+	if _, ok := kv["batches_sent"]; !ok {
+		s.Batches = atoi(kv["next_batch"]) // a state not migrated yet (its uploader of an earlier release runs)
+	}
 	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
-		s.Backlog, err = r.OutboxCountAfter(ctx, s.SentThrough)
-		return err
+		if after, s.LedgerBehindHQ, err = backlogFrom(ctx, state, r, s.SentThrough, kv["sent_key"]); err != nil {
+			return err
+		}
+		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
+			return err
+		}
+		all, fromParked, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		if err != nil {
+			return err
+		}
+		s.ExceptionsWaiting = all
+		switch {
+		case all > 0 && kv["hq_takes_exceptions"] != "1":
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = all, HeldUntilExceptions
+		case fromParked > 0 && kv["hq_takes_parked"] != "1":
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromParked, HeldUntilParked
+		}
+		return nil
 	})
 	if err != nil {
-		return s, err
+		return s, after, err
 	}
 	// The batch HQ acknowledged last is the one recorded last of those sent: batches are
 	// recorded, and sent, one at a time, in order (rowid order). The highest sent_at was
@@ -1676,7 +1733,7 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 	err = state.QueryRowContext(ctx, `SELECT sent_at FROM batches WHERE state = 'sent' ORDER BY rowid DESC LIMIT 1`).
 		Scan(&last)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	if last.Valid {
 		s.LastSentAt, _ = time.Parse(time.RFC3339Nano, last.String)
@@ -1684,42 +1741,109 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 	err = state.QueryRowContext(ctx, `SELECT batch_id, attempts, last_error FROM batches WHERE state = 'pending'`).
 		Scan(&s.Pending, &s.Attempts, &s.LastError)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	s.Declared = map[string]int64{}
 	rows, err := state.QueryContext(ctx, `SELECT business_date, revision FROM days WHERE revision > 0`)
 	if err != nil {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var d string
 		var rev int64
 		if err := rows.Scan(&d, &rev); err != nil {
-			return s, fmt.Errorf("status: %w", err)
+			return s, after, fmt.Errorf("status: %w", err)
 		}
 		s.Declared[d] = rev
 	}
 	if err := rows.Err(); err != nil {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	if s.InParts, err = readInParts(ctx, state); err != nil {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	large, err := state.QueryContext(ctx, `SELECT business_date FROM days
 		WHERE skipped_rows > 0 AND skipped_rows = sent_rows AND sent_rows > declared_rows ORDER BY business_date`)
 	if err != nil {
-		return s, fmt.Errorf("status: %w", err)
+		return s, after, fmt.Errorf("status: %w", err)
 	}
 	defer large.Close()
 	for large.Next() {
 		var d string
 		if err := large.Scan(&d); err != nil {
-			return s, fmt.Errorf("status: %w", err)
+			return s, after, fmt.Errorf("status: %w", err)
 		}
 		s.TooLarge = append(s.TooLarge, d)
 	}
-	return s, large.Err()
+	return s, after, large.Err()
+}
+
+// backlogFrom returns the hq_outbox id after which the ledger's rows are not at HQ, as far
+// as the state (at watermark through, of key) can tell, and whether the ledger is behind HQ
+// (it does not hold the row at through). Past the watermark while the ledger holds it. A
+// ledger restored from an older backup took the ids after the backup's last row again, for
+// sales HQ never had: counted after the watermark, they read as no backlog at all. Then it
+// is the last row of a batch HQ acknowledged (the state keeps a week of them) that the ledger
+// still holds: the rows after it may be new to HQ (at most these; a batch cut across the
+// backup's last row counts a few HQ has); 0, every row, when none is.
+func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through int64, key string) (int64, bool, error) {
+	if through == 0 {
+		return 0, false, nil
+	}
+	held, err := rowHeld(ctx, r, through, key)
+	if err != nil || held {
+		return through, false, err
+	}
+	type end struct {
+		id  int64
+		key string
+	}
+	var ends []end
+	err = each(ctx, state, `SELECT last_id, last_key FROM batches WHERE state = 'sent' AND rows > 0 AND last_id < ?
+		ORDER BY last_id, rowid`, []any{through}, func(rows *sql.Rows) error {
+		var e end
+		if err := rows.Scan(&e.id, &e.key); err != nil {
+			return err
+		}
+		ends = append(ends, e)
+		return nil
+	})
+	if err != nil {
+		return 0, true, fmt.Errorf("sent batches: %w", err)
+	}
+	// A restored ledger holds the rows HQ acknowledged up to its backup's last: the batches
+	// whose last row it holds come first.
+	after := int64(0)
+	lo, hi := 0, len(ends)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		held, err := rowHeld(ctx, r, ends[mid].id, ends[mid].key)
+		if err != nil {
+			return 0, true, err
+		}
+		if held {
+			after, lo = ends[mid].id, mid+1
+		} else {
+			hi = mid
+		}
+	}
+	return after, true, nil
+}
+
+// each runs query on db and fn on each row.
+func each(ctx context.Context, db *sql.DB, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // readInParts reads how far each declaration in parts has gone (nil: none).
