@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,15 +50,16 @@ func runCmd(ctx context.Context, args ...string) (int, string, string) {
 // startServe runs "hq-sync serve" on db until the test ends and returns its batch URL and
 // its metrics URL. A port found free can be taken by another test's process before serve
 // binds it: serve is started again on other ports then.
-func startServe(t *testing.T, db, stores string) (batches, metrics string) {
+func startServe(t *testing.T, db, stores string, extra ...string) (batches, metrics string) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		addr, maddr := freePort(t), freePort(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		exited := make(chan string, 1)
 		go func() {
-			code, _, errs := runCmd(ctx, "serve", "--listen", addr, "--metrics-listen", maddr, "--db", db,
-				"--stores", stores, "--log-level", "warn")
+			args := append([]string{"serve", "--listen", addr, "--metrics-listen", maddr, "--db", db,
+				"--stores", stores, "--log-level", "warn"}, extra...)
+			code, _, errs := runCmd(ctx, args...)
 			if code != 0 {
 				exited <- fmt.Sprintf("serve exited %d: %s", code, errs)
 			}
@@ -77,7 +79,11 @@ func startServe(t *testing.T, db, stores string) (batches, metrics string) {
 						t.Error(msg)
 					}
 				})
-				return "http://" + addr + "/v1/batches", "http://" + maddr + "/metrics"
+				scheme := "http://"
+				if slices.Contains(extra, "--tls-cert") {
+					scheme = "https://"
+				}
+				return scheme + addr + "/v1/batches", "http://" + maddr + "/metrics"
 			}
 			msg = err.Error()
 		case msg = <-exited: // serve gave up before it listened

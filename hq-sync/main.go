@@ -10,6 +10,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,6 +34,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,7 +119,7 @@ func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
 
 func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("upload", "send the store ledger's rows to HQ in signed, idempotent batches", stderr)
-	var store, ledgerPath, statePath, hqURL, secret, tz, level, metricsListen string
+	var store, ledgerPath, statePath, hqURL, secret, tz, level, metricsListen, hqCA string
 	var once, progress, status bool
 	var batchRows int
 	cli.String(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
@@ -127,6 +130,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cli.String(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
 	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_UPLOAD_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9465 (empty: off)")
+	cli.String(fs, &hqCA, "hq-ca", "POSGATE_HQ_CA", "", "also trust this authority (PEM) for HQ's HTTPS certificate, e.g. the chain's own CA")
 	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
 	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
 	fs.BoolVar(&status, "status", false, "print the uploader's status as JSON and exit (works while an uploader runs)")
@@ -152,6 +156,11 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		HQURL: hqURL, BatchRows: batchRows, Logger: log}
 	if progress {
 		cfg.Progress = stderr
+	}
+	if hqCA != "" {
+		if cfg.Client, err = clientTrusting(hqCA); err != nil {
+			return usageError{fmt.Errorf("--hq-ca: %w", err)}
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
@@ -219,7 +228,7 @@ func loadSecrets(path string) (map[string][]byte, error) {
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve", "receive store batches at HQ", stderr)
-	var listen, metricsListen, db, stores, level string
+	var listen, metricsListen, db, stores, level, tlsCert, tlsKey string
 	var dropParts time.Duration
 	cli.String(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
 	cli.Duration(fs, &dropParts, "drop-parts-after", "POSGATE_HQ_DROP_PARTS_AFTER", 7*24*time.Hour, "delete a declaration's parts kept aside this long after its part 1 came without its last part (0: keep them)")
@@ -227,8 +236,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
 	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
 	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	cli.String(fs, &tlsCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
+	cli.String(fs, &tlsKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if (tlsCert == "") != (tlsKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
 	}
 	if stores == "" {
 		return usageError{errors.New("--stores is required")}
@@ -243,9 +257,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer st.Close()
 	log := cli.Logger(level)
+	var pair *certfile.Pair
+	if tlsCert != "" {
+		// Loaded before serving: a wrong file stops the start instead of every handshake.
+		if pair, err = certfile.Load(tlsCert, tlsKey, certfile.Options{Name: "hq", Logger: log}); err != nil {
+			return fmt.Errorf("--tls-cert: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
+	}
+	if pair != nil {
+		ln = tls.NewListener(ln, pair.TLSConfig())
+	} else if !loopback(ln.Addr()) {
+		log.Warn("serving plain HTTP beyond this host: the stores' sales cross the network in clear unless a TLS proxy is in front (--tls-cert)",
+			"addr", ln.Addr().String())
 	}
 	opts := serve.Options{Logger: log}
 	errc := make(chan error, 2)
@@ -260,9 +287,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		defer msrv.Close()
 		log.Info("hq-sync serve metrics", "addr", addr)
 	}
+	if pair != nil && opts.Metrics != nil {
+		opts.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "posgate", Subsystem: "hq",
+			Name: "tls_cert_expiry_timestamp_seconds", Help: "When the TLS certificate serve serves (its leaf) expires."},
+			func() float64 { return float64(pair.NotAfter().Unix()) }))
+	}
 	srv := &http.Server{Handler: serve.New(st, secrets, opts), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
-	log.Info("hq-sync serve", "addr", ln.Addr().String(), "stores", len(secrets))
+	log.Info("hq-sync serve", "addr", ln.Addr().String(), "tls", pair != nil, "stores", len(secrets))
 	go func() { errc <- srv.Serve(ln) }()
 	if dropParts > 0 {
 		sweep, stop := context.WithCancel(ctx)
@@ -299,6 +331,29 @@ func dropAbandonedParts(ctx context.Context, st hq.Storage, keep, every time.Dur
 		case <-t.C:
 		}
 	}
+}
+
+// clientTrusting is the uploader's HTTP client (upload.NewClient), trusting the
+// authorities in the PEM file caPath for HQ's certificate besides the system's.
+func clientTrusting(caPath string) (*http.Client, error) {
+	pemBytes, err := os.ReadFile(caPath)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caPath)
+	}
+	return upload.NewClient(roots), nil
+}
+
+// loopback reports whether addr is a loopback address (only this host reaches it).
+func loopback(addr net.Addr) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }
 
 // newRegistry returns a registry with the Go and process collectors.

@@ -14,6 +14,8 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"embed"
 	"encoding/json"
@@ -138,11 +140,7 @@ func (c *Config) setDefaults() {
 		c.RefusedRetry = DefaultRefusedRetry
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{
-			Timeout: DefaultRequestTimeout,
-			// A redirected POST would turn into a GET: surface the 3xx instead.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		c.Client = NewClient(nil)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -150,6 +148,22 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+}
+
+// NewClient returns the client the uploader sends with by default: a DefaultRequestTimeout
+// timeout, and redirects not followed (a redirected POST would turn into a GET: the 3xx
+// shows instead). It trusts roots for HQ's certificate, or the system's when roots is nil.
+func NewClient(roots *x509.CertPool) *http.Client {
+	c := &http.Client{
+		Timeout:       DefaultRequestTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if roots != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		c.Transport = tr
+	}
+	return c
 }
 
 // Validate checks the configuration.
