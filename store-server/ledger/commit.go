@@ -51,6 +51,13 @@ type Record struct {
 	Refund   *wire.RefundPayload
 	DayClose *wire.DayClosePayload
 	Scan     *wire.ScanPayload
+	// OtherContent marks a conflict record (Status AckConflict, Final) of other content for
+	// a key whose first content the ledger holds or an earlier record of the same Commit
+	// carries: it is parked as a conflict behind the key's final record, never recorded
+	// under the key. If the key holds no final record when its turn comes (the first
+	// content was refused live, or not stored), nothing of it is written and its Outcome is
+	// Undecided.
+	OtherContent bool
 }
 
 // Outcome is what was committed for one record.
@@ -64,6 +71,9 @@ type Outcome struct {
 	// Duplicate reports that the key was already stored final with the same hash: nothing
 	// was written and the fields above are the original result (the ack is "duplicate").
 	Duplicate bool
+	// Undecided reports that an OtherContent record found no final record under its key:
+	// nothing was written; the event is to be decided as the key's own.
+	Undecided bool
 	// Err is set when this record could not be stored (a *perr.Error: a flow number clash,
 	// an invalid record); nothing of it was written, the other records still commit.
 	Err error
@@ -75,7 +85,8 @@ type Outcome struct {
 //
 // For each record: a key stored final is not touched (the same hash returns the stored
 // result with Duplicate set; another hash returns AckConflict "idempotency_conflict"); a key
-// stored non-final is replaced. An accepted sale writes the sale, its lines (which are its
+// stored non-final is replaced (but an OtherContent record only ever parks: behind a key
+// not stored final it is Undecided). An accepted sale writes the sale, its lines (which are its
 // stock movement) and payments, the stock decrements (an oversell row for every SKU taken
 // below zero), its flow number and an hq_outbox row; an accepted refund writes the refund, its restock moves if it
 // restocks, its flow number and an hq_outbox row; an accepted day close writes the terminal's
@@ -176,6 +187,9 @@ func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int6
 		o := prior.outcome()
 		o.Duplicate = true
 		return o, nil
+	}
+	if r.OtherContent {
+		return Outcome{Undecided: true}, nil
 	}
 	if err := w.exec(ctx, `SAVEPOINT record`); err != nil {
 		return Outcome{}, err
@@ -944,6 +958,9 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 		o := prior.outcome()
 		o.Duplicate = true
 		return o
+	}
+	if r.OtherContent {
+		return Outcome{Undecided: true}
 	}
 	d := decision{status: r.Status, final: r.Final, code: r.Code, message: r.Message}
 	switch r.Status {
