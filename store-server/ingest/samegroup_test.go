@@ -57,7 +57,9 @@ func TestOtherContentInTheSameGroupIsParked(t *testing.T) {
 	if len(parked) != 1 || parked[0].Terminal != "T1" || parked[0].Seq != 1 || parked[0].Code != "idempotency_conflict" {
 		t.Fatalf("parked %+v: want the other content of T1:1, parked once", parked)
 	}
-	_ = hash
+	if got := parked[0]; got.Hash != hash {
+		t.Errorf("parked content %s, want the other sale's %s", got.Hash, hash)
+	}
 	tot, err := led.Totals(ctx, led.BusinessDate(at))
 	if err != nil {
 		t.Fatal(err)
