@@ -23,16 +23,35 @@ func TestParkedResolution(t *testing.T) {
 	r.step(t, "a sale", "T1", e1, w1)
 	other := r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1-again", 1)))
 	r.step(t, "another sale under its key", "T1", biMarshal(t, other), biConflict(1))
+	// The till restored once more: a third content under the key, kept by its till too.
+	third := r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1-third", 1)))
+	r.step(t, "a third sale under its key", "T1", biMarshal(t, third), biConflict(1))
+	r.step(t, "the third sale again", "T1", biMarshal(t, third), biConflict(1))
 
 	type list struct {
 		Parked []ledger.Parked `json:"parked"`
 	}
 	var open list
 	srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
-	if len(open.Parked) != 1 || open.Parked[0].Terminal != "T1" || open.Parked[0].Seq != 1 ||
-		open.Parked[0].Code != ledger.CodeIdempotencyConflict || open.Parked[0].Kind != wire.KindSale ||
-		open.Parked[0].BusinessDate == "" || open.Parked[0].Resolved {
-		t.Fatalf("open parked events: %+v", open.Parked)
+	if len(open.Parked) != 2 {
+		t.Fatalf("open parked events: %+v, want the second and the third content of T1:1", open.Parked)
+	}
+	hashes := map[string]bool{}
+	for _, p := range open.Parked {
+		hashes[p.Hash] = true
+		if p.Terminal != "T1" || p.Seq != 1 || p.Code != ledger.CodeIdempotencyConflict || p.Kind != wire.KindSale ||
+			p.BusinessDate == "" || p.Resolved {
+			t.Fatalf("open parked events: %+v", open.Parked)
+		}
+	}
+	if !hashes[other.Hash] || !hashes[third.Hash] {
+		t.Fatalf("open parked events: %+v, want contents %s and %s", open.Parked, other.Hash, third.Hash)
+	}
+	// Two contents under one key: a resolution names its content.
+	if status, _, body := srv.do(t, "POST", "/v1/parked/resolve", biToken, "application/json",
+		[]byte(`{"terminal": "T1", "seq": 1, "note": "x"}`)); status != 400 ||
+		!strings.Contains(string(body), ledger.CodeParkedHashRequired) {
+		t.Errorf("resolve without a hash: %d %s", status, body)
 	}
 	metric := func(want string) {
 		t.Helper()
@@ -41,7 +60,7 @@ func TestParkedResolution(t *testing.T) {
 			t.Errorf("metrics: no %q", w)
 		}
 	}
-	metric("1")
+	metric("2")
 
 	const note = "rung up twice after the till was reinstalled; the customer paid once"
 	b := startBrowser(t)
@@ -51,11 +70,17 @@ func TestParkedResolution(t *testing.T) {
 	if msg := b.answerPrompt(note); !strings.Contains(msg, "Parked sale T1 #1") {
 		t.Errorf("prompt %q", msg)
 	}
+	b.until("one parked event left", func() bool {
+		return strings.Count(b.text("#parked tbody"), "idempotency_conflict") == 1
+	})
+	metric("1")
+	b.click("#parked tbody button")
+	b.answerPrompt(note)
 	b.waitText("#parked tbody", "None.")
 	metric("0")
 	var all list
 	srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
-	if len(all.Parked) != 1 || !all.Parked[0].Resolved || all.Parked[0].Resolution != note {
+	if len(all.Parked) != 2 || !all.Parked[0].Resolved || all.Parked[0].Resolution != note || !all.Parked[1].Resolved {
 		t.Fatalf("all parked events: %+v", all.Parked)
 	}
 }

@@ -92,7 +92,10 @@ type Exception struct {
 	Terminal string `json:"terminal"`
 	Seq      int64  `json:"seq"` // the sale's (oversell), the refund's or the parked event
 	// SKU is, for an oversell, the SKU taken below zero, with each NUL written as SUB "0"
-	// and each SUB (0x1A) as two (EscapeSKU); for a refund or a parked event, empty.
+	// and each SUB (0x1A) as two (EscapeSKU); for a refund, empty; for a parked event, empty
+	// for the first content the store parked under its key and the content's hash for each
+	// later one (a key reused with other content more than once: each content the till
+	// kept is an exception of its own).
 	SKU          string `json:"sku,omitempty"`
 	BusinessDate string `json:"business_date"`
 	// Withdrawn: the ledger no longer holds the exception; the fields below are empty (its
@@ -219,6 +222,10 @@ type Receipt struct {
 	// TakesParked says that HQ takes exceptions of kind ExceptionParked. Until a receipt
 	// says so, a store's exception changes wait at its first change of a parked event.
 	TakesParked bool `json:"takes_parked,omitempty"`
+	// TakesParkedContents says that HQ takes a parked exception with a sku: a later content
+	// parked under a key already parked (a key reused with other content more than once).
+	// Until a receipt says so, a store's exception changes wait at its first change of one.
+	TakesParkedContents bool `json:"takes_parked_contents,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

@@ -120,7 +120,7 @@ type StoreException struct {
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
 	Seq          int64  `json:"seq"`           // the sale's (oversell), the refund's or the parked event
-	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero
+	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero; parked: a later content's hash
 	Code         string `json:"code"`
 	Detail       string `json:"detail,omitempty"`
 	QtyShort     int64  `json:"qty_short,omitempty"` // oversell: units below zero

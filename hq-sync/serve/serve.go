@@ -334,6 +334,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	rc.TakesDayParts = true
 	rc.TakesExceptions = true
 	rc.TakesParked = true
+	rc.TakesParkedContents = true
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 

@@ -520,8 +520,9 @@ func TestValidateExceptions(t *testing.T) {
 	}{
 		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund or parked`},
 		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell, refund or parked"},
-		{"parked with a sku", refund, func(x *hq.Exception) { x.Kind, x.SKU = hq.ExceptionParked, "A" },
-			"a parked exception has no sku"},
+		{"parked with a sku too long", refund, func(x *hq.Exception) {
+			x.Kind, x.SKU = hq.ExceptionParked, strings.Repeat("a", hq.MaxExceptionSKU+1)
+		}, "a parked exception's sku is longer than 256 bytes"},
 		{"parked with qty_short", refund, func(x *hq.Exception) { x.Kind, x.QtyShort = hq.ExceptionParked, 2 },
 			"a parked exception has no qty_short"},
 		{"parked without code", refund, func(x *hq.Exception) { x.Kind, x.Code = hq.ExceptionParked, "" },

@@ -44,7 +44,8 @@ const (
 //     terminal id, seq > 0, change > 0, business_date YYYY-MM-DD, no NUL in its text (as
 //     hqstore.ExceptionText checks it), and no other exception of the batch with the same
 //     (kind, terminal, seq, sku); an oversell has a sku of 1 to hq.MaxExceptionSKU bytes,
-//     the others none;
+//     a parked event none (the first content parked under its key) or its content's hash
+//     (a later one) of at most hq.MaxExceptionSKU bytes, a refund none;
 //   - a withdrawn exception carries nothing more: no code, detail, qty_short, at or
 //     resolution;
 //   - any other has a code of 1 to MaxCodeLen characters [a-z0-9_] (hq.CodeOversold for
@@ -259,8 +260,10 @@ func checkException(x *hq.Exception) error {
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
 	case oversell && (x.SKU == "" || len(x.SKU) > hq.MaxExceptionSKU):
 		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hq.MaxExceptionSKU)
-	case !oversell && x.SKU != "":
+	case x.Kind == hq.ExceptionRefund && x.SKU != "":
 		return fmt.Errorf("a %s exception has no sku", x.Kind)
+	case x.Kind == hq.ExceptionParked && len(x.SKU) > hq.MaxExceptionSKU:
+		return fmt.Errorf("a parked exception's sku is longer than %d bytes", hq.MaxExceptionSKU)
 	}
 	if err := hqstore.ExceptionText(x); err != nil {
 		return errors.New(perr.As(err).Message)

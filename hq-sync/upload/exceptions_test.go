@@ -118,9 +118,21 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A key's first parked content is its exception with no sku, each later one (a higher
+	// id) under its hash.
+	first := map[string]int64{}
 	for _, p := range parked {
-		xs = append(xs, hq.Exception{Kind: hq.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, Code: p.Code,
-			Resolved: p.Resolved, Resolution: p.Resolution})
+		if id, ok := first[wire.Key(p.Terminal, p.Seq)]; !ok || p.ID < id {
+			first[wire.Key(p.Terminal, p.Seq)] = p.ID
+		}
+	}
+	for _, p := range parked {
+		sku := p.Hash
+		if first[wire.Key(p.Terminal, p.Seq)] == p.ID {
+			sku = ""
+		}
+		xs = append(xs, hq.Exception{Kind: hq.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, SKU: sku,
+			Code: p.Code, Resolved: p.Resolved, Resolution: p.Resolution})
 	}
 	return exceptionLines(xs)
 }
@@ -364,7 +376,7 @@ func TestParkedEventsReachHQ(t *testing.T) {
 		}
 	}
 
-	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "the customer paid again at T1"); err != nil {
+	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "", "the customer paid again at T1"); err != nil {
 		t.Fatal(err)
 	}
 	MustOnce(t, u)
@@ -774,7 +786,7 @@ func TestParkedWaitForAnHQGoneBack(t *testing.T) {
 	}
 
 	o.older.Store(true)
-	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "the customer paid again at T1"); err != nil {
+	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "", "the customer paid again at T1"); err != nil {
 		t.Fatal(err)
 	}
 	s.Sales(4, day0.Add(time.Hour))
@@ -1051,4 +1063,82 @@ func TestRowsNotStarvedByExceptions(t *testing.T) {
 	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
 		t.Fatalf("HQ holds %d exceptions, the ledger %d", len(got), len(want))
 	}
+}
+
+// ParkedContents commits terminal's next sale, then n other contents under its key (a till
+// restored from a backup n times over): the ledger parks each, and returns the sale.
+func (s *store) ParkedContents(terminal string, at time.Time, n int) ledger.Record {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sale++
+	r := s.record(terminal, at, wire.KindSale, salePayload(s.sale, 1))
+	s.commit([]ledger.Record{r})
+	for i := range n {
+		p := salePayload(s.sale, 2+i)
+		body, err := json.Marshal(p)
+		if err != nil {
+			s.tb.Fatal(err)
+		}
+		c := r
+		c.Sale, c.Payload, c.Hash = nil, body, wire.Hash(r.Kind, testStore, r.Terminal, r.Seq, r.At, body)
+		c.Status, c.Code, c.FlowNo, c.OtherContent = wire.AckConflict, ledger.CodeIdempotencyConflict, 0, true
+		out, err := s.l.Commit(context.Background(), []ledger.Record{c})
+		if err != nil || out[0].Status != wire.AckConflict {
+			s.tb.Fatalf("park another content of %s: %+v, %v", wire.Key(r.Terminal, r.Seq), out, err)
+		}
+	}
+	return r
+}
+
+// olderHQWithoutParkedContents is the release before a key's later parked contents: it
+// takes parked events, refuses one with a sku (as its validation words it), and its
+// receipts do not say takes_parked_contents.
+func olderHQWithoutParkedContents() *olderHQ {
+	return &olderHQ{lacks: "takes_parked_contents", refuse: func(body []byte) (string, string, bool) {
+		var b hq.Batch
+		if json.Unmarshal(body, &b) != nil {
+			return "", "", false
+		}
+		for i, x := range b.Exceptions {
+			if x.Kind == hq.ExceptionParked && x.SKU != "" {
+				return serve.CodeBatchInvalid, fmt.Sprintf(
+					`exceptions[%d] (kind "parked" terminal %q seq %d sku %q): a parked exception has no sku`,
+					i, x.Terminal, x.Seq, x.SKU), true
+			}
+		}
+		return "", "", false
+	}}
+}
+
+// TestLaterParkedContentsReachHQ: a key reused with other content twice over has two
+// parked contents, each an exception of its own at HQ (the first with no sku, the second
+// under its hash). With HQ gone back to the release before such contents, the batch with
+// the second is refused once, its rows go again, the first content goes and the changes
+// wait at the second; once HQ takes them again, it goes.
+func TestLaterParkedContentsReachHQ(t *testing.T) {
+	o := olderHQWithoutParkedContents()
+	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	u := MustNew(t, cfg)
+
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ takes exceptions, parked events and their later contents
+	s.ParkedContents("T8", day0.Add(time.Minute), 2)
+	want := inLedger(t, s.l)
+	if n := len(slices.DeleteFunc(slices.Clone(want), func(x string) bool { return !strings.HasPrefix(x, "parked T8:1 ") })); n != 2 {
+		t.Fatalf("the ledger holds %q, want two parked contents of T8:1", want)
+	}
+
+	o.older.Store(true)
+	s.Sales(2, day0.Add(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.Once(ctx); err != nil {
+		t.Fatalf("upload to an HQ gone back a release, with a later parked content waiting: %v", err)
+	}
+	o.rowsWentAgain(t, s, st)
+	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  idempotency_conflict") || slices.Equal(got, want) {
+		t.Fatalf("the older HQ holds %q: want the first parked content of T8:1, not the second", got)
+	}
+	o.upgradedAgain(t, s, st, u, 2)
 }

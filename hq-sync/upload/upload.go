@@ -211,8 +211,10 @@ type Uploader struct {
 	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
 	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
 	hqTakesParked     bool // a receipt said HQ takes parked events among them (kv hq_takes_parked)
-	prog              progress
-	met               *metrics // nil: none
+	// a receipt said HQ takes a key's later parked contents (kv hq_takes_parked_contents)
+	hqTakesContents bool
+	prog            progress
+	met             *metrics // nil: none
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -292,6 +294,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	u.hqTakesParts = kv["hq_takes_day_parts"] == "1"
 	u.hqTakesExceptions = kv["hq_takes_exceptions"] == "1"
 	u.hqTakesParked = kv["hq_takes_parked"] == "1"
+	u.hqTakesContents = kv["hq_takes_parked_contents"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -679,7 +682,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			return err
 		}
 		if u.hqTakesExceptions {
-			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked)
+			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked,
+				u.hqTakesContents)
 			if err != nil {
 				return err
 			}
@@ -718,14 +722,14 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
-			if (!u.hqTakesExceptions || !u.hqTakesParked) && len(out.Days) == 0 {
+			if (!u.hqTakesExceptions || !u.hqTakesParked || !u.hqTakesContents) && len(out.Days) == 0 {
 				// Nothing to send, and exception changes may wait for a receipt that says HQ
 				// takes them (or the parked events among them): ask HQ now and then.
 				if u.parkedWait.IsZero() {
 					u.parkedWait = time.Now()
 				}
 				if time.Since(u.parkedWait) >= parkedProbeEvery {
-					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions)
+					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions, u.hqTakesParked)
 					if !probe {
 						u.parkedWait = time.Now() // looked: the next look is the next interval's
 					}
@@ -766,7 +770,8 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		u.parkedWait = time.Now()
 		u.log.Info("exception changes wait for a receipt that says HQ takes them; asking HQ with an empty batch",
-			"takes_exceptions", u.hqTakesExceptions, "takes_parked", u.hqTakesParked)
+			"takes_exceptions", u.hqTakesExceptions, "takes_parked", u.hqTakesParked,
+			"takes_parked_contents", u.hqTakesContents)
 	}
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,
@@ -1288,6 +1293,14 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		u.log.Warn("HQ no longer says it takes parked events; the exception changes wait at the first one")
 		exec(setTakesParked, "0")
 	}
+	switch {
+	case rc.TakesParkedContents && !u.hqTakesContents:
+		u.log.Info("HQ takes a key's later parked contents among its exceptions")
+		exec(setTakesContents, "1")
+	case !rc.TakesParkedContents && u.hqTakesContents:
+		u.log.Warn("HQ no longer says it takes a key's later parked contents; the exception changes wait at the first one")
+		exec(setTakesContents, "0")
+	}
 	if err == nil {
 		err = tx.Commit()
 	}
@@ -1295,6 +1308,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
 	u.hqTakesParts, u.hqTakesExceptions, u.hqTakesParked = rc.TakesDayParts, rc.TakesExceptions, rc.TakesParked
+	u.hqTakesContents = rc.TakesParkedContents
 	return nil
 }
 
@@ -1366,6 +1380,19 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			u.hqTakesParked = false
 			return nil
 		}
+		if se != nil && se.refused && b.xThrough > 0 && contentsRefused(se) {
+			// The same, for an HQ of the release before a key's later parked contents (it
+			// takes parked events with no sku only).
+			log.Warn("HQ refused a batch with a key's later parked contents among its exceptions; sending its "+
+				"rows again and holding the exception changes at the first one until HQ takes them",
+				"status", se.status, "answer", se.body)
+			u.met.resent()
+			if err := u.dropBatch(ctx, b, setTakesContents, "0"); err != nil {
+				return err
+			}
+			u.hqTakesContents = false
+			return nil
+		}
 		if se != nil && se.refused && len(b.parts) > 0 && fieldUnknown(se, "part", "parts", "split") {
 			// A part refused as an unknown field: an HQ gone back to a release that does not
 			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
@@ -1433,6 +1460,16 @@ func parkedRefused(se *sendError) bool {
 	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
 		strings.Contains(se.detail, `kind "`+hq.ExceptionParked+`" is not oversell or refund`)
 }
+
+// contentsRefused reports whether HQ refused a batch for a parked exception with a sku, as
+// the serve of a release from before a key's later parked contents answers one.
+func contentsRefused(se *sendError) bool {
+	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
+		strings.Contains(se.detail, "a "+hq.ExceptionParked+" exception has no sku")
+}
+
+// setTakesContents records whether HQ takes a key's later parked contents ('1' or '0').
+const setTakesContents = `INSERT INTO kv (k, v) VALUES ('hq_takes_parked_contents', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
 
 // setTakesParts records whether HQ takes declarations in parts ('1' or '0').
 const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`

@@ -571,7 +571,10 @@ const parkedListed = 1000
 type ResolveParkedRequest struct {
 	Terminal string `json:"terminal"`
 	Seq      int64  `json:"seq"`
-	Note     string `json:"note"`
+	// Hash names the parked content (ledger.Parked.Hash); it may be left out when the key is
+	// parked with one content only.
+	Hash string `json:"hash,omitempty"`
+	Note string `json:"note"`
 }
 
 func (s *Server) resolveParked(r *http.Request) (any, error) {
@@ -579,7 +582,7 @@ func (s *Server) resolveParked(r *http.Request) (any, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	p, applied, err := s.Ledger.ResolveParked(r.Context(), req.Terminal, req.Seq, req.Note)
+	p, applied, err := s.Ledger.ResolveParked(r.Context(), req.Terminal, req.Seq, req.Hash, req.Note)
 	if err != nil {
 		return nil, err
 	}

@@ -618,12 +618,16 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			x.live = it.Err == nil && !it.Env.Offline
 			x.ack.Live = x.live
 			if f := first[x.ack.Key]; f != nil && f.rec != nil && (it.Err != nil || f.env.Hash == it.Env.Hash || !f.overFinal) {
-				x.done = true
 				if it.Err == nil && f.env.Hash != it.Env.Hash {
-					x.ack.Status, x.ack.Code = wire.AckConflict, "idempotency_conflict"
-					x.ack.Message = "this key was already used with other content; the original stands"
+					// Other content for a key an earlier event of this group carries (two
+					// devices with one terminal id, a restored till and its old self sending
+					// at once). The till keeps it, so the ledger parks it behind the first
+					// content, as it would in a later group; if the first is not stored
+					// final (refused live), it is left unanswered, to be decided on its own.
+					x.rec = otherContent(topicTerminal, it)
 					continue
 				}
+				x.done = true
 				x.dupOf = f // a resend that arrived in the same group
 				continue
 			}
@@ -698,9 +702,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		case ok && st.Final && it.Err == nil && st.Hash != it.Env.Hash:
 			// The key's original stands; the ledger parks this content, which the till
 			// kept (its day close counts it), and answers the conflict.
-			x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash,
-				At: it.Env.At, Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true,
-				Status: wire.AckConflict, Code: ledger.CodeIdempotencyConflict}
+			x.rec = otherContent(terminal, it)
 			x.overFinal = true
 			return nil
 		case ok && st.Final:
@@ -746,6 +748,15 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		x.rec.Scan = v
 	}
 	return nil
+}
+
+// otherContent is the ledger record of an event whose key already carries other content
+// (the ledger's final record, or an earlier event of the group): the ledger parks it as a
+// conflict behind the key's final record (ledger.Record.OtherContent).
+func otherContent(terminal string, it wire.Item) *ledger.Record {
+	return &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash, At: it.Env.At,
+		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true, Status: wire.AckConflict,
+		Code: ledger.CodeIdempotencyConflict, OtherContent: true}
 }
 
 func replayAck(a wire.Ack, st ledger.Stored, it wire.Item) wire.Ack {
@@ -965,6 +976,12 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 	for i, x := range owners {
 		o := outs[i]
 		t := x.rec.Terminal
+		if o.Undecided {
+			// Other content of a key whose first content this group did not store final
+			// (refused live): no ack; resent, it is decided as the key's own event.
+			x.done, x.ack.Status = true, ""
+			continue
+		}
 		if o.Err != nil || blocked[t] {
 			// This record (or an earlier one of its terminal) did not commit: no ack, and the
 			// terminal's later events wait; the projection is rebuilt before they are retried.

@@ -51,6 +51,13 @@ type Record struct {
 	Refund   *wire.RefundPayload
 	DayClose *wire.DayClosePayload
 	Scan     *wire.ScanPayload
+	// OtherContent marks a conflict record (Status AckConflict, Final) of other content for
+	// a key whose first content the ledger holds or an earlier record of the same Commit
+	// carries: it is parked as a conflict behind the key's final record, never recorded
+	// under the key. If the key holds no final record when its turn comes (the first
+	// content was refused live, or not stored), nothing of it is written and its Outcome is
+	// Undecided.
+	OtherContent bool
 }
 
 // Outcome is what was committed for one record.
@@ -64,6 +71,9 @@ type Outcome struct {
 	// Duplicate reports that the key was already stored final with the same hash: nothing
 	// was written and the fields above are the original result (the ack is "duplicate").
 	Duplicate bool
+	// Undecided reports that an OtherContent record found no final record under its key:
+	// nothing was written; the event is to be decided as the key's own.
+	Undecided bool
 	// Err is set when this record could not be stored (a *perr.Error: a flow number clash,
 	// an invalid record); nothing of it was written, the other records still commit.
 	Err error
@@ -75,7 +85,8 @@ type Outcome struct {
 //
 // For each record: a key stored final is not touched (the same hash returns the stored
 // result with Duplicate set; another hash returns AckConflict "idempotency_conflict"); a key
-// stored non-final is replaced. An accepted sale writes the sale, its lines (which are its
+// stored non-final is replaced (but an OtherContent record only ever parks: behind a key
+// not stored final it is Undecided). An accepted sale writes the sale, its lines (which are its
 // stock movement) and payments, the stock decrements (an oversell row for every SKU taken
 // below zero), its flow number and an hq_outbox row; an accepted refund writes the refund, its restock moves if it
 // restocks, its flow number and an hq_outbox row; an accepted day close writes the terminal's
@@ -177,6 +188,9 @@ func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int6
 		o.Duplicate = true
 		return o, nil
 	}
+	if r.OtherContent {
+		return Outcome{Undecided: true}, nil
+	}
 	if err := w.exec(ctx, `SAVEPOINT record`); err != nil {
 		return Outcome{}, err
 	}
@@ -214,7 +228,8 @@ func (l *Ledger) conflict(r *Record, nowMs int64) (Outcome, []any) {
 	if payload == nil {
 		payload = []byte{}
 	}
-	return o, []any{r.Terminal, r.Seq, string(r.Kind), o.Code, o.Message, payload, at, nowMs, l.parkedDate(r.At, nowMs)}
+	return o, []any{r.Terminal, r.Seq, r.Hash, string(r.Kind), o.Code, o.Message, payload, at, nowMs,
+		l.parkedDate(r.At, nowMs)}
 }
 
 // checkRecord rejects a record the ledger cannot store as given, and fills in the raw
@@ -312,8 +327,8 @@ func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, 
 		case wire.KindScan, wire.KindHeartbeat:
 		}
 	} else if d.final {
-		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, nowMs,
-			l.parkedDate(r.At, nowMs))
+		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, r.Hash, string(r.Kind), d.code, d.message, payload, d.at,
+			nowMs, l.parkedDate(r.At, nowMs))
 	}
 	if err != nil {
 		return Outcome{}, constraint(err)
@@ -710,17 +725,24 @@ var (
 // refusals, parked events, day closes).
 const (
 	deleteNonFinal = `DELETE FROM events WHERE terminal = ? AND seq = ? AND final = 0`
-	upsertParked   = `INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (terminal, seq) DO UPDATE SET kind = excluded.kind, code = excluded.code,
-			message = excluded.message, payload = excluded.payload, at = excluded.at, parked_ms = excluded.parked_ms,
-			business_date = excluded.business_date`
-	// parkConflict parks a conflict's content unless its key is parked already: redelivered,
-	// it changes nothing (no exception change for HQ), and a key parked as a rejection keeps
-	// that event, the one the ledger answered first. A third content for one key is not
-	// kept; the till's own record of it stands.
-	parkConflict = `INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
+	// insParked parks a content under its key, once per hash (the arguments: terminal, seq,
+	// hash, kind, code, message, payload, at, parked_ms, business_date). Its sku, its
+	// identity at HQ, is '' for the first content parked under the key and its hash for
+	// each later one (migration 020).
+	insParked = `INSERT INTO parked (terminal, seq, hash, sku, kind, code, message, payload, at, parked_ms,
+		business_date) VALUES (?1, ?2, ?3,
+		CASE WHEN EXISTS (SELECT 1 FROM parked WHERE terminal = ?1 AND seq = ?2) THEN ?3 ELSE '' END,
+		?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+	// upsertParked parks a final rejection; the same content parked again takes its new
+	// verdict.
+	upsertParked = insParked + ` ON CONFLICT (terminal, seq, hash) DO UPDATE SET kind = excluded.kind,
+		code = excluded.code, message = excluded.message, payload = excluded.payload, at = excluded.at,
+		parked_ms = excluded.parked_ms, business_date = excluded.business_date`
+	// parkConflict parks a conflict's content unless that content is parked already:
+	// redelivered, it changes nothing (no exception change for HQ). Each other content of
+	// the key is parked beside the ones before (a key parked as a rejection keeps it too):
+	// the till kept every one.
+	parkConflict   = insParked + ` ON CONFLICT (terminal, seq, hash) DO NOTHING`
 	upsertDayClose = `INSERT INTO day_closes (terminal, business_date, seq, payload) VALUES (?, ?, ?, ?)
 		ON CONFLICT (terminal, business_date) DO UPDATE SET seq = excluded.seq, payload = excluded.payload
 		WHERE excluded.seq > day_closes.seq`
@@ -945,6 +967,9 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 		o.Duplicate = true
 		return o
 	}
+	if r.OtherContent {
+		return Outcome{Undecided: true}
+	}
 	d := decision{status: r.Status, final: r.Final, code: r.Code, message: r.Message}
 	switch r.Status {
 	case wire.AckAccepted:
@@ -975,7 +1000,7 @@ func (s *stage) add(ctx context.Context, x *staged) Outcome {
 		}
 	} else if d.final {
 		s.singles = append(s.singles, single{upsertParked,
-			[]any{r.Terminal, r.Seq, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs,
+			[]any{r.Terminal, r.Seq, r.Hash, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs,
 				s.l.parkedDate(r.At, s.nowMs)}})
 	}
 	// Written: replace what the key held (a non-final record), as commitOne's DELETE does.

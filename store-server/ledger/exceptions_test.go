@@ -32,7 +32,7 @@ func exceptionsFor(t *testing.T, l *Ledger, afterID int64, limit int, parked boo
 	t.Helper()
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
-		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked)
+		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked, parked)
 		return err
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 0 {
 		t.Errorf("parked again as they were: changes %q", briefs(xs))
 	}
-	if _, _, err := l.ResolveParked(ctx, "T1", 1, "voided with the customer"); err != nil {
+	if _, _, err := l.ResolveParked(ctx, "T1", 1, "", "voided with the customer"); err != nil {
 		t.Fatal(err)
 	}
 	xs, _ = exceptionsAfter(t, l, last, 100)
@@ -198,7 +198,7 @@ func TestParkedEventsOfEarlierLedgers(t *testing.T) {
 		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
 	}
 	// The next change is numbered above them.
-	if _, _, err := l.ResolveParked(ctx, "T2", 6, "a till reinstalled"); err != nil {
+	if _, _, err := l.ResolveParked(ctx, "T2", 6, "", "a till reinstalled"); err != nil {
 		t.Fatal(err)
 	}
 	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 1 || !xs[0].Resolved {

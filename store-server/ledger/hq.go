@@ -350,7 +350,7 @@ const (
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
 	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
-		parked_ms FROM parked WHERE terminal = ? AND seq = ?`
+		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND sku = ?`
 	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
 	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
@@ -365,12 +365,14 @@ const (
 // changes read is returned as it is now: its later change sends the same state again.
 //
 // Unless parked (HQ takes parked events), reading stops before the first change of a parked
-// event: the changes after it wait until HQ takes them, in order.
+// event: the changes after it wait until HQ takes them, in order. Unless contents too (HQ
+// takes a key's later parked contents, those with a sku: migration 020), it stops before
+// the first change of such a content.
 //
 // A ledger its store-server has not migrated yet (the uploader may be upgraded first) has no
 // changes to read (before migration 014), or its refund exceptions without column earlier
 // (before 016).
-func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked bool) (
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked, contents bool) (
 	xs []hq.Exception, last int64, full bool, err error) {
 	stateOfRefund, err := r.refundStateQuery(ctx)
 	if err != nil || stateOfRefund == "" {
@@ -385,7 +387,7 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
 		}
-		if x.Kind == hq.ExceptionParked && !parked {
+		if x.Kind == hq.ExceptionParked && (!parked || x.SKU != "" && !contents) {
 			return errWaitForHQ
 		}
 		last = x.Change
@@ -412,16 +414,18 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 }
 
 // ChangesWaiting reports whether the ledger holds an exception change after change number
-// afterID that an uploader holds back: any change, or with exceptionsTaken (HQ takes
-// exceptions, not parked events) a change of a parked event. A ledger without exception
-// changes holds none.
-func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken bool) (bool, error) {
+// afterID that an uploader holds back: any change; with exceptionsTaken (HQ takes
+// exceptions, not parked events) a change of a parked event; with parkedTaken too (HQ takes
+// parked events, not a key's later contents) a change of a parked content with a sku. A
+// ledger without exception changes holds none.
+func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken, parkedTaken bool) (bool, error) {
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
 		return false, err
 	}
 	var n int
 	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM exception_changes
-		WHERE id > ? AND (kind = 'parked' OR NOT ?) LIMIT 1)`, afterID, exceptionsTaken).Scan(&n); err != nil {
+		WHERE id > ?1 AND (NOT ?2 OR kind = 'parked' AND (NOT ?3 OR sku <> '')) LIMIT 1)`,
+		afterID, exceptionsTaken, parkedTaken).Scan(&n); err != nil {
 		return false, fmt.Errorf("exception changes waiting: %w", err)
 	}
 	return n > 0, nil
@@ -486,7 +490,7 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 		var kind, message, date string
 		var payload []byte
 		var parkedMs int64
-		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq).Scan(&kind, &x.Code, &message, &payload,
+		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message, &payload,
 			&at, &x.Resolved, &resolvedAt, &x.Resolution, &date, &parkedMs)
 		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
 		if err == nil {

@@ -1,8 +1,8 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -400,10 +400,10 @@ func TestConflictOverFinalRecord(t *testing.T) {
 	tests := []struct {
 		name        string
 		first, then Record
-		parked      string // the content parked under the key after the conflict: first, then or none
+		parked      string // the contents parked under the key after the conflict: first, then or both
 	}{
 		{"accepted, then other content", original, other, "then"},
-		{"rejected, then other content", rejected, other, "first"},
+		{"rejected, then other content", rejected, other, "both"},
 		{"accepted, then a rejection with another hash", original, refused(other, wire.AckRejected, true, "x"), "then"},
 	}
 	for _, tt := range tests {
@@ -418,26 +418,28 @@ func TestConflictOverFinalRecord(t *testing.T) {
 			if s := mustLookup(t, l, "T1", 1); s.Hash != tt.first.Hash || s.Status != tt.first.Status {
 				t.Errorf("stored %+v: the original must stand", s)
 			}
-			// The till kept the conflicting content: it is parked, unless the key is already
-			// (the first content was refused). Nothing else changes, and a redelivery changes
-			// nothing at all.
-			if tt.parked == "then" {
-				before["parked"]++
-			}
+			// The till kept the conflicting content: it is parked, beside the first content
+			// if that was refused (parked too). Nothing else changes, and a redelivery
+			// changes nothing at all.
+			before["parked"]++
 			if after := counts(t, l); !reflect.DeepEqual(after, before) {
 				t.Errorf("a conflict changed rows: want %v after %v", before, after)
 			}
 			parked, err := l.Parked(context.Background(), 0, false)
-			want := map[string][]byte{"first": tt.first.Payload, "then": tt.then.Payload}[tt.parked]
-			if err != nil || len(parked) != 1 {
+			want := map[string][][]byte{"then": {tt.then.Payload}, "both": {tt.first.Payload, tt.then.Payload}}[tt.parked]
+			if err != nil || len(parked) != len(want) {
 				t.Fatalf("parked %+v, %v", parked, err)
 			}
-			var payload []byte
-			if err := l.db.R.QueryRow(`SELECT payload FROM parked`).Scan(&payload); err != nil || !bytes.Equal(payload, want) {
-				t.Errorf("parked payload %s (%v), want the %s content %s", payload, err, tt.parked, want)
+			var payloads [][]byte
+			if err := eachRow(l.db.R.Query(`SELECT payload FROM parked ORDER BY id`))(func(rows *sql.Rows) error {
+				var p []byte
+				payloads = append(payloads, p)
+				return rows.Scan(&payloads[len(payloads)-1])
+			}); err != nil || !reflect.DeepEqual(payloads, want) {
+				t.Errorf("parked payloads %q (%v), want the %s content(s) %q", payloads, err, tt.parked, want)
 			}
-			if tt.parked == "then" && (parked[0].Code != CodeIdempotencyConflict || parked[0].BusinessDate != dayDate) {
-				t.Errorf("parked conflict %+v", parked[0])
+			if c := parked[0]; c.Code != CodeIdempotencyConflict || c.BusinessDate != dayDate || c.Hash != tt.then.Hash {
+				t.Errorf("parked conflict %+v", c)
 			}
 			xs, last := exceptionsAfter(t, l, 0, 100)
 			MustCommit(t, l, tt.then)
@@ -951,10 +953,12 @@ func TestParked(t *testing.T) {
 	ctx := context.Background()
 	l := MustOpen(t, day)
 	sale := salePayload("s1", []item{{"A", 1, 100}})
+	r1 := refused(accepted("T1", 1, day, sale), wire.AckRejected, true, "payload_invalid")
+	r3 := refused(accepted("T1", 3, day, sale), wire.AckConflict, true, "idempotency_conflict")
 	MustCommit(t, l,
-		refused(accepted("T1", 1, day, sale), wire.AckRejected, true, "payload_invalid"),
+		r1,
 		refused(accepted("T1", 2, day, sale), wire.AckRejected, false, "out_of_stock"), // live: not parked
-		refused(accepted("T1", 3, day, sale), wire.AckConflict, true, "idempotency_conflict"),
+		r3,
 		Record{Terminal: "T2", Seq: 4, Status: wire.AckRejected, Final: true, Code: "wire_syntax", Message: "bad JSON",
 			Payload: []byte("{nope")}, // undecodable: no kind, no time
 	)
@@ -963,13 +967,13 @@ func TestParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Parked{
-		{Terminal: "T1", Seq: 3, Kind: wire.KindSale, Code: "idempotency_conflict", Message: "refused: idempotency_conflict",
-			At: day, BusinessDate: dayDate},
-		{Terminal: "T1", Seq: 1, Kind: wire.KindSale, Code: "payload_invalid", Message: "refused: payload_invalid", At: day,
-			BusinessDate: dayDate},
+		{ID: 2, Terminal: "T1", Seq: 3, Hash: r3.Hash, Kind: wire.KindSale, Code: "idempotency_conflict",
+			Message: "refused: idempotency_conflict", At: day, BusinessDate: dayDate},
+		{ID: 1, Terminal: "T1", Seq: 1, Hash: r1.Hash, Kind: wire.KindSale, Code: "payload_invalid",
+			Message: "refused: payload_invalid", At: day, BusinessDate: dayDate},
 		// No time: filed under the store's business date when it was parked (the ledger's
 		// clock).
-		{Terminal: "T2", Seq: 4, Code: "wire_syntax", Message: "bad JSON", BusinessDate: dayDate},
+		{ID: 3, Terminal: "T2", Seq: 4, Code: "wire_syntax", Message: "bad JSON", BusinessDate: dayDate},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parked\n got %+v\nwant %+v", got, want)
@@ -979,11 +983,11 @@ func TestParked(t *testing.T) {
 	}
 
 	// The manager resolves one: it leaves the open list and the terminal's count, not all.
-	p, applied, err := l.ResolveParked(ctx, "T1", 1, "  sale voided with the customer ")
+	p, applied, err := l.ResolveParked(ctx, "T1", 1, "", "  sale voided with the customer ")
 	if err != nil || !applied || !p.Resolved || p.Resolution != "sale voided with the customer" || p.ResolvedAt.IsZero() {
 		t.Fatalf("resolve: %+v, applied %v, %v", p, applied, err)
 	}
-	if p2, applied, err := l.ResolveParked(ctx, "T1", 1, "again"); err != nil || applied || p2 != p {
+	if p2, applied, err := l.ResolveParked(ctx, "T1", 1, "", "again"); err != nil || applied || p2 != p {
 		t.Errorf("resolving again: %+v, applied %v, %v; want the first resolution", p2, applied, err)
 	}
 	for _, c := range []struct {
@@ -991,7 +995,7 @@ func TestParked(t *testing.T) {
 		note string
 		code string
 	}{{2, "x", CodeParkedNotFound}, {9, "x", CodeParkedNotFound}, {3, " ", CodeParkedResolutionRequired}} {
-		if _, _, err := l.ResolveParked(ctx, "T1", c.seq, c.note); perr.As(err).Code != c.code {
+		if _, _, err := l.ResolveParked(ctx, "T1", c.seq, "", c.note); perr.As(err).Code != c.code {
 			t.Errorf("resolve T1:%d %q: %v, want %s", c.seq, c.note, err, c.code)
 		}
 	}

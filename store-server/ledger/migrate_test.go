@@ -165,7 +165,7 @@ func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
 	}
 	var xs []hq.Exception
 	if err := l.ViewHQ(ctx, func(r *HQReader) error {
-		xs, _, _, err = r.ExceptionsAfter(ctx, 0, 100, true)
+		xs, _, _, err = r.ExceptionsAfter(ctx, 0, 100, true, true)
 		return err
 	}); err != nil || len(xs) != 2 {
 		t.Fatalf("exceptions for HQ %+v, %v", xs, err)
@@ -174,5 +174,98 @@ func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
 		if x.BusinessDate != "2025-03-01" {
 			t.Errorf("HQ hears of parked %s under %q, want 2025-03-01", wire.Key(x.Terminal, x.Seq), x.BusinessDate)
 		}
+	}
+}
+
+// TestParkedOfAnEarlierLedgerKeepsItsState: a ledger written before migration 020 (one
+// parked row per key) holds a conflict parked behind an accepted sale, resolved by the
+// manager, and an open parked rejection. After the upgrade both keep their state and their
+// identity at HQ (sku ”), HQ hears of no change, each has its content's hash (the
+// conflict's read from its content), so a redelivery of the old conflict changes nothing,
+// and a further content of the key is parked beside it.
+func TestParkedOfAnEarlierLedgerKeepsItsState(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	old := fstest.MapFS{}
+	names, err := fs.Glob(schema.Store(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if name >= "020" {
+			continue
+		}
+		b, err := fs.ReadFile(schema.Store(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: b}
+	}
+	db, err := sqlitedb.Open(ctx, path, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := withFlow(accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 500}})), 1)
+	other := accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 900}}))
+	at := day.UTC().Format(time.RFC3339Nano)
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, flow_no, received_ms, payload)
+			VALUES ('T1', 1, 'sale', ?, ?, ?, 'accepted', 1, 1, 0, ?)`, []any{original.Hash, at, dayDate, original.Payload}},
+		{`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
+			VALUES ('T2', 1, 'sale', 'hr', ?, ?, 'rejected', 1, 'payload_invalid', 'bad', 0, '{}')`, []any{at, dayDate}},
+		{`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
+			VALUES ('T1', 1, 'sale', 'idempotency_conflict', 'used', ?, ?, 5, ?),
+			('T2', 1, 'sale', 'payload_invalid', 'bad', '{}', ?, 6, ?)`, []any{other.Payload, at, dayDate, at, dayDate}},
+		{`UPDATE parked SET resolved = 1, resolved_at = ?, resolution = 'entered again' WHERE terminal = 'T1'`, []any{at}},
+	} {
+		if _, err := db.W.Exec(q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	var changes int
+	if err := db.W.QueryRow(`SELECT max(id) FROM exception_changes`).Scan(&changes); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l := mustOpenAt(t, path, day)
+	parked, err := l.Parked(ctx, 0, true)
+	if err != nil || len(parked) != 2 {
+		t.Fatalf("parked %+v, %v", parked, err)
+	}
+	byKey := map[string]Parked{}
+	for _, p := range parked {
+		byKey[wire.Key(p.Terminal, p.Seq)] = p
+	}
+	if p := byKey["T1:1"]; !p.Resolved || p.Resolution != "entered again" || p.Hash != other.Hash {
+		t.Errorf("the parked conflict after the upgrade: %+v; want it resolved, of hash %s", p, other.Hash)
+	}
+	if p := byKey["T2:1"]; p.Resolved || p.Hash != "hr" {
+		t.Errorf("the parked rejection after the upgrade: %+v; want it open, of its event's hash", p)
+	}
+	xs, last := exceptionsAfter(t, l, int64(changes), 100)
+	if len(xs) != 0 {
+		t.Errorf("the upgrade sent HQ changes %q", briefs(xs))
+	}
+	all, _ := exceptionsAfter(t, l, 0, 100)
+	if len(all) != 2 || all[0].SKU != "" || all[1].SKU != "" || all[1].Terminal != "T1" || !all[1].Resolved ||
+		all[1].Resolution != "entered again" {
+		t.Errorf("the parked events as HQ holds them after the upgrade: %+v", all)
+	}
+	before := dump(t, l)
+	MustCommit(t, l, other)
+	if after := dump(t, l); !reflect.DeepEqual(after, before) {
+		t.Errorf("a redelivery of the conflict parked before the upgrade changed the ledger")
+	}
+	third := accepted("T1", 1, day, salePayload("s1", []item{{"A", 3, 900}}))
+	MustCommit(t, l, third)
+	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 1 || xs[0].SKU != third.Hash || xs[0].Resolved {
+		t.Errorf("exceptions for HQ after a third content: %q, want it open under its hash", briefs(xs))
+	}
+	if _, _, open, err := l.OpenExceptions(ctx); err != nil || open != 2 {
+		t.Errorf("open parked %d (%v), want the rejection and the third content", open, err)
 	}
 }

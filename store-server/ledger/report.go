@@ -346,9 +346,14 @@ func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, se
 // Parked is an event the store refused for good (a final rejection or conflict). The till
 // kept its sale or refund: a parked event is an exception the manager resolves with what
 // explained it, and HQ gets each of its changes (hq.ExceptionParked).
+//
+// A key can be parked with several contents (a till restored from a backup twice, devices
+// sharing a terminal id): each distinct content (Hash) is a parked event of its own.
 type Parked struct {
+	ID       int64     `json:"id"` // the ledger's number of the parked content
 	Terminal string    `json:"terminal"`
 	Seq      int64     `json:"seq"`
+	Hash     string    `json:"hash"` // the content's hash, which tells a key's parked contents apart
 	Kind     wire.Kind `json:"kind"`
 	Code     string    `json:"code"`
 	Message  string    `json:"message"`
@@ -365,14 +370,14 @@ type Parked struct {
 // DefaultParkedLimit is how many parked events Parked returns for a limit ≤ 0.
 const DefaultParkedLimit = 100
 
-const selParkedEvents = `SELECT terminal, seq, kind, code, message, at, business_date, resolved, resolved_at,
-	resolution FROM parked`
+const selParkedEvents = `SELECT id, terminal, seq, hash, kind, code, message, at, business_date, resolved,
+	resolved_at, resolution FROM parked`
 
 func (l *Ledger) scanParked(sc interface{ Scan(...any) error }) (Parked, error) {
 	var p Parked
 	var at, resolvedAt string
-	err := sc.Scan(&p.Terminal, &p.Seq, &p.Kind, &p.Code, &p.Message, &at, &p.BusinessDate, &p.Resolved,
-		&resolvedAt, &p.Resolution)
+	err := sc.Scan(&p.ID, &p.Terminal, &p.Seq, &p.Hash, &p.Kind, &p.Code, &p.Message, &at, &p.BusinessDate,
+		&p.Resolved, &resolvedAt, &p.Resolution)
 	p.At, p.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
 	return p, err
 }
@@ -385,7 +390,7 @@ func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]Parked, err
 	}
 	out := []Parked{}
 	err := each(ctx, l.db.R, selParkedEvents+` WHERE resolved = 0 OR ?
-		ORDER BY parked_ms DESC, terminal, seq DESC LIMIT ?`, []any{all, limit}, func(rows *sql.Rows) error {
+		ORDER BY parked_ms DESC, terminal, seq DESC, id DESC LIMIT ?`, []any{all, limit}, func(rows *sql.Rows) error {
 		p, err := l.scanParked(rows)
 		out = append(out, p)
 		return err
@@ -418,22 +423,38 @@ func validDate(s string) bool {
 const (
 	CodeParkedNotFound           = "parked_not_found"
 	CodeParkedResolutionRequired = "parked_resolution_required"
+	CodeParkedHashRequired       = "parked_hash_required"
 )
 
-// ResolveParked marks the parked event (terminal, seq) resolved with the manager's note of
-// what explained it (the sale voided with the customer, entered again, the money counted
-// out of the drawer). Resolving a resolved event changes nothing and returns it with its
-// first resolution (applied false). The event stays refused either way.
-func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, note string) (Parked, bool, error) {
-	p, applied, err := resolve(ctx, l, "parked", selParkedEvents, "terminal = ? AND seq = ?",
-		[]any{terminal, seq}, note, l.scanParked)
+// ResolveParked marks the parked event (terminal, seq) of content hash resolved with the
+// manager's note of what explained it (the sale voided with the customer, entered again,
+// the money counted out of the drawer). hash may be "" when the key is parked with one
+// content only; with several, it names the one (CodeParkedHashRequired otherwise).
+// Resolving a resolved event changes nothing and returns it with its first resolution
+// (applied false). The event stays refused either way.
+func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, hash, note string) (Parked, bool, error) {
+	if hash == "" {
+		var n int
+		var only string
+		if err := l.db.R.QueryRowContext(ctx, `SELECT count(*), coalesce(max(hash), '') FROM parked
+			WHERE terminal = ? AND seq = ?`, terminal, seq).Scan(&n, &only); err != nil {
+			return Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
+		}
+		if n > 1 {
+			return Parked{}, false, perr.New(perr.Invalid, CodeParkedHashRequired,
+				"%s is parked with %d contents: say which one by its hash", wire.Key(terminal, seq), n)
+		}
+		hash = only
+	}
+	p, applied, err := resolve(ctx, l, "parked", selParkedEvents, "terminal = ? AND seq = ? AND hash = ?",
+		[]any{terminal, seq, hash}, note, l.scanParked)
 	switch {
 	case errors.Is(err, errNoNote):
 		return Parked{}, false, perr.New(perr.Invalid, CodeParkedResolutionRequired,
 			"say what explained the parked event (1 to %d bytes of UTF-8)", wire.MaxTextLen)
 	case errors.Is(err, sql.ErrNoRows):
 		return Parked{}, false, perr.New(perr.NotFound, CodeParkedNotFound,
-			"no parked event %s", wire.Key(terminal, seq))
+			"no parked event %s%s", wire.Key(terminal, seq), map[bool]string{true: " of content " + hash}[hash != ""])
 	case err != nil:
 		return Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
 	}

@@ -169,7 +169,7 @@ func TestOpenExceptions(t *testing.T) {
 	if _, _, err := led.ResolveRefundException(ctx, "T1", 8, "a refund at the till of another store's sale"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := led.ResolveParked(ctx, "T1", 9, "the sale entered again"); err != nil {
+	if _, _, err := led.ResolveParked(ctx, "T1", 9, "", "the sale entered again"); err != nil {
 		t.Fatal(err)
 	}
 	want("0", "0", "0")

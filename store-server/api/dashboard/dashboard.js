@@ -338,7 +338,7 @@ async function resolveRefundException(x) {
     ".\nWhat explained it? (e.g. goods checked back in, till keyed the wrong line)");
   if (note === null) return;
   try {
-    await api(ACTIONS.resolveRefundException, { terminal: x.terminal, seq: x.seq, note: note });
+    await api(ACTIONS.resolveRefundException, { terminal: x.terminal, seq: x.seq, hash: x.hash, note: note });
   } catch (e) {
     if (e instanceof Unauthorized) return signOut("The token was refused.");
     alert("Not resolved: " + e.message);
@@ -367,11 +367,13 @@ function drawParked(p) {
 // resolveParked asks what explained an event the store refused for good, which the till
 // kept (its day close counts it), and records it. The event stays refused.
 async function resolveParked(x) {
-  const note = prompt("Parked " + (x.kind || "event") + " " + x.terminal + " #" + x.seq + ": " + x.message +
+  // A key can be parked with several contents: the hash's start tells them apart.
+  const content = x.hash ? " (content " + x.hash.slice(0, 8) + ")" : "";
+  const note = prompt("Parked " + (x.kind || "event") + " " + x.terminal + " #" + x.seq + content + ": " + x.message +
     ".\nWhat explained it? (e.g. sale voided with the customer, entered again at another till)");
   if (note === null) return;
   try {
-    await api(ACTIONS.resolveParked, { terminal: x.terminal, seq: x.seq, note: note });
+    await api(ACTIONS.resolveParked, { terminal: x.terminal, seq: x.seq, hash: x.hash, note: note });
   } catch (e) {
     if (e instanceof Unauthorized) return signOut("The token was refused.");
     alert("Not resolved: " + e.message);
