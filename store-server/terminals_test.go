@@ -373,9 +373,6 @@ func TestTillClockSkew(t *testing.T) {
 
 	dom := browse(t, srv.Base+"/#token="+biToken)
 	for _, want := range []string{
-		`<td class="bad">1.0 d behind</td></tr>`,
-		`<td class="bad">3 min ahead</td></tr>`,
-		`<td>on time</td></tr>`,
 		`<td class="muted" title="Its messages read behind`, // T4's
 		`>checking…</td></tr>`,
 		`T1's clock is 1.0 d behind the store's (more than 2 min)`,
@@ -383,6 +380,18 @@ func TestTillClockSkew(t *testing.T) {
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the dashboard does not show %s", want)
+		}
+	}
+	// Each clock cell says when it was last measured, by the store's wall clock (--tz), not
+	// the browser's (the test's zone, UTC here).
+	for _, r := range a.Terminals {
+		cell := map[string]string{"T1": `class="bad" %s>1.0 d behind`, "T2": `class="bad" %s>3 min ahead`, "T3": `%s>on time`}[r.Terminal]
+		if cell == "" {
+			continue
+		}
+		want := "<td " + fmt.Sprintf(cell, `title="Last measured `+r.ClockChecked.Format("2006-01-02 15:04:05")+` (store time)."`) + "</td></tr>"
+		if !strings.Contains(dom, want) || !inZone(r.ClockChecked, biTZ) {
+			t.Errorf("the dashboard does not show %s (clock_checked %v)", want, r.ClockChecked)
 		}
 	}
 	if strings.Contains(dom, "T3's clock") || strings.Contains(dom, "T4's clock") {
@@ -395,6 +404,17 @@ func TestTillClockSkew(t *testing.T) {
 	// T1's clock is set: its next report reads right, and the flag clears.
 	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now()})
 	waitFor("T1 set right", func(rows map[string]api.TerminalRow) bool { return near(rows["T1"], 0) && !rows["T1"].ClockOff })
+}
+
+// inZone reports whether t, as the API gave it, is in the zone named tz at that time.
+func inZone(t time.Time, tz string) bool {
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return false
+	}
+	_, got := t.Zone()
+	_, want := t.In(loc).Zone()
+	return got == want
 }
 
 // testTerminal is a paho client connected as a terminal with the agent's last will, whose

@@ -680,6 +680,12 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			row.ClockChecked = c.Checked
 			delete(clocks, row.Terminal)
 		}
+		// The board's times are the server's clock and the till's stamps as sent: given in
+		// the store's zone, as the ledger's are.
+		row.OnlineSince, row.StatusHeard, row.ClockChecked = s.inStore(row.OnlineSince), s.inStore(row.StatusHeard), s.inStore(row.ClockChecked)
+		if row.Backlog != nil {
+			row.Backlog.At, row.Backlog.Heard = s.inStore(row.Backlog.At), s.inStore(row.Backlog.Heard)
+		}
 		rows = append(rows, row)
 	}
 	for _, ts := range seen {
@@ -695,8 +701,17 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
 	}
 	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return TerminalsAnswer{Now: now, CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
+	return TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
 		ClockBehindConfirmMs: behindConfirm.Milliseconds(), Terminals: rows}, nil
+}
+
+// inStore returns t in the store's zone (--tz, the ledger's), in which the API gives its
+// times; the zero time stays zero.
+func (s *Server) inStore(t time.Time) time.Time {
+	if loc := s.Ledger.Location(); loc != nil && !t.IsZero() {
+		return t.In(loc)
+	}
+	return t
 }
 
 // HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.

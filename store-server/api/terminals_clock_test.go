@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,26 @@ func (f *terminalsFixture) row(a api.TerminalsAnswer, terminal string) api.Termi
 func (f *terminalsFixture) report(terminal string, at time.Time) {
 	raw, _ := json.Marshal(wire.Backlog{V: wire.Version, Terminal: terminal, At: at})
 	f.board.Handle(wire.BacklogTopic("S1", terminal), raw, false)
+}
+
+// TestTerminalsTimesInStoreZone: the presence and clock times of GET /v1/terminals
+// (online_since, status_heard, clock_checked, the backlog report's) came out in the server's
+// local zone, the ledger's (last_received) in the store's (--tz): a back office reading the
+// answer saw two wall clocks. All are the store's now.
+func TestTerminalsTimesInStoreZone(t *testing.T) {
+	f := newTerminalsFixture(t)
+	online, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: "T1", Online: true, At: f.now.Add(-time.Second)})
+	f.board.Handle(wire.StatusTopic("S1", "T1"), online, false)
+	f.report("T1", f.now)
+	_, raw := f.get()
+	row := raw["terminals"].([]any)[0].(map[string]any)
+	backlog := row["backlog"].(map[string]any)
+	for name, v := range map[string]any{"now": raw["now"], "online_since": row["online_since"], "status_heard": row["status_heard"],
+		"clock_checked": row["clock_checked"], "backlog.at": backlog["at"], "backlog.heard": backlog["heard"]} {
+		if s, _ := v.(string); !strings.HasSuffix(s, "+08:00") {
+			t.Errorf("%s is %v, want the store's zone (+08:00)", name, v)
+		}
+	}
 }
 
 // TestTerminalsClockGoneQuiet: a till heard from no more keeps no clock in the answer once

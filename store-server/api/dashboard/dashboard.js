@@ -198,8 +198,9 @@ function drawTerminals(view, totals, alerts) {
     if (t.clock_unconfirmed) {
       clock = el("td", "checking…", "muted");
       clock.title = "Its messages read behind; the store checks them over " +
-        duration(view.clock_behind_confirm_ms) + " before it says so (messages held on the way read behind too).";
+        duration(view.clock_behind_confirm_ms) + " before it says so (messages held on the way read behind too). ";
     }
+    if (t.clock_checked) clock.title = (clock.title || "") + "Last measured " + storeTime(t.clock_checked) + " (store time).";
     rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
       el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close, clock]));
 
