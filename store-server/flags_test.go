@@ -27,6 +27,8 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--clock-skew-warn", "5m"}, ""},
 		{[]string{"--clock-skew-warn", "0"}, ""},
 		{[]string{"--clock-skew-warn", "-1s"}, "clock-skew-warn"},
+		{[]string{"--clock-behind-confirm", "0"}, ""},
+		{[]string{"--clock-behind-confirm", "-1s"}, "clock-behind-confirm"},
 		{[]string{"--disk-warn-mb", "-1"}, "disk-warn-mb"},
 		{[]string{"--disk-warn-mb", "1G"}, "disk-warn-mb"},
 		// The embedded broker admits anyone only on loopback, unless told to: on the store's

@@ -74,10 +74,13 @@ type Main struct {
 	// ClockSkewWarn is how far a till's clock may be from the store's before the API,
 	// dashboard, metrics and log say it is off (0: never).
 	ClockSkewWarn time.Duration
-	APIToken      string
-	CatalogFile   string
-	UploadState   string
-	LogLevel      string
+	// ClockBehindConfirm is how long a till's readings must span before the store says its
+	// clock is behind (presence.DefaultBehindConfirm; 0: at once).
+	ClockBehindConfirm time.Duration
+	APIToken           string
+	CatalogFile        string
+	UploadState        string
+	LogLevel           string
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -122,6 +125,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.DiskWarnMB, "disk-warn-mb", "POSGATE_DISK_WARN_MB", "1024", "below this much free room (MiB) on the ledger's disk, the API and dashboard warn (0: never)")
 	cli.Duration(fs, &m.ClockSkewWarn, "clock-skew-warn", "POSGATE_CLOCK_SKEW_WARN", presence.DefaultSkewLimit,
 		"a till whose clock is further than this from the store's is flagged (its sales take their business date from it); 0: never")
+	cli.Duration(fs, &m.ClockBehindConfirm, "clock-behind-confirm", "POSGATE_CLOCK_BEHIND_CONFIRM", presence.DefaultBehindConfirm,
+		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -154,6 +159,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
 	case m.ClockSkewWarn < 0:
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
+	case m.ClockBehindConfirm < 0:
+		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
 	case !validMB(m.DiskWarnMB):
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
@@ -229,6 +236,7 @@ func (m *Main) Run(ctx context.Context) error {
 	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
 	seen := presence.New(m.Store, nil, log)
 	seen.SetSkewLimit(m.ClockSkewWarn)
+	seen.SetBehindConfirm(m.ClockBehindConfirm)
 	// Each up message reads its till's clock as it arrives (the board takes only those the
 	// till sent as it stamped them), before ingest, which may wait for room in its queue.
 	onUp := func(topic string, payload []byte) {

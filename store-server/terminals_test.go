@@ -237,13 +237,15 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 // the till sends as it stamps them, on its embedded broker: GET /v1/terminals gives the skew
 // and flags a till past --clock-skew-warn, /metrics has it per terminal and the dashboard
 // warns. An offline event, stamped when the sale happened and sent later, reads nothing.
+// A till that reads behind is flagged once its readings span --clock-behind-confirm (1 s
+// here): until then they may be messages held on their way, and it is "checking".
 // The business dates stay the tills' (invariant 7): the store only reports.
 func TestTillClockSkew(t *testing.T) {
 	t.Parallel()
 	s := stack.Run(t, stack.Options{Redis: true})
 	addrs, _ := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(), "--redis-addr", s.Redis[0].Addr(),
 		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
-		"--log-level", "error")
+		"--clock-behind-confirm", "1s", "--log-level", "error")
 	srv := &biServer{Base: "http://" + addrs.API, Broker: addrs.Broker, Client: &http.Client{Timeout: 10 * time.Second}}
 	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
 	const day = 24 * time.Hour
@@ -289,8 +291,17 @@ func TestTillClockSkew(t *testing.T) {
 			time.Duration(*r.ClockSkewMs)*time.Millisecond < skew+5*time.Second
 	}
 
-	// T1's clock is a day behind (a dead clock battery): it says so in its backlog report.
+	// T1's clock is a day behind (a dead clock battery): it says so in its backlog report,
+	// and again in the next. One report is not enough.
 	t1 := dialTerminal(t, srv.Broker, "T1")
+	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now().Add(-day)})
+	a := waitFor("T1's first report", func(rows map[string]api.TerminalRow) bool { return rows["T1"].ClockUnconfirmed })
+	for _, r := range a.Terminals {
+		if r.Terminal == "T1" && (r.ClockSkewMs != nil || r.ClockOff || r.ClockChecked.IsZero()) {
+			t.Fatalf("T1 on one report a day behind: %+v, want unconfirmed, no figure, not off", r)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
 	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now().Add(-day)})
 	// T2 sells live, its clock 3 minutes ahead.
 	t2 := dialTerminal(t, srv.Broker, "T2")
@@ -301,7 +312,7 @@ func TestTillClockSkew(t *testing.T) {
 	t3 := dialTerminal(t, srv.Broker, "T3")
 	publish(t3, wire.UpTopic(biStoreID, "T3"), 1, event(wire.KindSale, "T3", 1, time.Now().Add(-day), true,
 		biGoodSale("T3-1", 0)))
-	a := waitFor("T3's offline sale in the ledger", func(rows map[string]api.TerminalRow) bool { return rows["T3"].LastSeq == 1 })
+	a = waitFor("T3's offline sale in the ledger", func(rows map[string]api.TerminalRow) bool { return rows["T3"].LastSeq == 1 })
 	for _, r := range a.Terminals {
 		if r.Terminal == "T3" && (r.ClockSkewMs != nil || r.ClockOff) {
 			t.Fatalf("an offline sale of yesterday read as T3's clock: %+v", r)
@@ -310,13 +321,20 @@ func TestTillClockSkew(t *testing.T) {
 	publish(t3, wire.UpTopic(biStoreID, "T3"), 1, event(wire.KindHeartbeat, "T3", 2, time.Now(), true,
 		wire.HeartbeatPayload{CatalogVersion: 1}))
 
-	a = waitFor("the three clocks", func(rows map[string]api.TerminalRow) bool {
-		return rows["T1"].ClockSkewMs != nil && rows["T2"].ClockSkewMs != nil && rows["T3"].ClockSkewMs != nil
+	// T4 reads a day behind on one report: "checking", whatever the dashboard's refreshes.
+	t4 := dialTerminal(t, srv.Broker, "T4")
+	publish(t4, wire.BacklogTopic(biStoreID, "T4"), 0, wire.Backlog{V: wire.Version, Terminal: "T4", At: time.Now().Add(-day)})
+
+	a = waitFor("the clocks", func(rows map[string]api.TerminalRow) bool {
+		return rows["T1"].ClockSkewMs != nil && rows["T2"].ClockSkewMs != nil && rows["T3"].ClockSkewMs != nil &&
+			rows["T4"].ClockUnconfirmed
 	})
 	for _, r := range a.Terminals {
 		var skew time.Duration
 		var off bool
 		switch r.Terminal {
+		case "T4":
+			continue
 		case "T1":
 			skew, off = -day, true
 		case "T2":
@@ -346,12 +364,17 @@ func TestTillClockSkew(t *testing.T) {
 				c.terminal, skew, ok, off, okOff, c.skew, c.off)
 		}
 	}
+	if skew, ok := fams.value("posgate_store_terminal_clock_skew_seconds", "terminal", "T4"); ok {
+		t.Errorf("T4, unconfirmed: terminal_clock_skew_seconds %v, want none", skew)
+	}
+	if off, ok := fams.value("posgate_store_terminal_clock_off", "terminal", "T4"); !ok || off != 0 {
+		t.Errorf("T4, unconfirmed: terminal_clock_off %v (present %v), want 0", off, ok)
+	}
 
 	dom := browse(t, srv.Base+"/#token="+biToken)
 	for _, want := range []string{
-		`<td class="bad">1.0 d behind</td></tr>`,
-		`<td class="bad">3 min ahead</td></tr>`,
-		`<td>on time</td></tr>`,
+		`<td class="muted" title="Its messages read behind`, // T4's
+		`>checking…</td></tr>`,
 		`T1's clock is 1.0 d behind the store's (more than 2 min)`,
 		`T2's clock is 3 min ahead of the store's (more than 2 min)`,
 	} {
@@ -359,8 +382,20 @@ func TestTillClockSkew(t *testing.T) {
 			t.Errorf("the dashboard does not show %s", want)
 		}
 	}
-	if strings.Contains(dom, "T3's clock") {
-		t.Error("the dashboard warns of T3's clock, which is right")
+	// Each clock cell says when it was last measured, by the store's wall clock (--tz), not
+	// the browser's (the test's zone, UTC here).
+	for _, r := range a.Terminals {
+		cell := map[string]string{"T1": `class="bad" %s>1.0 d behind`, "T2": `class="bad" %s>3 min ahead`, "T3": `%s>on time`}[r.Terminal]
+		if cell == "" {
+			continue
+		}
+		want := "<td " + fmt.Sprintf(cell, `title="Last measured `+r.ClockChecked.Format("2006-01-02 15:04:05")+` (store time)."`) + "</td></tr>"
+		if !strings.Contains(dom, want) || !inZone(r.ClockChecked, biTZ) {
+			t.Errorf("the dashboard does not show %s (clock_checked %v)", want, r.ClockChecked)
+		}
+	}
+	if strings.Contains(dom, "T3's clock") || strings.Contains(dom, "T4's clock") {
+		t.Error("the dashboard warns of T3's clock, which is right, or T4's, unconfirmed")
 	}
 	if t.Failed() {
 		t.Logf("page:\n%s", dom)
@@ -369,6 +404,17 @@ func TestTillClockSkew(t *testing.T) {
 	// T1's clock is set: its next report reads right, and the flag clears.
 	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now()})
 	waitFor("T1 set right", func(rows map[string]api.TerminalRow) bool { return near(rows["T1"], 0) && !rows["T1"].ClockOff })
+}
+
+// inZone reports whether t, as the API gave it, is in the zone named tz at that time.
+func inZone(t time.Time, tz string) bool {
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return false
+	}
+	_, got := t.Zone()
+	_, want := t.In(loc).Zone()
+	return got == want
 }
 
 // testTerminal is a paho client connected as a terminal with the agent's last will, whose

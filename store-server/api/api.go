@@ -609,14 +609,21 @@ type TerminalRow struct {
 	// import, which takes a version above it.
 	CatalogAhead bool `json:"catalog_ahead,omitempty"`
 	// ClockSkewMs is the till's clock minus the store's, in ms (positive: the till is
-	// ahead), as presence.Board measured it; nil until the store has heard a message to
-	// measure it by since it started.
+	// ahead), as presence.Board measured it from the messages it heard from the till in the
+	// last 5 minutes; nil while the store has heard none (the till quiet, or the store just
+	// started), and while ClockUnconfirmed.
 	ClockSkewMs *int64 `json:"clock_skew_ms,omitempty"`
 	// ClockOff: |ClockSkewMs| is over the store's limit (TerminalsAnswer.ClockSkewLimitMs):
 	// the till dates its sales by a clock the store does not agree with, and they may go
 	// to the wrong business day.
 	ClockOff bool `json:"clock_off"`
-	// ClockChecked is when the store last heard a message it measured the clock by.
+	// ClockUnconfirmed: what the store heard says the till is behind by more than the limit,
+	// but over less than --clock-behind-confirm: they may be messages held on their way (a
+	// broker handing over what it kept while the store was away). The store says nothing of
+	// the clock until its readings span that long.
+	ClockUnconfirmed bool `json:"clock_unconfirmed,omitempty"`
+	// ClockChecked is when the store last heard a message it measured the clock by, while
+	// it has a figure or ClockUnconfirmed.
 	ClockChecked time.Time `json:"clock_checked,omitzero"`
 }
 
@@ -632,8 +639,11 @@ type TerminalsAnswer struct {
 	CatalogVersion int64     `json:"catalog_version"`
 	// ClockSkewLimitMs is how far a till's clock may be from the store's before its row says
 	// clock_off (--clock-skew-warn; 0: never).
-	ClockSkewLimitMs int64         `json:"clock_skew_limit_ms"`
-	Terminals        []TerminalRow `json:"terminals"`
+	ClockSkewLimitMs int64 `json:"clock_skew_limit_ms"`
+	// ClockBehindConfirmMs is how long a till's readings must span before its row says
+	// clock_off for a clock behind (--clock-behind-confirm): until then, clock_unconfirmed.
+	ClockBehindConfirmMs int64         `json:"clock_behind_confirm_ms"`
+	Terminals            []TerminalRow `json:"terminals"`
 }
 
 func (s *Server) terminals(r *http.Request) (any, error) {
@@ -644,10 +654,10 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	var live map[string]presence.Seen
 	var reports map[string]presence.Backlog
 	var clocks map[string]presence.Clock
-	var skewLimit time.Duration
+	var skewLimit, behindConfirm time.Duration
 	if s.Presence != nil {
 		live, reports = s.Presence.All(), s.Presence.Backlogs()
-		clocks, skewLimit = s.Presence.Clocks(), s.Presence.SkewLimit()
+		clocks, skewLimit, behindConfirm = s.Presence.Clocks(), s.Presence.SkewLimit(), s.Presence.BehindConfirm()
 	}
 	now := s.Now()
 	version := s.Catalog.Current().Version
@@ -667,9 +677,20 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			row.CatalogBehind, row.CatalogAhead = hb.CatalogVersion < version, hb.CatalogVersion > version
 		}
 		if c, ok := clocks[row.Terminal]; ok {
-			ms := c.Skew.Milliseconds()
-			row.ClockSkewMs, row.ClockOff, row.ClockChecked = &ms, c.Off, c.Checked
+			if c.Unconfirmed {
+				row.ClockUnconfirmed = true
+			} else {
+				ms := c.Skew.Milliseconds()
+				row.ClockSkewMs, row.ClockOff = &ms, c.Off
+			}
+			row.ClockChecked = c.Checked
 			delete(clocks, row.Terminal)
+		}
+		// The board's times are the server's clock and the till's stamps as sent: given in
+		// the store's zone, as the ledger's are.
+		row.OnlineSince, row.StatusHeard, row.ClockChecked = s.inStore(row.OnlineSince), s.inStore(row.StatusHeard), s.inStore(row.ClockChecked)
+		if row.Backlog != nil {
+			row.Backlog.At, row.Backlog.Heard = s.inStore(row.Backlog.At), s.inStore(row.Backlog.Heard)
 		}
 		rows = append(rows, row)
 	}
@@ -686,7 +707,17 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
 	}
 	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return TerminalsAnswer{Now: now, CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(), Terminals: rows}, nil
+	return TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
+		ClockBehindConfirmMs: behindConfirm.Milliseconds(), Terminals: rows}, nil
+}
+
+// inStore returns t in the store's zone (--tz, the ledger's), in which the API gives its
+// times; the zero time stays zero.
+func (s *Server) inStore(t time.Time) time.Time {
+	if loc := s.Ledger.Location(); loc != nil && !t.IsZero() {
+		return t.In(loc)
+	}
+	return t
 }
 
 // HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.

@@ -147,8 +147,8 @@ var (
 	backlogDesc = desc("terminal_backlog_events", "Events the terminal held that the store had not acknowledged, at its last backlog report (an agent of an earlier release: its last heartbeat).", "terminal")
 	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unacknowledged event: at its last backlog report (or heartbeat), plus the time since while it had a backlog.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
-	skewDesc    = desc("terminal_clock_skew_seconds", "The terminal's clock minus the store's (positive: ahead), from the messages it sent as it stamped them in the last 5 minutes; its sales take their business date from it.", "terminal")
-	clockOff    = desc("terminal_clock_off", "1 if the terminal's clock is further from the store's than --clock-skew-warn.", "terminal")
+	skewDesc    = desc("terminal_clock_skew_seconds", "The terminal's clock minus the store's (positive: ahead), from the messages it sent as it stamped them in the last 5 minutes (absent when none, or while it reads behind over less than --clock-behind-confirm); its sales take their business date from it.", "terminal")
+	clockOff    = desc("terminal_clock_off", "1 if the terminal's clock is further from the store's than --clock-skew-warn (absent when the store heard no message to measure it by in the last 5 minutes).", "terminal")
 	droppedDesc = desc("status_messages_dropped_total", "Status and backlog messages dropped as wrong (another store's topic, undecodable, naming another terminal).")
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
@@ -256,12 +256,18 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(onlineDesc, prometheus.GaugeValue, v, t)
 		}
+		// Only the clocks the store has a reading of in the last 5 minutes: a till gone
+		// quiet has no series (Prometheus marks them stale) rather than its last figure
+		// standing. A till that reads behind over too short a time to tell from messages
+		// held on their way (presence.Clock.Unconfirmed) is not off, and has no figure yet.
 		for t, c := range s.board.Clocks() {
 			off := 0.0
 			if c.Off {
 				off = 1
 			}
-			ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, c.Skew.Seconds(), t)
+			if !c.Unconfirmed {
+				ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, c.Skew.Seconds(), t)
+			}
 			ch <- prometheus.MustNewConstMetric(clockOff, prometheus.GaugeValue, off, t)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -213,5 +214,46 @@ func TestCertExpiry(t *testing.T) {
 	mqtt = time.Unix(1_950_000_000, 0)
 	if want := `posgate_store_tls_cert_expiry_timestamp_seconds{listener="mqtt"} 1.95e+09`; !strings.Contains(scrape(), want) {
 		t.Errorf("after renewal, no %q", want)
+	}
+}
+
+// TestClockSeriesGoWhenQuiet: a till's clock series are there while the store has a reading
+// of its clock from the last 5 minutes, and gone after (Prometheus marks them stale): its
+// last figure and its terminal_clock_off = 1 stood for as long as the store-server ran, and
+// the alert on it with them.
+func TestClockSeriesGoWhenQuiet(t *testing.T) {
+	led := openLedger(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := time.Now()
+	board := presence.New("S1", func() time.Time { return now }, log)
+	m := metrics.New()
+	m.Follow(ingest.New(ingest.Config{Store: "S1", Ledger: led, Logger: log, Observer: m}), led, board, log)
+	clockSeries := func() map[string]string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		got := map[string]string{}
+		for line := range strings.Lines(rec.Body.String()) {
+			if name, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(name, "posgate_store_terminal_clock_") {
+				got[name] = v
+			}
+		}
+		return got
+	}
+	for terminal, at := range map[string]time.Time{"T1": now.Add(3 * time.Minute), "T2": now.Add(-time.Hour)} {
+		raw, _ := json.Marshal(wire.Backlog{V: wire.Version, Terminal: terminal, At: at})
+		board.Handle(wire.BacklogTopic("S1", terminal), raw, false)
+	}
+	// T1, ahead, is off; T2 reads behind on one message only: not off, no figure yet.
+	want := map[string]string{
+		`posgate_store_terminal_clock_skew_seconds{terminal="T1"}`: "180",
+		`posgate_store_terminal_clock_off{terminal="T1"}`:          "1",
+		`posgate_store_terminal_clock_off{terminal="T2"}`:          "0",
+	}
+	if got := clockSeries(); !maps.Equal(got, want) {
+		t.Fatalf("clock series %v, want %v", got, want)
+	}
+	now = now.Add(presence.SkewWindow + time.Second)
+	if got := clockSeries(); len(got) != 0 {
+		t.Fatalf("clock series of tills quiet for longer than the window: %v, want none", got)
 	}
 }

@@ -78,7 +78,11 @@ type Board struct {
 	backlog   map[string]Backlog
 	clocks    map[string]*clock
 	skewLimit time.Duration
-	wrong     int64
+	// behindConfirm: SetBehindConfirm; clockSwept: when the clocks gone unknown were last
+	// forgotten.
+	behindConfirm time.Duration
+	clockSwept    time.Time
+	wrong         int64
 }
 
 // New returns an empty board for store. now is the clock (time.Now if nil).
@@ -90,12 +94,14 @@ func New(store string, now func() time.Time, log *slog.Logger) *Board {
 		log = slog.Default()
 	}
 	return &Board{store: store, now: now, log: log.With("component", "presence"),
-		seen: map[string]Seen{}, backlog: map[string]Backlog{}, clocks: map[string]*clock{}, skewLimit: DefaultSkewLimit}
+		seen: map[string]Seen{}, backlog: map[string]Backlog{}, clocks: map[string]*clock{},
+		skewLimit: DefaultSkewLimit, behindConfirm: DefaultBehindConfirm}
 }
 
 // Handle takes one message from a status or backlog topic; retained says the broker sent
 // it as the topic's retained message (on subscribing) rather than as it was published. An
-// empty payload (a cleared retained message) forgets the terminal's presence or backlog. A
+// empty payload (a cleared retained message) forgets the terminal's presence (and its clock)
+// or backlog. A
 // message on a topic that is not one of the store's status or backlog topics, that cannot be
 // decoded or that names another terminal than its topic is counted, logged and dropped: it
 // changes nothing. An online message and a backlog report, as published (not retained), are
@@ -113,8 +119,11 @@ func (b *Board) Handle(topic string, payload []byte, retained bool) {
 		return
 	}
 	if len(payload) == 0 {
+		// The terminal's status cleared (a till taken out of service): the store forgets
+		// it, its clock too.
 		b.mu.Lock()
 		delete(b.seen, terminal)
+		delete(b.clocks, terminal)
 		b.mu.Unlock()
 		return
 	}

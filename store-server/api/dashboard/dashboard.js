@@ -191,8 +191,16 @@ function drawTerminals(view, totals, alerts) {
       if (d.declared) close = d.declared_matches ? el("td", "matches", "good") : el("td", "differs", "bad");
     }
     // The till's clock against the store's: the till dates its sales by it (business day).
+    // "—" when the store heard nothing to measure it by in the last 5 minutes; "checking"
+    // while what it heard says the till is behind but may be messages held on their way.
     const hasClock = t.clock_skew_ms !== undefined && t.clock_skew_ms !== null;
-    const clock = hasClock ? el("td", skew(t.clock_skew_ms), t.clock_off ? "bad" : "") : el("td", "—", "muted");
+    let clock = hasClock ? el("td", skew(t.clock_skew_ms), t.clock_off ? "bad" : "") : el("td", "—", "muted");
+    if (t.clock_unconfirmed) {
+      clock = el("td", "checking…", "muted");
+      clock.title = "Its messages read behind; the store checks them over " +
+        duration(view.clock_behind_confirm_ms) + " before it says so (messages held on the way read behind too). ";
+    }
+    if (t.clock_checked) clock.title = (clock.title || "") + "Last measured " + storeTime(t.clock_checked) + " (store time).";
     rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
       el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close, clock]));
 
