@@ -502,14 +502,55 @@ function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   $("board").hidden = true;
   $("signout").hidden = true;
+  $("backup").hidden = true;
+  $("backup-status").textContent = "";
   $("signin").hidden = false;
   $("signin-error").textContent = message || "";
+}
+
+// downloadBackup fetches GET /v1/backup and hands it to the browser as a file, named as
+// the store-server names it. The whole file passes through the page's memory: a ledger of
+// gigabytes is better fetched with curl (docs/store-server.md, "Backup and restore").
+async function downloadBackup() {
+  const button = $("backup");
+  button.disabled = true;
+  $("backup-status").textContent = "making a backup…";
+  $("backup-status").className = "muted";
+  try {
+    const resp = await fetch("/v1/backup", {
+      headers: { Authorization: "Bearer " + sessionStorage.getItem(TOKEN_KEY) },
+      cache: "no-store",
+    });
+    if (resp.status === 401) throw new Unauthorized();
+    if (!resp.ok) {
+      const problem = await resp.json().catch(() => ({}));
+      throw new Error(problem.detail || problem.title || String(resp.status));
+    }
+    const blob = await resp.blob();
+    const name = (/filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "") || [])[1] || "posgate-backup.tar";
+    const url = URL.createObjectURL(blob);
+    const a = el("a");
+    a.href = url;
+    a.download = name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    $("backup-status").textContent = `${name}: ${blob.size} bytes`;
+  } catch (e) {
+    if (e instanceof Unauthorized) { signOut("The token was refused."); return; }
+    $("backup-status").textContent = "backup failed: " + e.message;
+    $("backup-status").className = "bad";
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function signIn() {
   $("signin").hidden = true;
   $("board").hidden = false;
   $("signout").hidden = false;
+  $("backup").hidden = false;
   refresh();
 }
 
@@ -526,6 +567,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("sku-filter").addEventListener("input", () => { if (lastStock) drawStock(lastStock); });
   $("prove").addEventListener("click", proveStock);
+  $("backup").addEventListener("click", downloadBackup);
   $("day").addEventListener("change", () => {
     chosenDay = $("day").value || null;
     refresh();
