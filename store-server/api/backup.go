@@ -2,6 +2,7 @@ package api
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -141,17 +142,29 @@ type progressWriter struct {
 }
 
 func (p *progressWriter) Write(b []byte) (int, error) {
-	if err := p.rc.SetWriteDeadline(time.Now().Add(p.stall)); err != nil {
+	if err := p.arm(); err != nil {
 		return 0, err
 	}
 	return p.w.Write(b)
 }
 
 func (p *progressWriter) flush() error {
-	if err := p.rc.SetWriteDeadline(time.Now().Add(p.stall)); err != nil {
+	if err := p.arm(); err != nil {
 		return err
 	}
-	return p.rc.Flush()
+	if err := p.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// arm moves the deadline on; a writer that cannot take one (not a connection's) writes
+// without.
+func (p *progressWriter) arm() error {
+	if err := p.rc.SetWriteDeadline(time.Now().Add(p.stall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
 }
 
 // tarSize is what a file of n bytes takes in a tar: its header and its body in 512-byte

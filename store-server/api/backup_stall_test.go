@@ -101,3 +101,24 @@ func TestBackupOfAStalledDownloadEnds(t *testing.T) {
 	}
 	t.Fatal("the stalled backup's copy of the ledger is left in the data directory")
 }
+
+// TestBackupThroughAWriterWithoutDeadlines: a response writer that takes no write deadline
+// (a middleware's, a recorder) gets the whole backup, sent without one.
+func TestBackupThroughAWriterWithoutDeadlines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	led, err := ledger.Open(context.Background(), filepath.Join(dir, ledger.FileName), "S1", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := (&api.Server{Token: "tok", Store: "S1", Ledger: led, Now: time.Now, Logger: log}).Handler()
+	req := httptest.NewRequest("GET", "/v1/backup", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if cl := rec.Header().Get("Content-Length"); rec.Code != http.StatusOK || cl != fmt.Sprint(rec.Body.Len()) {
+		t.Fatalf("backup: %d, %d bytes of Content-Length %s", rec.Code, rec.Body.Len(), cl)
+	}
+}
