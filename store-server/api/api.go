@@ -58,8 +58,11 @@ type Server struct {
 	// DiskWarnBytes: below this much free room on the ledger's file system, /v1/mode says
 	// the disk is low (0: never).
 	DiskWarnBytes int64
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// BackupStall is how long the download of a backup may make no progress before it is
+	// dropped (0: DefaultBackupStall).
+	BackupStall time.Duration
+	Now         func() time.Time
+	Logger      *slog.Logger
 
 	mux      *http.ServeMux
 	backupMu sync.Mutex // one backup at a time

@@ -2,6 +2,7 @@ package api
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,12 @@ import (
 // backupPattern names the ledger's copy while it is made and sent, in the ledger's directory
 // (the same file system: no room is taken elsewhere, and a copy left by a crash is found).
 const backupPattern = ".backup-*.db"
+
+// DefaultBackupStall is how long a backup's download may make no progress before it is
+// dropped (Server.BackupStall): a client that stops reading but keeps its connection (a
+// paused browser download, a pipe into a program that hangs) would otherwise hold the
+// store's one backup, and the copy of the ledger beside it, for as long as it stays.
+const DefaultBackupStall = time.Minute
 
 // backup answers GET /v1/backup with what a store-server's data directory needs to start
 // again as the store was: a tar of the ledger, copied as of one commit while the store goes
@@ -92,7 +99,14 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	tw := tar.NewWriter(w)
+	stall := s.BackupStall
+	if stall <= 0 {
+		stall = DefaultBackupStall
+	}
+	pw := &progressWriter{w: w, rc: http.NewResponseController(w), stall: stall}
+	// The connection may serve the client's next request: no deadline is left on it.
+	defer pw.rc.SetWriteDeadline(time.Time{})
+	tw := tar.NewWriter(pw)
 	err = tw.WriteHeader(&tar.Header{Name: ledger.FileName, Mode: 0o600, Size: fi.Size(), ModTime: start, Format: tar.FormatUSTAR})
 	if err == nil {
 		_, err = io.Copy(tw, f)
@@ -109,11 +123,48 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = tw.Close()
 	}
+	if err == nil {
+		err = pw.flush() // the end of the tar, still within the deadline
+	}
 	if err != nil {
 		s.Logger.Warn("backup: not sent whole", "file", name, "err", err)
 		return
 	}
 	s.Logger.Info("backup of the store sent", "file", name, "bytes", size, "took", s.Now().Sub(start).Round(time.Millisecond))
+}
+
+// progressWriter writes a download, each write to be taken by the client within stall: a
+// write deadline on the connection, moved on as the download goes.
+type progressWriter struct {
+	w     io.Writer
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	if err := p.arm(); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
+}
+
+func (p *progressWriter) flush() error {
+	if err := p.arm(); err != nil {
+		return err
+	}
+	if err := p.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// arm moves the deadline on; a writer that cannot take one (not a connection's) writes
+// without.
+func (p *progressWriter) arm() error {
+	if err := p.rc.SetWriteDeadline(time.Now().Add(p.stall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
 }
 
 // tarSize is what a file of n bytes takes in a tar: its header and its body in 512-byte
