@@ -436,19 +436,24 @@ func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptions
 }
 
 // ExceptionChangesAfter counts the ledger's exception changes after change number afterID
-// (all), and how many of them are from the first change of a parked event on (fromParked):
-// the changes an uploader holds back while HQ has not said it takes exceptions, and while it
-// has not said it takes parked events. A ledger without exception changes holds none.
-func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (all, fromParked int64, err error) {
+// (all), how many of them are from the first change of a parked event on (fromParked), and
+// how many from the first change of a parked content with a sku (a key's later content,
+// migration 020) on (fromContents): the changes an uploader holds back while HQ has not said
+// it takes exceptions, parked events, or a key's later parked contents. A ledger without
+// exception changes holds none.
+func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (all, fromParked, fromContents int64,
+	err error) {
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	err = r.tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(id >= (SELECT min(id) FROM exception_changes
-		WHERE id > ? AND kind = 'parked')), 0) FROM exception_changes WHERE id > ?`, afterID, afterID).Scan(&all, &fromParked)
+	err = r.tx.QueryRowContext(ctx, `SELECT count(*),
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked')), 0),
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked' AND sku <> '')), 0)
+		FROM exception_changes WHERE id > ?1`, afterID).Scan(&all, &fromParked, &fromContents)
 	if err != nil {
-		return 0, 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
+		return 0, 0, 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
 	}
-	return all, fromParked, nil
+	return all, fromParked, fromContents, nil
 }
 
 // errWaitForHQ stops ExceptionsAfter at a change HQ does not take.
