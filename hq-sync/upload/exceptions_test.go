@@ -999,6 +999,56 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 	check("HQ takes parked events", 0, 0, "")
 }
 
+// TestExceptionChangesHeldForParkedContentsShown: with HQ of the release that takes parked
+// events but not a key's later contents, the changes from a later content's first change
+// on wait, and the status and metrics say so (held until takes_parked_contents). They said
+// none was held: a store whose exceptions stopped at a reused key showed a count waiting
+// that only grew, and no reason.
+func TestExceptionChangesHeldForParkedContentsShown(t *testing.T) {
+	ctx := context.Background()
+	var older atomic.Bool
+	older.Store(true)
+	s, _, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked_contents"))
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	u := MustNew(t, cfg)
+	s.Sales(3, day0)
+	MustOnce(t, u) // HQ takes exceptions and parked events, not later contents
+	s.ParkedContents("T8", day0.Add(time.Minute), 2)
+	s.OfflineSale("T9", day0.Add(3*time.Minute), "SKU001") // its oversell changes after them
+	MustOnce(t, u)
+	MustOnce(t, u)
+	for _, via := range []string{"Status", "ReadStatus"} {
+		st, err := u.Status(ctx)
+		if via == "ReadStatus" {
+			st, err = ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", via, err)
+		}
+		if st.ExceptionsWaiting == 0 || st.ExceptionsHeld != st.ExceptionsWaiting ||
+			st.ExceptionsHeldUntil != HeldUntilParkedContents {
+			t.Errorf("%s says %d exception changes waiting, %d held until %q; want all waiting held until %q", via,
+				st.ExceptionsWaiting, st.ExceptionsHeld, st.ExceptionsHeldUntil, HeldUntilParkedContents)
+		}
+	}
+	fams := scrape(t, reg)
+	v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_held",
+		map[string]string{"until": HeldUntilParkedContents})
+	if !ok || v == 0 {
+		t.Errorf("posgate_upload_exception_changes_held{until=%q} = %v (present %v), want the changes waiting",
+			HeldUntilParkedContents, v, ok)
+	}
+
+	older.Store(false)
+	s.Sales(1, day0.Add(time.Hour))
+	MustOnce(t, u)
+	MustOnce(t, u)
+	if st, err := u.Status(ctx); err != nil || st.ExceptionsWaiting != 0 || st.ExceptionsHeld != 0 {
+		t.Errorf("once HQ takes later contents: %+v, %v; want nothing waiting", st, err)
+	}
+}
+
 // TestRowsNotStarvedByExceptions: a backlog of exception changes with long details (the
 // manager's notes) larger than many batches, and sales waiting behind it: every batch
 // carries rows, so the sales reach HQ within a few batches while the changes still drain in

@@ -128,7 +128,8 @@ var (
 	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, their resolutions) HQ has not acknowledged.")
 	xHeldDesc    = prometheus.NewDesc(prometheus.BuildFQName("posgate", "upload", "exception_changes_held"),
 		"Exception changes held back until a receipt says HQ takes them, by what it must say: takes_exceptions (none go), "+
-			"takes_parked (those from the first change of a parked event on).", []string{"until"}, nil)
+			"takes_parked (those from the first change of a parked event on), takes_parked_contents (those from the first "+
+			"change of a key's later parked content on).", []string{"until"}, nil)
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -189,7 +190,7 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(behindDesc, behind)
 	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
-	for _, until := range []string{HeldUntilExceptions, HeldUntilParked} {
+	for _, until := range []string{HeldUntilExceptions, HeldUntilParked, HeldUntilParkedContents} {
 		held := 0.0
 		if st.ExceptionsHeldUntil == until {
 			held = float64(st.ExceptionsHeld)

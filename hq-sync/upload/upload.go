@@ -1657,7 +1657,9 @@ type Status struct {
 	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
 	// ExceptionsHeld is how many of them are held back until a receipt says HQ takes them,
 	// and ExceptionsHeldUntil what it must say: HeldUntilExceptions (none go) or
-	// HeldUntilParked (those from the first change of a parked event on).
+	// HeldUntilParked (those from the first change of a parked event on) or
+	// HeldUntilParkedContents (those from the first change of a key's later parked content
+	// on).
 	ExceptionsHeld      int64  `json:"exception_changes_held,omitempty"`
 	ExceptionsHeldUntil string `json:"exception_changes_held_until,omitempty"`
 	// Declared is the last revision HQ acknowledged per business date.
@@ -1676,6 +1678,8 @@ type Status struct {
 const (
 	HeldUntilExceptions = "takes_exceptions" // no receipt has said HQ takes exceptions
 	HeldUntilParked     = "takes_parked"     // HQ takes exceptions, and has not said parked events
+	// HQ takes parked events, and has not said a key's later parked contents (those with a sku)
+	HeldUntilParkedContents = "takes_parked_contents"
 )
 
 // PartsSent is how far a declaration in parts has gone.
@@ -1759,7 +1763,7 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
 			return err
 		}
-		all, fromParked, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		all, fromParked, fromContents, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
 		if err != nil {
 			return err
 		}
@@ -1769,6 +1773,8 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 			s.ExceptionsHeld, s.ExceptionsHeldUntil = all, HeldUntilExceptions
 		case fromParked > 0 && kv["hq_takes_parked"] != "1":
 			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromParked, HeldUntilParked
+		case fromContents > 0 && kv["hq_takes_parked_contents"] != "1":
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromContents, HeldUntilParkedContents
 		}
 		return nil
 	})

@@ -401,3 +401,37 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestReaderOfALedgerBefore020: the uploader may be upgraded before its store-server, and
+// reads a ledger migrated through 019 only: its parked events (one per key, no column sku)
+// are read as they stand, and a ledger with one parked did not stop every batch at "no such
+// column".
+func TestReaderOfALedgerBefore020(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "020"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
+		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
+			VALUES ('T1', 5, 'sale', 'payload_invalid', 'bad', x'', '2025-03-02T02:00:00Z', 1, '2025-03-02')`,
+		`UPDATE parked SET resolved = 1, resolved_at = '2025-03-02T03:00:00Z', resolution = 'entered again'`,
+	} {
+		if _, err := db.W.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	l, err := OpenReader(ctx, path, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	xs, _ := exceptionsAfter(t, l, 0, 100)
+	if got, want := briefs(xs), []string{"parked T1:5  2025-03-02 payload_invalid resolved: entered again"}; !slices.Equal(got, want) ||
+		!xs[0].Resolved || xs[0].Resolution != "entered again" {
+		t.Fatalf("exceptions of a ledger before 020: %q %+v; want %q, resolved", got, xs, want)
+	}
+}

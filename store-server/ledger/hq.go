@@ -351,6 +351,10 @@ const (
 		WHERE terminal = ? AND seq = ?`
 	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
 		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND sku = ?`
+	// selParkedState019 reads a ledger its store-server has not migrated to 020 yet: one
+	// parked row per key, every one HQ's sku ''.
+	selParkedState019 = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
+		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND ? = ''`
 	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
 	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
@@ -432,19 +436,24 @@ func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptions
 }
 
 // ExceptionChangesAfter counts the ledger's exception changes after change number afterID
-// (all), and how many of them are from the first change of a parked event on (fromParked):
-// the changes an uploader holds back while HQ has not said it takes exceptions, and while it
-// has not said it takes parked events. A ledger without exception changes holds none.
-func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (all, fromParked int64, err error) {
+// (all), how many of them are from the first change of a parked event on (fromParked), and
+// how many from the first change of a parked content with a sku (a key's later content,
+// migration 020) on (fromContents): the changes an uploader holds back while HQ has not said
+// it takes exceptions, parked events, or a key's later parked contents. A ledger without
+// exception changes holds none.
+func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (all, fromParked, fromContents int64,
+	err error) {
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	err = r.tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(id >= (SELECT min(id) FROM exception_changes
-		WHERE id > ? AND kind = 'parked')), 0) FROM exception_changes WHERE id > ?`, afterID, afterID).Scan(&all, &fromParked)
+	err = r.tx.QueryRowContext(ctx, `SELECT count(*),
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked')), 0),
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked' AND sku <> '')), 0)
+		FROM exception_changes WHERE id > ?1`, afterID).Scan(&all, &fromParked, &fromContents)
 	if err != nil {
-		return 0, 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
+		return 0, 0, 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
 	}
-	return all, fromParked, nil
+	return all, fromParked, fromContents, nil
 }
 
 // errWaitForHQ stops ExceptionsAfter at a change HQ does not take.
@@ -473,6 +482,25 @@ func (r *HQReader) refundStateQuery(ctx context.Context) (string, error) {
 	return selRefundExceptionState, nil
 }
 
+// parkedStateQuery returns the query of a parked content's state for the ledger's
+// migrations: a ledger before 020 (the uploader upgraded before its store-server) has no
+// column sku in parked. Probed only until it is found at 020.
+func (r *HQReader) parkedStateQuery(ctx context.Context) (string, error) {
+	if r.l.migrated020.Load() {
+		return selParkedState, nil
+	}
+	var sku int
+	err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('parked') WHERE name = 'sku'`).Scan(&sku)
+	switch {
+	case err != nil:
+		return "", err
+	case sku == 0:
+		return selParkedState019, nil
+	}
+	r.l.migrated020.Store(true)
+	return selParkedState, nil
+}
+
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it
 // Withdrawn when they no longer hold it; stateOfRefund reads a refund exception.
 func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfRefund string) error {
@@ -490,7 +518,11 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 		var kind, message, date string
 		var payload []byte
 		var parkedMs int64
-		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message, &payload,
+		var q string
+		if q, err = r.parkedStateQuery(ctx); err != nil {
+			return err
+		}
+		err = r.tx.QueryRowContext(ctx, q, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message, &payload,
 			&at, &x.Resolved, &resolvedAt, &x.Resolution, &date, &parkedMs)
 		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
 		if err == nil {

@@ -79,6 +79,8 @@ type Ledger struct {
 	// migrated016 is set once a reader found the ledger at migration 016 or later (a
 	// store-server of this release migrated it): migrations only add, so it stays so.
 	migrated016 atomic.Bool
+	// migrated020 is the same for migration 020 (parked contents, each with its sku).
+	migrated020 atomic.Bool
 }
 
 // Open opens (creating and migrating) the ledger of store storeID at path. loc is the

@@ -200,8 +200,15 @@ type DatesApart struct {
 
 // DatesApart returns what the latest acks say of the till's business dates, or nil when the
 // store dated every event it dated among the latest ones as the till did.
+//
+// An event the till dated under another zone than its --tz now (its time's offset is not the
+// zone's then: the zone was set right, and the agent started again) is not counted: it says
+// what the till did, not what it does, and the warning would stay until 5,000 later events
+// had pushed it out of the window. An event whose dates differ was dated at an offset other
+// than the store zone's, so once the till is in the store's zone every one of them is left
+// out, at once.
 func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
-	rows, err := s.readRows(ctx, `SELECT seq, business_date, store_date FROM events
+	rows, err := s.readRows(ctx, `SELECT seq, at, business_date, store_date FROM events
 		WHERE seq > (SELECT coalesce(max(seq), 0) FROM events) - ? AND store_date IS NOT NULL
 			AND store_date <> business_date
 		ORDER BY seq DESC`, datesApartWindow)
@@ -211,11 +218,19 @@ func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
 	defer rows.Close()
 	var d *DatesApart
 	for rows.Next() {
-		if d == nil {
-			d = &DatesApart{TillZone: s.cfg.Location.String()}
-			if err := rows.Scan(&d.Seq, &d.TillDate, &d.StoreDate); err != nil {
-				return nil, fmt.Errorf("dates apart: %w", err)
+		var seq int64
+		var at, tillDate, storeDate string
+		if err := rows.Scan(&seq, &at, &tillDate, &storeDate); err != nil {
+			return nil, fmt.Errorf("dates apart: %w", err)
+		}
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			_, then := t.Zone()
+			if _, now := t.In(s.cfg.Location).Zone(); then != now {
+				continue // dated under the zone the till had
 			}
+		}
+		if d == nil {
+			d = &DatesApart{TillZone: s.cfg.Location.String(), Seq: seq, TillDate: tillDate, StoreDate: storeDate}
 		}
 		d.Events++
 	}

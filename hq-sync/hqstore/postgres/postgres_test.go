@@ -202,3 +202,71 @@ func TestConcurrentDeclarations(t *testing.T) {
 		t.Fatalf("%d drafts with %d txns kept (%v) beside revision %d; want none", drafts, txns, err, days[0].Day.Revision)
 	}
 }
+
+// TestDropDraftsConcurrentWithParts: parts of a day's declarations arrive from many
+// batches while DropDrafts deletes every draft kept aside, again and again. A day stands
+// only whole (every transaction of its revision), neither side fails, and nothing is left
+// behind.
+func TestDropDraftsConcurrentWithParts(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	rows := storetest.Sales("S1", "T1", 1, 40, storetest.D1, storetest.T0)
+	b0, h0 := storetest.NewBatch("S1", "rows", rows)
+	storetest.MustPut(t, s, b0, h0, storetest.T0)
+	txnsOf := func(rev int64) int { return 5 + int(rev)*5 }
+	var ids atomic.Int64
+	var dropped atomic.Int64
+	stop := make(chan struct{})
+	var dropper sync.WaitGroup
+	dropper.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, err := s.DropDrafts(ctx, storetest.T0.Add(time.Hour))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			dropped.Add(n)
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 40 {
+				rev := int64(1 + rng.IntN(6))
+				d := storetest.Day(storetest.D1, rev, storetest.T0, rows[:txnsOf(rev)])
+				for _, p := range storetest.Parts(d, 3) {
+					b, h := storetest.NewBatch("S1", fmt.Sprintf("b-%d", ids.Add(1)), nil, p)
+					if _, err := s.PutBatch(ctx, b, h, storetest.T0); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	dropper.Wait()
+	if _, err := s.DropDrafts(ctx, storetest.T0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	days, err := s.Days(ctx, storetest.D1, "S1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range days {
+		if len(d.Day.Txns) != txnsOf(d.Day.Revision) {
+			t.Errorf("revision %d stands with %d txns, want %d", d.Day.Revision, len(d.Day.Txns), txnsOf(d.Day.Revision))
+		}
+	}
+	if drafts, txns, err := s.PartsKept(ctx); err != nil || drafts != 0 || txns != 0 {
+		t.Errorf("%d drafts with %d txns kept (%v); want none", drafts, txns, err)
+	}
+	t.Logf("%d drafts dropped, %d days standing", dropped.Load(), len(days))
+}
