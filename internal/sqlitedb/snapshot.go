@@ -17,7 +17,14 @@ import (
 // It reads on a connection of its own: VACUUM INTO writes the copy, which a query-only
 // connection refuses, and on the writer it would hold every commit back for as long as
 // it runs.
-func Snapshot(ctx context.Context, src, dst string) (err error) {
+func Snapshot(ctx context.Context, src, dst string) error {
+	return SnapshotEdit(ctx, src, dst, nil)
+}
+
+// SnapshotEdit is Snapshot, with edit run on the copy (on a connection of its own, in
+// rollback-journal mode: the copy stays one file) before the copy is checked. A store's
+// backup marks its ledger copy so that, once restored, the ledger knows it was.
+func SnapshotEdit(ctx context.Context, src, dst string, edit func(ctx context.Context, db *sql.DB) error) (err error) {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("snapshot: %s exists", dst)
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -42,6 +49,11 @@ func Snapshot(ctx context.Context, src, dst string) (err error) {
 	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	if edit != nil {
+		if err := editCopy(ctx, dst, edit); err != nil {
+			return fmt.Errorf("snapshot: edit the copy: %w", err)
+		}
+	}
 	cp, err := OpenQueryOnly(ctx, dst, 1)
 	if err != nil {
 		return fmt.Errorf("snapshot: open the copy: %w", err)
@@ -55,4 +67,21 @@ func Snapshot(ctx context.Context, src, dst string) (err error) {
 		return fmt.Errorf("snapshot: the copy fails its check: %s", check)
 	}
 	return nil
+}
+
+func editCopy(ctx context.Context, dst string, edit func(ctx context.Context, db *sql.DB) error) error {
+	q := url.Values{}
+	q.Set("mode", "rw")
+	q.Set("_busy_timeout", "10000")
+	q.Set("_journal_mode", "DELETE")
+	db, err := sql.Open(driverName, "file:"+dst+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	if err := edit(ctx, db); err != nil {
+		db.Close()
+		return err
+	}
+	return db.Close()
 }

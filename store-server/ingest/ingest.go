@@ -105,11 +105,17 @@ type Ingest struct {
 
 	policyMu sync.Mutex // orders the manager's changes of the live limits and promo
 
-	mu      sync.Mutex
-	mode    Mode
-	next    map[string]int64 // terminal → next expected seq; owned by the loop
-	stats   Stats
-	limiter *localLimiter
+	mu   sync.Mutex
+	mode Mode
+	next map[string]int64 // terminal → next expected seq; owned by the loop
+	// restoredAt is when the ledger was restored from a backup (zero if it never was); heard
+	// holds the terminals the ledger has, or this process gave, an event of since then, and
+	// jumps the gap each terminal's first event after it jumped (order). Owned by the loop.
+	restoredAt time.Time
+	heard      map[string]bool
+	jumps      map[string]*ledger.SeqGap
+	stats      Stats
+	limiter    *localLimiter
 
 	failures int
 
@@ -135,6 +141,7 @@ type Stats struct {
 	Rejected    int64 `json:"rejected"`
 	Refused     int64 `json:"refused_live"`
 	OutOfOrder  int64 `json:"out_of_order"`
+	SeqGaps     int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
 	Groups      int64 `json:"groups"`
 	Rebuilds    int64 `json:"rebuilds"`
 	GateErrors  int64 `json:"gate_errors"`
@@ -182,6 +189,7 @@ func New(cfg Config) *Ingest {
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
 		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
+		heard: map[string]bool{}, jumps: map[string]*ledger.SeqGap{},
 		limiter: newLocalLimiter(store.Policy{PromoPercent: 100}), stopped: make(chan struct{}),
 	}
 }
@@ -265,6 +273,13 @@ func (in *Ingest) Run(ctx context.Context) error {
 		return err
 	}
 	in.next = next
+	if at, ok, err := in.cfg.Ledger.RestoredAt(ctx); err != nil {
+		return err
+	} else if ok {
+		in.restoredAt = at
+		in.log.Info("the ledger was restored from a backup: each till's first event since may skip what the backup lacks",
+			"restored_at", at)
+	}
 	// The limiter of degraded mode holds to the manager's limits from the start: Redis may
 	// not answer the first rebuild.
 	if p, ok, err := in.cfg.Ledger.Policy(ctx); err != nil {
@@ -571,14 +586,16 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 	var items []*item
 	// Per terminal: the next seq as this group advances it.
 	next := map[string]int64{}
-	nextOf := func(t string) int64 {
+	// nextOf also says whether the terminal is known: the ledger holds an event of it, or
+	// this process gave it one.
+	nextOf := func(t string) (int64, bool) {
 		if n, ok := next[t]; ok {
-			return n
+			return n, true
 		}
 		if n, ok := in.next[t]; ok {
-			return n
+			return n, true
 		}
-		return 1
+		return 1, false
 	}
 	first := map[string]*item{} // key → the item that carries it in this group
 	in.count(func(s *Stats) { s.Messages += int64(len(group)); s.Groups++ })
@@ -634,7 +651,8 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			// Other content than a conflict record of this group for the same key: the
 			// ledger's original (a duplicate) or yet another content, which order tells
 			// apart from the ledger lookup.
-			if err := in.order(ctx, x, it, m.payloads[k], m.perrs[k], topicTerminal, nextOf(topicTerminal)); err != nil {
+			n, known := nextOf(topicTerminal)
+			if err := in.order(ctx, x, it, m.payloads[k], m.perrs[k], topicTerminal, n, known); err != nil {
 				in.log.Error("ledger lookup", "err", err)
 				x.done, x.ack.Status = true, "" // no ack: the terminal resends
 				continue
@@ -642,7 +660,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			if x.rec != nil {
 				// max: a live refusal resent offline has a seq below next; it must not
 				// pull next back for the events after it.
-				next[topicTerminal] = max(nextOf(topicTerminal), it.Seq+1)
+				next[topicTerminal] = max(n, it.Seq+1)
 				first[x.ack.Key] = x
 			}
 		}
@@ -684,10 +702,22 @@ func (in *Ingest) finish(ctx context.Context, d *decided) []groupMsg {
 }
 
 // order places one event in its terminal's sequence: a replay of a final record is answered
-// from the ledger; a new event (or a live refusal resent offline) gets a ledger record.
-func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Payload, payloadErr error, terminal string, next int64) error {
+// from the ledger; a new event (or a live refusal resent offline) gets a ledger record. An
+// event beyond next is answered out_of_order, unless it is the terminal's first since the
+// ledger lost what the terminal sent (jump); known: the ledger holds an event of the
+// terminal, or this process gave it one.
+func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Payload, payloadErr error, terminal string, next int64, known bool) error {
+	var gap *ledger.SeqGap
 	switch {
 	case it.Seq > next:
+		g, err := in.jump(ctx, terminal, it.Seq, next, known)
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			gap = g
+			break
+		}
 		x.ack.Status, x.ack.Expect = wire.AckOutOfOrder, next
 		x.ack.Message = "the store expects an earlier event first"
 		x.done = true
@@ -716,9 +746,18 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		// decided. Other content under its key (a till restored from a backup numbers its
 		// events again) is a step that till kept; answered conflict, the till parked it and
 		// counted it while the store held it nowhere, neither recorded nor parked.
+		//
+		// The event that jumped a gap, resent because it was not stored (a commit that
+		// failed) or was refused live, carries its gap again.
+		if j := in.jumps[terminal]; j != nil && j.To+1 == it.Seq {
+			gap = j
+		}
 	}
 	x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash, At: it.Env.At,
-		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true}
+		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true, Gap: gap}
+	if !in.restoredAt.IsZero() {
+		in.heard[terminal] = true
+	}
 	if it.Err != nil {
 		reject(x, it.Err)
 		return nil
@@ -748,6 +787,38 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		x.rec.Scan = v
 	}
 	return nil
+}
+
+// jump decides whether an event of terminal at seq, beyond the next expected, is taken
+// although the events from next on are missing, and returns the gap it jumps (nil: the
+// event is out of order). A till sends its events in order and never again once acked, so
+// a gap is events it sent to a ledger this one is not: a ledger that holds none of the
+// terminal's events (a data directory lost and started empty, or restored from a backup
+// made before the till first traded), or one restored from a backup (GET /v1/backup) made
+// before the till sent them, in which case the terminal's first event since the restore
+// may jump, once. Any other jump is out of order. It reads the ledger only for a known
+// terminal not heard from since a restore, once per terminal and process at most.
+func (in *Ingest) jump(ctx context.Context, terminal string, seq, next int64, known bool) (*ledger.SeqGap, error) {
+	reason := ledger.GapNewLedger
+	if !in.restoredAt.IsZero() {
+		reason = ledger.GapRestored
+	}
+	if known {
+		if in.restoredAt.IsZero() || in.heard[terminal] {
+			return nil, nil
+		}
+		resumed, err := in.cfg.Ledger.ResumedSince(ctx, terminal, in.restoredAt)
+		if err != nil {
+			return nil, err
+		}
+		if resumed {
+			in.heard[terminal] = true
+			return nil, nil
+		}
+	}
+	g := &ledger.SeqGap{Terminal: terminal, From: next, To: seq - 1, Reason: reason}
+	in.jumps[terminal] = g
+	return g, nil
 }
 
 // otherContent is the ledger record of an event whose key already carries other content
@@ -994,6 +1065,11 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 			continue
 		}
 		x.ack.Status, x.ack.Code, x.ack.Message = o.Status, o.Code, o.Message
+		if g := x.rec.Gap; o.GapRecorded {
+			in.count(func(s *Stats) { s.SeqGaps++ })
+			in.log.Warn("a till's events are missing from the ledger: its next event was taken past them",
+				"terminal", t, "from_seq", g.From, "to_seq", g.To, "reason", g.Reason)
+		}
 		switch o.Status {
 		case wire.AckAccepted:
 			x.ack.Result = &wire.Result{FlowNo: o.FlowNo, BusinessDate: o.BusinessDate, Oversold: o.Oversold}

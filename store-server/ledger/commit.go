@@ -58,6 +58,11 @@ type Record struct {
 	// content was refused live, or not stored), nothing of it is written and its Outcome is
 	// Undecided.
 	OtherContent bool
+	// Gap, if not nil, is the gap in the terminal's seq order this record's event jumped
+	// (its From..To, the events before it the ledger does not hold): stored in seq_gaps in
+	// the record's transaction when the record is written (not for a Duplicate, Undecided
+	// or Err outcome), once per (terminal, From).
+	Gap *SeqGap
 }
 
 // Outcome is what was committed for one record.
@@ -74,6 +79,8 @@ type Outcome struct {
 	// Undecided reports that an OtherContent record found no final record under its key:
 	// nothing was written; the event is to be decided as the key's own.
 	Undecided bool
+	// GapRecorded reports that the record's Gap was stored by this commit.
+	GapRecorded bool
 	// Err is set when this record could not be stored (a *perr.Error: a flow number clash,
 	// an invalid record); nothing of it was written, the other records still commit.
 	Err error
@@ -113,7 +120,12 @@ func (l *Ledger) Commit(ctx context.Context, recs []Record) ([]Outcome, error) {
 	}
 	nowMs := l.now().UnixMilli()
 	if stagedCommit {
-		staged, err := l.transact(ctx, func(w *writer) error { return l.commitStaged(ctx, w, recs, out, nowMs) })
+		staged, err := l.transact(ctx, func(w *writer) error {
+			if err := l.commitStaged(ctx, w, recs, out, nowMs); err != nil {
+				return err
+			}
+			return w.gaps(ctx, recs, out, nowMs)
+		})
 		if staged == nil && err == nil {
 			return out, nil
 		}
@@ -122,7 +134,12 @@ func (l *Ledger) Commit(ctx context.Context, recs []Record) ([]Outcome, error) {
 		}
 		clear(out)
 	}
-	each, err := l.transact(ctx, func(w *writer) error { return l.commitEach(ctx, w, recs, out, nowMs) })
+	each, err := l.transact(ctx, func(w *writer) error {
+		if err := l.commitEach(ctx, w, recs, out, nowMs); err != nil {
+			return err
+		}
+		return w.gaps(ctx, recs, out, nowMs)
+	})
 	if err == nil {
 		err = each
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,9 @@ type Ledger struct {
 	migrated020 atomic.Bool
 }
 
+// openClock is a new Ledger's Now (tests set it to open a ledger at a time of theirs).
+var openClock = time.Now
+
 // Open opens (creating and migrating) the ledger of store storeID at path. loc is the
 // store's time zone, in which business dates are taken. A ledger created for another store
 // is refused.
@@ -97,10 +101,14 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	l := &Ledger{Now: time.Now, db: db, storeID: storeID, loc: loc, prep: map[string]*sql.Stmt{}}
+	l := &Ledger{Now: openClock, db: db, storeID: storeID, loc: loc, prep: map[string]*sql.Stmt{}}
 	if err := l.claim(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if err := l.takeRestore(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open ledger: restored: %w", err)
 	}
 	if err := l.redateParked(ctx); err != nil {
 		db.Close()
@@ -236,8 +244,84 @@ const FileName = "ledger.db"
 // Backup writes a consistent copy of the ledger, as of one commit, into the new file dst
 // while the store goes on trading (sqlitedb.Snapshot: the copy is checked, and nothing is
 // left at dst on an error).
+//
+// The copy carries a mark (meta backup_ms: when it was made) that the ledger, opened from
+// it after a restore, takes for one (takeRestore): it then lets each terminal's first event
+// jump past the events the copy does not hold (RestoredAt, ResumedSince, Record.Gap).
 func (l *Ledger) Backup(ctx context.Context, dst string) error {
-	return sqlitedb.Snapshot(ctx, l.db.Path, dst)
+	at := l.now().UnixMilli()
+	return sqlitedb.SnapshotEdit(ctx, l.db.Path, dst, func(ctx context.Context, db *sql.DB) error {
+		_, err := db.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('backup_ms', ?)
+			ON CONFLICT (k) DO UPDATE SET v = excluded.v`, strconv.FormatInt(at, 10))
+		return err
+	})
+}
+
+// takeRestore turns the mark of a backup's copy (meta backup_ms) into the time the ledger
+// was restored (meta restored_ms: now, or just after the last event it holds if that is
+// later), in one transaction: the mark is taken once, by the
+// first store-server that opens the restored ledger, and a later restore of another backup
+// moves the time on.
+func (l *Ledger) takeRestore(ctx context.Context) error {
+	tx, err := l.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var backup string
+	err = tx.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'backup_ms'`).Scan(&backup)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Later than every event the copy holds, even if this machine's clock is behind the one
+	// that received them: an event of a terminal at or after it is one heard since.
+	var last int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(received_ms), 0) FROM events`).Scan(&last); err != nil {
+		return err
+	}
+	at := max(l.now().UnixMilli(), last+1)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('restored_ms', ?)
+		ON CONFLICT (k) DO UPDATE SET v = excluded.v`, strconv.FormatInt(at, 10)); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE k = 'backup_ms'`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// RestoredAt returns when the ledger was restored from a backup (the first time a
+// store-server opened it after the last restore), if it was.
+func (l *Ledger) RestoredAt(ctx context.Context) (time.Time, bool, error) {
+	var v string
+	err := l.db.R.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'restored_ms'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("restored at: %w", err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("restored at: %q: %w", v, err)
+	}
+	return time.UnixMilli(ms), true, nil
+}
+
+// ResumedSince reports whether the ledger holds an event of terminal received at since or
+// later. It reads every event of the terminal: ingest asks it only for an event that
+// would otherwise be answered out_of_order, and at most once per terminal it finds one.
+func (l *Ledger) ResumedSince(ctx context.Context, terminal string, since time.Time) (bool, error) {
+	var yes bool
+	err := l.db.R.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE terminal = ? AND received_ms >= ?)`,
+		terminal, since.UnixMilli()).Scan(&yes)
+	if err != nil {
+		return false, fmt.Errorf("events of %s since %v: %w", terminal, since, err)
+	}
+	return yes, nil
 }
 
 // FinishCheckpoint lets a long log start over (sqlitedb.DB.FinishCheckpoint): the committer

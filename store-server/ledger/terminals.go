@@ -26,6 +26,10 @@ type TerminalSeen struct {
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
 	// Parked counts the terminal's parked events no manager has resolved.
 	Parked int64 `json:"parked"`
+	// SeqGaps are the gaps in its seq order the store took (seq_gaps: after a restore from
+	// a backup, or in a ledger that held none of its events), oldest first: events the till
+	// sent to a ledger this one is not.
+	SeqGaps []SeqGap `json:"seq_gaps,omitempty"`
 }
 
 // Heartbeat is a terminal's report of its own backlog.
@@ -49,6 +53,7 @@ const (
 	selLastHeartbeat = `SELECT seq, at, received_ms, payload FROM events INDEXED BY events_heartbeats
 		WHERE terminal = ? AND kind = 'heartbeat' AND status = 'accepted' ORDER BY seq DESC LIMIT 1`
 	selParked = `SELECT count(*) FROM parked WHERE terminal = ? AND resolved = 0`
+	selGaps   = `SELECT from_seq, to_seq, at_ms, reason FROM seq_gaps WHERE terminal = ? ORDER BY from_seq`
 )
 
 // Terminals returns, for every terminal the ledger holds an event of, the last event, the
@@ -78,6 +83,19 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 		ts := &out[i]
 		if err := tx.QueryRowContext(ctx, selParked, ts.Terminal).Scan(&ts.Parked); err != nil {
 			return nil, fmt.Errorf("terminal %s parked: %w", ts.Terminal, err)
+		}
+		err = each(ctx, tx, selGaps, []any{ts.Terminal}, func(rows *sql.Rows) error {
+			var g SeqGap
+			var ms int64
+			if err := rows.Scan(&g.From, &g.To, &ms, &g.Reason); err != nil {
+				return err
+			}
+			g.Terminal, g.At = ts.Terminal, time.UnixMilli(ms).In(l.loc)
+			ts.SeqGaps = append(ts.SeqGaps, g)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("terminal %s seq gaps: %w", ts.Terminal, err)
 		}
 		var at string
 		var recv int64

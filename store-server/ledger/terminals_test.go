@@ -81,7 +81,7 @@ func TestTerminalsFindsAnOldHeartbeat(t *testing.T) {
 // TestTerminalsSeek: Terminals never scans the events table or sorts it.
 func TestTerminalsSeek(t *testing.T) {
 	l := MustOpen(t, day)
-	for _, q := range []string{selTerminals, selLastEvent, selLastHeartbeat, selParked} {
+	for _, q := range []string{selTerminals, selLastEvent, selLastHeartbeat, selParked, selGaps} {
 		plan := queryPlan(t, l, q, "T1", 1)
 		all := strings.Join(plan, "; ")
 		for _, step := range plan {

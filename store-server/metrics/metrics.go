@@ -131,6 +131,7 @@ var counters = []struct {
 	{"rejected_total", "Events rejected as bad input (parked).", func(s ingest.Stats) int64 { return s.Rejected }},
 	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s ingest.Stats) int64 { return s.Refused }},
 	{"out_of_order_total", "Events answered out_of_order.", func(s ingest.Stats) int64 { return s.OutOfOrder }},
+	{"seq_gaps_total", "Gaps in a till's seq order taken (its first event after a restore from a backup, or in a ledger without its events, skipping events the ledger lost).", func(s ingest.Stats) int64 { return s.SeqGaps }},
 	{"groups_total", "Groups decided and committed.", func(s ingest.Stats) int64 { return s.Groups }},
 	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s ingest.Stats) int64 { return s.Rebuilds }},
 	{"gate_errors_total", "Failed or slow gate calls.", func(s ingest.Stats) int64 { return s.GateErrors }},
