@@ -118,25 +118,7 @@ func TestMigrationsKeepRows(t *testing.T) {
 func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	old := fstest.MapFS{}
-	names, err := fs.Glob(schema.Store(), "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
-		if name >= "019" {
-			continue
-		}
-		b, err := fs.ReadFile(schema.Store(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: b}
-	}
-	db, err := sqlitedb.Open(ctx, path, old)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "019")
 	parkedMs := time.Date(2025, 3, 1, 7, 0, 0, 0, shanghai).UnixMilli()
 	for _, q := range []string{
 		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
@@ -186,25 +168,7 @@ func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
 func TestParkedOfAnEarlierLedgerKeepsItsState(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	old := fstest.MapFS{}
-	names, err := fs.Glob(schema.Store(), "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
-		if name >= "020" {
-			continue
-		}
-		b, err := fs.ReadFile(schema.Store(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: b}
-	}
-	db, err := sqlitedb.Open(ctx, path, old)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "020")
 	original := withFlow(accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 500}})), 1)
 	other := accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 900}}))
 	at := day.UTC().Format(time.RFC3339Nano)
@@ -268,4 +232,30 @@ func TestParkedOfAnEarlierLedgerKeepsItsState(t *testing.T) {
 	if _, _, open, err := l.OpenExceptions(ctx); err != nil || open != 2 {
 		t.Errorf("open parked %d (%v), want the rejection and the third content", open, err)
 	}
+}
+
+// openBefore opens a ledger at path with the store's migrations before the one numbered
+// first (its name prefix), as a ledger of an earlier release holds it.
+func openBefore(t *testing.T, path, first string) *sqlitedb.DB {
+	t.Helper()
+	old := fstest.MapFS{}
+	names, err := fs.Glob(schema.Store(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if name >= first {
+			continue
+		}
+		b, err := fs.ReadFile(schema.Store(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: b}
+	}
+	db, err := sqlitedb.Open(context.Background(), path, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
