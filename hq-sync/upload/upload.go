@@ -1273,33 +1273,31 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		u.log.Warn("HQ no longer says it takes day declarations in parts; large days wait for it")
 		exec(setTakesParts, "0")
 	}
-	switch {
-	case rc.TakesExceptions && !u.hqTakesExceptions:
-		u.log.Info("HQ takes the ledger's exceptions")
-		exec(setTakesExceptions, "1")
-	case !rc.TakesExceptions && u.hqTakesExceptions:
-		// HQ went back to a release without them: none go until a receipt says otherwise
-		// again, and then from the last change HQ acknowledged.
-		u.log.Warn("HQ no longer says it takes the ledger's exceptions; they wait for it")
-		exec(setTakesExceptions, "0")
-	}
-	switch {
-	case rc.TakesParked && !u.hqTakesParked:
-		u.log.Info("HQ takes the ledger's parked events among its exceptions")
-		exec(setTakesParked, "1")
-	case !rc.TakesParked && u.hqTakesParked:
-		// The exception changes wait at the first change of a parked event HQ has not
-		// acknowledged, until a receipt says otherwise again.
-		u.log.Warn("HQ no longer says it takes parked events; the exception changes wait at the first one")
-		exec(setTakesParked, "0")
-	}
-	switch {
-	case rc.TakesParkedContents && !u.hqTakesContents:
-		u.log.Info("HQ takes a key's later parked contents among its exceptions")
-		exec(setTakesContents, "1")
-	case !rc.TakesParkedContents && u.hqTakesContents:
-		u.log.Warn("HQ no longer says it takes a key's later parked contents; the exception changes wait at the first one")
-		exec(setTakesContents, "0")
+	// What else HQ's receipt says it takes. When it no longer does (HQ went back to an
+	// earlier release), nothing of it goes until a receipt says otherwise again: exception
+	// changes wait from the last one HQ acknowledged, or at the first change of a parked
+	// event, or of a key's later parked content, HQ has not.
+	for _, f := range []struct {
+		takes, took bool
+		set         string
+		now, gone   string
+	}{
+		{rc.TakesExceptions, u.hqTakesExceptions, setTakesExceptions, "HQ takes the ledger's exceptions",
+			"HQ no longer says it takes the ledger's exceptions; they wait for it"},
+		{rc.TakesParked, u.hqTakesParked, setTakesParked, "HQ takes the ledger's parked events among its exceptions",
+			"HQ no longer says it takes parked events; the exception changes wait at the first one"},
+		{rc.TakesParkedContents, u.hqTakesContents, setTakesContents,
+			"HQ takes a key's later parked contents among its exceptions",
+			"HQ no longer says it takes a key's later parked contents; the exception changes wait at the first one"},
+	} {
+		switch {
+		case f.takes && !f.took:
+			u.log.Info(f.now)
+			exec(f.set, "1")
+		case !f.takes && f.took:
+			u.log.Warn(f.gone)
+			exec(f.set, "0")
+		}
 	}
 	if err == nil {
 		err = tx.Commit()
