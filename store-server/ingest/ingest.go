@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -799,6 +800,12 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 // may jump, once. Any other jump is out of order. It reads the ledger only for a known
 // terminal not heard from since a restore, once per terminal and process at most.
 func (in *Ingest) jump(ctx context.Context, terminal string, seq, next int64, known bool) (*ledger.SeqGap, error) {
+	if seq == math.MaxInt64 {
+		// No till gets there, and after it there is no next seq: taken, it would wrap the
+		// terminal's next to the most negative once read back from the ledger, and every
+		// event of that terminal id would be out of order for good.
+		return nil, nil
+	}
 	reason := ledger.GapNewLedger
 	if !in.restoredAt.IsZero() {
 		reason = ledger.GapRestored
