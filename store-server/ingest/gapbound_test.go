@@ -97,3 +97,43 @@ func batchOf(t *testing.T, terminal string, seqs ...int64) []byte {
 	}
 	return b
 }
+
+// TestAnotherStoresEventTakesNoJump: a till of another store (moved here with its old
+// settings: same terminal id, its own seqs, its store's id in its events) publishes on this
+// store's topic of T1, whom the ledger holds nothing of (a new till, or a data directory
+// started empty). Its event is not this store's and tells nothing of what T1 sent: it is
+// answered out_of_order as before, not filed under T1 as a rejected event that moved T1's
+// next seq past the real till's and recorded a gap of events T1 never sent. Taken, the
+// real T1's sale at that seq would later meet it as other content, and be parked.
+func TestAnotherStoresEventTakesNoJump(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	led := newLedger(t, 1000)
+	r := startGapRun(t, s, led)
+	r.out.mu.Lock()
+	n := len(r.out.msgs)
+	r.out.mu.Unlock()
+	r.in.Handle(wire.UpTopic(testStore, "T1"), saleOfStore(t, "S999", "T1", 3))
+	wantAck(t, acksOf(t, r.out, n)[0], wire.AckOutOfOrder, 1)
+	if g := gapsOf(t, led, "T1"); len(g) != 0 {
+		t.Fatalf("T1's gaps: %+v, want none", g)
+	}
+	for seq := int64(1); seq <= 4; seq++ {
+		wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
+	}
+}
+
+// saleOfStore is testSale naming store.
+func saleOfStore(t *testing.T, store, terminal string, seq int64) []byte {
+	t.Helper()
+	var env wire.Envelope
+	if err := json.Unmarshal(testSale(terminal, seq, time.Now(), true), &env); err != nil {
+		t.Fatal(err)
+	}
+	env = wire.NewEnvelope(env.Kind, store, terminal, seq, time.Now(), env.Payload)
+	env.Offline = true
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -711,9 +711,14 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 	var gap *ledger.SeqGap
 	switch {
 	case it.Seq > next:
-		g, err := in.jump(ctx, terminal, it.Seq, next, known)
-		if err != nil {
-			return err
+		var g *ledger.SeqGap
+		// An event naming another store is no event of this store's till (a till moved here
+		// with its old settings): it tells nothing of what the till sent, and takes no jump.
+		if it.Err != nil || it.Env.Store == in.cfg.Store {
+			var err error
+			if g, err = in.jump(ctx, terminal, it.Seq, next, known); err != nil {
+				return err
+			}
 		}
 		if g != nil {
 			gap = g
