@@ -68,3 +68,40 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 		t.Fatalf("stock of A: ledger %d, Redis %d, want 997 both", ls["A"], rs["A"])
 	}
 }
+
+// TestJumpOverRedisIdempotencyOfTheLostLedger: Redis is not restored with the ledger. The
+// lost ledger took T1:2..4 and Redis kept their idempotency records; the till never got the
+// ack of 4 and sends it again to the restored ledger. It jumps 2..3 and is decided anew
+// (the rebuild at start opened a new idempotency epoch), not answered as a duplicate of a
+// sale the ledger does not hold: Redis and the ledger agree on its stock.
+func TestJumpOverRedisIdempotencyOfTheLostLedger(t *testing.T) {
+	ctx := context.Background()
+	s := stack.Run(t, stack.Options{Redis: true})
+	led := newLedger(t, 1000)
+	r := startGapRun(t, s, led)
+	wantAck(t, r.send(t, "T1", 1), wire.AckAccepted, 0)
+	backup := filepath.Join(t.TempDir(), "ledger.db")
+	if err := led.Backup(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(2); seq <= 4; seq++ {
+		wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
+	}
+	r.stop()
+	restored := openLedgerAt(t, backup)
+	t.Cleanup(func() { restored.Close() })
+	r = startGapRun(t, s, restored)
+	wantAck(t, r.send(t, "T1", 4), wire.AckAccepted, 0)
+	wantAck(t, r.send(t, "T1", 5), wire.AckAccepted, 0)
+	ls, err := restored.Stock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := r.in.cfg.Gate.Stock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls["A"] != 997 || rs["A"] != ls["A"] {
+		t.Fatalf("stock of A: ledger %d, Redis %d, want 997 both", ls["A"], rs["A"])
+	}
+}
