@@ -56,5 +56,6 @@ func TestJumpNotStoredCarriesItsGapAgain(t *testing.T) {
 	if st := r.in.Stats(); st.SeqGaps != 1 {
 		t.Fatalf("stats %+v, want 1 seq gap", st)
 	}
-	wantAck(t, r.send(t, "T2", 7), wire.AckOutOfOrder, 6)
+	wantAck(t, r.send(t, "T2", 6), wire.AckAccepted, 0)
+	wantAck(t, r.send(t, "T2", 8), wire.AckOutOfOrder, 7)
 }

@@ -73,3 +73,15 @@ func (l *Ledger) SeqGaps(ctx context.Context) (map[string][]SeqGap, error) {
 	}
 	return out, nil
 }
+
+// Jumped reports whether the ledger recorded a gap that the terminal's event at seq jumped
+// (a gap whose to_seq is seq-1).
+func (l *Ledger) Jumped(ctx context.Context, terminal string, seq int64) (bool, error) {
+	var yes bool
+	err := l.db.R.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM seq_gaps WHERE terminal = ? AND to_seq = ?)`,
+		terminal, seq-1).Scan(&yes)
+	if err != nil {
+		return false, fmt.Errorf("seq gap of %s before %d: %w", terminal, seq, err)
+	}
+	return yes, nil
+}
