@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,20 +17,11 @@ import (
 func TestJumpWhileRedisIsDown(t *testing.T) {
 	ctx := context.Background()
 	s := stack.Run(t, stack.Options{Redis: true})
-	led := newLedger(t, 1000)
-	r := startGapRun(t, s, led)
-	wantAck(t, r.send(t, "T1", 1), wire.AckAccepted, 0)
-	backup := filepath.Join(t.TempDir(), "ledger.db")
-	if err := led.Backup(ctx, backup); err != nil {
-		t.Fatal(err)
-	}
-	for seq := int64(2); seq <= 4; seq++ {
-		wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
-	}
-	r.stop()
-	restored := openLedgerAt(t, backup)
-	t.Cleanup(func() { restored.Close() })
-	r = startGapRun(t, s, restored)
+	r, restored := restoreAfter(t, s, []string{"T1"}, func(r *gapRun) {
+		for seq := int64(2); seq <= 4; seq++ {
+			wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
+		}
+	})
 	p := s.Redis[0]
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
@@ -77,20 +67,11 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 func TestJumpOverRedisIdempotencyOfTheLostLedger(t *testing.T) {
 	ctx := context.Background()
 	s := stack.Run(t, stack.Options{Redis: true})
-	led := newLedger(t, 1000)
-	r := startGapRun(t, s, led)
-	wantAck(t, r.send(t, "T1", 1), wire.AckAccepted, 0)
-	backup := filepath.Join(t.TempDir(), "ledger.db")
-	if err := led.Backup(ctx, backup); err != nil {
-		t.Fatal(err)
-	}
-	for seq := int64(2); seq <= 4; seq++ {
-		wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
-	}
-	r.stop()
-	restored := openLedgerAt(t, backup)
-	t.Cleanup(func() { restored.Close() })
-	r = startGapRun(t, s, restored)
+	r, restored := restoreAfter(t, s, []string{"T1"}, func(r *gapRun) {
+		for seq := int64(2); seq <= 4; seq++ {
+			wantAck(t, r.send(t, "T1", seq), wire.AckAccepted, 0)
+		}
+	})
 	wantAck(t, r.send(t, "T1", 4), wire.AckAccepted, 0)
 	wantAck(t, r.send(t, "T1", 5), wire.AckAccepted, 0)
 	ls, err := restored.Stock(ctx)

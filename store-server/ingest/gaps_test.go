@@ -189,3 +189,24 @@ func TestRestoredLedgerTakesEachTillsJumpOnce(t *testing.T) {
 		t.Fatalf("T2's gaps: %+v, want none", g)
 	}
 }
+
+// restoreAfter runs a store on a ledger that is then lost: each of terms sells its seq 1,
+// a backup is made (Ledger.Backup), and lost runs on the lost ledger. It returns a run on
+// the backup, restored, and the restored ledger.
+func restoreAfter(t *testing.T, s *stack.Stack, terms []string, lost func(r *gapRun)) (*gapRun, *ledger.Ledger) {
+	t.Helper()
+	led := newLedger(t, 1000)
+	r := startGapRun(t, s, led)
+	for _, term := range terms {
+		wantAck(t, r.send(t, term, 1), wire.AckAccepted, 0)
+	}
+	backup := filepath.Join(t.TempDir(), "ledger.db")
+	if err := led.Backup(context.Background(), backup); err != nil {
+		t.Fatal(err)
+	}
+	lost(r)
+	r.stop()
+	restored := openLedgerAt(t, backup)
+	t.Cleanup(func() { restored.Close() })
+	return startGapRun(t, s, restored), restored
+}
