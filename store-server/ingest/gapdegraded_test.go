@@ -46,17 +46,7 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMode(t, r.in, ModeRedis)
-	ls, err := restored.Stock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := r.in.cfg.Gate.Stock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ls["A"] != 997 || rs["A"] != ls["A"] {
-		t.Fatalf("stock of A: ledger %d, Redis %d, want 997 both", ls["A"], rs["A"])
-	}
+	wantStockA(t, r, restored, 997)
 }
 
 // TestJumpOverRedisIdempotencyOfTheLostLedger: Redis is not restored with the ledger. The
@@ -65,7 +55,6 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 // (the rebuild at start opened a new idempotency epoch), not answered as a duplicate of a
 // sale the ledger does not hold: Redis and the ledger agree on its stock.
 func TestJumpOverRedisIdempotencyOfTheLostLedger(t *testing.T) {
-	ctx := context.Background()
 	s := stack.Run(t, stack.Options{Redis: true})
 	r, restored := restoreAfter(t, s, []string{"T1"}, func(r *gapRun) {
 		for seq := int64(2); seq <= 4; seq++ {
@@ -74,15 +63,21 @@ func TestJumpOverRedisIdempotencyOfTheLostLedger(t *testing.T) {
 	})
 	wantAck(t, r.send(t, "T1", 4), wire.AckAccepted, 0)
 	wantAck(t, r.send(t, "T1", 5), wire.AckAccepted, 0)
-	ls, err := restored.Stock(ctx)
+	wantStockA(t, r, restored, 997)
+}
+
+// wantStockA fails the test unless the ledger and r's Redis both hold want of SKU A.
+func wantStockA(t *testing.T, r *gapRun, led *ledger.Ledger, want int64) {
+	t.Helper()
+	ls, err := led.Stock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := r.in.cfg.Gate.Stock(ctx)
+	rs, err := r.in.cfg.Gate.Stock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls["A"] != 997 || rs["A"] != ls["A"] {
-		t.Fatalf("stock of A: ledger %d, Redis %d, want 997 both", ls["A"], rs["A"])
+	if ls["A"] != want || rs["A"] != want {
+		t.Fatalf("stock of A: ledger %d, Redis %d, want %d both", ls["A"], rs["A"], want)
 	}
 }
