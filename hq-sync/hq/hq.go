@@ -73,6 +73,19 @@ const (
 	// other content), which the till kept: a sale or refund of the till's day close that
 	// the ledger does not hold. Sent only to an HQ whose receipts say TakesParked.
 	ExceptionParked = "parked"
+	// ExceptionSeqGap: a gap in a terminal's seq order the store took (its ledger restored
+	// from a backup, or a data directory lost): the events From..To the till sent to a
+	// ledger the store no longer holds. The till's day close counts them; the store's rows
+	// do not. Seq is the gap's first seq, SKU empty; Code is its reason (SeqGapRestored,
+	// SeqGapNewLedger). No manager resolves one in this release. Sent only to an HQ whose
+	// receipts say TakesSeqGaps.
+	ExceptionSeqGap = "seq_gap"
+)
+
+// Codes of a seq_gap exception: why the store's ledger lacks the events.
+const (
+	SeqGapRestored  = "restored"   // the ledger was restored from a backup made before the till sent them
+	SeqGapNewLedger = "new_ledger" // the ledger held no event of the terminal (a data directory lost)
 )
 
 // CodeOversold is the code of every oversell exception.
@@ -88,9 +101,9 @@ const CodeOversold = "oversold"
 // and they change after the fact (a resolution, a late sale), which rows never do.
 type Exception struct {
 	Change   int64  `json:"change"` // the ledger's change number, > 0
-	Kind     string `json:"kind"`   // ExceptionOversell, ExceptionRefund or ExceptionParked
+	Kind     string `json:"kind"`   // ExceptionOversell, ExceptionRefund, ExceptionParked or ExceptionSeqGap
 	Terminal string `json:"terminal"`
-	Seq      int64  `json:"seq"` // the sale's (oversell), the refund's or the parked event
+	Seq      int64  `json:"seq"` // the sale's (oversell), the refund's, the parked event or a seq gap's first
 	// SKU is, for an oversell, the SKU taken below zero, with each NUL written as SUB "0"
 	// and each SUB (0x1A) as two (EscapeSKU); for a refund, empty; for a parked event, empty
 	// for the first content the store parked under its key and the content's hash for each
@@ -226,6 +239,9 @@ type Receipt struct {
 	// parked under a key already parked (a key reused with other content more than once).
 	// Until a receipt says so, a store's exception changes wait at its first change of one.
 	TakesParkedContents bool `json:"takes_parked_contents,omitempty"`
+	// TakesSeqGaps says that HQ takes exceptions of kind ExceptionSeqGap. Until a receipt
+	// says so, a store's exception changes wait at its first change of a seq gap.
+	TakesSeqGaps bool `json:"takes_seq_gaps,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

@@ -335,6 +335,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	rc.TakesExceptions = true
 	rc.TakesParked = true
 	rc.TakesParkedContents = true
+	rc.TakesSeqGaps = true
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 

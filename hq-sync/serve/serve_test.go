@@ -496,6 +496,10 @@ func TestValidateExceptions(t *testing.T) {
 		}},
 		{"a parked event without time", refund, func(x *hq.Exception) { x.Kind, x.At = hq.ExceptionParked, time.Time{} }},
 		{"a withdrawn parked event", refund, withdrawn(func(x *hq.Exception) { x.Kind = hq.ExceptionParked })},
+		{"a seq gap", refund, func(x *hq.Exception) {
+			x.Kind, x.Code, x.Detail = hq.ExceptionSeqGap, hq.SeqGapRestored, "seqs 4 to 9 of T1: restored"
+			x.Resolved, x.ResolvedAt, x.Resolution = false, time.Time{}, ""
+		}},
 	} {
 		b := batch("S1", "b-1", nil)
 		exceptions(c.i, c.mod)(b)
@@ -518,8 +522,8 @@ func TestValidateExceptions(t *testing.T) {
 		mod    func(x *hq.Exception)
 		detail string // the detail must contain "exceptions[i] (" and this
 	}{
-		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund or parked`},
-		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell, refund or parked"},
+		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund, parked or seq_gap`},
+		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell, refund, parked or seq_gap"},
 		{"parked with a sku too long", refund, func(x *hq.Exception) {
 			x.Kind, x.SKU = hq.ExceptionParked, strings.Repeat("a", hq.MaxExceptionSKU+1)
 		}, "a parked exception's sku is longer than 256 bytes"},
@@ -539,6 +543,10 @@ func TestValidateExceptions(t *testing.T) {
 		{"oversell sku too long", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", hq.MaxExceptionSKU+1) },
 			"an oversell needs a sku of 1 to 256 bytes"},
 		{"refund with a sku", refund, func(x *hq.Exception) { x.SKU = "SKU-0001" }, "a refund exception has no sku"},
+		{"seq gap with a sku", refund, func(x *hq.Exception) { x.Kind, x.SKU = hq.ExceptionSeqGap, "SKU-0001" },
+			"a seq_gap exception has no sku"},
+		{"seq gap with qty_short", refund, func(x *hq.Exception) { x.Kind, x.QtyShort = hq.ExceptionSeqGap, 3 },
+			"a seq_gap exception has no qty_short"},
 		{"NUL in a detail", refund, func(x *hq.Exception) { x.Detail = "line\x001" }, "detail holds a NUL character"},
 		{"NUL in a sku", oversell, func(x *hq.Exception) { x.SKU = "SKU\x00" }, "sku holds a NUL character"},
 		{"oversell qty_short 0", oversell, func(x *hq.Exception) { x.QtyShort = 0 }, "qty_short 0 of an oversell"},

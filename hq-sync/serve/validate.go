@@ -40,16 +40,16 @@ const (
 //     transactions checked as sales and refunds are
 //     (terminal, seq > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq)
 //     listed twice. Within one part only: a part cannot see the ones HQ kept aside;
-//   - at most hq.MaxBatchExceptions exceptions, each: kind oversell, refund or parked, a valid
+//   - at most hq.MaxBatchExceptions exceptions, each: kind oversell, refund, parked or seq_gap, a valid
 //     terminal id, seq > 0, change > 0, business_date YYYY-MM-DD, no NUL in its text (as
 //     hqstore.ExceptionText checks it), and no other exception of the batch with the same
 //     (kind, terminal, seq, sku); an oversell has a sku of 1 to hq.MaxExceptionSKU bytes,
 //     a parked event none (the first content parked under its key) or its content's hash
-//     (a later one) of at most hq.MaxExceptionSKU bytes, a refund none;
+//     (a later one) of at most hq.MaxExceptionSKU bytes, a refund and a seq gap none;
 //   - a withdrawn exception carries nothing more: no code, detail, qty_short, at or
 //     resolution;
 //   - any other has a code of 1 to MaxCodeLen characters [a-z0-9_] (hq.CodeOversold for
-//     an oversell; a refund's or a parked event's code is not tied to the codes this
+//     an oversell; a refund's, a parked event's or a seq gap's code is not tied to the codes this
 //     release knows, so that a later store release may add some without its batches being
 //     refused), qty_short > 0 on an oversell and none on the others, a detail and a resolution of at most
 //     MaxExceptionText bytes each, and resolved_at or a resolution only when resolved.
@@ -248,8 +248,8 @@ func checkTxn(t *hq.Txn) error {
 func checkException(x *hq.Exception) error {
 	oversell := x.Kind == hq.ExceptionOversell
 	switch {
-	case !oversell && x.Kind != hq.ExceptionRefund && x.Kind != hq.ExceptionParked:
-		return fmt.Errorf("kind %q is not oversell, refund or parked", clip(x.Kind))
+	case !oversell && x.Kind != hq.ExceptionRefund && x.Kind != hq.ExceptionParked && x.Kind != hq.ExceptionSeqGap:
+		return fmt.Errorf("kind %q is not oversell, refund, parked or seq_gap", clip(x.Kind))
 	case !wire.ValidID(x.Terminal):
 		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
 	case x.Seq <= 0:
@@ -260,7 +260,7 @@ func checkException(x *hq.Exception) error {
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
 	case oversell && (x.SKU == "" || len(x.SKU) > hq.MaxExceptionSKU):
 		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hq.MaxExceptionSKU)
-	case x.Kind == hq.ExceptionRefund && x.SKU != "":
+	case (x.Kind == hq.ExceptionRefund || x.Kind == hq.ExceptionSeqGap) && x.SKU != "":
 		return fmt.Errorf("a %s exception has no sku", x.Kind)
 	case x.Kind == hq.ExceptionParked && len(x.SKU) > hq.MaxExceptionSKU:
 		return fmt.Errorf("a parked exception's sku is longer than %d bytes", hq.MaxExceptionSKU)
