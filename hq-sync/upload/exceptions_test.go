@@ -134,6 +134,15 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 		xs = append(xs, hq.Exception{Kind: hq.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, SKU: sku,
 			Code: p.Code, Resolved: p.Resolved, Resolution: p.Resolution})
 	}
+	gaps, err := l.SeqGaps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gs := range gaps {
+		for _, g := range gs {
+			xs = append(xs, hq.Exception{Kind: hq.ExceptionSeqGap, Terminal: g.Terminal, Seq: g.From, Code: g.Reason})
+		}
+	}
 	return exceptionLines(xs)
 }
 

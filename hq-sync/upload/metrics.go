@@ -125,11 +125,11 @@ var (
 	pendingDesc  = desc("pending_batch_failed_sends", "Failed sends of the batch waiting for HQ (0 when none waits).")
 	dayDesc      = desc("last_declared_day_timestamp_seconds", "Start (00:00, the store's time zone) of the latest business day HQ acknowledged the store's declaration of (absent until one).")
 	behindDesc   = desc("ledger_behind_hq", "1 while the ledger does not hold the last row HQ acknowledged (restored from an older backup, or another ledger): nothing is sent.")
-	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, their resolutions) HQ has not acknowledged.")
+	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, seq gaps, their resolutions) HQ has not acknowledged.")
 	xHeldDesc    = prometheus.NewDesc(prometheus.BuildFQName("posgate", "upload", "exception_changes_held"),
 		"Exception changes held back until a receipt says HQ takes them, by what it must say: takes_exceptions (none go), "+
 			"takes_parked (those from the first change of a parked event on), takes_parked_contents (those from the first "+
-			"change of a key's later parked content on).", []string{"until"}, nil)
+			"change of a key's later parked content on), takes_seq_gaps (those from the first change of a seq gap on).", []string{"until"}, nil)
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -190,7 +190,7 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(behindDesc, behind)
 	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
-	for _, until := range []string{HeldUntilExceptions, HeldUntilParked, HeldUntilParkedContents} {
+	for _, until := range []string{HeldUntilExceptions, HeldUntilParked, HeldUntilParkedContents, HeldUntilSeqGaps} {
 		held := 0.0
 		if st.ExceptionsHeldUntil == until {
 			held = float64(st.ExceptionsHeld)

@@ -213,6 +213,7 @@ type Uploader struct {
 	hqTakesParked     bool // a receipt said HQ takes parked events among them (kv hq_takes_parked)
 	// a receipt said HQ takes a key's later parked contents (kv hq_takes_parked_contents)
 	hqTakesContents bool
+	hqTakesGaps     bool // a receipt said HQ takes seq gaps among the exceptions (kv hq_takes_seq_gaps)
 	prog            progress
 	met             *metrics // nil: none
 
@@ -295,6 +296,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	u.hqTakesExceptions = kv["hq_takes_exceptions"] == "1"
 	u.hqTakesParked = kv["hq_takes_parked"] == "1"
 	u.hqTakesContents = kv["hq_takes_parked_contents"] == "1"
+	u.hqTakesGaps = kv["hq_takes_seq_gaps"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -683,7 +685,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		if u.hqTakesExceptions {
 			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked,
-				u.hqTakesContents)
+				u.hqTakesContents, u.hqTakesGaps)
 			if err != nil {
 				return err
 			}
@@ -722,14 +724,16 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
-			if (!u.hqTakesExceptions || !u.hqTakesParked || !u.hqTakesContents) && len(out.Days) == 0 {
+			if (!u.hqTakesExceptions || !u.hqTakesParked || !u.hqTakesContents || !u.hqTakesGaps) &&
+				len(out.Days) == 0 {
 				// Nothing to send, and exception changes may wait for a receipt that says HQ
-				// takes them (or the parked events among them): ask HQ now and then.
+				// takes them (or the parked events or seq gaps among them): ask HQ now and then.
 				if u.parkedWait.IsZero() {
 					u.parkedWait = time.Now()
 				}
 				if time.Since(u.parkedWait) >= parkedProbeEvery {
-					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions, u.hqTakesParked)
+					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions, u.hqTakesParked,
+						u.hqTakesContents, u.hqTakesGaps)
 					if !probe {
 						u.parkedWait = time.Now() // looked: the next look is the next interval's
 					}
@@ -771,7 +775,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		u.parkedWait = time.Now()
 		u.log.Info("exception changes wait for a receipt that says HQ takes them; asking HQ with an empty batch",
 			"takes_exceptions", u.hqTakesExceptions, "takes_parked", u.hqTakesParked,
-			"takes_parked_contents", u.hqTakesContents)
+			"takes_parked_contents", u.hqTakesContents, "takes_seq_gaps", u.hqTakesGaps)
 	}
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,
@@ -1276,7 +1280,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 	// What else HQ's receipt says it takes. When it no longer does (HQ went back to an
 	// earlier release), nothing of it goes until a receipt says otherwise again: exception
 	// changes wait from the last one HQ acknowledged, or at the first change of a parked
-	// event, or of a key's later parked content, HQ has not.
+	// event, of a key's later parked content, or of a seq gap, HQ has not.
 	for _, f := range []struct {
 		takes, took bool
 		set         string
@@ -1289,6 +1293,8 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		{rc.TakesParkedContents, u.hqTakesContents, setTakesContents,
 			"HQ takes a key's later parked contents among its exceptions",
 			"HQ no longer says it takes a key's later parked contents; the exception changes wait at the first one"},
+		{rc.TakesSeqGaps, u.hqTakesGaps, setTakesGaps, "HQ takes the ledger's seq gaps among its exceptions",
+			"HQ no longer says it takes seq gaps; the exception changes wait at the first one"},
 	} {
 		switch {
 		case f.takes && !f.took:
@@ -1306,7 +1312,7 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
 	u.hqTakesParts, u.hqTakesExceptions, u.hqTakesParked = rc.TakesDayParts, rc.TakesExceptions, rc.TakesParked
-	u.hqTakesContents = rc.TakesParkedContents
+	u.hqTakesContents, u.hqTakesGaps = rc.TakesParkedContents, rc.TakesSeqGaps
 	return nil
 }
 
@@ -1391,6 +1397,17 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			u.hqTakesContents = false
 			return nil
 		}
+		if se != nil && se.refused && b.xThrough > 0 && gapsRefused(se) {
+			// The same, for an HQ of the release before seq gaps (it takes every other kind).
+			log.Warn("HQ refused a batch with a seq gap among its exceptions; sending its rows again and holding "+
+				"the exception changes at the first seq gap until HQ takes them", "status", se.status, "answer", se.body)
+			u.met.resent()
+			if err := u.dropBatch(ctx, b, setTakesGaps, "0"); err != nil {
+				return err
+			}
+			u.hqTakesGaps = false
+			return nil
+		}
 		if se != nil && se.refused && len(b.parts) > 0 && fieldUnknown(se, "part", "parts", "split") {
 			// A part refused as an unknown field: an HQ gone back to a release that does not
 			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
@@ -1465,6 +1482,16 @@ func contentsRefused(se *sendError) bool {
 	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
 		strings.Contains(se.detail, "a "+hq.ExceptionParked+" exception has no sku")
 }
+
+// gapsRefused reports whether HQ refused a batch for an exception of kind seq_gap, as the
+// serve of a release from before seq gaps answers one (its kinds named after the kind).
+func gapsRefused(se *sendError) bool {
+	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
+		strings.Contains(se.detail, `kind "`+hq.ExceptionSeqGap+`" is not oversell`)
+}
+
+// setTakesGaps records whether HQ takes seq gaps among the exceptions ('1' or '0').
+const setTakesGaps = `INSERT INTO kv (k, v) VALUES ('hq_takes_seq_gaps', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
 
 // setTakesContents records whether HQ takes a key's later parked contents ('1' or '0').
 const setTakesContents = `INSERT INTO kv (k, v) VALUES ('hq_takes_parked_contents', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
@@ -1657,7 +1684,8 @@ type Status struct {
 	// and ExceptionsHeldUntil what it must say: HeldUntilExceptions (none go) or
 	// HeldUntilParked (those from the first change of a parked event on) or
 	// HeldUntilParkedContents (those from the first change of a key's later parked content
-	// on).
+	// on) or HeldUntilSeqGaps (those from the first change of a seq gap on); when changes
+	// wait for more than one, the reason of the earliest change held.
 	ExceptionsHeld      int64  `json:"exception_changes_held,omitempty"`
 	ExceptionsHeldUntil string `json:"exception_changes_held_until,omitempty"`
 	// Declared is the last revision HQ acknowledged per business date.
@@ -1678,6 +1706,7 @@ const (
 	HeldUntilParked     = "takes_parked"     // HQ takes exceptions, and has not said parked events
 	// HQ takes parked events, and has not said a key's later parked contents (those with a sku)
 	HeldUntilParkedContents = "takes_parked_contents"
+	HeldUntilSeqGaps        = "takes_seq_gaps" // HQ takes exceptions, and has not said seq gaps
 )
 
 // PartsSent is how far a declaration in parts has gone.
@@ -1761,18 +1790,29 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
 			return err
 		}
-		all, fromParked, fromContents, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		c, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
 		if err != nil {
 			return err
 		}
-		s.ExceptionsWaiting = all
-		switch {
-		case all > 0 && kv["hq_takes_exceptions"] != "1":
-			s.ExceptionsHeld, s.ExceptionsHeldUntil = all, HeldUntilExceptions
-		case fromParked > 0 && kv["hq_takes_parked"] != "1":
-			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromParked, HeldUntilParked
-		case fromContents > 0 && kv["hq_takes_parked_contents"] != "1":
-			s.ExceptionsHeld, s.ExceptionsHeldUntil = fromContents, HeldUntilParkedContents
+		s.ExceptionsWaiting = c.All
+		if c.All > 0 && kv["hq_takes_exceptions"] != "1" {
+			s.ExceptionsHeld, s.ExceptionsHeldUntil = c.All, HeldUntilExceptions
+			return nil
+		}
+		// The changes wait at the earliest change HQ does not take: the one with the most
+		// changes from it on.
+		for _, h := range []struct {
+			from  int64
+			taken bool
+			until string
+		}{
+			{c.FromParked, kv["hq_takes_parked"] == "1", HeldUntilParked},
+			{c.FromContents, kv["hq_takes_parked_contents"] == "1", HeldUntilParkedContents},
+			{c.FromGaps, kv["hq_takes_seq_gaps"] == "1", HeldUntilSeqGaps},
+		} {
+			if h.from > s.ExceptionsHeld && !h.taken {
+				s.ExceptionsHeld, s.ExceptionsHeldUntil = h.from, h.until
+			}
 		}
 		return nil
 	})

@@ -32,7 +32,7 @@ func exceptionsFor(t *testing.T, l *Ledger, afterID int64, limit int, parked boo
 	t.Helper()
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
-		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked, parked)
+		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked, parked, parked)
 		return err
 	})
 	if err != nil {

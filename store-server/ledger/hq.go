@@ -355,13 +355,18 @@ const (
 	// parked row per key, every one HQ's sku ''.
 	selParkedState019 = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
 		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND ? = ''`
+	// selSeqGapState reads a seq gap (migration 022 makes its changes), with the business
+	// date of the event after it.
+	selSeqGapState = `SELECT g.to_seq, g.at_ms, g.reason, coalesce((SELECT e.business_date FROM events e
+		WHERE e.terminal = g.terminal AND e.seq = g.to_seq + 1), '') FROM seq_gaps g
+		WHERE g.terminal = ? AND g.from_seq = ? AND ? = ''`
 	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
 	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
 )
 
 // ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines,
-// refund exceptions and parked events) after change number afterID, in order, and returns the state each
+// refund exceptions, parked events and seq gaps) after change number afterID, in order, and returns the state each
 // exception they name holds now, as an hq.Exception whose Change is the exception's last
 // change read (an exception deleted since is Withdrawn), ordered by Change; the last
 // change number read (afterID when there is none); and whether it read limit changes (more
@@ -371,12 +376,13 @@ const (
 // Unless parked (HQ takes parked events), reading stops before the first change of a parked
 // event: the changes after it wait until HQ takes them, in order. Unless contents too (HQ
 // takes a key's later parked contents, those with a sku: migration 020), it stops before
-// the first change of such a content.
+// the first change of such a content. Unless gaps (HQ takes seq gaps: migration 022), it
+// stops before the first change of a seq gap.
 //
 // A ledger its store-server has not migrated yet (the uploader may be upgraded first) has no
 // changes to read (before migration 014), or its refund exceptions without column earlier
 // (before 016).
-func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked, contents bool) (
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked, contents, gaps bool) (
 	xs []hq.Exception, last int64, full bool, err error) {
 	stateOfRefund, err := r.refundStateQuery(ctx)
 	if err != nil || stateOfRefund == "" {
@@ -391,7 +397,8 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
 		}
-		if x.Kind == hq.ExceptionParked && (!parked || x.SKU != "" && !contents) {
+		if x.Kind == hq.ExceptionParked && (!parked || x.SKU != "" && !contents) ||
+			x.Kind == hq.ExceptionSeqGap && !gaps {
 			return errWaitForHQ
 		}
 		last = x.Change
@@ -420,40 +427,50 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 // ChangesWaiting reports whether the ledger holds an exception change after change number
 // afterID that an uploader holds back: any change; with exceptionsTaken (HQ takes
 // exceptions, not parked events) a change of a parked event; with parkedTaken too (HQ takes
-// parked events, not a key's later contents) a change of a parked content with a sku. A
-// ledger without exception changes holds none.
-func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken, parkedTaken bool) (bool, error) {
+// parked events) and without contentsTaken a change of a parked content with a sku; with
+// exceptionsTaken and without gapsTaken a change of a seq gap. A ledger without exception
+// changes holds none.
+func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken, parkedTaken, contentsTaken,
+	gapsTaken bool) (bool, error) {
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
 		return false, err
 	}
 	var n int
 	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM exception_changes
-		WHERE id > ?1 AND (NOT ?2 OR kind = 'parked' AND (NOT ?3 OR sku <> '')) LIMIT 1)`,
-		afterID, exceptionsTaken, parkedTaken).Scan(&n); err != nil {
+		WHERE id > ?1 AND (NOT ?2 OR kind = 'parked' AND (NOT ?3 OR NOT ?4 AND sku <> '')
+			OR kind = 'seq_gap' AND NOT ?5) LIMIT 1)`,
+		afterID, exceptionsTaken, parkedTaken, contentsTaken, gapsTaken).Scan(&n); err != nil {
 		return false, fmt.Errorf("exception changes waiting: %w", err)
 	}
 	return n > 0, nil
 }
 
 // ExceptionChangesAfter counts the ledger's exception changes after change number afterID
-// (all), how many of them are from the first change of a parked event on (fromParked), and
-// how many from the first change of a parked content with a sku (a key's later content,
-// migration 020) on (fromContents): the changes an uploader holds back while HQ has not said
-// it takes exceptions, parked events, or a key's later parked contents. A ledger without
-// exception changes holds none.
-func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (all, fromParked, fromContents int64,
-	err error) {
+// (All), how many of them are from the first change of a parked event on (FromParked), how
+// many from the first change of a parked content with a sku (a key's later content,
+// migration 020) on (FromContents), and how many from the first change of a seq gap
+// (migration 022) on (FromGaps): the changes an uploader holds back while HQ has not said
+// it takes exceptions, parked events, a key's later parked contents, or seq gaps. A ledger
+// without exception changes holds none.
+func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (ChangeCounts, error) {
+	var c ChangeCounts
 	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
-		return 0, 0, 0, err
+		return c, err
 	}
-	err = r.tx.QueryRowContext(ctx, `SELECT count(*),
+	err := r.tx.QueryRowContext(ctx, `SELECT count(*),
 		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked')), 0),
-		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked' AND sku <> '')), 0)
-		FROM exception_changes WHERE id > ?1`, afterID).Scan(&all, &fromParked, &fromContents)
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked' AND sku <> '')), 0),
+		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'seq_gap')), 0)
+		FROM exception_changes WHERE id > ?1`, afterID).Scan(&c.All, &c.FromParked, &c.FromContents, &c.FromGaps)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
+		return ChangeCounts{}, fmt.Errorf("exception changes after %d: %w", afterID, err)
 	}
-	return all, fromParked, fromContents, nil
+	return c, nil
+}
+
+// ChangeCounts is what ExceptionChangesAfter counts.
+type ChangeCounts struct {
+	All, FromParked, FromContents, FromGaps int64
 }
 
 // errWaitForHQ stops ExceptionsAfter at a change HQ does not take.
@@ -542,6 +559,18 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 				x.BusinessDate = d
 			}
 		}
+	case hq.ExceptionSeqGap:
+		var to, atMs int64
+		var date string
+		err = r.tx.QueryRowContext(ctx, selSeqGapState, x.Terminal, x.Seq, x.SKU).Scan(&to, &atMs, &x.Code, &date)
+		if err == nil {
+			x.Detail = seqGapDetail(x.Terminal, x.Seq, to, x.Code)
+			x.BusinessDate = date
+			if !validDate(date) {
+				x.BusinessDate = r.l.parkedDate(time.Time{}, atMs)
+			}
+			at = time.UnixMilli(atMs).In(r.l.loc).Format(timeFormat)
+		}
 	default:
 		return fmt.Errorf("unknown exception kind %q", x.Kind)
 	}
@@ -555,6 +584,23 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 	}
 	x.At, x.ResolvedAt = r.l.parseTime(at), r.l.parseTime(resolvedAt)
 	return nil
+}
+
+// seqGapDetail says, for HQ, which events of the terminal a seq gap lacks and why.
+func seqGapDetail(terminal string, from, to int64, reason string) string {
+	what := fmt.Sprintf("seqs %d to %d of terminal %s", from, to, terminal)
+	if from == to {
+		what = fmt.Sprintf("seq %d of terminal %s", from, terminal)
+	}
+	why := "reason " + reason
+	switch reason {
+	case GapRestored:
+		why = "the ledger was restored from a backup made before the till sent them"
+	case GapNewLedger:
+		why = "the ledger held no event of the terminal (its data directory lost and started empty)"
+	}
+	return what + ": acked by a ledger the store no longer holds, not in its rows (the till's day close " +
+		"counts them); " + why + " (" + reason + ")"
 }
 
 // parkedDetail says what a parked event was, for HQ: its kind and, for a sale or refund
