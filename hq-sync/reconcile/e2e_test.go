@@ -3,10 +3,13 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,4 +187,107 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("declarations %+v %v, want revision 2", days, err)
 	}
 	t.Logf("\n%s", b.String())
+}
+
+// TestSeqGapListedEndToEnd: a store whose data directory was lost starts an empty ledger;
+// till T1's next event jumps the seqs the lost ledger held, and the store records the gap.
+// T1's day close counts the lost sales, HQ's rows do not: the day does not reconcile, and
+// the reconciliation lists the gap with the store's exceptions (table, JSON and CSV),
+// saying which seqs the store lacks and why. It listed nothing to say why.
+func TestSeqGapListedEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, err := ledger.Open(ctx, filepath.Join(dir, "ledger.db"), "S1", shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := &e2eStore{tb: t, l: l, path: filepath.Join(dir, "ledger.db"), seq: map[string]int64{}}
+	day := time.Date(2025, 3, 1, 9, 0, 0, 0, shanghai)
+	s.sale("T2", day, 2)
+
+	// T1 sold seqs 1 to 3 (QR, 102 fen each) into the lost ledger; seq 4 comes to the new one.
+	s.seq["T1"] = 3
+	p := &wire.SalePayload{SaleID: "T1-4", OpenedAt: day, Total: 102,
+		Lines:    []wire.Line{{Line: 1, SKU: "A", Qty: 1, UnitPrice: 102, Amount: 102}},
+		Payments: []wire.Payment{{Method: wire.MethodQR, Amount: 102, Reference: "q"}}}
+	body, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := day.Add(time.Hour)
+	s.flow++
+	r := ledger.Record{Terminal: "T1", Seq: 4, Kind: wire.KindSale, At: at, Payload: body, Status: wire.AckAccepted,
+		Final: true, Hash: wire.Hash(wire.KindSale, "S1", "T1", 4, at, body), FlowNo: s.flow, Sale: p,
+		Gap: &ledger.SeqGap{From: 1, To: 3, Reason: ledger.GapNewLedger}}
+	if out, err := l.Commit(ctx, []ledger.Record{r}); err != nil || out[0].Status != wire.AckAccepted || !out[0].GapRecorded {
+		t.Fatalf("commit T1:4 after the gap: %+v, %v", out, err)
+	}
+	s.seq["T1"] = 4
+	s.commit("T1", day.Add(10*time.Hour), wire.KindDayClose, &wire.DayClosePayload{BusinessDate: date,
+		SaleCount: 4, SaleAmount: 408, Methods: []wire.MethodTotal{{Method: wire.MethodQR, SaleCount: 4, SaleAmount: 408}}})
+	s.dayClose("T2", date, day.Add(10*time.Hour))
+
+	st, _ := MustOpenHQ(t)
+	srv := httptest.NewServer(serve.New(st, map[string][]byte{"S1": e2eSecret}, serve.Options{
+		Now: func() time.Time { return time.Date(2025, 3, 2, 1, 0, 0, 0, time.UTC) }, MaxClockSkew: 24 * time.Hour}))
+	defer srv.Close()
+	u, err := upload.New(ctx, upload.Config{LedgerPath: s.path, StatePath: filepath.Join(dir, "upload.db"),
+		Store: "S1", Location: shanghai, Secret: e2eSecret, HQURL: srv.URL + serve.BatchesPath,
+		Now: func() time.Time { return time.Date(2025, 3, 2, 9, 0, 0, 0, shanghai) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	for range 3 { // the first receipt says what HQ takes; the gap goes after it
+		if err := u.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rep := MustRun(t, st, "")
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	if rep.OK() {
+		t.Fatalf("T1's day close counts the lost sales, yet the day reconciles:\n%s", table.String())
+	}
+	var gap *StoreException
+	for i := range rep.Exceptions {
+		if rep.Exceptions[i].Kind == hq.ExceptionSeqGap {
+			gap = &rep.Exceptions[i]
+		}
+	}
+	if gap == nil {
+		t.Fatalf("the reconciliation lists no seq gap:\n%s", table.String())
+	}
+	if gap.Store != "S1" || gap.Terminal != "T1" || gap.Seq != 1 || gap.SKU != "" || gap.Code != hq.SeqGapNewLedger ||
+		gap.BusinessDate != date || gap.Resolved || !strings.HasPrefix(gap.Detail, "seqs 1 to 3 of terminal T1: ") {
+		t.Errorf("the gap listed: %+v", *gap)
+	}
+	if !strings.Contains(squeeze(table.String()), "seq_gap  S1  T1  1  -  new_ledger  -  open  seqs 1 to 3 of terminal T1") {
+		t.Errorf("the table lacks the gap:\n%s", table.String())
+	}
+	js, err := json.Marshal(&rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || !slices.Contains(back.Exceptions, *gap) {
+		t.Errorf("the JSON report's exceptions %+v (%v), want the gap among them", back.Exceptions, err)
+	}
+	var cb bytes.Buffer
+	if err := rep.WriteCSV(&cb); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&cb).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(recs, func(r []string) bool {
+		return slices.Equal(r[:5], []string{"exception", "seq_gap", "S1", "T1", "1"}) && r[11] == "" &&
+			r[12] == hq.SeqGapNewLedger && r[14] == "false" && strings.HasPrefix(r[10], "seqs 1 to 3 of terminal T1")
+	}) {
+		t.Errorf("the CSV lacks the gap: %q", recs)
+	}
+	t.Logf("\n%s", table.String())
 }

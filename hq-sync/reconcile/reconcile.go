@@ -112,14 +112,15 @@ type MissingDeclaration struct {
 
 // StoreException is an exception a store's ledger flagged on a transaction of the date, in
 // the latest state HQ holds of it: an oversell (a sale took a SKU below zero), a refund
-// the store's records of its sale do not cover, or an event the store refused for good
-// (parked), open or resolved by the store's manager.
+// the store's records of its sale do not cover, an event the store refused for good
+// (parked), or events of a till the store's ledger lost (seq_gap, never resolved in this
+// release), open or resolved by the store's manager.
 type StoreException struct {
-	Kind         string `json:"kind"` // hq.ExceptionOversell, hq.ExceptionRefund or hq.ExceptionParked
+	Kind         string `json:"kind"` // hq.ExceptionOversell, hq.ExceptionRefund, hq.ExceptionParked or hq.ExceptionSeqGap
 	Store        string `json:"store"`
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
-	Seq          int64  `json:"seq"`           // the sale's (oversell), the refund's or the parked event
+	Seq          int64  `json:"seq"`           // the sale's (oversell), the refund's, the parked event or a seq gap's first
 	SKU          string `json:"sku,omitempty"` // oversell: the SKU taken below zero; parked: a later content's hash
 	Code         string `json:"code"`
 	Detail       string `json:"detail,omitempty"`
