@@ -1895,7 +1895,7 @@ func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through
 		key string
 	}
 	var ends []end
-	err = each(ctx, state, `SELECT last_id, last_key FROM batches WHERE state = 'sent' AND rows > 0 AND last_id < ?
+	err = sqlitedb.Each(ctx, state, `SELECT last_id, last_key FROM batches WHERE state = 'sent' AND rows > 0 AND last_id < ?
 		ORDER BY last_id, rowid`, []any{through}, func(rows *sql.Rows) error {
 		var e end
 		if err := rows.Scan(&e.id, &e.key); err != nil {
@@ -1924,21 +1924,6 @@ func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through
 		}
 	}
 	return after, true, nil
-}
-
-// each runs query on db and fn on each row.
-func each(ctx context.Context, db *sql.DB, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // readInParts reads how far each declaration in parts has gone (nil: none).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
 )
@@ -617,7 +618,7 @@ func (w *writer) each(ctx context.Context, query string, args []any, fn func(*sq
 	if err != nil {
 		return err
 	}
-	return eachRow(s.QueryContext(ctx, args...))(fn)
+	return sqlitedb.EachRow(s.QueryContext(ctx, args...))(fn)
 }
 
 func (w *writer) lookup(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
@@ -962,7 +963,7 @@ func (s *stage) query(ctx context.Context, m *multi, fixed, keys []any, fn func(
 		if err != nil {
 			return err
 		}
-		return eachRow(st.QueryContext(ctx, append(slices.Clip(fixed), keys[from:to]...)...))(fn)
+		return sqlitedb.EachRow(st.QueryContext(ctx, append(slices.Clip(fixed), keys[from:to]...)...))(fn)
 	})
 }
 

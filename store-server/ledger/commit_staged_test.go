@@ -15,6 +15,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"pgregory.net/rapid"
 )
@@ -87,7 +88,7 @@ func dump(tb fataler, l *Ledger) map[string][]string {
 	// one: the changes of parked events are compared in their own order (their keys are
 	// never another kind's, so how they fall among the others changes nothing for HQ).
 	var changes, parked strings.Builder
-	err := each(context.Background(), l.db.R, `SELECT kind, terminal, seq, sku, business_date FROM exception_changes ORDER BY id`,
+	err := sqlitedb.Each(context.Background(), l.db.R, `SELECT kind, terminal, seq, sku, business_date FROM exception_changes ORDER BY id`,
 		nil, func(rows *sql.Rows) error {
 			var kind, terminal, sku, date string
 			var seq int64

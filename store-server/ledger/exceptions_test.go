@@ -286,7 +286,7 @@ func TestChangeNumbersFromTheClock(t *testing.T) {
 	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
 	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"A", 1, 500}}, 1))
 	var ids []int64
-	err = each(ctx, l.db.R, `SELECT id FROM exception_changes ORDER BY id`, nil, func(rows *sql.Rows) error {
+	err = sqlitedb.Each(ctx, l.db.R, `SELECT id FROM exception_changes ORDER BY id`, nil, func(rows *sql.Rows) error {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			return err

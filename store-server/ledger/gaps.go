@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/posgate/posgate/internal/sqlitedb"
 )
 
 // Reasons of a seq gap.
@@ -57,7 +59,7 @@ func (w *writer) gaps(ctx context.Context, recs []Record, out []Outcome, nowMs i
 // SeqGaps returns the seq gaps the ledger recorded, by terminal, oldest first.
 func (l *Ledger) SeqGaps(ctx context.Context) (map[string][]SeqGap, error) {
 	out := map[string][]SeqGap{}
-	err := each(ctx, l.db.R, `SELECT terminal, from_seq, to_seq, at_ms, reason FROM seq_gaps ORDER BY at_ms, terminal, from_seq`, nil,
+	err := sqlitedb.Each(ctx, l.db.R, `SELECT terminal, from_seq, to_seq, at_ms, reason FROM seq_gaps ORDER BY at_ms, terminal, from_seq`, nil,
 		func(rows *sql.Rows) error {
 			var g SeqGap
 			var ms int64

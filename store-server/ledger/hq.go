@@ -139,7 +139,7 @@ func (r *HQReader) OutboxKeysAfter(ctx context.Context, afterID int64, limit int
 		return nil, nil
 	}
 	out := make([]OutboxKey, 0, min(limit, 4096))
-	err := each(ctx, r.tx, `SELECT o.id, o.terminal, o.seq, coalesce(e.hash, '') FROM hq_outbox o
+	err := sqlitedb.Each(ctx, r.tx, `SELECT o.id, o.terminal, o.seq, coalesce(e.hash, '') FROM hq_outbox o
 		LEFT JOIN events e ON e.terminal = o.terminal AND e.seq = o.seq
 		WHERE o.id > ? ORDER BY o.id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
 		var k OutboxKey
@@ -163,7 +163,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 	out := make([]OutboxRow, 0, min(limit, 4096))
 	sales := map[txnKey]int{}     // (terminal, seq) of a sale → its index in out
 	change := map[int]money.Fen{} // index in out → the sale's change, when it gave any
-	err := each(ctx, r.tx, `SELECT o.id, o.kind, o.terminal, o.seq, o.business_date, coalesce(o.flow_no, 0),
+	err := sqlitedb.Each(ctx, r.tx, `SELECT o.id, o.kind, o.terminal, o.seq, o.business_date, coalesce(o.flow_no, 0),
 			e.at, e.hash, e.payload, s.total, s.change, f.amount, f.method
 		FROM hq_outbox o
 		LEFT JOIN events e ON e.terminal = o.terminal AND e.seq = o.seq
@@ -217,7 +217,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 		return out, nil
 	}
 	last := out[len(out)-1].ID
-	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
+	err = sqlitedb.Each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
 		FROM hq_outbox o JOIN payments p ON p.business_date = o.business_date AND p.flow_no = o.flow_no
 		WHERE o.id > ? AND o.id <= ? AND o.kind = 'sale'`, []any{afterID, last}, func(rows *sql.Rows) error {
 		var k txnKey
@@ -275,7 +275,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, erro
 	out := []hq.Txn{}
 	sales := map[txnKey]int{}
 	var change []money.Fen
-	err := each(ctx, r.tx, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
+	err := sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
 			t := hq.Txn{Kind: hq.KindSale, ByMethod: map[string]money.Fen{}}
 			var chg money.Fen
@@ -290,7 +290,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, erro
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: sales: %w", date, err)
 	}
-	err = each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
+	err = sqlitedb.Each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
 		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
 		WHERE s.business_date = ?`, []any{date}, func(rows *sql.Rows) error {
 		var k txnKey
@@ -312,7 +312,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, erro
 			out[i].ByMethod[wire.MethodCash] -= c
 		}
 	}
-	err = each(ctx, r.tx, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
+	err = sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
 			t := hq.Txn{Kind: hq.KindRefund}
 			var method string
@@ -392,7 +392,7 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 	read := 0
 	byKey := map[string]int{}
 	var out []hq.Exception
-	err = each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
+	err = sqlitedb.Each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
 		var x hq.Exception
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err

@@ -134,7 +134,7 @@ func (l *Ledger) redateParked(ctx context.Context) error {
 		date string
 	}
 	var fix []row
-	err := each(ctx, l.db.W, `SELECT id, at, parked_ms, business_date FROM parked
+	err := sqlitedb.Each(ctx, l.db.W, `SELECT id, at, parked_ms, business_date FROM parked
 		WHERE at = '' OR at NOT GLOB '[12][0-9][0-9][0-9]-*' OR at < '1970' OR at >= '9999'`, nil, func(rows *sql.Rows) error {
 		var r row
 		var at, date string
@@ -171,7 +171,7 @@ func (l *Ledger) rehashParked(ctx context.Context) error {
 		hash string
 	}
 	var fix []row
-	err := each(ctx, l.db.W, `SELECT id, terminal, seq, kind, at, payload FROM parked WHERE hash = ''`, nil,
+	err := sqlitedb.Each(ctx, l.db.W, `SELECT id, terminal, seq, kind, at, payload FROM parked WHERE hash = ''`, nil,
 		func(rows *sql.Rows) error {
 			var r row
 			var terminal, kind, at string

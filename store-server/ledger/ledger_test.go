@@ -14,6 +14,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
 	"pgregory.net/rapid"
@@ -431,7 +432,7 @@ func TestConflictOverFinalRecord(t *testing.T) {
 				t.Fatalf("parked %+v, %v", parked, err)
 			}
 			var payloads [][]byte
-			if err := eachRow(l.db.R.Query(`SELECT payload FROM parked ORDER BY id`))(func(rows *sql.Rows) error {
+			if err := sqlitedb.EachRow(l.db.R.Query(`SELECT payload FROM parked ORDER BY id`))(func(rows *sql.Rows) error {
 				var p []byte
 				payloads = append(payloads, p)
 				return rows.Scan(&payloads[len(payloads)-1])

@@ -11,6 +11,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
 )
@@ -33,7 +34,7 @@ func (l *Ledger) Totals(ctx context.Context, date string) (map[string]store.Coun
 
 // counters computes counters per business date and terminal for the dates matching
 // "business_date <cond>" with arg.
-func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[string]store.Counters, error) {
+func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[string]map[string]store.Counters, error) {
 	out := map[string]map[string]*store.Counters{}
 	get := func(date, terminal string) *store.Counters {
 		if out[date] == nil {
@@ -46,7 +47,7 @@ func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[
 		}
 		return c
 	}
-	err := each(ctx, q, `SELECT business_date, terminal, count(*), sum(total), sum(change) FROM sales
+	err := sqlitedb.Each(ctx, q, `SELECT business_date, terminal, count(*), sum(total), sum(change) FROM sales
 		WHERE business_date `+cond+` GROUP BY business_date, terminal`, []any{arg}, func(rows *sql.Rows) error {
 		var date, terminal string
 		var n int64
@@ -64,7 +65,7 @@ func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[
 	if err != nil {
 		return nil, err
 	}
-	err = each(ctx, q, `SELECT s.business_date, s.terminal, p.method, sum(p.amount)
+	err = sqlitedb.Each(ctx, q, `SELECT s.business_date, s.terminal, p.method, sum(p.amount)
 		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
 		WHERE s.business_date `+cond+` GROUP BY s.business_date, s.terminal, p.method`, []any{arg}, func(rows *sql.Rows) error {
 		var date, terminal, method string
@@ -78,7 +79,7 @@ func counters(ctx context.Context, q querier, cond, arg string) (map[string]map[
 	if err != nil {
 		return nil, err
 	}
-	err = each(ctx, q, `SELECT business_date, terminal, method, count(*), sum(amount) FROM refunds
+	err = sqlitedb.Each(ctx, q, `SELECT business_date, terminal, method, count(*), sum(amount) FROM refunds
 		WHERE business_date `+cond+` GROUP BY business_date, terminal, method`, []any{arg}, func(rows *sql.Rows) error {
 		var date, terminal, method string
 		var n int64
@@ -136,7 +137,7 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 		}
 	}
 	s.MaxFlow = map[string]int64{}
-	err = each(ctx, tx, `SELECT business_date, max(flow_no) FROM events WHERE flow_no IS NOT NULL
+	err = sqlitedb.Each(ctx, tx, `SELECT business_date, max(flow_no) FROM events WHERE flow_no IS NOT NULL
 		GROUP BY business_date`, nil,
 		func(rows *sql.Rows) error {
 			var date string
@@ -205,7 +206,7 @@ func exceptions[T any](ctx context.Context, l *Ledger, sel, order, date string, 
 	}
 	query += ` ORDER BY business_date, ` + order
 	out := []T{}
-	err := each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
+	err := sqlitedb.Each(ctx, l.db.R, query, args, func(rows *sql.Rows) error {
 		x, err := scan(rows)
 		if err != nil {
 			return err
@@ -389,7 +390,7 @@ func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]Parked, err
 		limit = DefaultParkedLimit
 	}
 	out := []Parked{}
-	err := each(ctx, l.db.R, selParkedEvents+` WHERE resolved = 0 OR ?
+	err := sqlitedb.Each(ctx, l.db.R, selParkedEvents+` WHERE resolved = 0 OR ?
 		ORDER BY parked_ms DESC, terminal, seq DESC, id DESC LIMIT ?`, []any{all, limit}, func(rows *sql.Rows) error {
 		p, err := l.scanParked(rows)
 		out = append(out, p)
@@ -465,7 +466,7 @@ func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, 
 // close names, not the time it was sent).
 func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.DayClosePayload, error) {
 	out := map[string]wire.DayClosePayload{}
-	err := each(ctx, l.db.R, `SELECT terminal, payload FROM day_closes WHERE business_date = ?`, []any{date},
+	err := sqlitedb.Each(ctx, l.db.R, `SELECT terminal, payload FROM day_closes WHERE business_date = ?`, []any{date},
 		func(rows *sql.Rows) error {
 			var terminal string
 			var body []byte
@@ -483,28 +484,6 @@ func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.Da
 		return nil, fmt.Errorf("day closes %s: %w", date, err)
 	}
 	return out, nil
-}
-
-// each runs query and calls fn for every row.
-func each(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
-	return eachRow(q.QueryContext(ctx, query, args...))(fn)
-}
-
-// eachRow takes a query's answer and returns what calls fn for each of its rows, then closes
-// them: the query's error, fn's, or the rows'.
-func eachRow(rows *sql.Rows, err error) func(fn func(*sql.Rows) error) error {
-	return func(fn func(*sql.Rows) error) error {
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := fn(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	}
 }
 
 // parseTime reads a stored time into the store's zone (the zero time for an empty string;

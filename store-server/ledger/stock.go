@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -198,12 +199,7 @@ func (l *Ledger) ProvenStock(ctx context.Context) (map[string]int64, error) {
 	return m, nil
 }
 
-// querier is a read pool or a read transaction.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func skuQuantities(ctx context.Context, q querier, query string) (map[string]int64, error) {
+func skuQuantities(ctx context.Context, q sqlitedb.Querier, query string) (map[string]int64, error) {
 	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -68,7 +69,7 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 
 	// The distinct terminals, one index seek each.
 	var out []TerminalSeen
-	err = each(ctx, tx, selTerminals, nil, func(rows *sql.Rows) error {
+	err = sqlitedb.Each(ctx, tx, selTerminals, nil, func(rows *sql.Rows) error {
 		var ts TerminalSeen
 		if err := rows.Scan(&ts.Terminal); err != nil {
 			return err
@@ -84,7 +85,7 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 		if err := tx.QueryRowContext(ctx, selParked, ts.Terminal).Scan(&ts.Parked); err != nil {
 			return nil, fmt.Errorf("terminal %s parked: %w", ts.Terminal, err)
 		}
-		err = each(ctx, tx, selGaps, []any{ts.Terminal}, func(rows *sql.Rows) error {
+		err = sqlitedb.Each(ctx, tx, selGaps, []any{ts.Terminal}, func(rows *sql.Rows) error {
 			var g SeqGap
 			var ms int64
 			if err := rows.Scan(&g.From, &g.To, &ms, &g.Reason); err != nil {
