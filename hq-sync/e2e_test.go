@@ -114,12 +114,10 @@ func TestChainReconciles(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Kill() })
-		c := harness.NewCashier(a.API)
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		if err := c.WaitCatalog(wctx); err != nil {
+		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
-		cancel()
 		cashiers[term] = c
 	}
 	// A short day of trading: mixed baskets and tenders, some refunds.

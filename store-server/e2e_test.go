@@ -128,10 +128,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 			t.Fatal(err)
 		}
 		e.agents[term] = a
-		c := harness.NewCashier(a.API)
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = c.WaitCatalog(wctx)
-		cancel()
+		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,10 +62,7 @@ func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
 			t.Fatal(err)
 		}
 		agents = append(agents, a)
-		c := harness.NewCashier(a.API)
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = c.WaitCatalog(wctx)
-		cancel()
+		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

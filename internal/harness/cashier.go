@@ -202,6 +202,15 @@ func (c *Cashier) WaitCatalog(ctx context.Context) error {
 	}
 }
 
+// ReadyCashier returns a cashier of the agent whose API is at addr once the agent holds a
+// catalog, waiting at most within for it.
+func ReadyCashier(ctx context.Context, addr string, within time.Duration) (*Cashier, error) {
+	c := NewCashier(addr)
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return c, c.WaitCatalog(wctx)
+}
+
 // DayTotals returns the agent's own totals for a business date.
 func (c *Cashier) DayTotals(date string) (wire.DayClosePayload, error) {
 	var t wire.DayClosePayload
