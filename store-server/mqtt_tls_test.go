@@ -30,19 +30,7 @@ func TestTerminalOverTLS(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true})
 	cert, key := selfSigned(t)
 	dir := t.TempDir()
-	users := filepath.Join(dir, "users.json")
-	b, _ := json.Marshal([]broker.User{{Username: "t01", Password: "t01-pass", Terminal: "T01"}})
-	if err := os.WriteFile(users, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	catalog := filepath.Join(dir, "catalog.csv")
-	if err := os.WriteFile(catalog, []byte(e2eCatalog), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addrs, _ := startMain(t, "--store", "S1", "--data-dir", filepath.Join(dir, "data"),
-		"--redis-addr", s.Redis[0].Addr(), "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", users,
-		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
-		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
+	addrs := startTLSMain(t, s, dir, cert, key, broker.User{Username: "t01", Password: "t01-pass", Terminal: "T01"})
 	ctx := context.Background()
 	if !strings.HasPrefix(addrs.Broker, "tls://") {
 		t.Fatalf("broker %s, want tls://", addrs.Broker)
@@ -98,20 +86,8 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	c1, k1 := ca.Issue(t, first)
 	certtest.Replace(t, cert, c1)
 	certtest.Replace(t, key, k1)
-	users := filepath.Join(dir, "users.json")
-	b, _ := json.Marshal([]broker.User{{Username: "t01", Password: "t01-pass", Terminal: "T01"},
-		{Username: "t02", Password: "t02-pass", Terminal: "T02"}})
-	if err := os.WriteFile(users, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	catalog := filepath.Join(dir, "catalog.csv")
-	if err := os.WriteFile(catalog, []byte(e2eCatalog), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addrs, _ := startMain(t, "--store", "S1", "--data-dir", filepath.Join(dir, "data"),
-		"--redis-addr", s.Redis[0].Addr(), "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", users,
-		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
-		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
+	addrs := startTLSMain(t, s, dir, cert, key, broker.User{Username: "t01", Password: "t01-pass", Terminal: "T01"},
+		broker.User{Username: "t02", Password: "t02-pass", Terminal: "T02"})
 	brokerAddr := strings.TrimPrefix(addrs.Broker, "tls://")
 	srv := &biServer{Base: "http://" + addrs.API, Client: &http.Client{Timeout: 10 * time.Second}}
 	expiry := func() float64 {
@@ -203,4 +179,24 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 		agentLog, _ := os.ReadFile(a.Log)
 		t.Fatalf("the agent after the renewal: %+v, %v\n%s", st, err, agentLog)
 	}
+}
+
+// startTLSMain starts a store-server in dir whose embedded broker speaks MQTT over TLS with
+// cert and key and admits users, on s's Redis, with the e2e catalog.
+func startTLSMain(t *testing.T, s *stack.Stack, dir, cert, key string, users ...broker.User) Addrs {
+	t.Helper()
+	usersFile := filepath.Join(dir, "users.json")
+	b, _ := json.Marshal(users)
+	if err := os.WriteFile(usersFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	catalog := filepath.Join(dir, "catalog.csv")
+	if err := os.WriteFile(catalog, []byte(e2eCatalog), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := startMain(t, "--store", "S1", "--data-dir", filepath.Join(dir, "data"),
+		"--redis-addr", s.Redis[0].Addr(), "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", usersFile,
+		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
+		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
+	return addrs
 }
