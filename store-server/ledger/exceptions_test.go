@@ -168,10 +168,7 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 func TestParkedEventsOfEarlierLedgers(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "019"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "019")
 	parkedMs := time.Date(2025, 3, 3, 23, 0, 0, 0, time.UTC).UnixMilli()
 	for _, q := range []string{
 		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
@@ -216,12 +213,8 @@ func want0(t *testing.T, l *Ledger) int64 {
 // TestExceptionChangesOfEarlierLedgers: the exceptions of a ledger from before migration 014
 // are changes too, read once.
 func TestExceptionChangesOfEarlierLedgers(t *testing.T) {
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "014"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "014")
 	for _, q := range []string{
 		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved, resolved_at, resolution)
 			VALUES ('T1', 4, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01', 1, '2025-03-02T09:00:00Z', 'counted')`,
@@ -272,10 +265,7 @@ func TestUnchangedExceptionsAreNotRenumbered(t *testing.T) {
 func TestChangeNumbersFromTheClock(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "015"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "015")
 	if _, err := db.W.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
 		VALUES ('T1', 1, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01')`); err != nil {
 		t.Fatal(err)
@@ -286,7 +276,7 @@ func TestChangeNumbersFromTheClock(t *testing.T) {
 	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
 	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"A", 1, 500}}, 1))
 	var ids []int64
-	err = sqlitedb.Each(ctx, l.db.R, `SELECT id FROM exception_changes ORDER BY id`, nil, func(rows *sql.Rows) error {
+	err := sqlitedb.Each(ctx, l.db.R, `SELECT id FROM exception_changes ORDER BY id`, nil, func(rows *sql.Rows) error {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			return err
@@ -330,10 +320,7 @@ func migrationsBefore(t *testing.T, name string) fstest.MapFS {
 func TestReaderOfALedgerBefore016(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "016"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "016")
 	for _, q := range []string{
 		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
 		`INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
@@ -409,10 +396,7 @@ func must[T any](v T, err error) T {
 func TestReaderOfALedgerBefore020(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "020"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "020")
 	for _, q := range []string{
 		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
 		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
-	"github.com/posgate/posgate/internal/sqlitedb"
 )
 
 // TestSeqGapIsAnException: a seq gap the store records is an exception change of kind
@@ -99,10 +98,7 @@ func TestSeqGapIsAnException(t *testing.T) {
 func TestReaderOfALedgerBefore022(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlitedb.Open(ctx, path, migrationsBefore(t, "022"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBefore(t, path, "022")
 	for _, q := range []string{
 		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
 		`INSERT INTO seq_gaps (terminal, from_seq, to_seq, at_ms, reason) VALUES ('T1', 3, 7, 1740794400000, 'restored')`,

@@ -238,22 +238,7 @@ func TestParkedOfAnEarlierLedgerKeepsItsState(t *testing.T) {
 // first (its name prefix), as a ledger of an earlier release holds it.
 func openBefore(t *testing.T, path, first string) *sqlitedb.DB {
 	t.Helper()
-	old := fstest.MapFS{}
-	names, err := fs.Glob(schema.Store(), "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
-		if name >= first {
-			continue
-		}
-		b, err := fs.ReadFile(schema.Store(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: b}
-	}
-	db, err := sqlitedb.Open(context.Background(), path, old)
+	db, err := sqlitedb.Open(context.Background(), path, migrationsBefore(t, first))
 	if err != nil {
 		t.Fatal(err)
 	}
