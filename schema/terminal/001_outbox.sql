@@ -39,6 +39,10 @@ CREATE TABLE sales (
     next_line    INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX sales_seq ON sales (seq);
+-- The business days a till has traded on, read by index: the open days a day close looks for
+-- (outbox.Store.DayToClose) and GET /v1/status lists are found by seeking from one traded day
+-- to the next, not by reading every sale the till ever made.
+CREATE INDEX sales_day ON sales (business_date) WHERE state = 'completed';
 
 CREATE TABLE sale_lines (
     sale_id      TEXT    NOT NULL REFERENCES sales (id),
@@ -80,6 +84,7 @@ CREATE TABLE refunds (
 );
 CREATE INDEX refunds_seq ON refunds (seq);
 CREATE INDEX refunds_sale ON refunds (sale_id);
+CREATE INDEX refunds_day ON refunds (business_date) WHERE state = 'done';
 
 CREATE TABLE refund_lines (
     refund_id    TEXT    NOT NULL REFERENCES refunds (id),
@@ -96,10 +101,31 @@ CREATE TABLE day_closes (
     payload      BLOB    NOT NULL
 );
 
--- Client tokens (Idempotency-Key) of the POS app's state-changing requests. status 0 means
--- the request's effect is committed but its answer is not yet recorded.
+-- A supervisor's reopen of a business day closed at this till (outbox.Tx.DayReopen, e.g. a
+-- close pressed by mistake at 15:00). The close it undoes moves here from day_closes with why
+-- and when, so the till trades on the day again and the day's next close is a new day_close
+-- event, with a higher seq, that the store keeps in place of this one. The close event itself
+-- is not withdrawn: the store holds it until the new close supersedes it.
+CREATE TABLE day_reopens (
+    n             INTEGER PRIMARY KEY,
+    business_date TEXT    NOT NULL,             -- YYYY-MM-DD in the store's time zone
+    close_seq     INTEGER NOT NULL,             -- the day_close event reopened
+    close_payload BLOB    NOT NULL,             -- the totals it declared
+    reason        TEXT    NOT NULL CHECK (reason <> ''),
+    supervisor    TEXT    NOT NULL DEFAULT '',
+    reopened_at   TEXT    NOT NULL              -- RFC 3339 with offset, by the device's clock
+);
+CREATE INDEX day_reopens_day ON day_reopens (business_date, n);
+
+-- Client tokens (Idempotency-Key) of the POS app's state-changing requests. n is the order
+-- the requests were recorded in, which the clock cannot disturb: a request's record is pruned
+-- only once enough requests have been recorded after it (outbox.Store.Prune), as a device
+-- clock that jumps forward makes a record a minute old look days old. n is an alias of the
+-- rowid, so VACUUM keeps it. status 0 means the request's effect is committed but its answer
+-- is not yet recorded.
 CREATE TABLE requests (
-    token        TEXT    PRIMARY KEY,
+    n            INTEGER PRIMARY KEY,
+    token        TEXT    NOT NULL UNIQUE,
     fingerprint  TEXT    NOT NULL,
     status       INTEGER NOT NULL DEFAULT 0,
     body         BLOB,

@@ -8,8 +8,8 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 )
 
-// TestLiveRefusedCloseReopensTheDay: the store refuses a day close live (a store of an
-// earlier release that cannot read it, say). The cashier is told no, and the till's day is
+// TestLiveRefusedCloseReopensTheDay: the store refuses a day close live (a payload it cannot
+// read, say). The cashier is told no, and the till's day is
 // not closed behind that answer: it sells on, and a close once the store takes it goes,
 // with every sale of the day.
 func TestLiveRefusedCloseReopensTheDay(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // TestBacklogReportAndItsClearing: with reports on, a connection publishes the backlog (its
 // count and the last seq); with them off, a connection clears the retained report an
 // earlier run left, and only then: an agent that never reported publishes nothing on the
-// topic (a store of an earlier release would log the publish as refused). Real mosquitto.
+// topic. Real mosquitto.
 func TestBacklogReportAndItsClearing(t *testing.T) {
 	s := stack.Run(t, stack.Options{MQTT: true})
 	st, seq := liveScan(t) // one event waiting

@@ -786,9 +786,9 @@ func (u *Uplink) backlogLoop(ctx context.Context) {
 // beside them, so the store sees what a till back from offline still holds while it sends
 // it, and sees it reach 0.
 //
-// QoS 0: nothing to wait for, and a broker that refuses the topic (a store of an earlier
-// release) drops the report instead of closing the connection. Reports are published one
-// at a time, so they reach the broker in the order they were counted.
+// QoS 0: a report is superseded by the next one, so there is nothing to wait for, and a
+// broker that refuses the topic drops the report instead of closing the connection. Reports
+// are published one at a time, so they reach the broker in the order they were counted.
 func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) {
 	u.reportMu.Lock()
 	defer u.reportMu.Unlock()
@@ -842,8 +842,7 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 
 // clearBacklog clears the retained backlog report an earlier run of the agent left on the
 // broker (reports are off now): left there, it would stand for the till for good. It
-// publishes nothing when the agent never reported, so that a store of an earlier release,
-// whose broker refuses the topic, has no refusal to log.
+// publishes nothing when the agent never reported: there is nothing to clear.
 func (u *Uplink) clearBacklog(ctx context.Context, c mqtt.Client) {
 	if reported, err := u.store.KV(ctx, outbox.KVBacklogReported); err != nil || reported == 0 {
 		return
