@@ -3,6 +3,7 @@ package layout
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -21,6 +22,60 @@ const (
 	// text: its lines do not count towards its function's size.
 	literalLines = 5
 )
+
+// pending lists the violations the tree still holds while it is moved into the rule's shape;
+// each entry is one line the checks print. A violation not listed fails, and so does an
+// entry that no longer occurs: the list only shrinks, to nothing.
+var pending = map[string]bool{
+	"import hq-sync -> store-server/api: a hq-sync package may not import a store-server one":                         true,
+	"import hq-sync -> store-server/ledger: a hq-sync package may not import a store-server one":                      true,
+	"import hq-sync -> terminal-agent/api: a hq-sync package may not import a terminal-agent one":                     true,
+	"import hq-sync/reconcile -> store-server/ledger: a hq-sync package may not import a store-server one":            true,
+	"import hq-sync/upload -> store-server/ledger: a hq-sync package may not import a store-server one":               true,
+	"import internal/harness -> store-server/api: a shared package may not import a store-server one":                 true,
+	"import internal/harness -> store-server/ledger: a shared package may not import a store-server one":              true,
+	"import internal/harness -> store-server/store: a shared package may not import a store-server one":               true,
+	"import internal/harness -> terminal-agent/api: a shared package may not import a terminal-agent one":             true,
+	"import store-server -> hq-sync/hqstore/sqlite: a store-server package may not import a hq-sync one":              true,
+	"import store-server -> hq-sync/serve: a store-server package may not import a hq-sync one":                       true,
+	"import store-server -> hq-sync/upload: a store-server package may not import a hq-sync one":                      true,
+	"import store-server/api -> hq-sync/upload: a store-server package may not import a hq-sync one":                  true,
+	"import store-server/ledger -> hq-sync/hq: a store-server package may not import a hq-sync one":                   true,
+	"import store-server/metrics -> hq-sync/upload: a store-server package may not import a hq-sync one":              true,
+	"import terminal-agent/uplink -> store-server/broker: a terminal-agent package may not import a store-server one": true,
+	"size demo/main.go: func run: 133 lines of code (at most 100)":                                                    true,
+	"size hq-sync/hqstore/storetest/storetest.go: 1252 lines (at most 900)":                                           true,
+	"size hq-sync/reconcile/reconcile.go: func reconcile: 102 lines of code (at most 100)":                            true,
+	"size hq-sync/upload/upload.go: 2005 lines (at most 900)":                                                         true,
+	"size hq-sync/upload/upload.go: func Uploader.build: 278 lines of code (at most 100)":                             true,
+	"size hq-sync/upload/upload.go: func Uploader.deliver: 134 lines of code (at most 100)":                           true,
+	"size hq-sync/upload/upload.go: func Uploader.markSent: 133 lines of code (at most 100)":                          true,
+	"size store-server/ingest/ingest.go: 1191 lines (at most 900)":                                                    true,
+	"size store-server/ledger/commit.go: 1209 lines (at most 900)":                                                    true,
+	"size store-server/main.go: func Main.Run: 166 lines of code (at most 100)":                                       true,
+	"size terminal-agent/outbox/sales.go: 1014 lines (at most 900)":                                                   true,
+	"size terminal-agent/uplink/uplink.go: func Uplink.onDown: 103 lines of code (at most 100)":                       true,
+}
+
+// report fails t for msg unless it is pending; seen records the pending entries met.
+func report(t *testing.T, seen map[string]bool, msg string) {
+	t.Helper()
+	if pending[msg] {
+		seen[msg] = true
+		return
+	}
+	t.Error(msg)
+}
+
+// checkPending fails t for each pending entry of kind (a prefix) that did not occur.
+func checkPending(t *testing.T, seen map[string]bool, kind string) {
+	t.Helper()
+	for msg := range pending {
+		if strings.HasPrefix(msg, kind) && !seen[msg] {
+			t.Errorf("pending entry no longer occurs, delete it: %s", msg)
+		}
+	}
+}
 
 type listed struct {
 	ImportPath   string
@@ -58,6 +113,8 @@ func packages(t *testing.T) []listed {
 // that imports a binary's, a binary's package that imports another binary's (but for the
 // crossings listed with their reasons), or anything below the top that imports e2e/ or demo/.
 func TestImportRule(t *testing.T) {
+	seen := map[string]bool{}
+	defer checkPending(t, seen, "import ")
 	for _, p := range packages(t) {
 		if RoomOf(p.ImportPath) == Outside {
 			t.Errorf("%s is in no room of the rule: add its top directory to RoomOf", p.ImportPath)
@@ -65,8 +122,9 @@ func TestImportRule(t *testing.T) {
 		for _, imps := range [][]string{p.Imports, p.TestImports, p.XTestImports} {
 			for _, imp := range imps {
 				if imp != p.ImportPath && !Allowed(p.ImportPath, imp) {
-					t.Errorf("%s imports %s: a %s package may not import a %s one",
-						p.ImportPath, imp, RoomOf(p.ImportPath), RoomOf(imp))
+					report(t, seen, fmt.Sprintf("import %s -> %s: a %s package may not import a %s one",
+						strings.TrimPrefix(p.ImportPath, Module+"/"), strings.TrimPrefix(imp, Module+"/"),
+						RoomOf(p.ImportPath), RoomOf(imp)))
 				}
 			}
 		}
@@ -106,6 +164,8 @@ func TestAllowed(t *testing.T) {
 // over maxFuncLines lines, tables and SQL texts aside: a file or function that large holds
 // several jobs.
 func TestSizes(t *testing.T) {
+	seen := map[string]bool{}
+	defer checkPending(t, seen, "size ")
 	for _, p := range packages(t) {
 		for _, name := range p.GoFiles {
 			path := filepath.Join(p.Dir, name)
@@ -115,7 +175,7 @@ func TestSizes(t *testing.T) {
 			}
 			rel := strings.TrimPrefix(p.ImportPath+"/"+name, Module+"/")
 			if n := bytes.Count(src, []byte("\n")); n > maxFileLines {
-				t.Errorf("%s: %d lines (at most %d)", rel, n, maxFileLines)
+				report(t, seen, fmt.Sprintf("size %s: %d lines (at most %d)", rel, n, maxFileLines))
 			}
 			fset := token.NewFileSet()
 			f, err := parser.ParseFile(fset, path, src, 0)
@@ -128,7 +188,7 @@ func TestSizes(t *testing.T) {
 					continue
 				}
 				if n := codeLines(fset, fn); n > maxFuncLines {
-					t.Errorf("%s: func %s: %d lines of code (at most %d)", rel, funcName(fn), n, maxFuncLines)
+					report(t, seen, fmt.Sprintf("size %s: func %s: %d lines of code (at most %d)", rel, funcName(fn), n, maxFuncLines))
 				}
 			}
 		}
