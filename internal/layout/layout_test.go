@@ -43,28 +43,29 @@ var pending = map[string]bool{
 	"import store-server/ledger -> hq-sync/hq: a store-server package may not import a hq-sync one":                   true,
 	"import store-server/metrics -> hq-sync/upload: a store-server package may not import a hq-sync one":              true,
 	"import terminal-agent/uplink -> store-server/broker: a terminal-agent package may not import a store-server one": true,
-	"size demo/main.go: func run: 133 lines of code (at most 100)":                                                    true,
-	"size hq-sync/hqstore/storetest/storetest.go: 1252 lines (at most 900)":                                           true,
-	"size hq-sync/reconcile/reconcile.go: func reconcile: 102 lines of code (at most 100)":                            true,
-	"size hq-sync/upload/upload.go: 2005 lines (at most 900)":                                                         true,
-	"size hq-sync/upload/upload.go: func Uploader.build: 278 lines of code (at most 100)":                             true,
-	"size hq-sync/upload/upload.go: func Uploader.deliver: 134 lines of code (at most 100)":                           true,
-	"size hq-sync/upload/upload.go: func Uploader.markSent: 133 lines of code (at most 100)":                          true,
-	"size store-server/ingest/ingest.go: 1191 lines (at most 900)":                                                    true,
-	"size store-server/ledger/commit.go: 1209 lines (at most 900)":                                                    true,
-	"size store-server/main.go: func Main.Run: 166 lines of code (at most 100)":                                       true,
-	"size terminal-agent/outbox/sales.go: 1014 lines (at most 900)":                                                   true,
-	"size terminal-agent/uplink/uplink.go: func Uplink.onDown: 103 lines of code (at most 100)":                       true,
+	"size demo/main.go: func run: over 100 lines of code":                                                    true,
+	"size hq-sync/hqstore/storetest/storetest.go: over 900 lines":                                           true,
+	"size hq-sync/reconcile/reconcile.go: func reconcile: over 100 lines of code":                            true,
+	"size hq-sync/upload/upload.go: over 900 lines":                                                         true,
+	"size hq-sync/upload/upload.go: func Uploader.build: over 100 lines of code":                             true,
+	"size hq-sync/upload/upload.go: func Uploader.deliver: over 100 lines of code":                           true,
+	"size hq-sync/upload/upload.go: func Uploader.markSent: over 100 lines of code":                          true,
+	"size store-server/ingest/ingest.go: over 900 lines":                                                    true,
+	"size store-server/ledger/commit.go: over 900 lines":                                                    true,
+	"size store-server/main.go: func Main.Run: over 100 lines of code":                                       true,
+	"size terminal-agent/outbox/sales.go: over 900 lines":                                                   true,
+	"size terminal-agent/uplink/uplink.go: func Uplink.onDown: over 100 lines of code":                       true,
 }
 
-// report fails t for msg unless it is pending; seen records the pending entries met.
-func report(t *testing.T, seen map[string]bool, msg string) {
+// report fails t for msg (with detail, which varies) unless it is pending; seen records the
+// pending entries met.
+func report(t *testing.T, seen map[string]bool, msg string, detail ...string) {
 	t.Helper()
 	if pending[msg] {
 		seen[msg] = true
 		return
 	}
-	t.Error(msg)
+	t.Error(msg + strings.Join(detail, ""))
 }
 
 // checkPending fails t for each pending entry of kind (a prefix) that did not occur.
@@ -175,7 +176,7 @@ func TestSizes(t *testing.T) {
 			}
 			rel := strings.TrimPrefix(p.ImportPath+"/"+name, Module+"/")
 			if n := bytes.Count(src, []byte("\n")); n > maxFileLines {
-				report(t, seen, fmt.Sprintf("size %s: %d lines (at most %d)", rel, n, maxFileLines))
+				report(t, seen, fmt.Sprintf("size %s: over %d lines", rel, maxFileLines), fmt.Sprintf(" (%d)", n))
 			}
 			fset := token.NewFileSet()
 			f, err := parser.ParseFile(fset, path, src, 0)
@@ -188,7 +189,8 @@ func TestSizes(t *testing.T) {
 					continue
 				}
 				if n := codeLines(fset, fn); n > maxFuncLines {
-					report(t, seen, fmt.Sprintf("size %s: func %s: %d lines of code (at most %d)", rel, funcName(fn), n, maxFuncLines))
+					report(t, seen, fmt.Sprintf("size %s: func %s: over %d lines of code", rel, funcName(fn), maxFuncLines),
+						fmt.Sprintf(" (%d)", n))
 				}
 			}
 		}
