@@ -190,11 +190,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 const KeepEnv = "POSGATE_STACK_KEEP"
 
 // Run starts a stack for a test or benchmark and closes it when tb ends. It calls
-// tb.Fatalf, never tb.Skip, if a binary is missing or anything fails to start. Unless
+// tb.Fatalf, never tb.Skip, if a binary is missing or anything fails to start; only under
+// `go test -short` (the fast lane of unit tests: no processes, no servers) does it skip the
+// test, before it starts anything. Unless
 // o.Logf is set, start and stop lines go to tb.Logf. The temporary directory is removed
 // as by Close, unless the test failed and the environment variable KeepEnv is set.
 func Run(tb testing.TB, o Options) *Stack {
 	tb.Helper()
+	SkipShort(tb)
 	if o.Logf == nil {
 		o.Logf = tb.Logf
 	}
@@ -220,6 +223,17 @@ func Run(tb testing.TB, o Options) *Stack {
 		}
 	})
 	return s
+}
+
+// SkipShort skips tb under `go test -short`, the fast lane that runs no process and no
+// server: every test that starts one (real Redis, Sentinel, mosquitto, PostgreSQL, posgate's
+// binaries) calls it first, directly or through Run. Without -short it does nothing, and a
+// missing binary fails the test.
+func SkipShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("-short: this test starts real servers or processes")
+	}
 }
 
 // SentinelAddrs returns the sentinels' addresses, for redis.FailoverOptions.SentinelAddrs.
