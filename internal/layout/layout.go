@@ -9,19 +9,27 @@ import "strings"
 // Module is posgate's module path.
 const Module = "github.com/posgate/posgate"
 
-// Room names the part of the tree a package belongs to: a binary's packages, the shared
-// packages below every binary, or the top (end-to-end support and the demo).
-type Room string
+// Room names the part of the tree a package belongs to. The rooms are ordered as the data
+// flows: what the till holds reaches the store, what the store holds reaches HQ, and the
+// top runs them all. A package may import packages of its own room and of rooms before it,
+// never after: the store may read the till's contracts, the HQ command may read the store's
+// ledger (its uploader runs at the store), and nothing below the top imports the harness.
+type Room int
 
-// The rooms, from the bottom up.
+// The rooms, in order.
 const (
-	Shared   Room = "shared"         // internal/, lua/, schema/: what two binaries share
-	Terminal Room = "terminal-agent" // the till's daemon
-	Store    Room = "store-server"   // the store's daemon, its uploader among its packages
-	HQ       Room = "hq-sync"        // the HQ command (serve, reconcile) and the upload command
-	Top      Room = "top"            // e2e/ and demo/: run the binaries, may import anything
-	Outside  Room = ""               // not a package of the module
+	Outside  Room = iota // not a package of the module
+	Shared               // internal/, lua/, schema/: what two binaries share
+	Terminal             // terminal-agent/: the till's daemon
+	Store                // store-server/: the store's daemon
+	HQ                   // hq-sync/: the uploader (at the store), serve and reconcile (at HQ)
+	Top                  // e2e/ and demo/: run the binaries, may import anything
 )
+
+var roomNames = [...]string{"outside", "shared", "terminal-agent", "store-server", "hq-sync", "top"}
+
+// String names the room.
+func (r Room) String() string { return roomNames[r] }
 
 // RoomOf returns the room of a package path.
 func RoomOf(path string) Room {
@@ -45,27 +53,10 @@ func RoomOf(path string) Room {
 	return Outside
 }
 
-// Crossings are the imports across binaries the rule allows, each with its reason: the
-// command that runs at the store but ships in hq-sync reaches the store's uploader.
-var Crossings = map[[2]string]string{
-	{Module + "/hq-sync", Module + "/store-server/upload"}: "hq-sync upload runs the store's uploader",
-}
-
-// Allowed reports whether package from may import package to (both full import paths).
-// Shared packages import only shared ones; a binary's packages import shared ones and their
-// own binary's; the top imports anything. Imports outside the module are not the rule's.
+// Allowed reports whether package from may import package to (both full import paths): to
+// is outside the module, or in from's room or a room before it. A shared package imports
+// shared packages only.
 func Allowed(from, to string) bool {
-	rf, rt := RoomOf(from), RoomOf(to)
-	switch {
-	case rt == Outside || rf == Top:
-		return true
-	case rt == Top:
-		return false
-	case rt == Shared:
-		return true
-	case rf == rt:
-		return true
-	}
-	_, ok := Crossings[[2]string{from, to}]
-	return ok
+	rt := RoomOf(to)
+	return rt == Outside || rt <= RoomOf(from)
 }
