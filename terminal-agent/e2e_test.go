@@ -19,7 +19,7 @@ import (
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 var testCatalog = wire.Catalog{V: 1, Store: "S1", Version: 1, Items: []wire.CatalogItem{
@@ -41,7 +41,7 @@ func freeAddr(t testing.TB) string {
 }
 
 // waitDrained waits until the agent has no backlog left.
-func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) api.StatusAnswer {
+func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) client.StatusAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -52,7 +52,7 @@ func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) api.StatusAn
 	return st
 }
 
-func status(t testing.TB, c *harness.Cashier) api.StatusAnswer {
+func status(t testing.TB, c *harness.Cashier) client.StatusAnswer {
 	t.Helper()
 	st, err := c.Status()
 	if err != nil {
@@ -184,7 +184,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 	sell(20)
 	// A live refusal is an answer to the cashier, and the event is never delivered.
 	st, b, _ := c.Call("POST", "/v1/sales", "")
-	var sa api.SaleAnswer
+	var sa client.SaleAnswer
 	if err := json.Unmarshal(b, &sa); st != 201 || err != nil {
 		t.Fatalf("open a sale: %d %s (%v)", st, b, err)
 	}
@@ -224,7 +224,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 	waitDrained(t, c, 60*time.Second)
 
 	// The refused offline sale is parked with the store's reason; nothing else is.
-	var p api.ParkedAnswer
+	var p client.ParkedAnswer
 	_, b, _ = c.Call("GET", "/v1/parked", "")
 	json.Unmarshal(b, &p)
 	parked := map[string]bool{}

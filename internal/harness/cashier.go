@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // Cashier drives a terminal-agent's local API like a POS app and remembers every event that
@@ -82,7 +82,7 @@ func (c *Cashier) Call(method, path, body string) (int, []byte, error) {
 	c.mu.Unlock()
 	if res.StatusCode < 300 {
 		var a struct {
-			Event *api.EventRef `json:"event"`
+			Event *client.EventRef `json:"event"`
 		}
 		json.Unmarshal(b, &a)
 		if a.Event != nil {
@@ -105,7 +105,7 @@ func (c *Cashier) Sale(skus []string, method string) error {
 	if st != http.StatusCreated {
 		return fmt.Errorf("open sale: %d %s", st, b)
 	}
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	json.Unmarshal(b, &s)
 	id := s.Sale.ID
 	for _, sku := range skus {
@@ -164,8 +164,8 @@ func (c *Cashier) RefundOne(i int) error {
 }
 
 // Status returns the agent's status.
-func (c *Cashier) Status() (api.StatusAnswer, error) {
-	var s api.StatusAnswer
+func (c *Cashier) Status() (client.StatusAnswer, error) {
+	var s client.StatusAnswer
 	_, b, err := c.Call("GET", "/v1/status", "")
 	if err != nil {
 		return s, err
@@ -174,7 +174,7 @@ func (c *Cashier) Status() (api.StatusAnswer, error) {
 }
 
 // WaitDrained waits until the agent is online with no backlog.
-func (c *Cashier) WaitDrained(ctx context.Context) (api.StatusAnswer, error) {
+func (c *Cashier) WaitDrained(ctx context.Context) (client.StatusAnswer, error) {
 	for {
 		st, err := c.Status()
 		if err == nil && st.Online && st.Backlog == 0 {

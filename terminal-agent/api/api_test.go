@@ -20,6 +20,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -98,7 +99,7 @@ func (r resp) json(t *testing.T, v any) {
 }
 
 func (r resp) code(t *testing.T) string {
-	var e api.ErrorBody
+	var e client.ErrorBody
 	r.json(t, &e)
 	return e.Code
 }
@@ -135,7 +136,7 @@ func (a *agent) must(method, path, body string, want int, hdr ...string) resp {
 
 func (a *agent) openSale() string {
 	a.t.Helper()
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales", "", 201).json(a.t, &s)
 	return s.Sale.ID
 }
@@ -242,7 +243,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 			if r.Status != c.status || r.code(t) != c.code {
 				t.Errorf("got %d %s, want %d %s", r.Status, b, c.status, c.code)
 			}
-			var e api.ErrorBody
+			var e client.ErrorBody
 			r.json(t, &e)
 			if e.Message == "" {
 				t.Errorf("no message for the cashier: %s", b)
@@ -278,7 +279,7 @@ func TestDoubleClickIsOnePayment(t *testing.T) {
 			t.Fatalf("retry answered %d %s, first answer was %d %s", r.Status, r.Body, first.Status, first.Body)
 		}
 	}
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
 	if len(s.Sale.Payments) != 1 || s.Sale.State != "completed" || s.Sale.Paid != 2500 {
 		t.Fatalf("want one payment of 25.00 and a completed sale, got %+v", s.Sale)
@@ -321,7 +322,7 @@ func TestOfflineCaps(t *testing.T) {
 	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"qr","amount":"12.50","reference":"Q"}`); r.Status != 409 || r.code(t) != "offline_cap_total" {
 		t.Fatalf("total cap: %d %s", r.Status, r.Body)
 	}
-	var st api.StatusAnswer
+	var st client.StatusAnswer
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.StoredCard != 80000 || st.Online {
 		t.Fatalf("status: %+v", st)
@@ -348,7 +349,7 @@ func TestOfflineRefundsWhenAllowed(t *testing.T) {
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":3}`, 200)
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"50.00"}`, 200)
-	var ra api.RefundAnswer
+	var ra client.RefundAnswer
 	a.must("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`, 201).json(t, &ra)
 	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline {
 		t.Fatalf("refund: %+v", ra)
@@ -371,7 +372,7 @@ func (r resp) Code(t *testing.T) string { return r.code(t) }
 func TestCatalogPricesOffline(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"barcode":"6901234567890","qty":3}`, 200).json(t, &s)
 	if s.Sale.Total != 3750 || s.Sale.Lines[0].SKU != "MILK" || s.Event == nil || !s.Event.Offline {
 		t.Fatalf("priced from barcode: %+v", s)
@@ -393,7 +394,7 @@ func TestCatalogPricesOffline(t *testing.T) {
 	if r := a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`); r.Status != 404 {
 		t.Fatalf("BREAD left the catalog but was sold: %d %s", r.Status, r.Body)
 	}
-	var st api.StatusAnswer
+	var st client.StatusAnswer
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.CatalogVersion != 4 {
 		t.Fatalf("catalog version %d", st.CatalogVersion)
@@ -402,7 +403,7 @@ func TestCatalogPricesOffline(t *testing.T) {
 
 func TestStatusBacklog(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	var st api.StatusAnswer
+	var st client.StatusAnswer
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.Backlog != 0 || st.OldestAgeMs != 0 {
 		t.Fatalf("empty status: %+v", st)
@@ -424,7 +425,7 @@ func TestSeqsNeverReused(t *testing.T) {
 	var last int64
 	for i := 0; i < 3; i++ {
 		id := a.openSale()
-		var s api.SaleAnswer
+		var s client.SaleAnswer
 		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
 		if s.Event.Seq <= last {
 			t.Fatalf("seq %d after %d", s.Event.Seq, last)
@@ -443,7 +444,7 @@ func TestSeqsNeverReused(t *testing.T) {
 		t.Fatalf("pruned %d (%v), want %d", n, err, last)
 	}
 	id := a.openSale()
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
 	if s.Event.Seq != last+1 {
 		t.Fatalf("seq after prune %d, want %d", s.Event.Seq, last+1)
@@ -460,7 +461,7 @@ func TestMoneyNeverFloat(t *testing.T) {
 	id := a.openSale()
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"A","qty":1}`, 200)
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"B","qty":1}`, 200)
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"0.3"}`, 200).json(t, &s)
 	if s.Sale.State != "completed" || s.Sale.Change != 0 || s.Sale.Total != money.Fen(30) {
 		t.Fatalf("sale: %+v", s.Sale)
@@ -481,7 +482,7 @@ func TestStoredCardCapCountsOpenSales(t *testing.T) {
 	}
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"300.00","reference":"C"}`, 200)
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"3199.00"}`, 200)
-	var st api.StatusAnswer
+	var st client.StatusAnswer
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.StoredCard != 80000 {
 		t.Fatalf("card money held offline %s, want 800.00", st.StoredCard)
@@ -517,7 +518,7 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
 	}
 	sell()
-	var first api.DayCloseAnswer
+	var first client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &first)
 	if first.Totals.SaleCount != 1 {
 		t.Fatalf("day close totals %+v, want one sale", first.Totals)
@@ -536,7 +537,7 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusConflict || r.code(t) != outbox.CodeDayClosed {
 		t.Fatalf("a sale after the day's close: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayClosed)
 	}
-	var retry api.DayCloseAnswer
+	var retry client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &retry)
 	if retry.Totals.SaleCount != 1 || retry.Event == nil || retry.Event.Seq != first.Event.Seq {
 		t.Fatalf("retry: totals %+v, event %+v; want the queued close (one sale, event %+v)", retry.Totals, retry.Event, first.Event)
@@ -557,7 +558,7 @@ func TestCloseAfterMidnight(t *testing.T) {
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
 	a.clock.Add(2*time.Hour + 20*time.Minute) // 2026-11-30 00:20: the end-of-day close
-	var closed api.DayCloseAnswer
+	var closed client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
 	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
 		t.Errorf("close at 00:20 declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
@@ -602,7 +603,7 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
 	a.clock.Add(4 * time.Minute) // 00:05: the end-of-day close
 	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
-	var closed api.DayCloseAnswer
+	var closed client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200).json(t, &closed)
 	if closed.Totals.SaleCount != 1 {
 		t.Errorf("close of 2026-11-29: %d sales, want 1", closed.Totals.SaleCount)
@@ -653,7 +654,7 @@ func TestForgottenClose(t *testing.T) {
 	a.clock.Add(12*time.Hour + 5*time.Minute) // 22:05
 	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
 	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200)
-	var closed api.DayCloseAnswer
+	var closed client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
 	if closed.Totals.BusinessDate != "2026-11-30" {
 		t.Fatalf("the evening's close declared %s, want 2026-11-30", closed.Totals.BusinessDate)
@@ -686,7 +687,7 @@ func TestRetryAfterClockJump(t *testing.T) {
 	}
 	a.clock.Add(time.Minute)
 	retry := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
 	if !bytes.Equal(retry.Body, first.Body) || s.Sale.Paid != 100000 || len(s.Sale.Payments) != 1 {
 		t.Fatalf("a retry after the clock jumped: %s\nwant the first answer %s\nthe sale has %d payments, %s paid (want 1, 1000.00)",
@@ -712,7 +713,7 @@ func TestCloseWithADayLongPast(t *testing.T) {
 	a.clock.Add(right.Sub(a.clock.Now()) + time.Minute) // NTP: 2026-11-29 10:01
 	sell()
 	a.clock.Add(12 * time.Hour) // 22:01: the end-of-day close
-	var closed api.DayCloseAnswer
+	var closed client.DayCloseAnswer
 	r := a.do("POST", "/v1/day-close", `{}`)
 	if r.Status != http.StatusOK {
 		t.Fatalf("a close naming no day, 2026-11-29 and 2000-01-01 open: %d %s, want 200 closing 2026-11-29", r.Status, r.Body)

@@ -15,6 +15,7 @@ import (
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -114,7 +115,7 @@ func TestRetryAfterClientGaveUp(t *testing.T) {
 	}
 	cancel()
 	time.Sleep(300 * time.Millisecond) // the agent decides the payment locally
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
 	if s.Sale.State != "completed" {
 		t.Fatalf("sale %s after the retry, want completed", s.Sale.State)
@@ -137,7 +138,7 @@ func TestRetryAfterRateLimited(t *testing.T) {
 	body := `{"method":"cash","amount":"20.00"}`
 	a.must("POST", "/v1/sales/"+id+"/payments", body, http.StatusTooManyRequests, "Idempotency-Key", "pay-1")
 	time.Sleep(60 * time.Millisecond)
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
 	if s.Sale.State != "completed" || s.Event == nil || s.Event.Offline {
 		t.Fatalf("the retry: sale %s, event %+v; want completed with the store's verdict", s.Sale.State, s.Event)
@@ -155,7 +156,7 @@ func TestStoreSilent(t *testing.T) {
 	r.SetSilent(true)
 	id := a.openSale()                                                        // sent, never answered
 	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":400}`, 200) // 5000.00
-	var s api.SaleAnswer
+	var s client.SaleAnswer
 	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1500.00","reference":"C"}`, 200).json(t, &s)
 	time.Sleep(400 * time.Millisecond) // past the ack timeout
 	r2 := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"2100.00","reference":"C"}`)
@@ -171,7 +172,7 @@ func TestStoreSilent(t *testing.T) {
 	if rf.Status != http.StatusConflict || rf.code(t) != "refund_offline_disabled" {
 		t.Fatalf("a refund with the store silent and offline refunds off: %d %s", rf.Status, rf.Body)
 	}
-	var st api.StatusAnswer
+	var st client.StatusAnswer
 	a.must("GET", "/v1/status", "", 200).json(t, &st)
 	if st.StoredCard != 250000 {
 		t.Fatalf("card money held offline %s, want 2500.00", st.StoredCard)
@@ -198,12 +199,12 @@ func TestDatesApartInStatus(t *testing.T) {
 			a, _ := newLiveAgent(t, liveOpts{storeZone: c.store, tillZone: time.FixedZone("UTC+08:00", 8*3600), now: now})
 			id := a.openSale()
 			a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":2}`, 200)
-			var sale api.SaleAnswer
+			var sale client.SaleAnswer
 			a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"25.00"}`, 200).json(t, &sale)
 			if sale.Sale.State != "completed" || sale.Event == nil || sale.Event.Offline {
 				t.Fatalf("sale %s, event %+v: want completed live", sale.Sale.State, sale.Event)
 			}
-			var st api.StatusAnswer
+			var st client.StatusAnswer
 			a.must("GET", "/v1/status", "", 200).json(t, &st)
 			if !c.apart {
 				if st.DatesApart != nil {
@@ -212,7 +213,7 @@ func TestDatesApartInStatus(t *testing.T) {
 				return
 			}
 			// The scan and the sale: the store dates every event it accepts.
-			want := outbox.DatesApart{Events: 2, Seq: st.DatesApart.Seq, TillDate: "2026-11-30", StoreDate: "2026-11-29",
+			want := client.DatesApart{Events: 2, Seq: st.DatesApart.Seq, TillDate: "2026-11-30", StoreDate: "2026-11-29",
 				TillZone: "UTC+08:00"}
 			if st.DatesApart == nil || *st.DatesApart != want || want.Seq <= 0 {
 				t.Fatalf("dates_apart %+v, want %+v", st.DatesApart, want)

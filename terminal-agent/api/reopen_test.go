@@ -13,7 +13,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 )
 
@@ -37,7 +37,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	ctx := context.Background()
 	a.sellMilk()               // 10:00
 	a.clock.Add(5 * time.Hour) // 15:00: "close day" pressed by mistake
-	var first api.DayCloseAnswer
+	var first client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &first)
 	if first.Totals.SaleCount != 1 || first.Event == nil {
 		t.Fatalf("the mistaken close: %+v, event %+v; want one sale and its event", first.Totals, first.Event)
@@ -49,7 +49,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	a.clock.Add(5 * time.Minute)
 	reopen := `{"business_date":"2026-11-29","reason":"closed by mistake at 15:00","supervisor":"S-07"}`
 	r1 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1")
-	var ro api.DayReopenAnswer
+	var ro client.DayReopenAnswer
 	r1.json(t, &ro)
 	if ro.Reopen.BusinessDate != "2026-11-29" || ro.Reopen.CloseSeq != first.Event.Seq ||
 		ro.Reopen.ClosedTotals.SaleCount != 1 || ro.Reopen.Reason != "closed by mistake at 15:00" ||
@@ -60,7 +60,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	if r2 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1"); !bytes.Equal(r2.Body, r1.Body) {
 		t.Errorf("a retry of the reopen: %s\nwant the first answer %s", r2.Body, r1.Body)
 	}
-	var totals api.DayTotalsAnswer
+	var totals client.DayTotalsAnswer
 	a.must("GET", "/v1/day-totals?date=2026-11-29", "", 200).json(t, &totals)
 	if totals.ClosedSeq != 0 || len(totals.Reopens) != 1 || totals.Reopens[0].Reason != ro.Reopen.Reason {
 		t.Fatalf("day totals after the reopen: closed_seq %d, reopens %+v; want open with the one reopen",
@@ -81,7 +81,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	}
 
 	a.clock.Add(6 * time.Hour) // 22:05: the evening's close, naming no day
-	var second api.DayCloseAnswer
+	var second client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-2").json(t, &second)
 	want := money.Fen(1250 + 1250 + 1798)
 	if second.Totals.BusinessDate != "2026-11-29" || second.Totals.SaleCount != 3 || second.Totals.SaleAmount != want {
@@ -155,7 +155,7 @@ func TestReopenRefusals(t *testing.T) {
 	if after := a.dump(); after != before {
 		t.Errorf("a refused reopen changed the outbox:\nbefore %s\nafter %s", before, after)
 	}
-	var totals api.DayTotalsAnswer
+	var totals client.DayTotalsAnswer
 	a.must("GET", "/v1/day-totals?date=2026-11-21", "", 200).json(t, &totals)
 	if totals.ClosedSeq == 0 || len(totals.Reopens) != 0 {
 		t.Errorf("2026-11-21 after a refused reopen: closed_seq %d, reopens %+v; want closed, none", totals.ClosedSeq, totals.Reopens)
@@ -175,7 +175,7 @@ func TestReopenedCloseReachesTheStore(t *testing.T) {
 	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{})
 	date := a.store.BusinessDate(time.Now())
 	a.sellMilk()
-	var first, second api.DayCloseAnswer
+	var first, second client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{"business_date":"`+date+`"}`, 200).json(t, &first)
 	a.must("POST", "/v1/day-close/reopen", `{"business_date":"`+date+`","reason":"closed by mistake"}`, 200)
 	a.sellMilk()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // TestPaymentWaitsForAScanVerdict: the POS app takes the payment while the last scan still
@@ -49,7 +49,7 @@ func TestPaymentWaitsForAScanVerdict(t *testing.T) {
 	if paid.Status != 200 {
 		t.Fatalf("payment answered %d %s", paid.Status, paid.Body)
 	}
-	var till struct{ Sale outbox.Sale }
+	var till struct{ Sale client.Sale }
 	paid.json(t, &till)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
