@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -183,14 +183,15 @@ func TestSyncExactlyOnce(t *testing.T) {
 	r.SetDuplicateAcks(true)
 	sell(20)
 	// A live refusal is an answer to the cashier, and the event is never delivered.
-	st, b, _ := c.Call("POST", "/v1/sales", "")
-	var sa client.SaleAnswer
-	if err := json.Unmarshal(b, &sa); st != 201 || err != nil {
-		t.Fatalf("open a sale: %d %s (%v)", st, b, err)
+	ctx := context.Background()
+	sa, err := c.Client().OpenSale(ctx, client.NewKey())
+	if err != nil {
+		t.Fatalf("open a sale: %v", err)
 	}
-	st, b, _ = c.Call("POST", "/v1/sales/"+sa.Sale.ID+"/lines", `{"sku":"LIMITED","qty":1}`)
-	if st != 429 {
-		t.Fatalf("live rate limit: %d %s", st, b)
+	_, err = c.Client().AddLine(ctx, client.NewKey(), sa.Sale.ID, client.AddLineRequest{SKU: "LIMITED", Qty: 1})
+	var refused *client.Error
+	if !errors.As(err, &refused) || refused.Status != 429 || refused.Code != "rate_limited" || refused.RetryAfter() != 100*time.Millisecond {
+		t.Fatalf("live rate limit: %v", err)
 	}
 	r.SetDuplicateAcks(false)
 
@@ -224,9 +225,10 @@ func TestSyncExactlyOnce(t *testing.T) {
 	waitDrained(t, c, 60*time.Second)
 
 	// The refused offline sale is parked with the store's reason; nothing else is.
-	var p client.ParkedAnswer
-	_, b, _ = c.Call("GET", "/v1/parked", "")
-	json.Unmarshal(b, &p)
+	p, err := c.Client().Parked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	parked := map[string]bool{}
 	for _, e := range p.Parked {
 		parked[e.Key] = true
