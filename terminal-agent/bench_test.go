@@ -23,6 +23,7 @@ import (
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -481,7 +482,7 @@ func benchScanLatency(b *testing.B, addr, dir string, live bool) {
 		return tx.Commit()
 	}
 
-	client := &http.Client{Timeout: 10 * time.Second}
+	hc := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + addr
 	n := 0
 	post := func(path, body string) ([]byte, error) {
@@ -491,7 +492,7 @@ func benchScanLatency(b *testing.B, addr, dir string, live bool) {
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		res, err := client.Do(req)
+		res, err := hc.Do(req)
 		if err != nil {
 			return nil, err
 		}
@@ -509,7 +510,7 @@ func benchScanLatency(b *testing.B, addr, dir string, live bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var a api.SaleAnswer
+		var a client.SaleAnswer
 		if err := json.Unmarshal(out, &a); err != nil {
 			b.Fatal(err)
 		}
@@ -522,7 +523,7 @@ func benchScanLatency(b *testing.B, addr, dir string, live bool) {
 		}
 		lines++
 		if live {
-			var a api.SaleAnswer
+			var a client.SaleAnswer
 			if err := json.Unmarshal(out, &a); err != nil || a.Event == nil || a.Event.Offline {
 				return fmt.Errorf("live scan decided offline: %s", out)
 			}
@@ -590,15 +591,10 @@ func benchPercentile(sorted []time.Duration, p int) time.Duration {
 }
 
 // benchStatus returns the agent's GET /v1/status answer.
-func benchStatus(tb testing.TB, addr string) api.StatusAnswer {
+func benchStatus(tb testing.TB, addr string) client.StatusAnswer {
 	tb.Helper()
-	res, err := http.Get("http://" + addr + "/v1/status")
+	st, err := (&client.Client{BaseURL: "http://" + addr}).Status(context.Background())
 	if err != nil {
-		tb.Fatal(err)
-	}
-	defer res.Body.Close()
-	var st api.StatusAnswer
-	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
 		tb.Fatal(err)
 	}
 	return st

@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -19,7 +19,7 @@ import (
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 var testCatalog = wire.Catalog{V: 1, Store: "S1", Version: 1, Items: []wire.CatalogItem{
@@ -41,7 +41,7 @@ func freeAddr(t testing.TB) string {
 }
 
 // waitDrained waits until the agent has no backlog left.
-func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) api.StatusAnswer {
+func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) client.StatusAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -52,7 +52,7 @@ func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) api.StatusAn
 	return st
 }
 
-func status(t testing.TB, c *harness.Cashier) api.StatusAnswer {
+func status(t testing.TB, c *harness.Cashier) client.StatusAnswer {
 	t.Helper()
 	st, err := c.Status()
 	if err != nil {
@@ -183,14 +183,15 @@ func TestSyncExactlyOnce(t *testing.T) {
 	r.SetDuplicateAcks(true)
 	sell(20)
 	// A live refusal is an answer to the cashier, and the event is never delivered.
-	st, b, _ := c.Call("POST", "/v1/sales", "")
-	var sa api.SaleAnswer
-	if err := json.Unmarshal(b, &sa); st != 201 || err != nil {
-		t.Fatalf("open a sale: %d %s (%v)", st, b, err)
+	ctx := context.Background()
+	sa, err := c.Client().OpenSale(ctx, client.NewKey())
+	if err != nil {
+		t.Fatalf("open a sale: %v", err)
 	}
-	st, b, _ = c.Call("POST", "/v1/sales/"+sa.Sale.ID+"/lines", `{"sku":"LIMITED","qty":1}`)
-	if st != 429 {
-		t.Fatalf("live rate limit: %d %s", st, b)
+	_, err = c.Client().AddLine(ctx, client.NewKey(), sa.Sale.ID, client.AddLineRequest{SKU: "LIMITED", Qty: 1})
+	var refused *client.Error
+	if !errors.As(err, &refused) || refused.Status != 429 || refused.Code != "rate_limited" || refused.RetryAfter() != 100*time.Millisecond {
+		t.Fatalf("live rate limit: %v", err)
 	}
 	r.SetDuplicateAcks(false)
 
@@ -224,9 +225,10 @@ func TestSyncExactlyOnce(t *testing.T) {
 	waitDrained(t, c, 60*time.Second)
 
 	// The refused offline sale is parked with the store's reason; nothing else is.
-	var p api.ParkedAnswer
-	_, b, _ = c.Call("GET", "/v1/parked", "")
-	json.Unmarshal(b, &p)
+	p, err := c.Client().Parked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	parked := map[string]bool{}
 	for _, e := range p.Parked {
 		parked[e.Key] = true

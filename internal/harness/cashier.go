@@ -1,26 +1,28 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
-// Cashier drives a terminal-agent's local API like a POS app and remembers every event that
-// was answered 2xx, to check later that each reached the store exactly once.
+// Cashier drives a terminal-agent's local API like a POS app, through the agent's Go client,
+// and remembers every event that was answered 2xx, to check later that each reached the
+// store exactly once.
 type Cashier struct {
-	Base   string
-	client *http.Client
-	n      atomic.Int64
+	Base  string
+	http  *http.Client   // records every answer (recorder)
+	agent *client.Client // over http
 
 	mu     sync.Mutex
 	ok     map[string]bool // event keys answered 2xx
@@ -30,8 +32,49 @@ type Cashier struct {
 
 // NewCashier returns a cashier for the agent API at addr (host:port).
 func NewCashier(addr string) *Cashier {
-	return &Cashier{Base: "http://" + addr, client: &http.Client{Timeout: 10 * time.Second},
-		ok: map[string]bool{}, counts: map[int]int{}}
+	c := &Cashier{Base: "http://" + addr, ok: map[string]bool{}, counts: map[int]int{}}
+	c.http = &http.Client{Timeout: 10 * time.Second, Transport: recorder{c}}
+	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http}
+	return c
+}
+
+// Client returns the cashier's client of the agent. Its answers are counted, and the events
+// it gets answered 2xx remembered, as the cashier's own are.
+func (c *Cashier) Client() *client.Client { return c.agent }
+
+// recorder is the cashier's transport: it counts every answer by status and remembers the
+// event of each 2xx answer, whichever call it answers.
+type recorder struct{ c *Cashier }
+
+func (r recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	r.c.record(res.StatusCode, b)
+	return res, nil
+}
+
+// record counts an answer and, for a 2xx one, remembers the event it names.
+func (c *Cashier) record(status int, body []byte) {
+	var a struct {
+		Event *client.EventRef `json:"event"`
+	}
+	if status < 300 {
+		json.Unmarshal(body, &a)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[status]++
+	if a.Event != nil {
+		c.ok[a.Event.Key] = true
+	}
 }
 
 // OK returns the keys of the events answered 2xx so far.
@@ -56,87 +99,78 @@ func (c *Cashier) Counts() map[int]int {
 	return out
 }
 
-// Call sends one request with a fresh Idempotency-Key. err is set when no answer arrived
-// (the agent may or may not have committed the request).
+// Call sends one request as written, with a fresh Idempotency-Key, for what the client's
+// methods do not send (a raw body, say). err is set when no answer arrived (the agent may or
+// may not have committed the request).
 func (c *Cashier) Call(method, path, body string) (int, []byte, error) {
-	token := fmt.Sprintf("tok-%d-%d", time.Now().UnixNano(), c.n.Add(1))
 	req, err := http.NewRequest(method, c.Base+path, strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Idempotency-Key", token)
+	req.Header.Set("Idempotency-Key", string(client.NewKey()))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := c.client.Do(req)
+	res, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, nil, err
-	}
-	c.mu.Lock()
-	c.counts[res.StatusCode]++
-	c.mu.Unlock()
-	if res.StatusCode < 300 {
-		var a struct {
-			Event *api.EventRef `json:"event"`
-		}
-		json.Unmarshal(b, &a)
-		if a.Event != nil {
-			c.mu.Lock()
-			c.ok[a.Event.Key] = true
-			c.mu.Unlock()
-		}
-	}
-	return res.StatusCode, b, nil
+	return res.StatusCode, b, err
+}
+
+// lost reports whether err means that no answer arrived.
+func lost(err error) bool {
+	var e *client.Error
+	return err != nil && !errors.As(err, &e)
+}
+
+// failed reports whether err means that no answer arrived or the agent failed (5xx); a 4xx
+// (a live refusal, a cap) is a normal outcome of a cashier's step.
+func failed(err error) bool {
+	var e *client.Error
+	return lost(err) || errors.As(err, &e) && e.Status >= 500
 }
 
 // Sale runs one whole sale of the given SKUs (quantity 1 + len(sku)%3 each) paid by method
 // (cash pays 10.00 over the total, so there is change). It returns an error only when the
 // agent did not answer or failed; a 4xx (a live refusal, a cap) is a normal outcome.
 func (c *Cashier) Sale(skus []string, method string) error {
-	st, b, err := c.Call("POST", "/v1/sales", "")
+	ctx := context.Background()
+	open, err := c.agent.OpenSale(ctx, client.NewKey())
 	if err != nil {
+		return fmt.Errorf("open sale: %w", err)
+	}
+	id := open.Sale.ID
+	for _, sku := range skus {
+		line := client.AddLineRequest{SKU: sku, Qty: int64(1 + len(sku)%3)}
+		if _, err := c.agent.AddLine(ctx, client.NewKey(), id, line); failed(err) {
+			return fmt.Errorf("add line: %w", err)
+		}
+	}
+	s, err := c.agent.Sale(ctx, id)
+	if lost(err) {
 		return err
 	}
-	if st != http.StatusCreated {
-		return fmt.Errorf("open sale: %d %s", st, b)
+	if err != nil {
+		s = open // no lines to pay for
 	}
-	var s api.SaleAnswer
-	json.Unmarshal(b, &s)
-	id := s.Sale.ID
-	for _, sku := range skus {
-		st, b, err = c.Call("POST", "/v1/sales/"+id+"/lines", fmt.Sprintf(`{"sku":%q,"qty":%d}`, sku, 1+len(sku)%3))
-		if err != nil {
+	if s.Sale.Total == 0 {
+		if _, err := c.agent.Cancel(ctx, client.NewKey(), id); lost(err) {
 			return err
 		}
-		if st >= 500 {
-			return fmt.Errorf("add line: %d %s", st, b)
-		}
+		return nil
 	}
-	if _, b, err = c.Call("GET", "/v1/sales/"+id, ""); err != nil {
-		return err
-	}
-	json.Unmarshal(b, &s)
-	if s.Sale.Total == 0 {
-		_, _, err = c.Call("POST", "/v1/sales/"+id+"/cancel", "")
-		return err
-	}
-	body := fmt.Sprintf(`{"method":%q,"amount":%q,"reference":"REF-%s"}`, method, s.Sale.Total.String(), id)
+	pay := client.PayRequest{Method: method, Amount: s.Sale.Total.String(), Reference: "REF-" + id}
 	if method == wire.MethodCash {
-		body = fmt.Sprintf(`{"method":"cash","amount":%q}`, (s.Sale.Total + 1000).String())
+		pay = client.PayRequest{Method: wire.MethodCash, Amount: (s.Sale.Total + 1000).String()}
 	}
-	st, b, err = c.Call("POST", "/v1/sales/"+id+"/payments", body)
-	if err != nil {
-		return err
+	_, err = c.agent.Pay(ctx, client.NewKey(), id, pay)
+	if failed(err) {
+		return fmt.Errorf("pay: %w", err)
 	}
-	if st >= 500 {
-		return fmt.Errorf("pay: %d %s", st, b)
-	}
-	if st < 300 {
+	if err == nil {
 		c.mu.Lock()
 		c.sales = append(c.sales, id)
 		c.mu.Unlock()
@@ -153,28 +187,21 @@ func (c *Cashier) RefundOne(i int) error {
 	}
 	id := c.sales[i%len(c.sales)]
 	c.mu.Unlock()
-	st, b, err := c.Call("POST", "/v1/refunds", fmt.Sprintf(`{"sale_id":%q,"lines":[{"line":1,"qty":1}],"method":"cash"}`, id))
-	if err != nil {
-		return err
-	}
-	if st >= 500 {
-		return fmt.Errorf("refund: %d %s", st, b)
+	_, err := c.agent.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
+		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Method: wire.MethodCash})
+	if failed(err) {
+		return fmt.Errorf("refund: %w", err)
 	}
 	return nil
 }
 
 // Status returns the agent's status.
-func (c *Cashier) Status() (api.StatusAnswer, error) {
-	var s api.StatusAnswer
-	_, b, err := c.Call("GET", "/v1/status", "")
-	if err != nil {
-		return s, err
-	}
-	return s, json.Unmarshal(b, &s)
+func (c *Cashier) Status() (client.StatusAnswer, error) {
+	return c.agent.Status(context.Background())
 }
 
 // WaitDrained waits until the agent is online with no backlog.
-func (c *Cashier) WaitDrained(ctx context.Context) (api.StatusAnswer, error) {
+func (c *Cashier) WaitDrained(ctx context.Context) (client.StatusAnswer, error) {
 	for {
 		st, err := c.Status()
 		if err == nil && st.Online && st.Backlog == 0 {
@@ -213,12 +240,8 @@ func ReadyCashier(ctx context.Context, addr string, within time.Duration) (*Cash
 
 // DayTotals returns the agent's own totals for a business date.
 func (c *Cashier) DayTotals(date string) (wire.DayClosePayload, error) {
-	var t wire.DayClosePayload
-	_, b, err := c.Call("GET", "/v1/day-totals?date="+date, "")
-	if err != nil {
-		return t, err
-	}
-	return t, json.Unmarshal(b, &t)
+	t, err := c.agent.DayTotals(context.Background(), date)
+	return t.DayClosePayload, err
 }
 
 // Sales returns the ids of the sales this cashier completed (their payment answered 2xx).

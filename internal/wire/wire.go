@@ -28,6 +28,11 @@ const (
 	MaxMessageBytes = 4 << 20  // one up message (a batch of events) or one down message
 	MaxBatchEvents  = 1000     // events in one batch message
 	MaxIDLen        = 64       // store and terminal ids
+	// MaxPacketBytes bounds an MQTT packet a store's broker reads: the largest message
+	// (MaxMessageBytes) with room for the packet's header and topic. A broker refuses a
+	// larger packet and drops the connection, so a terminal keeps every message it sends
+	// under MaxMessageBytes: the two sides agree through these two figures.
+	MaxPacketBytes = MaxMessageBytes + 64<<10
 )
 
 // Kind is the kind of an event.

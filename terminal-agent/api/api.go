@@ -1,6 +1,7 @@
 // Package api is the terminal-agent's local HTTP JSON API for the POS app: sales, lines,
 // payments, refunds, day close and a supervisor's reopen, status and parked events
-// (docs/terminal-api.md).
+// (docs/terminal-api.md). Its request and answer types are those of terminal-agent/client,
+// the API's Go client, so that the server and its callers cannot drift apart.
 //
 // Every state-changing request is committed to the outbox before it is answered; a request
 // repeated with the same Idempotency-Key gets the first answer and changes nothing. Bad input
@@ -25,6 +26,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -66,15 +68,14 @@ func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
 	return s
 }
 
+// ParkedAnswer is client.ParkedAnswer under the name it had here, which hq-sync's restore
+// test still uses; an alias keeps that test building until it names the client's type.
+//
+// Deprecated: use client.ParkedAnswer.
+type ParkedAnswer = client.ParkedAnswer
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
-// ErrorBody is the JSON body of every error answer.
-type ErrorBody struct {
-	Code         string `json:"code"`
-	Message      string `json:"message"`
-	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
@@ -97,7 +98,7 @@ func errorAnswer(err error) (int, []byte) {
 	if e.Kind == perr.Internal {
 		msg = "the terminal had an internal error; try again"
 	}
-	body, _ := json.Marshal(ErrorBody{Code: e.Code, Message: msg, RetryAfterMs: e.RetryAfter.Milliseconds()})
+	body, _ := json.Marshal(client.ErrorBody{Code: e.Code, Message: msg, RetryAfterMs: e.RetryAfter.Milliseconds()})
 	return perr.HTTPStatus(e.Kind), body
 }
 
@@ -160,22 +161,11 @@ func jsonError(err error) error {
 	}
 }
 
-// EventRef names the event a request created.
-type EventRef struct {
-	Seq     int64  `json:"seq"`
-	Key     string `json:"key"`
-	Offline bool   `json:"offline"` // decided by the terminal without the store's verdict
-	FlowNo  int64  `json:"flow_no,omitempty"`
-	// Parked: the store rejected the event the terminal had decided; the step stands and
-	// the event is listed by GET /v1/parked.
-	Parked bool `json:"parked,omitempty"`
-}
-
 // mutation is one state-changing request: apply runs inside the outbox transaction and
 // returns what it acted on; render builds the answer from the stored state.
 type mutation struct {
 	apply  func(*outbox.Tx) (ref string, err error)
-	render func(ctx context.Context, ref string, ev *EventRef) (int, any, error)
+	render func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error)
 }
 
 // mutate runs a mutation: commit (with the client token), wait for the store's verdict on a
@@ -228,7 +218,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, body []byte, m m
 }
 
 func (s *Server) answer(ctx context.Context, ref string, seq int64, v uplink.Verdict,
-	render func(context.Context, string, *EventRef) (int, any, error)) (int, []byte) {
+	render func(context.Context, string, *client.EventRef) (int, any, error)) (int, []byte) {
 	if v.Refused {
 		a := v.Ack
 		e := perr.New(perr.Refused, a.Code, "%s", a.Message)
@@ -243,9 +233,9 @@ func (s *Server) answer(ctx context.Context, ref string, seq int64, v uplink.Ver
 		}
 		return errorAnswer(e)
 	}
-	var ev *EventRef
+	var ev *client.EventRef
 	if seq > 0 {
-		ev = &EventRef{Seq: seq, Key: wire.Key(s.store.Config().Terminal, seq), Offline: v.Ack == nil || v.Parked,
+		ev = &client.EventRef{Seq: seq, Key: wire.Key(s.store.Config().Terminal, seq), Offline: v.Ack == nil || v.Parked,
 			Parked: v.Parked}
 		if v.Ack != nil && v.Ack.Result != nil {
 			ev.FlowNo = v.Ack.Result.FlowNo
@@ -262,22 +252,15 @@ func (s *Server) answer(ctx context.Context, ref string, seq int64, v uplink.Ver
 	return status, body
 }
 
-// SaleAnswer is the answer to every sale request.
-type SaleAnswer struct {
-	Sale  outbox.Sale `json:"sale"`
-	Event *EventRef   `json:"event,omitempty"`
-	Line  int         `json:"line,omitempty"`
-}
-
-func (s *Server) renderSale(status int) func(context.Context, string, *EventRef) (int, any, error) {
-	return func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+func (s *Server) renderSale(status int) func(context.Context, string, *client.EventRef) (int, any, error) {
+	return func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error) {
 		id, line, _ := strings.Cut(ref, "#")
 		sale, err := s.store.Sale(ctx, id)
 		if err != nil {
 			return 0, nil, err
 		}
 		n, _ := strconv.Atoi(line)
-		return status, SaleAnswer{Sale: sale, Event: ev, Line: n}, nil
+		return status, client.SaleAnswer{Sale: sale, Event: ev, Line: n}, nil
 	}
 }
 
@@ -299,18 +282,11 @@ func (s *Server) getSale(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, SaleAnswer{Sale: sale})
-}
-
-// AddLineRequest adds an item by SKU or barcode.
-type AddLineRequest struct {
-	SKU     string `json:"sku,omitempty"`
-	Barcode string `json:"barcode,omitempty"`
-	Qty     int64  `json:"qty"`
+	writeJSON(w, http.StatusOK, client.SaleAnswer{Sale: sale})
 }
 
 func (s *Server) addLine(w http.ResponseWriter, r *http.Request) {
-	var req AddLineRequest
+	var req client.AddLineRequest
 	body, err := readBody(w, r, &req)
 	if err != nil {
 		writeError(w, err)
@@ -344,15 +320,8 @@ func (s *Server) removeLine(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// PayRequest takes one payment. Amount is decimal text ("12.30").
-type PayRequest struct {
-	Method    string `json:"method"`
-	Amount    string `json:"amount"`
-	Reference string `json:"reference,omitempty"`
-}
-
 func (s *Server) pay(w http.ResponseWriter, r *http.Request) {
-	var req PayRequest
+	var req client.PayRequest
 	body, err := readBody(w, r, &req)
 	if err != nil {
 		writeError(w, err)
@@ -399,23 +368,8 @@ func (s *Server) settle(ctx context.Context, saleID string) {
 	}
 }
 
-// RefundRequest refunds lines of a completed sale; no lines refunds all that is left.
-type RefundRequest struct {
-	SaleID    string              `json:"sale_id"`
-	Lines     []outbox.RefundLine `json:"lines,omitempty"`
-	Method    string              `json:"method,omitempty"`
-	Reference string              `json:"reference,omitempty"`
-	Restock   *bool               `json:"restock,omitempty"` // default true
-}
-
-// RefundAnswer is the answer to a refund.
-type RefundAnswer struct {
-	Refund outbox.Refund `json:"refund"`
-	Event  *EventRef     `json:"event,omitempty"`
-}
-
 func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
-	var req RefundRequest
+	var req client.RefundRequest
 	body, err := readBody(w, r, &req)
 	if err != nil {
 		writeError(w, err)
@@ -431,26 +385,15 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		apply: func(t *outbox.Tx) (string, error) {
 			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock)
 		},
-		render: func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+		render: func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error) {
 			rf, err := s.store.Refund(ctx, ref)
-			return http.StatusCreated, RefundAnswer{Refund: rf, Event: ev}, err
+			return http.StatusCreated, client.RefundAnswer{Refund: rf, Event: ev}, err
 		},
 	})
 }
 
-// DayCloseRequest closes a business day (default: today in the store's time zone).
-type DayCloseRequest struct {
-	BusinessDate string `json:"business_date,omitempty"`
-}
-
-// DayCloseAnswer is the answer to a day close.
-type DayCloseAnswer struct {
-	Totals wire.DayClosePayload `json:"totals"`
-	Event  *EventRef            `json:"event,omitempty"`
-}
-
 func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
-	var req DayCloseRequest
+	var req client.DayCloseRequest
 	body, err := readBody(w, r, &req)
 	if err != nil {
 		writeError(w, err)
@@ -480,7 +423,7 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 			totals, err = t.DayClose(date)
 			return date, err
 		},
-		render: func(ctx context.Context, ref string, ev *EventRef) (int, any, error) {
+		render: func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error) {
 			if totals.BusinessDate == "" {
 				// A retry of a close committed but not answered (the agent stopped, or the
 				// first click still waits): the totals queued for the store, not the day's
@@ -496,26 +439,13 @@ func (s *Server) dayClose(w http.ResponseWriter, r *http.Request) {
 					return 0, nil, err
 				}
 			}
-			return http.StatusOK, DayCloseAnswer{Totals: totals, Event: ev}, nil
+			return http.StatusOK, client.DayCloseAnswer{Totals: totals, Event: ev}, nil
 		},
 	})
 }
 
-// DayReopenRequest is a supervisor's reopen of a closed business day. Reason is required;
-// Supervisor names who reopened it (the POS app checks the supervisor's authority).
-type DayReopenRequest struct {
-	BusinessDate string `json:"business_date"`
-	Reason       string `json:"reason"`
-	Supervisor   string `json:"supervisor,omitempty"`
-}
-
-// DayReopenAnswer is the answer to a reopen: the reopen as kept, with the close it undid.
-type DayReopenAnswer struct {
-	Reopen outbox.DayReopen `json:"reopen"`
-}
-
 func (s *Server) dayReopen(w http.ResponseWriter, r *http.Request) {
-	var req DayReopenRequest
+	var req client.DayReopenRequest
 	body, err := readBody(w, r, &req)
 	if err != nil {
 		writeError(w, err)
@@ -528,22 +458,11 @@ func (s *Server) dayReopen(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutate(w, r, body, mutation{
 		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, req.Supervisor) },
-		render: func(ctx context.Context, ref string, _ *EventRef) (int, any, error) {
+		render: func(ctx context.Context, ref string, _ *client.EventRef) (int, any, error) {
 			ro, err := s.store.DayReopenByRef(ctx, ref)
-			return http.StatusOK, DayReopenAnswer{Reopen: ro}, err
+			return http.StatusOK, client.DayReopenAnswer{Reopen: ro}, err
 		},
 	})
-}
-
-// DayTotalsAnswer is a business day's totals at this terminal as they stand now, with the
-// day's close and reopens.
-type DayTotalsAnswer struct {
-	wire.DayClosePayload
-	// ClosedSeq is the day_close event that closes the day now; absent while it is open.
-	ClosedSeq int64 `json:"closed_seq,omitempty"`
-	// Reopens lists the supervisors' reopens of the day, oldest first, each with the close
-	// it undid; absent when the day was never reopened.
-	Reopens []outbox.DayReopen `json:"reopens,omitempty"`
 }
 
 func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
@@ -560,7 +479,7 @@ func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a := DayTotalsAnswer{DayClosePayload: t}
+	a := client.DayTotalsAnswer{DayClosePayload: t}
 	if a.ClosedSeq, err = s.store.DayCloseSeq(r.Context(), date); err != nil {
 		writeError(w, err)
 		return
@@ -570,32 +489,6 @@ func (s *Server) dayTotals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, a)
-}
-
-// StatusAnswer is the terminal's sync state.
-type StatusAnswer struct {
-	Store          string     `json:"store"`
-	Terminal       string     `json:"terminal"`
-	Online         bool       `json:"online"`
-	OfflineSince   *time.Time `json:"offline_since,omitempty"`
-	Backlog        int64      `json:"backlog"`
-	OldestSeq      int64      `json:"oldest_unsynced_seq,omitempty"`
-	OldestAgeMs    int64      `json:"oldest_unsynced_age_ms"`
-	StoredCard     money.Fen  `json:"stored_card_amount"`
-	Parked         int64      `json:"parked"`
-	InFlight       int        `json:"in_flight"`
-	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
-	CatalogVersion int64      `json:"catalog_version"`
-	// OldOpenDays are business days with sales or refunds, not closed, older than a close
-	// naming no day looks back (--day-close-lookback): a supervisor closes each by its date.
-	OldOpenDays []string `json:"old_open_days,omitempty"`
-	// DatesApart, when present, says the store dated some of the till's latest events on
-	// another business day than the till did: the till's --tz is not the
-	// store's zone, and its day closes will not match the store's days.
-	DatesApart *outbox.DatesApart `json:"dates_apart,omitempty"`
-	// DiskFree is the room left on the outbox's file system, where the system says (a full
-	// disk refuses every sale with storage_full: the till can warn before).
-	DiskFree *int64 `json:"disk_free_bytes,omitempty"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -622,7 +515,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.up.Status()
 	cfg := s.store.Config()
-	a := StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
+	a := client.StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
 		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
 		OldOpenDays: old, DatesApart: apart}
 	if !b.OldestAt.IsZero() {
@@ -640,11 +533,6 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-// ParkedAnswer lists parked events.
-type ParkedAnswer struct {
-	Parked []outbox.Parked `json:"parked"`
-}
-
 func (s *Server) parked(w http.ResponseWriter, r *http.Request) {
 	p, err := s.store.Parked(r.Context(), 1000)
 	if err != nil {
@@ -652,9 +540,9 @@ func (s *Server) parked(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p == nil {
-		p = []outbox.Parked{}
+		p = []client.Parked{}
 	}
-	writeJSON(w, http.StatusOK, ParkedAnswer{Parked: p})
+	writeJSON(w, http.StatusOK, client.ParkedAnswer{Parked: p})
 }
 
 func (s *Server) event(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -40,9 +41,15 @@ func (c *clock) Add(d time.Duration) {
 type agent struct {
 	t     *testing.T
 	srv   *httptest.Server
+	c     *client.Client // over srv
 	store *outbox.Store
 	path  string
 	clock *clock
+}
+
+// newAgent is the agent whose API srv serves.
+func newAgent(t *testing.T, srv *httptest.Server, store *outbox.Store, path string, clk *clock) *agent {
+	return &agent{t: t, srv: srv, c: &client.Client{BaseURL: srv.URL}, store: store, path: path, clock: clk}
 }
 
 var shanghai = func() *time.Location {
@@ -82,7 +89,7 @@ func newOfflineAgent(t *testing.T, caps outbox.Caps) *agent {
 	for i := 0; i < 100 && up.Status().OfflineSince.IsZero(); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &agent{t: t, srv: srv, store: store, path: path, clock: clk}
+	return newAgent(t, srv, store, path, clk)
 }
 
 type resp struct {
@@ -98,7 +105,7 @@ func (r resp) json(t *testing.T, v any) {
 }
 
 func (r resp) code(t *testing.T) string {
-	var e api.ErrorBody
+	var e client.ErrorBody
 	r.json(t, &e)
 	return e.Code
 }
@@ -133,11 +140,76 @@ func (a *agent) must(method, path, body string, want int, hdr ...string) resp {
 	return r
 }
 
+// The helpers below drive a flow through the API's Go client, with a fresh Idempotency-Key
+// for each step, and fail the test on any error; do and must test the wire itself.
+
+// ok fails the test if a step of a flow failed.
+func (a *agent) ok(what string, err error) {
+	a.t.Helper()
+	if err != nil {
+		a.t.Fatalf("%s: %v", what, err)
+	}
+}
+
 func (a *agent) openSale() string {
 	a.t.Helper()
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales", "", 201).json(a.t, &s)
+	s, err := a.c.OpenSale(context.Background(), client.NewKey())
+	a.ok("open a sale", err)
 	return s.Sale.ID
+}
+
+func (a *agent) addLine(id, sku string, qty int64) client.SaleAnswer {
+	a.t.Helper()
+	s, err := a.c.AddLine(context.Background(), client.NewKey(), id, client.AddLineRequest{SKU: sku, Qty: qty})
+	a.ok(fmt.Sprintf("add %d %s to %s", qty, sku, id), err)
+	return s
+}
+
+func (a *agent) pay(id string, p client.PayRequest) client.SaleAnswer {
+	a.t.Helper()
+	s, err := a.c.Pay(context.Background(), client.NewKey(), id, p)
+	a.ok(fmt.Sprintf("pay %s %s on %s", p.Amount, p.Method, id), err)
+	return s
+}
+
+// cash is a cash payment of amount.
+func cash(amount string) client.PayRequest { return client.PayRequest{Method: "cash", Amount: amount} }
+
+func (a *agent) sale(id string) client.SaleAnswer {
+	a.t.Helper()
+	s, err := a.c.Sale(context.Background(), id)
+	a.ok("read sale "+id, err)
+	return s
+}
+
+func (a *agent) status() client.StatusAnswer {
+	a.t.Helper()
+	st, err := a.c.Status(context.Background())
+	a.ok("status", err)
+	return st
+}
+
+func (a *agent) dayTotals(date string) client.DayTotalsAnswer {
+	a.t.Helper()
+	tot, err := a.c.DayTotals(context.Background(), date)
+	a.ok("day totals "+date, err)
+	return tot
+}
+
+// dayClose closes date ("": the day a close naming no day closes).
+func (a *agent) dayClose(date string) client.DayCloseAnswer {
+	a.t.Helper()
+	c, err := a.c.DayClose(context.Background(), client.NewKey(), client.DayCloseRequest{BusinessDate: date})
+	a.ok("close the day "+date, err)
+	return c
+}
+
+// sellMilk sells one MILK (12.50) for cash.
+func (a *agent) sellMilk() {
+	a.t.Helper()
+	id := a.openSale()
+	a.addLine(id, "MILK", 1)
+	a.pay(id, cash("12.50"))
 }
 
 // dump returns every row of every table, to show that a request changed nothing.
@@ -172,10 +244,10 @@ func (a *agent) dump() string {
 func TestBadInputStoresNothing(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 100000, MaxStoredCard: 1000000})
 	open := a.openSale()
-	a.must("POST", "/v1/sales/"+open+"/lines", `{"sku":"MILK","qty":2}`, 200)
+	a.addLine(open, "MILK", 2)
 	paid := a.openSale()
-	a.must("POST", "/v1/sales/"+paid+"/lines", `{"sku":"BREAD","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+paid+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
+	a.addLine(paid, "BREAD", 1)
+	a.pay(paid, cash("10.00"))
 	a.must("POST", "/v1/sales", "", 201, "Idempotency-Key", "k-used")
 	big := `{"sku":"MILK","qty":1,"pad":"` + strings.Repeat("x", api.MaxBody) + `"}`
 
@@ -242,7 +314,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 			if r.Status != c.status || r.code(t) != c.code {
 				t.Errorf("got %d %s, want %d %s", r.Status, b, c.status, c.code)
 			}
-			var e api.ErrorBody
+			var e client.ErrorBody
 			r.json(t, &e)
 			if e.Message == "" {
 				t.Errorf("no message for the cashier: %s", b)
@@ -253,13 +325,13 @@ func TestBadInputStoresNothing(t *testing.T) {
 		})
 	}
 	// The next good request still flows.
-	a.must("POST", "/v1/sales/"+open+"/payments", `{"method":"cash","amount":"30.00"}`, 200)
+	a.pay(open, cash("30.00"))
 }
 
 func TestDoubleClickIsOnePayment(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":2}`, 200)
+	a.addLine(id, "MILK", 2)
 	body := `{"method":"card","amount":"25.00","reference":"AUTH-778"}`
 	first := a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1")
 	// The cashier clicks again, and the POS app retries concurrently as well.
@@ -278,8 +350,7 @@ func TestDoubleClickIsOnePayment(t *testing.T) {
 			t.Fatalf("retry answered %d %s, first answer was %d %s", r.Status, r.Body, first.Status, first.Body)
 		}
 	}
-	var s api.SaleAnswer
-	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
+	s := a.sale(id)
 	if len(s.Sale.Payments) != 1 || s.Sale.State != "completed" || s.Sale.Paid != 2500 {
 		t.Fatalf("want one payment of 25.00 and a completed sale, got %+v", s.Sale)
 	}
@@ -300,9 +371,9 @@ func TestDoubleClickIsOnePayment(t *testing.T) {
 
 func TestOfflineCaps(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000, MaxOffline: 24 * time.Hour})
-	sale := func(sku string, qty int) string {
+	sale := func(sku string, qty int64) string {
 		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", fmt.Sprintf(`{"sku":%q,"qty":%d}`, sku, qty), 200)
+		a.addLine(id, sku, qty)
 		return id
 	}
 	// A 3999.00 television by card is over the 500.00 single-payment cap.
@@ -311,18 +382,17 @@ func TestOfflineCaps(t *testing.T) {
 		t.Fatalf("single cap: %d %s", r.Status, r.Body)
 	}
 	// Cash is never capped.
-	a.must("POST", "/v1/sales/"+tv+"/payments", `{"method":"cash","amount":"4000.00"}`, 200)
+	a.pay(tv, cash("4000.00"))
 	// Two QR payments of 400.00 fill the 800.00 stored cap; a third is refused.
 	for i := 0; i < 2; i++ {
 		id := sale("MILK", 32) // 400.00
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"qr","amount":"400.00","reference":"Q"}`, 200)
+		a.pay(id, client.PayRequest{Method: "qr", Amount: "400.00", Reference: "Q"})
 	}
 	id := sale("MILK", 1)
 	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"qr","amount":"12.50","reference":"Q"}`); r.Status != 409 || r.code(t) != "offline_cap_total" {
 		t.Fatalf("total cap: %d %s", r.Status, r.Body)
 	}
-	var st api.StatusAnswer
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st := a.status()
 	if st.StoredCard != 80000 || st.Online {
 		t.Fatalf("status: %+v", st)
 	}
@@ -335,7 +405,7 @@ func TestOfflineCaps(t *testing.T) {
 	if r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1.00","reference":"C"}`); r.Status != 409 || r.code(t) != "offline_too_long" {
 		t.Fatalf("offline duration cap: %d %s", r.Status, r.Body)
 	}
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.pay(id, cash("12.50"))
 	// Refunds are off offline by default.
 	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+tv+`"}`); r.Status != 409 || r.code(t) != "refund_offline_disabled" {
 		t.Fatalf("offline refund: %d %s", r.Status, r.Body)
@@ -345,19 +415,19 @@ func TestOfflineCaps(t *testing.T) {
 func TestOfflineRefundsWhenAllowed(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{OfflineRefunds: true})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":3}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"50.00"}`, 200)
-	var ra api.RefundAnswer
-	a.must("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`, 201).json(t, &ra)
+	a.addLine(id, "MILK", 3)
+	a.addLine(id, "BREAD", 1)
+	a.pay(id, cash("50.00"))
+	ra, err := a.c.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
+		Lines: []client.RefundLine{{Line: 1, Qty: 2}}})
+	a.ok("refund", err)
 	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline {
 		t.Fatalf("refund: %+v", ra)
 	}
 	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`); r.Code(t) != "refund_exceeds_sale" {
 		t.Fatalf("over-refund: %d %s", r.Status, r.Body)
 	}
-	var totals wire.DayClosePayload
-	a.must("GET", "/v1/day-totals?date=2026-11-29", "", 200).json(t, &totals)
+	totals := a.dayTotals("2026-11-29")
 	// 3 × 12.50 + 8.99 = 46.49 sold for 50.00 cash (3.51 change); 25.00 refunded.
 	if totals.SaleCount != 1 || totals.SaleAmount != 4649 || totals.RefundAmount != 2500 ||
 		len(totals.Methods) != 1 || totals.Methods[0].SaleAmount != 4649 {
@@ -371,8 +441,8 @@ func (r resp) Code(t *testing.T) string { return r.code(t) }
 func TestCatalogPricesOffline(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"barcode":"6901234567890","qty":3}`, 200).json(t, &s)
+	s, err := a.c.AddLine(context.Background(), client.NewKey(), id, client.AddLineRequest{Barcode: "6901234567890", Qty: 3})
+	a.ok("scan a barcode", err)
 	if s.Sale.Total != 3750 || s.Sale.Lines[0].SKU != "MILK" || s.Event == nil || !s.Event.Offline {
 		t.Fatalf("priced from barcode: %+v", s)
 	}
@@ -386,15 +456,14 @@ func TestCatalogPricesOffline(t *testing.T) {
 		Items: []wire.CatalogItem{{SKU: "MILK", Name: "Milk 1L", Price: 1}}}); ok {
 		t.Fatal("an older catalog replaced a newer one")
 	}
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200).json(t, &s)
+	s = a.addLine(id, "MILK", 1)
 	if s.Sale.Total != 3750+1300 {
 		t.Fatalf("total %s, want 50.50", s.Sale.Total)
 	}
 	if r := a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`); r.Status != 404 {
 		t.Fatalf("BREAD left the catalog but was sold: %d %s", r.Status, r.Body)
 	}
-	var st api.StatusAnswer
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st := a.status()
 	if st.CatalogVersion != 4 {
 		t.Fatalf("catalog version %d", st.CatalogVersion)
 	}
@@ -402,17 +471,16 @@ func TestCatalogPricesOffline(t *testing.T) {
 
 func TestStatusBacklog(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	var st api.StatusAnswer
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st := a.status()
 	if st.Backlog != 0 || st.OldestAgeMs != 0 {
 		t.Fatalf("empty status: %+v", st)
 	}
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.addLine(id, "MILK", 1)
 	a.clock.Add(90 * time.Second)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"20"}`, 200)
+	a.pay(id, cash("20"))
 	a.clock.Add(30 * time.Second)
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st = a.status()
 	if st.Backlog != 2 || st.OldestAgeMs != 120_000 || st.Online || st.OfflineSince == nil {
 		t.Fatalf("status: %+v", st)
 	}
@@ -424,8 +492,7 @@ func TestSeqsNeverReused(t *testing.T) {
 	var last int64
 	for i := 0; i < 3; i++ {
 		id := a.openSale()
-		var s api.SaleAnswer
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
+		s := a.addLine(id, "BREAD", 1)
 		if s.Event.Seq <= last {
 			t.Fatalf("seq %d after %d", s.Event.Seq, last)
 		}
@@ -443,8 +510,7 @@ func TestSeqsNeverReused(t *testing.T) {
 		t.Fatalf("pruned %d (%v), want %d", n, err, last)
 	}
 	id := a.openSale()
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200).json(t, &s)
+	s := a.addLine(id, "BREAD", 1)
 	if s.Event.Seq != last+1 {
 		t.Fatalf("seq after prune %d, want %d", s.Event.Seq, last+1)
 	}
@@ -458,10 +524,9 @@ func TestMoneyNeverFloat(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"A","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"B","qty":1}`, 200)
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"0.3"}`, 200).json(t, &s)
+	a.addLine(id, "A", 1)
+	a.addLine(id, "B", 1)
+	s := a.pay(id, cash("0.3"))
 	if s.Sale.State != "completed" || s.Sale.Change != 0 || s.Sale.Total != money.Fen(30) {
 		t.Fatalf("sale: %+v", s.Sale)
 	}
@@ -473,16 +538,15 @@ func TestMoneyNeverFloat(t *testing.T) {
 func TestStoredCardCapCountsOpenSales(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":1}`, 200) // 3999.00
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"500.00","reference":"A"}`, 200)
+	a.addLine(id, "TV", 1) // 3999.00
+	a.pay(id, client.PayRequest{Method: "card", Amount: "500.00", Reference: "A"})
 	r := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"400.00","reference":"B"}`)
 	if r.Status != http.StatusConflict || r.code(t) != "offline_cap_total" {
 		t.Fatalf("a second card payment taking 900.00 offline past the 800.00 cap: %d %s", r.Status, r.Body)
 	}
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"300.00","reference":"C"}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"3199.00"}`, 200)
-	var st api.StatusAnswer
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	a.pay(id, client.PayRequest{Method: "card", Amount: "300.00", Reference: "C"})
+	a.pay(id, cash("3199.00"))
+	st := a.status()
 	if st.StoredCard != 80000 {
 		t.Fatalf("card money held offline %s, want 800.00", st.StoredCard)
 	}
@@ -498,12 +562,12 @@ func TestSaleAmountLimit(t *testing.T) {
 	if r.Status != http.StatusConflict || r.code(t) != wire.CodeTooLarge {
 		t.Fatalf("a line taking the sale past the limit: %d %s", r.Status, r.Body)
 	}
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":250062}`, 200) // 999,997,938.00
+	a.addLine(id, "TV", 250062) // 999,997,938.00
 	r = a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"1000000000.01"}`)
 	if r.Status != http.StatusBadRequest || r.code(t) != wire.CodeTooLarge {
 		t.Fatalf("a payment above the limit: %d %s", r.Status, r.Body)
 	}
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"999997938.00"}`, 200)
+	a.pay(id, cash("999997938.00"))
 }
 
 // TestDayCloseRetryShowsQueuedTotals: a day close committed but never answered (the agent
@@ -511,13 +575,8 @@ func TestSaleAmountLimit(t *testing.T) {
 // for the store; and after the close the till takes no more sales on that day.
 func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	sell := func() {
-		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-	}
-	sell()
-	var first api.DayCloseAnswer
+	a.sellMilk()
+	var first client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &first)
 	if first.Totals.SaleCount != 1 {
 		t.Fatalf("day close totals %+v, want one sale", first.Totals)
@@ -536,7 +595,7 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusConflict || r.code(t) != outbox.CodeDayClosed {
 		t.Fatalf("a sale after the day's close: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayClosed)
 	}
-	var retry api.DayCloseAnswer
+	var retry client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &retry)
 	if retry.Totals.SaleCount != 1 || retry.Event == nil || retry.Event.Seq != first.Event.Seq {
 		t.Fatalf("retry: totals %+v, event %+v; want the queued close (one sale, event %+v)", retry.Totals, retry.Event, first.Event)
@@ -554,11 +613,10 @@ func TestCloseAfterMidnight(t *testing.T) {
 	}
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.addLine(id, "MILK", 1)
+	a.pay(id, cash("12.50"))
 	a.clock.Add(2*time.Hour + 20*time.Minute) // 2026-11-30 00:20: the end-of-day close
-	var closed api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	closed := a.dayClose("")
 	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
 		t.Errorf("close at 00:20 declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
 	}
@@ -593,17 +651,16 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
+	a.addLine(id, "MILK", 1)
+	a.pay(id, cash("12.50"))
 	a.clock.Add(time.Hour + 55*time.Minute) // 23:55: the last customer
 	id = a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":1}`, 200)
+	a.addLine(id, "BREAD", 1)
 	a.clock.Add(6 * time.Minute) // 2026-11-30 00:01: pays
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"10.00"}`, 200)
+	a.pay(id, cash("10.00"))
 	a.clock.Add(4 * time.Minute) // 00:05: the end-of-day close
 	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
-	var closed api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200).json(t, &closed)
+	closed := a.dayClose("2026-11-29")
 	if closed.Totals.SaleCount != 1 {
 		t.Errorf("close of 2026-11-29: %d sales, want 1", closed.Totals.SaleCount)
 	}
@@ -618,18 +675,13 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 // morning. A default of today from 06:00 closed 2026-11-30 and refused the 08:00 sale.
 func TestNightShiftClose(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	sell := func() {
-		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-	}
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00
-	sell()
+	a.sellMilk()
 	a.clock.Add(5 * time.Hour) // 2026-11-30 03:00
-	sell()
+	a.sellMilk()
 	a.clock.Add(4*time.Hour + 5*time.Minute) // 07:05
 	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
-	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200)
+	a.dayClose("2026-11-29")
 	a.clock.Add(55 * time.Minute) // 08:00
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusCreated {
 		t.Errorf("a sale at 08:00 on 2026-11-30: %d %s", r.Status, r.Body)
@@ -642,26 +694,20 @@ func TestNightShiftClose(t *testing.T) {
 // Taking the oldest open day, every evening's close declared the day before, for good.
 func TestForgottenClose(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	sell := func() {
-		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-	}
-	sell()                      // 2026-11-29 10:00; no close that evening
+	a.sellMilk()                // 2026-11-29 10:00; no close that evening
 	a.clock.Add(24 * time.Hour) // 2026-11-30 10:00
-	sell()
+	a.sellMilk()
 	a.clock.Add(12*time.Hour + 5*time.Minute) // 22:05
 	ambiguousClose(t, a, "2026-11-29", "2026-11-30")
-	a.must("POST", "/v1/day-close", `{"business_date":"2026-11-29"}`, 200)
-	var closed api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	a.dayClose("2026-11-29")
+	closed := a.dayClose("")
 	if closed.Totals.BusinessDate != "2026-11-30" {
 		t.Fatalf("the evening's close declared %s, want 2026-11-30", closed.Totals.BusinessDate)
 	}
 	a.clock.Add(12 * time.Hour) // 2026-12-01 10:05
-	sell()
+	a.sellMilk()
 	a.clock.Add(12 * time.Hour) // 22:05
-	a.must("POST", "/v1/day-close", `{}`, 200).json(t, &closed)
+	closed = a.dayClose("")
 	if closed.Totals.BusinessDate != "2026-12-01" {
 		t.Errorf("the next evening's close declared %s, want 2026-12-01", closed.Totals.BusinessDate)
 	}
@@ -677,7 +723,7 @@ func TestRetryAfterClockJump(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
 	ctx := context.Background()
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":1}`, 200) // 3999.00
+	a.addLine(id, "TV", 1) // 3999.00
 	pay := `{"method":"card","amount":"1000.00","reference":"AUTH-778"}`
 	first := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
 	a.clock.Add(8 * 24 * time.Hour)
@@ -686,8 +732,7 @@ func TestRetryAfterClockJump(t *testing.T) {
 	}
 	a.clock.Add(time.Minute)
 	retry := a.must("POST", "/v1/sales/"+id+"/payments", pay, 200, "Idempotency-Key", "pay-1")
-	var s api.SaleAnswer
-	a.must("GET", "/v1/sales/"+id, "", 200).json(t, &s)
+	s := a.sale(id)
 	if !bytes.Equal(retry.Body, first.Body) || s.Sale.Paid != 100000 || len(s.Sale.Payments) != 1 {
 		t.Fatalf("a retry after the clock jumped: %s\nwant the first answer %s\nthe sale has %d payments, %s paid (want 1, 1000.00)",
 			retry.Body, first.Body, len(s.Sale.Payments), s.Sale.Paid)
@@ -701,39 +746,25 @@ func TestRetryAfterClockJump(t *testing.T) {
 // day day_to_close_ambiguous until someone named 2000-01-01.
 func TestCloseWithADayLongPast(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{})
-	sell := func() {
-		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-	}
 	right := a.clock.Now() // 2026-11-29 10:00 Shanghai
 	a.clock.Add(time.Date(2000, 1, 1, 8, 0, 0, 0, shanghai).Sub(right))
-	sell()                                              // on business day 2000-01-01, by the till's clock
+	a.sellMilk()                                        // on business day 2000-01-01, by the till's clock
 	a.clock.Add(right.Sub(a.clock.Now()) + time.Minute) // NTP: 2026-11-29 10:01
-	sell()
+	a.sellMilk()
 	a.clock.Add(12 * time.Hour) // 22:01: the end-of-day close
-	var closed api.DayCloseAnswer
-	r := a.do("POST", "/v1/day-close", `{}`)
-	if r.Status != http.StatusOK {
-		t.Fatalf("a close naming no day, 2026-11-29 and 2000-01-01 open: %d %s, want 200 closing 2026-11-29", r.Status, r.Body)
-	}
-	r.json(t, &closed)
+	closed := a.dayClose("")    // 2026-11-29 and 2000-01-01 open
 	if closed.Totals.BusinessDate != "2026-11-29" || closed.Totals.SaleCount != 1 {
 		t.Fatalf("the close declared %s with %d sales, want 2026-11-29 with 1", closed.Totals.BusinessDate, closed.Totals.SaleCount)
 	}
-	var st struct {
-		OldOpenDays []string `json:"old_open_days"`
-	}
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st := a.status()
 	if len(st.OldOpenDays) != 1 || st.OldOpenDays[0] != "2000-01-01" {
 		t.Fatalf("status lists old open days %v, want [2000-01-01]", st.OldOpenDays)
 	}
-	a.must("POST", "/v1/day-close", `{"business_date":"2000-01-01"}`, 200).json(t, &closed)
+	closed = a.dayClose("2000-01-01")
 	if closed.Totals.SaleCount != 1 {
 		t.Errorf("the supervisor's close of 2000-01-01: %d sales, want 1", closed.Totals.SaleCount)
 	}
-	st.OldOpenDays = nil
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st = a.status()
 	if len(st.OldOpenDays) != 0 {
 		t.Errorf("status lists old open days %v once they are closed", st.OldOpenDays)
 	}

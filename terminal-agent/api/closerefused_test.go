@@ -21,20 +21,11 @@ func TestLiveRefusedCloseReopensTheDay(t *testing.T) {
 		}
 		return nil
 	}})
-	sell := func() {
-		t.Helper()
-		id := a.openSale()
-		a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, http.StatusOK)
-		a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, http.StatusOK)
-	}
-	sell()
+	a.sellMilk()
 	a.must("POST", "/v1/day-close", `{}`, http.StatusConflict)
-	sell() // not day_closed: the close the store refused is undone
+	a.sellMilk() // not day_closed: the close the store refused is undone
 	refuse.Store(false)
-	var closed struct {
-		Totals wire.DayClosePayload `json:"totals"`
-	}
-	a.must("POST", "/v1/day-close", `{}`, http.StatusOK).json(t, &closed)
+	closed := a.dayClose("")
 	if closed.Totals.SaleCount != 2 || closed.Totals.SaleAmount != 2500 {
 		t.Errorf("the close the store took: %+v, want both sales, 25.00", closed.Totals)
 	}

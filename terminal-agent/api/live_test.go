@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -58,7 +60,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	srv := httptest.NewServer(api.New(store, up, nil))
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
 	waitOnline(t, store, up)
-	return &agent{t: t, srv: srv, store: store, path: path}, r
+	return newAgent(t, srv, store, path, nil), r
 }
 
 // TestLiveDoubleClick: a cashier's second click (the same Idempotency-Key) while the first
@@ -66,7 +68,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 func TestLiveDoubleClick(t *testing.T) {
 	a, _ := newLiveAgent(t, liveOpts{ackDelay: 150 * time.Millisecond})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.addLine(id, "MILK", 1)
 	got := make(chan int, 2)
 	for range 2 {
 		go func() {
@@ -102,20 +104,18 @@ func TestLiveDoubleClick(t *testing.T) {
 func TestRetryAfterClientGaveUp(t *testing.T) {
 	a, _ := newLiveAgent(t, liveOpts{ackDelay: time.Second})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	body := `{"method":"cash","amount":"20.00"}`
+	a.addLine(id, "MILK", 1)
+	key := client.NewKey()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/v1/sales/"+id+"/payments", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "pay-1")
-	if res, err := http.DefaultClient.Do(req); err == nil {
-		res.Body.Close()
-		t.Fatal("the request was answered within 100 ms; the store's verdict takes a second")
-	}
+	_, err := a.c.Pay(ctx, key, id, cash("20.00"))
 	cancel()
+	var answered *client.Error
+	if err == nil || errors.As(err, &answered) {
+		t.Fatalf("the payment was answered within 100 ms (%v); the store's verdict takes a second", err)
+	}
 	time.Sleep(300 * time.Millisecond) // the agent decides the payment locally
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
+	s, err := a.c.Pay(context.Background(), key, id, cash("20.00"))
+	a.ok("the retry with the same key", err)
 	if s.Sale.State != "completed" {
 		t.Fatalf("sale %s after the retry, want completed", s.Sale.State)
 	}
@@ -133,12 +133,16 @@ func TestRetryAfterRateLimited(t *testing.T) {
 		return nil
 	}})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	body := `{"method":"cash","amount":"20.00"}`
-	a.must("POST", "/v1/sales/"+id+"/payments", body, http.StatusTooManyRequests, "Idempotency-Key", "pay-1")
-	time.Sleep(60 * time.Millisecond)
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/payments", body, 200, "Idempotency-Key", "pay-1").json(t, &s)
+	a.addLine(id, "MILK", 1)
+	key := client.NewKey()
+	_, err := a.c.Pay(context.Background(), key, id, cash("20.00"))
+	var refusal *client.Error
+	if !errors.As(err, &refusal) || refusal.Status != http.StatusTooManyRequests || refusal.RetryAfter() != 50*time.Millisecond {
+		t.Fatalf("the payment the store limits: %v, want 429 with retry_after_ms 50", err)
+	}
+	time.Sleep(refusal.RetryAfter() + 10*time.Millisecond)
+	s, err := a.c.Pay(context.Background(), key, id, cash("20.00"))
+	a.ok("the payment again with the same key", err)
 	if s.Sale.State != "completed" || s.Event == nil || s.Event.Offline {
 		t.Fatalf("the retry: sale %s, event %+v; want completed with the store's verdict", s.Sale.State, s.Event)
 	}
@@ -153,17 +157,16 @@ func TestStoreSilent(t *testing.T) {
 	a, r := newLiveAgent(t, liveOpts{ackTimeout: 300 * time.Millisecond,
 		caps: outbox.Caps{MaxCardPayment: 200000, MaxStoredCard: 300000, MaxOffline: time.Hour}})
 	r.SetSilent(true)
-	id := a.openSale()                                                        // sent, never answered
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":400}`, 200) // 5000.00
-	var s api.SaleAnswer
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1500.00","reference":"C"}`, 200).json(t, &s)
+	id := a.openSale()         // sent, never answered
+	a.addLine(id, "MILK", 400) // 5000.00
+	a.pay(id, client.PayRequest{Method: "card", Amount: "1500.00", Reference: "C"})
 	time.Sleep(400 * time.Millisecond) // past the ack timeout
 	r2 := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"2100.00","reference":"C"}`)
 	if r2.Status != http.StatusConflict || r2.code(t) != "offline_cap_payment" {
 		t.Fatalf("a card payment over the offline cap with the store silent: %d %s", r2.Status, r2.Body)
 	}
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"1000.00","reference":"D"}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"2500.00"}`, 200).json(t, &s)
+	a.pay(id, client.PayRequest{Method: "card", Amount: "1000.00", Reference: "D"})
+	s := a.pay(id, cash("2500.00"))
 	if s.Sale.State != "completed" || s.Event == nil || !s.Event.Offline {
 		t.Fatalf("sale %s, event %+v: want completed, decided locally", s.Sale.State, s.Event)
 	}
@@ -171,8 +174,7 @@ func TestStoreSilent(t *testing.T) {
 	if rf.Status != http.StatusConflict || rf.code(t) != "refund_offline_disabled" {
 		t.Fatalf("a refund with the store silent and offline refunds off: %d %s", rf.Status, rf.Body)
 	}
-	var st api.StatusAnswer
-	a.must("GET", "/v1/status", "", 200).json(t, &st)
+	st := a.status()
 	if st.StoredCard != 250000 {
 		t.Fatalf("card money held offline %s, want 2500.00", st.StoredCard)
 	}
@@ -197,14 +199,12 @@ func TestDatesApartInStatus(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, _ := newLiveAgent(t, liveOpts{storeZone: c.store, tillZone: time.FixedZone("UTC+08:00", 8*3600), now: now})
 			id := a.openSale()
-			a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":2}`, 200)
-			var sale api.SaleAnswer
-			a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"25.00"}`, 200).json(t, &sale)
+			a.addLine(id, "MILK", 2)
+			sale := a.pay(id, cash("25.00"))
 			if sale.Sale.State != "completed" || sale.Event == nil || sale.Event.Offline {
 				t.Fatalf("sale %s, event %+v: want completed live", sale.Sale.State, sale.Event)
 			}
-			var st api.StatusAnswer
-			a.must("GET", "/v1/status", "", 200).json(t, &st)
+			st := a.status()
 			if !c.apart {
 				if st.DatesApart != nil {
 					t.Fatalf("dates_apart %+v, want none: the till is in the store's zone", *st.DatesApart)
@@ -212,7 +212,7 @@ func TestDatesApartInStatus(t *testing.T) {
 				return
 			}
 			// The scan and the sale: the store dates every event it accepts.
-			want := outbox.DatesApart{Events: 2, Seq: st.DatesApart.Seq, TillDate: "2026-11-30", StoreDate: "2026-11-29",
+			want := client.DatesApart{Events: 2, Seq: st.DatesApart.Seq, TillDate: "2026-11-30", StoreDate: "2026-11-29",
 				TillZone: "UTC+08:00"}
 			if st.DatesApart == nil || *st.DatesApart != want || want.Seq <= 0 {
 				t.Fatalf("dates_apart %+v, want %+v", st.DatesApart, want)

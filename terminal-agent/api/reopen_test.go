@@ -13,17 +13,9 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 )
-
-// sellMilk sells one MILK (12.50) for cash.
-func (a *agent) sellMilk() {
-	a.t.Helper()
-	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"cash","amount":"12.50"}`, 200)
-}
 
 // TestReopenAMistakenClose: the cashier presses "day close" at 15:00 by mistake; the till
 // refuses the next customer (day_closed). A supervisor reopens the day with a reason, the
@@ -37,7 +29,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	ctx := context.Background()
 	a.sellMilk()               // 10:00
 	a.clock.Add(5 * time.Hour) // 15:00: "close day" pressed by mistake
-	var first api.DayCloseAnswer
+	var first client.DayCloseAnswer
 	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1").json(t, &first)
 	if first.Totals.SaleCount != 1 || first.Event == nil {
 		t.Fatalf("the mistaken close: %+v, event %+v; want one sale and its event", first.Totals, first.Event)
@@ -49,7 +41,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	a.clock.Add(5 * time.Minute)
 	reopen := `{"business_date":"2026-11-29","reason":"closed by mistake at 15:00","supervisor":"S-07"}`
 	r1 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1")
-	var ro api.DayReopenAnswer
+	var ro client.DayReopenAnswer
 	r1.json(t, &ro)
 	if ro.Reopen.BusinessDate != "2026-11-29" || ro.Reopen.CloseSeq != first.Event.Seq ||
 		ro.Reopen.ClosedTotals.SaleCount != 1 || ro.Reopen.Reason != "closed by mistake at 15:00" ||
@@ -60,8 +52,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	if r2 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1"); !bytes.Equal(r2.Body, r1.Body) {
 		t.Errorf("a retry of the reopen: %s\nwant the first answer %s", r2.Body, r1.Body)
 	}
-	var totals api.DayTotalsAnswer
-	a.must("GET", "/v1/day-totals?date=2026-11-29", "", 200).json(t, &totals)
+	totals := a.dayTotals("2026-11-29")
 	if totals.ClosedSeq != 0 || len(totals.Reopens) != 1 || totals.Reopens[0].Reason != ro.Reopen.Reason {
 		t.Fatalf("day totals after the reopen: closed_seq %d, reopens %+v; want open with the one reopen",
 			totals.ClosedSeq, totals.Reopens)
@@ -70,8 +61,8 @@ func TestReopenAMistakenClose(t *testing.T) {
 	a.clock.Add(time.Hour) // 16:05: trade goes on
 	a.sellMilk()
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"BREAD","qty":2}`, 200) // 17.98
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"17.98","reference":"AUTH-1"}`, 200)
+	a.addLine(id, "BREAD", 2) // 17.98
+	a.pay(id, client.PayRequest{Method: "card", Amount: "17.98", Reference: "AUTH-1"})
 	// The mistaken close's request, retried, is answered as it was and closes nothing.
 	if r := a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-1"); !bytes.Equal(r.Body, a.answerOf(t, "close-1")) {
 		t.Errorf("a retry of the first close: %s", r.Body)
@@ -81,8 +72,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	}
 
 	a.clock.Add(6 * time.Hour) // 22:05: the evening's close, naming no day
-	var second api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{}`, 200, "Idempotency-Key", "close-2").json(t, &second)
+	second := a.dayClose("")
 	want := money.Fen(1250 + 1250 + 1798)
 	if second.Totals.BusinessDate != "2026-11-29" || second.Totals.SaleCount != 3 || second.Totals.SaleAmount != want {
 		t.Fatalf("the evening's close: %+v; want 2026-11-29, 3 sales, %s", second.Totals, want)
@@ -97,7 +87,7 @@ func TestReopenAMistakenClose(t *testing.T) {
 	if old, err := a.store.DayClosed(ctx, first.Event.Seq); err != nil || old.SaleCount != 1 {
 		t.Errorf("the first close event now carries %+v (%v); it was sent and stays as it was", old, err)
 	}
-	a.must("GET", "/v1/day-totals?date=2026-11-29", "", 200).json(t, &totals)
+	totals = a.dayTotals("2026-11-29")
 	if totals.ClosedSeq != second.Event.Seq || len(totals.Reopens) != 1 || totals.Reopens[0].CloseSeq != first.Event.Seq {
 		t.Errorf("day totals after the second close: closed_seq %d, reopens %+v; want %d and the reopen of %d",
 			totals.ClosedSeq, totals.Reopens, second.Event.Seq, first.Event.Seq)
@@ -105,6 +95,14 @@ func TestReopenAMistakenClose(t *testing.T) {
 	if r := a.do("POST", "/v1/sales", ""); r.Status != http.StatusConflict || r.code(t) != outbox.CodeDayClosed {
 		t.Errorf("a sale after the second close: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayClosed)
 	}
+}
+
+// dayReopen reopens date, closed, for reason.
+func (a *agent) dayReopen(date, reason string) client.DayReopenAnswer {
+	a.t.Helper()
+	ro, err := a.c.DayReopen(context.Background(), client.NewKey(), client.DayReopenRequest{BusinessDate: date, Reason: reason})
+	a.ok("reopen "+date, err)
+	return ro
 }
 
 // answerOf returns the answer recorded for a client token.
@@ -128,7 +126,7 @@ func TestReopenRefusals(t *testing.T) {
 	a := newOfflineAgent(t, outbox.Caps{}) // 2026-11-29 10:00, lookback 7 days
 	a.sellMilk()
 	for _, d := range []string{"2026-11-21", "2026-11-22"} { // 8 and 7 days back
-		a.must("POST", "/v1/day-close", `{"business_date":"`+d+`"}`, 200)
+		a.dayClose(d)
 	}
 	before := a.dump()
 	for _, c := range []struct {
@@ -155,13 +153,12 @@ func TestReopenRefusals(t *testing.T) {
 	if after := a.dump(); after != before {
 		t.Errorf("a refused reopen changed the outbox:\nbefore %s\nafter %s", before, after)
 	}
-	var totals api.DayTotalsAnswer
-	a.must("GET", "/v1/day-totals?date=2026-11-21", "", 200).json(t, &totals)
+	totals := a.dayTotals("2026-11-21")
 	if totals.ClosedSeq == 0 || len(totals.Reopens) != 0 {
 		t.Errorf("2026-11-21 after a refused reopen: closed_seq %d, reopens %+v; want closed, none", totals.ClosedSeq, totals.Reopens)
 	}
 	// The lookback's first day is reopened, and is then open: reopening it again is refused.
-	a.must("POST", "/v1/day-close/reopen", `{"business_date":"2026-11-22","reason":"closed the wrong day"}`, 200)
+	a.dayReopen("2026-11-22", "closed the wrong day")
 	if r := a.do("POST", "/v1/day-close/reopen", `{"business_date":"2026-11-22","reason":"again"}`); r.Status != 409 || r.code(t) != outbox.CodeDayNotClosed {
 		t.Errorf("a second reopen of an open day: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayNotClosed)
 	}
@@ -175,11 +172,10 @@ func TestReopenedCloseReachesTheStore(t *testing.T) {
 	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{})
 	date := a.store.BusinessDate(time.Now())
 	a.sellMilk()
-	var first, second api.DayCloseAnswer
-	a.must("POST", "/v1/day-close", `{"business_date":"`+date+`"}`, 200).json(t, &first)
-	a.must("POST", "/v1/day-close/reopen", `{"business_date":"`+date+`","reason":"closed by mistake"}`, 200)
+	first := a.dayClose(date)
+	a.dayReopen(date, "closed by mistake")
 	a.sellMilk()
-	a.must("POST", "/v1/day-close", `{"business_date":"`+date+`"}`, 200).json(t, &second)
+	second := a.dayClose(date)
 	var closes []wire.DayClosePayload
 	var seqs []int64
 	for deadline := time.Now().Add(5 * time.Second); len(closes) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -14,6 +14,7 @@ import (
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
@@ -52,7 +53,7 @@ func startAgent(t *testing.T, brokerURL, path string, o agentOpts) (a *agent, up
 	}
 	t.Cleanup(stop)
 	waitOnline(t, store, up)
-	return &agent{t: t, srv: srv, store: store, path: path}, up, stop
+	return newAgent(t, srv, store, path, nil), up, stop
 }
 
 // waitOnline waits until the agent has the catalog (version 1) and is online.
@@ -123,8 +124,8 @@ func TestClockSetBackAfterRestart(t *testing.T) {
 
 	// The cashier keeps selling: a cash sale after the restart.
 	id2 := a.openSale()
-	a.must("POST", "/v1/sales/"+id2+"/lines", `{"sku":"MILK","qty":2}`, 200)
-	a.must("POST", "/v1/sales/"+id2+"/payments", `{"method":"cash","amount":"25.00"}`, 200)
+	a.addLine(id2, "MILK", 2)
+	a.pay(id2, cash("25.00"))
 
 	wctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	defer cancel()
@@ -154,7 +155,7 @@ func TestParkedEventIsNotARefusal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	a, _, _ := startAgent(t, s.MQTTURL(), path, agentOpts{verdictTimeout: 2 * time.Second})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.addLine(id, "MILK", 1)
 
 	// The payment request as the API commits it while offline; the agent dies before answering.
 	body := `{"method":"cash","amount":"20.00"}`
@@ -198,8 +199,8 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 	a, _, stop := startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond})
 	r.SetSilent(true)
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200) // sent, never answered
-	time.Sleep(2500 * time.Millisecond)                                       // silent for longer than --offline-max
+	a.addLine(id, "MILK", 100)          // sent, never answered
+	time.Sleep(2500 * time.Millisecond) // silent for longer than --offline-max
 	if res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C1"}`); res.Status != 409 || res.code(t) != "offline_too_long" {
 		t.Fatalf("before the restart: %d %s, want 409 offline_too_long", res.Status, res.Body)
 	}
@@ -222,7 +223,7 @@ func TestOfflineMaxOutlivesARestart(t *testing.T) {
 			t.Fatal("the backlog did not drain once the store answered")
 		}
 	}
-	a.must("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C3"}`, 200)
+	a.pay(id, client.PayRequest{Method: "card", Amount: "100.00", Reference: "C3"})
 	if v, err := a.store.KV(context.Background(), outbox.KVSilentSince); err != nil || v != 0 {
 		t.Fatalf("the store answers, but the silence is still recorded: %d %v", v, err)
 	}
@@ -240,7 +241,7 @@ func TestOfflineMaxOutlivesARestartWithClockSetBack(t *testing.T) {
 	a, _, stop := startAgent(t, s.MQTTURL(), path, agentOpts{caps: caps, ackTimeout: 300 * time.Millisecond, now: clk.Now})
 	r.SetSilent(true)
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":100}`, 200)
+	a.addLine(id, "MILK", 100)
 	time.Sleep(2500 * time.Millisecond)
 	if res := a.do("POST", "/v1/sales/"+id+"/payments", `{"method":"card","amount":"100.00","reference":"C1"}`); res.Status != 409 || res.code(t) != "offline_too_long" {
 		t.Fatalf("before the restart: %d %s, want 409 offline_too_long", res.Status, res.Body)

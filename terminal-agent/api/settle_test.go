@@ -10,7 +10,7 @@ import (
 
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/terminal-agent/outbox"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // TestPaymentWaitsForAScanVerdict: the POS app takes the payment while the last scan still
@@ -29,7 +29,7 @@ func TestPaymentWaitsForAScanVerdict(t *testing.T) {
 		}})
 	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{verdictTimeout: 2 * time.Second})
 	id := a.openSale()
-	a.must("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":1}`, 200)
+	a.addLine(id, "MILK", 1)
 
 	scanned := make(chan resp, 1)
 	go func() { scanned <- a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"MILK","qty":7}`) }()
@@ -49,7 +49,7 @@ func TestPaymentWaitsForAScanVerdict(t *testing.T) {
 	if paid.Status != 200 {
 		t.Fatalf("payment answered %d %s", paid.Status, paid.Body)
 	}
-	var till struct{ Sale outbox.Sale }
+	var till client.SaleAnswer
 	paid.json(t, &till)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -24,6 +24,7 @@ import (
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/schema"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // Caps are the offline limits. Cash is never capped.
@@ -187,31 +188,19 @@ func (s *Store) PendingBefore(ctx context.Context, seq int64) (int64, error) {
 	return n, err
 }
 
-// Parked is an event the store rejected, kept with its reason for the manager.
-type Parked struct {
-	Seq     int64     `json:"seq"`
-	Key     string    `json:"key"`
-	Kind    wire.Kind `json:"kind"`
-	At      time.Time `json:"at"`
-	Status  string    `json:"status"`
-	Code    string    `json:"code"`
-	Message string    `json:"message"`
-	Payload []byte    `json:"-"`
-}
-
 // Parked lists parked events, oldest first.
-func (s *Store) Parked(ctx context.Context, limit int) ([]Parked, error) {
+func (s *Store) Parked(ctx context.Context, limit int) ([]client.Parked, error) {
 	rows, err := s.db.R.QueryContext(ctx, `SELECT seq, kind, at, coalesce(ack_status, ''), coalesce(code, ''),
-		coalesce(message, ''), payload FROM events WHERE state = 'parked' ORDER BY seq LIMIT ?`, limit)
+		coalesce(message, '') FROM events WHERE state = 'parked' ORDER BY seq LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("parked events: %w", err)
 	}
 	defer rows.Close()
-	var out []Parked
+	var out []client.Parked
 	for rows.Next() {
-		var p Parked
+		var p client.Parked
 		var at string
-		if err := rows.Scan(&p.Seq, &p.Kind, &at, &p.Status, &p.Code, &p.Message, &p.Payload); err != nil {
+		if err := rows.Scan(&p.Seq, &p.Kind, &at, &p.Status, &p.Code, &p.Message); err != nil {
 			return nil, fmt.Errorf("parked events: %w", err)
 		}
 		p.At, _ = time.Parse(time.RFC3339Nano, at)
@@ -418,21 +407,9 @@ func undo(tx txStmts, kind wire.Kind, seq int64) error {
 	return err
 }
 
-// EventState is an event's delivery state as the API reports it.
-type EventState struct {
-	Seq     int64  `json:"seq"`
-	Key     string `json:"key"`
-	State   string `json:"state"` // pending, acked, parked, refused
-	Offline bool   `json:"offline"`
-	Status  string `json:"ack_status,omitempty"`
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
-	FlowNo  int64  `json:"flow_no,omitempty"`
-}
-
 // EventState returns the delivery state of event seq (perr.NotFound if pruned or unknown).
-func (s *Store) EventState(ctx context.Context, seq int64) (EventState, error) {
-	e := EventState{Seq: seq, Key: wire.Key(s.cfg.Terminal, seq)}
+func (s *Store) EventState(ctx context.Context, seq int64) (client.EventState, error) {
+	e := client.EventState{Seq: seq, Key: wire.Key(s.cfg.Terminal, seq)}
 	var flow sql.NullInt64
 	err := s.readRow(ctx, `SELECT state, offline, coalesce(ack_status, ''), coalesce(code, ''),
 		coalesce(message, ''), flow_no FROM events WHERE seq = ?`, seq).

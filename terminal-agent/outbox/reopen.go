@@ -13,6 +13,7 @@ import (
 
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // Codes of a supervisor's reopen of a closed business day (DayReopen).
@@ -29,19 +30,6 @@ const (
 
 // MaxReopenReason is the longest reason a reopen takes, in characters.
 const MaxReopenReason = 500
-
-// DayReopen is a supervisor's reopen of a closed business day, kept for good: the close it
-// undid (its event seq and the totals it declared), why, by whom and when.
-type DayReopen struct {
-	BusinessDate string `json:"business_date"`
-	// CloseSeq is the day_close event reopened. It was not withdrawn: the store holds its
-	// totals until the day's next close (a higher seq) takes their place.
-	CloseSeq     int64                `json:"close_seq"`
-	ClosedTotals wire.DayClosePayload `json:"closed_totals"`
-	Reason       string               `json:"reason"`
-	Supervisor   string               `json:"supervisor,omitempty"`
-	ReopenedAt   time.Time            `json:"reopened_at"`
-}
 
 // DayReopen reopens a business day closed at this terminal: the till trades on it again,
 // and the day's next close (named or naming no day) counts every sale and refund of the day
@@ -100,8 +88,8 @@ func (t *Tx) DayReopen(date, reason, supervisor string) (ref string, err error) 
 
 const selReopen = `SELECT business_date, close_seq, close_payload, reason, supervisor, reopened_at FROM day_reopens`
 
-func scanReopen(sc interface{ Scan(...any) error }) (DayReopen, error) {
-	var r DayReopen
+func scanReopen(sc interface{ Scan(...any) error }) (client.DayReopen, error) {
+	var r client.DayReopen
 	var body []byte
 	var at string
 	if err := sc.Scan(&r.BusinessDate, &r.CloseSeq, &body, &r.Reason, &r.Supervisor, &at); err != nil {
@@ -112,7 +100,7 @@ func scanReopen(sc interface{ Scan(...any) error }) (DayReopen, error) {
 }
 
 // DayReopenByRef returns the reopen a DayReopen's ref names.
-func (s *Store) DayReopenByRef(ctx context.Context, ref string) (DayReopen, error) {
+func (s *Store) DayReopenByRef(ctx context.Context, ref string) (client.DayReopen, error) {
 	r, err := scanReopen(s.readRow(ctx, selReopen+` WHERE n = ?`, ref))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, perr.New(perr.NotFound, "reopen_not_found", "no reopen %q", ref)
@@ -121,13 +109,13 @@ func (s *Store) DayReopenByRef(ctx context.Context, ref string) (DayReopen, erro
 }
 
 // DayReopens returns the reopens of a business day at this terminal, oldest first.
-func (s *Store) DayReopens(ctx context.Context, date string) ([]DayReopen, error) {
+func (s *Store) DayReopens(ctx context.Context, date string) ([]client.DayReopen, error) {
 	rows, err := s.readRows(ctx, selReopen+` WHERE business_date = ? ORDER BY n`, date)
 	if err != nil {
 		return nil, fmt.Errorf("day reopens: %w", err)
 	}
 	defer rows.Close()
-	var out []DayReopen
+	var out []client.DayReopen
 	for rows.Next() {
 		r, err := scanReopen(rows)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // Mode says how the event a request creates will be decided.
@@ -634,15 +635,9 @@ func scanSeqs(rows *sql.Rows) ([]int64, error) {
 	return seqs, rows.Err()
 }
 
-// RefundLine asks to refund qty units of a sale's line.
-type RefundLine struct {
-	Line int   `json:"line"`
-	Qty  int64 `json:"qty"`
-}
-
 // Refund refunds lines of a completed sale (all remaining quantities if lines is empty) and
 // queues a refund event. method defaults to the sale's largest payment's method.
-func (t *Tx) Refund(saleID string, lines []RefundLine, method, reference string, restock bool) (string, error) {
+func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference string, restock bool) (string, error) {
 	if t.mode.Disconnected && !t.s.cfg.Caps.OfflineRefunds {
 		return "", perr.New(perr.Refused, "refund_offline_disabled", "refunds need the network on this terminal")
 	}
@@ -682,7 +677,7 @@ func (t *Tx) Refund(saleID string, lines []RefundLine, method, reference string,
 	if len(lines) == 0 {
 		for _, l := range left {
 			if l.Qty > 0 {
-				lines = append(lines, RefundLine{Line: l.Line, Qty: l.Qty})
+				lines = append(lines, client.RefundLine{Line: l.Line, Qty: l.Qty})
 			}
 		}
 		if len(lines) == 0 {

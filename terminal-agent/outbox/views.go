@@ -8,47 +8,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
-
-// SaleLine is a line as the POS app shows it.
-type SaleLine struct {
-	Line      int       `json:"line"`
-	SKU       string    `json:"sku"`
-	Name      string    `json:"name"`
-	Qty       int64     `json:"qty"`
-	UnitPrice money.Fen `json:"unit_price"`
-	Amount    money.Fen `json:"amount"`
-	Refunded  int64     `json:"refunded_qty"`
-}
-
-// SalePayment is a tender as the POS app shows it.
-type SalePayment struct {
-	N         int       `json:"n"`
-	Method    string    `json:"method"`
-	Amount    money.Fen `json:"amount"`
-	Reference string    `json:"reference,omitempty"`
-	Voided    bool      `json:"voided,omitempty"`
-}
-
-// Sale is a sale as the POS app shows it.
-type Sale struct {
-	ID           string        `json:"id"`
-	State        string        `json:"state"`
-	OpenedAt     time.Time     `json:"opened_at"`
-	CompletedAt  *time.Time    `json:"completed_at,omitempty"`
-	BusinessDate string        `json:"business_date,omitempty"`
-	Lines        []SaleLine    `json:"lines"`
-	Total        money.Fen     `json:"total"`
-	Paid         money.Fen     `json:"paid"`
-	Due          money.Fen     `json:"due"`
-	Change       money.Fen     `json:"change"`
-	Payments     []SalePayment `json:"payments"`
-	Seq          int64         `json:"seq,omitempty"`
-	FlowNo       int64         `json:"flow_no,omitempty"`
-}
 
 // DayClosed returns the totals day close event seq carries, as queued for the store
 // (perr.NotFound if the event is pruned or is not a day close).
@@ -66,8 +29,8 @@ func (s *Store) DayClosed(ctx context.Context, seq int64) (wire.DayClosePayload,
 }
 
 // Sale returns a sale by id.
-func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
-	var v Sale
+func (s *Store) Sale(ctx context.Context, id string) (client.Sale, error) {
+	var v client.Sale
 	var opened string
 	var completed, date sql.NullString
 	var seq, flow sql.NullInt64
@@ -92,9 +55,9 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 	if err != nil {
 		return v, fmt.Errorf("sale %s: %w", id, err)
 	}
-	v.Lines = []SaleLine{}
+	v.Lines = []client.SaleLine{}
 	for rows.Next() {
-		var l SaleLine
+		var l client.SaleLine
 		if err := rows.Scan(&l.Line, &l.SKU, &l.Name, &l.Qty, &l.UnitPrice, &l.Amount, &l.Refunded); err != nil {
 			rows.Close()
 			return v, err
@@ -112,9 +75,9 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 		return v, fmt.Errorf("sale %s: %w", id, err)
 	}
 	defer prows.Close()
-	v.Payments = []SalePayment{}
+	v.Payments = []client.SalePayment{}
 	for prows.Next() {
-		var p SalePayment
+		var p client.SalePayment
 		if err := prows.Scan(&p.N, &p.Method, &p.Amount, &p.Reference, &p.Voided); err != nil {
 			return v, err
 		}
@@ -129,23 +92,9 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 	return v, nil
 }
 
-// Refund is a refund as the POS app shows it.
-type Refund struct {
-	ID           string    `json:"id"`
-	SaleID       string    `json:"sale_id"`
-	State        string    `json:"state"`
-	At           time.Time `json:"at"`
-	BusinessDate string    `json:"business_date"`
-	Amount       money.Fen `json:"amount"`
-	Method       string    `json:"method"`
-	Restock      bool      `json:"restock"`
-	Seq          int64     `json:"seq"`
-	FlowNo       int64     `json:"flow_no,omitempty"`
-}
-
 // Refund returns a refund by id.
-func (s *Store) Refund(ctx context.Context, id string) (Refund, error) {
-	var r Refund
+func (s *Store) Refund(ctx context.Context, id string) (client.Refund, error) {
+	var r client.Refund
 	var at string
 	var flow sql.NullInt64
 	err := s.readRow(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no
@@ -181,23 +130,6 @@ func (s *Store) Item(ctx context.Context, sku string) (wire.CatalogItem, bool, e
 // whatever the outbox's size, and recent enough that a zone set right shows at once.
 const datesApartWindow = 5000
 
-// DatesApart is what the store's acks say of the till's business dates. The store dates an
-// event it accepts by its time, from midnight in the store's zone (the ack's
-// business_date), as the till does in its own (--tz). Any difference means the two zones
-// are not the same: the till's day totals and closes then cover other hours than the
-// store's days, and HQ finds the days apart.
-type DatesApart struct {
-	// Events counts, among the latest events the store dated, those it dated otherwise
-	// than the till.
-	Events int64 `json:"events"`
-	// The latest of them: its seq, and the date each side gave it.
-	Seq       int64  `json:"seq"`
-	TillDate  string `json:"till_date"`
-	StoreDate string `json:"store_date"`
-	// TillZone is the till's --tz.
-	TillZone string `json:"till_zone"`
-}
-
 // DatesApart returns what the latest acks say of the till's business dates, or nil when the
 // store dated every event it dated among the latest ones as the till did.
 //
@@ -207,7 +139,7 @@ type DatesApart struct {
 // had pushed it out of the window. An event whose dates differ was dated at an offset other
 // than the store zone's, so once the till is in the store's zone every one of them is left
 // out, at once.
-func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
+func (s *Store) DatesApart(ctx context.Context) (*client.DatesApart, error) {
 	rows, err := s.readRows(ctx, `SELECT seq, at, business_date, store_date FROM events
 		WHERE seq > (SELECT coalesce(max(seq), 0) FROM events) - ? AND store_date IS NOT NULL
 			AND store_date <> business_date
@@ -216,7 +148,7 @@ func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
 		return nil, fmt.Errorf("dates apart: %w", err)
 	}
 	defer rows.Close()
-	var d *DatesApart
+	var d *client.DatesApart
 	for rows.Next() {
 		var seq int64
 		var at, tillDate, storeDate string
@@ -230,7 +162,7 @@ func (s *Store) DatesApart(ctx context.Context) (*DatesApart, error) {
 			}
 		}
 		if d == nil {
-			d = &DatesApart{TillZone: s.cfg.Location.String(), Seq: seq, TillDate: tillDate, StoreDate: storeDate}
+			d = &client.DatesApart{TillZone: s.cfg.Location.String(), Seq: seq, TillDate: tillDate, StoreDate: storeDate}
 		}
 		d.Events++
 	}

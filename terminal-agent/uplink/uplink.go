@@ -22,6 +22,7 @@ import (
 
 	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/terminal-agent/client"
 	"github.com/posgate/posgate/terminal-agent/outbox"
 )
 
@@ -267,7 +268,7 @@ func (u *Uplink) Await(ctx context.Context, seq int64) Verdict {
 	return w.verdict()
 }
 
-func verdictFromState(st outbox.EventState) Verdict {
+func verdictFromState(st client.EventState) Verdict {
 	a := wire.Ack{Seq: st.Seq, Key: st.Key, Status: wire.AckStatus(st.Status), Code: st.Code, Message: st.Message}
 	if st.FlowNo > 0 {
 		a.Result = &wire.Result{FlowNo: st.FlowNo}
