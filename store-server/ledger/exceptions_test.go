@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -158,48 +157,6 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 	xs, _ = exceptionsAfter(t, l, last, 100)
 	if got, want := briefs(xs), []string{"parked T1:1  " + dayDate + " payload_invalid resolved: voided with the customer"}; !slices.Equal(got, want) {
 		t.Errorf("after the resolution: %q, want %q", got, want)
-	}
-}
-
-// TestParkedEventsOfEarlierLedgers: the events a ledger from before migration 019 parked
-// are exceptions too, read once, filed under their event's business date or else the
-// store's date when they were parked (23:00 UTC on 2025-03-03 is 07:00 on 2025-03-04 in
-// Shanghai).
-func TestParkedEventsOfEarlierLedgers(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "019")
-	parkedMs := time.Date(2025, 3, 3, 23, 0, 0, 0, time.UTC).UnixMilli()
-	for _, q := range []string{
-		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
-			VALUES ('T1', 2, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01')`,
-		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
-			VALUES ('T1', 5, 'sale', 'h', '2025-03-02T02:00:00Z', '2025-03-02', 'rejected', 1, 'payload_invalid', 'bad', 1, x'')`,
-		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
-			VALUES ('T1', 5, 'sale', 'payload_invalid', 'bad', x'', '2025-03-02T02:00:00Z', 1)`,
-		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
-			VALUES ('T2', 6, '', 'h', '', '', 'rejected', 1, 'wire_syntax', 'bad JSON', 1, x'')`,
-		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
-			VALUES ('T2', 6, '', 'wire_syntax', 'bad JSON', x'', '', ` + strconv.FormatInt(parkedMs, 10) + `)`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l := mustOpenAt(t, path, day)
-	xs, last := exceptionsAfter(t, l, 0, 100)
-	want := []string{"oversell T1:2 A 2025-03-01 oversold", "parked T1:5  2025-03-02 payload_invalid",
-		"parked T2:6  2025-03-04 wire_syntax"}
-	if got := briefs(xs); !slices.Equal(got, want) || last != xs[2].Change {
-		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
-	}
-	// The next change is numbered above them.
-	if _, _, err := l.ResolveParked(ctx, "T2", 6, "", "a till reinstalled"); err != nil {
-		t.Fatal(err)
-	}
-	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 1 || !xs[0].Resolved {
-		t.Errorf("the resolution after the migration: %q", briefs(xs))
 	}
 }
 
