@@ -49,7 +49,7 @@ const (
 )
 
 // Stock movement and adjustment reasons (a sale's movement is its lines: no stock_moves
-// row has reason sale since migration 007; the view stock_flow names them so).
+// row has reason sale; the view stock_flow names them so).
 const (
 	ReasonOpening = "opening"
 	ReasonAdjust  = "adjust"
