@@ -602,8 +602,8 @@ type TerminalRow struct {
 	StatusHeard time.Time `json:"status_heard,omitzero"`
 	// Backlog is the backlog report the terminal last published beside its events (nil
 	// when none was heard since the store-server started, or when its heartbeats say it
-	// stopped reporting (presence.Backlog.Supersedes): an agent of an earlier release, or
-	// one with reports turned off, reports its backlog only in its heartbeats).
+	// stopped reporting (presence.Backlog.Supersedes): an agent with reports turned off
+	// reports its backlog only in its heartbeats).
 	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
