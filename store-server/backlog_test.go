@@ -210,9 +210,8 @@ func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
 }
 
 // TestHeartbeatOverAnOlderReport: a till reported 3 unsent events while the store was
-// down, then ran without reports (--backlog-every 0: an agent of an earlier release after a
-// rollback does the same, without clearing). It sends everything, and its heartbeats say 0:
-// the store shows 0, not the report's 3 for good.
+// down, then ran without reports (--backlog-every 0). It sends everything, and its
+// heartbeats say 0: the store shows 0, not the report's 3 for good.
 func TestHeartbeatOverAnOlderReport(t *testing.T) {
 	e := newEnv(t, "Asia/Shanghai", []string{"T01"})
 	ctx := context.Background()

@@ -113,11 +113,10 @@ func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 	}
 }
 
-// TestStartsWithACatalogFileItRefuses: a store ran an earlier release with --catalog
-// items.json, one of whose items has no price (that release imported it at 0.00; the
-// manager has since imported a priced catalog through the API). This release, started on the
-// same data directory with the same flags, refuses the file and starts on the store's
-// catalog: it stopped, and the store had no store-server at all.
+// TestStartsWithACatalogFileItRefuses: a store has a catalog the manager imported through
+// the API, and its store-server is started with --catalog items.json, one of whose items
+// has no price. It refuses the file and starts on the store's catalog: it stopped, and the
+// store had no store-server at all.
 func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
 	dir := t.TempDir()
@@ -125,12 +124,9 @@ func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`[{"sku":"A1","name":"Apple","price":"3.50"},{"sku":"BAG","name":"Bag"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// What the earlier release left in the data directory: the file's import, then the manager's.
+	// The manager's import, in the data directory.
 	cat, err := catalog.Open(catalog.DefaultPath(dir), biStoreID)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}, {SKU: "BAG", Name: "Bag"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cat.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}, {SKU: "BAG", Name: "Bag", Price: 20}}, nil); err != nil {

@@ -602,8 +602,8 @@ type TerminalRow struct {
 	StatusHeard time.Time `json:"status_heard,omitzero"`
 	// Backlog is the backlog report the terminal last published beside its events (nil
 	// when none was heard since the store-server started, or when its heartbeats say it
-	// stopped reporting (presence.Backlog.Supersedes): an agent of an earlier release, or
-	// one with reports turned off, reports its backlog only in its heartbeats).
+	// stopped reporting (presence.Backlog.Supersedes): an agent with reports turned off
+	// reports its backlog only in its heartbeats).
 	Backlog *BacklogRow `json:"backlog,omitempty"`
 	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
@@ -808,14 +808,11 @@ func (s *Server) setPromo(r *http.Request) (any, error) {
 }
 
 // policyError maps an error of changing the live limits or promo: a value the gate refuses
-// is the caller's (400 with code), limits_unknown stands (503), and anything else is the
-// ledger's, which could not record them.
+// is the caller's (400 with code), and anything else is the ledger's, which could not
+// record them.
 func policyError(err error, code string) error {
-	switch {
-	case perr.KindOf(err) == perr.Invalid:
+	if perr.KindOf(err) == perr.Invalid {
 		return perr.Wrap(err, perr.Invalid, code, "%s", perr.As(err).Message)
-	case perr.CodeOf(err) == ingest.CodeLimitsUnknown:
-		return err
 	}
 	return perr.Wrap(err, perr.Unavailable, "ledger_unavailable", "the ledger could not record the limits: %v", err)
 }

@@ -267,7 +267,7 @@ func sourcePath(path string) string { return path + ".source" }
 const (
 	SourceImported  = "imported"  // the file changed since it was last taken: imported
 	SourceUnchanged = "unchanged" // taken before, or its items are the catalog's
-	SourceKept      = "kept"      // first seen by this release, other than the catalog: not imported
+	SourceKept      = "kept"      // first seen, other than the store's catalog: not imported
 )
 
 // ImportSource imports the catalog file at path (JSON if its name ends in .json, CSV
@@ -276,11 +276,10 @@ const (
 // imported the file again whenever it differed from the current catalog, and so undid,
 // without a word, every import the manager had made through the API since.
 //
-// With no digest kept yet (a first start, or a store-server of an earlier release kept
-// none), the file is imported into an empty catalog; a catalog already installed stays as
-// it is (SourceKept: the caller says so), as the manager may have imported it through the
-// API since the file was last taken, and the file is taken as seen: a change to it is
-// imported at the next start.
+// With no digest kept yet (the first start with --catalog), the file is imported into an
+// empty catalog; a catalog already installed stays as it is (SourceKept: the caller says
+// so), as the manager may have imported it through the API, and the file is taken as seen:
+// a change to it is imported at the next start.
 func (c *Catalog) ImportSource(path string, pub Publisher) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -202,11 +202,10 @@ func TestImportSourceOnlyWhenChanged(t *testing.T) {
 	}
 }
 
-// TestUpgradeKeepsManagersImport: under an earlier release the store-server imported
-// --catalog items.csv at a start, then the manager imported new prices and an item through
-// the API. The first start of this release, with the same --catalog, keeps them; a change
-// to the file is imported at the next start.
-func TestUpgradeKeepsManagersImport(t *testing.T) {
+// TestFirstCatalogFileKeepsManagersImport: a store-server ran without --catalog, and the
+// manager imported a catalog through the API. The first start with --catalog items.csv
+// keeps it; a change to the file is imported at the next start.
+func TestFirstCatalogFileKeepsManagersImport(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(t.TempDir(), "items.csv")
 	if err := os.WriteFile(file, []byte("sku,name,price\nA1,Apple,3.50\n"), 0o644); err != nil {
@@ -216,14 +215,11 @@ func TestUpgradeKeepsManagersImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Replace([]wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 350}}, nil); err != nil { // the file's import
-		t.Fatal(err)
-	}
 	mgr := []wire.CatalogItem{{SKU: "A1", Name: "Apple", Price: 400}, {SKU: "B2", Name: "Bread", Price: 1200}}
 	if _, err := c.Replace(mgr, nil); err != nil { // the manager's, through the API
 		t.Fatal(err)
 	}
-	// Upgraded: this release opens the data directory and imports --catalog.
+	// Restarted with --catalog.
 	c2, err := Open(DefaultPath(dir), "S1")
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +229,7 @@ func TestUpgradeKeepsManagersImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cur := c2.Current(); result != SourceKept || len(cur.Items) != 2 {
-		t.Fatalf("the first start of this release took the unchanged --catalog (%s): catalog v%d now %+v; the manager's import %+v is gone",
+		t.Fatalf("the first start with --catalog took the file (%s): catalog v%d now %+v; the manager's import %+v is gone",
 			result, cur.Version, cur.Items, mgr)
 	}
 	if err := os.WriteFile(file, []byte("sku,name,price\nA1,Apple,3.80\n"), 0o644); err != nil {

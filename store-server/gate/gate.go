@@ -22,8 +22,6 @@
 //	pg:{S}:rl:seq             STRING counter making log members unique
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
-//	pg:{S}:policy             STRING the limits and promo SetPolicy wrote last (policyMark)
-//	pg:{S}:promomark          STRING while the promo SetPolicy wrote runs: expires with it
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
 //	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
 package gate
@@ -190,8 +188,6 @@ func (k keys) rlAction(t, a string) string     { return string(k) + "rl:a:" + t 
 func (k keys) rlSeq() string                   { return string(k) + "rl:seq" }
 func (k keys) limits() string                  { return string(k) + "limits" }
 func (k keys) promo() string                   { return string(k) + "promo" }
-func (k keys) policy() string                  { return string(k) + "policy" }
-func (k keys) promoMark() string               { return string(k) + "promomark" }
 func (k keys) adjustment(id string) string     { return string(k) + "adj:" + id }
 
 // Ping checks that Redis answers.
@@ -438,9 +434,7 @@ func (g *Gate) setPromo(ctx context.Context, pipe redis.Pipeliner, percent int64
 }
 
 // SetPolicy gives Redis the live limits and promo of p as they stand at now, in one
-// transaction: the limits exactly, and the promo for what is left of it, or none. It marks
-// them as written (PolicyState.Mark), so that a later change by a store-server of an
-// earlier release, which writes Redis alone, can be told.
+// transaction: the limits exactly, and the promo for what is left of it, or none.
 func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) error {
 	if err := CheckLimits(p.Limits); err != nil {
 		return err
@@ -455,109 +449,8 @@ func (g *Gate) SetPolicy(ctx context.Context, p store.Policy, now time.Time) err
 	pipe := g.rdb.TxPipeline()
 	g.setLimits(ctx, pipe, p.Limits)
 	g.setPromo(ctx, pipe, pct, left)
-	pipe.Set(ctx, g.k.policy(), policyMark(p.Limits, pct), 0)
-	// The promo's own mark runs out with it, by Redis's clock (a millisecond before: never
-	// after it), so that a promo gone with its mark ran out, and one gone while its mark
-	// stands was ended by another writer. An end read from a wall clock was wrong once the
-	// store-server's clock was set back.
-	if pct != 100 && left > time.Millisecond {
-		pipe.Set(ctx, g.k.promoMark(), strconv.FormatInt(pct, 10), left-time.Millisecond)
-	} else {
-		pipe.Del(ctx, g.k.promoMark())
-	}
 	_, err := pipe.Exec(ctx)
 	return g.fail("set limits and promo", err)
-}
-
-// policyMark is the mark SetPolicy leaves beside limits l (a zero field: the default's) and
-// a promo of pct (100: none): "window_ms=…,…,refund=…;promo=P".
-func policyMark(l store.Limits, pct int64) string {
-	var b strings.Builder
-	for _, f := range limitFields {
-		fmt.Fprintf(&b, "%s=%d,", f.name, *f.get(&l))
-	}
-	fmt.Fprintf(&b, ";promo=%d", pct)
-	return b.String()
-}
-
-// PolicyState is what Redis holds of the live limits: the limits set (a zero field: not
-// set, the default's), the promo running (100: none) and what it has left, the mark
-// SetPolicy left ("": none), and whether the mark of the promo it wrote still stands.
-type PolicyState struct {
-	Limits      store.Limits
-	Promo       int64
-	PromoLeft   time.Duration
-	Mark        string
-	PromoMarked bool
-}
-
-// WrittenElsewhere reports whether the limits or promo Redis holds are not those SetPolicy
-// wrote last: another writer changed them (a store-server of an earlier release keeps them
-// in Redis alone), or they were there before any mark. A promo that has run out since (it
-// and its own mark gone, by Redis's clock) is no change.
-func (s PolicyState) WrittenElsewhere() bool {
-	if s.Mark == "" {
-		return s.Limits != (store.Limits{}) || s.Promo != 100
-	}
-	limits, promo, _ := strings.Cut(s.Mark, ";")
-	if cur := policyMark(s.Limits, 100); limits != cur[:strings.IndexByte(cur, ';')] {
-		return true
-	}
-	var pct int64
-	if _, err := fmt.Sscanf(promo, "promo=%d", &pct); err != nil {
-		return true // not a mark this release wrote
-	}
-	switch {
-	case s.Promo == pct:
-		return false
-	case s.Promo == 100: // gone: run out with its mark, or ended by another writer
-		return s.PromoMarked
-	}
-	return true
-}
-
-// Policy returns the state as a store.Policy whose promo ends at now plus what it has left.
-func (s PolicyState) Policy(now time.Time) store.Policy {
-	p := store.Policy{Limits: s.Limits, PromoPercent: 100}
-	if s.Promo != 100 && s.PromoLeft > 0 {
-		p.PromoPercent, p.PromoUntil = s.Promo, time.UnixMilli(now.Add(s.PromoLeft).UnixMilli())
-	}
-	return p
-}
-
-// PolicyState reads the limits, the promo and the mark Redis holds, at one moment.
-func (g *Gate) PolicyState(ctx context.Context) (PolicyState, error) {
-	var st PolicyState
-	pipe := g.rdb.TxPipeline()
-	lim := pipe.HGetAll(ctx, g.k.limits())
-	promo := pipe.Get(ctx, g.k.promo())
-	pttl := pipe.PTTL(ctx, g.k.promo())
-	mark := pipe.Get(ctx, g.k.policy())
-	promoMark := pipe.Exists(ctx, g.k.promoMark())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return st, g.fail("read limits and promo", err)
-	}
-	for _, f := range limitFields {
-		v, ok := lim.Val()[f.name]
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return st, g.corrupt(g.k.limits(), f.name, v)
-		}
-		*f.get(&st.Limits) = n
-	}
-	st.Promo = 100
-	if v, err := promo.Result(); err == nil {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return st, g.corrupt(g.k.promo(), "", v)
-		}
-		st.Promo, st.PromoLeft = n, max(pttl.Val(), 0)
-	}
-	st.Mark, st.PromoMarked = mark.Val(), promoMark.Val() == 1
-	return st, nil
 }
 
 // Promo returns the running promo coefficient in percent and the time it has left, or 100

@@ -283,11 +283,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 	}
 	// The limiter of degraded mode holds to the manager's limits from the start: Redis may
 	// not answer the first rebuild.
-	if p, ok, err := in.cfg.Ledger.Policy(ctx); err != nil {
+	p, _, err := in.cfg.Ledger.Policy(ctx)
+	if err != nil {
 		return err
-	} else if ok {
-		in.limiter.set(p)
 	}
+	in.limiter.set(p)
 	in.tryRebuild(ctx)
 	// The committer writes group N while the loop decides group N+1, and the acker publishes
 	// the acks of group N-1: publishing (encoding, one message per terminal) is off the
@@ -391,29 +391,12 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 	return nil
 }
 
-// restorePolicy gives Redis the manager's live limits and promo from the ledger, which an
-// empty Redis has lost. Redis's own are taken into the ledger instead when another writer
-// set them: a ledger that has none yet (a store-server of an earlier release kept them in
-// Redis alone), or one rolled back to such a release, under which the manager set them
-// again. The caller holds proj.
+// restorePolicy gives Redis the manager's live limits and promo from the ledger (the
+// defaults if none was set), which an empty Redis has lost. The caller holds proj.
 func (in *Ingest) restorePolicy(ctx context.Context) error {
-	p, ok, err := in.cfg.Ledger.Policy(ctx)
+	p, _, err := in.cfg.Ledger.Policy(ctx)
 	if err != nil {
 		return err
-	}
-	st, err := in.cfg.Gate.PolicyState(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok || st.WrittenElsewhere() {
-		if ok {
-			in.log.Warn("live limits set in Redis by another release; the ledger takes them", "redis", st.Limits,
-				"promo", st.Promo, "ledger", p.Limits)
-		}
-		p = st.Policy(in.cfg.Now())
-		if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
-			return err
-		}
 	}
 	if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
 		return err
@@ -422,22 +405,14 @@ func (in *Ingest) restorePolicy(ctx context.Context) error {
 	return nil
 }
 
-// CodeLimitsUnknown answers a read or change of the live limits while the ledger has none and
-// Redis, which holds those of an earlier release, cannot be read.
-const CodeLimitsUnknown = "limits_unknown"
-
-// Limits returns the store's live limits and promo: the ledger's, or, before the ledger has
-// any (a store-server of an earlier release kept them in Redis alone), Redis's.
+// Limits returns the store's live limits and promo: the ledger's, or the defaults if the
+// manager never set any.
 func (in *Ingest) Limits(ctx context.Context) (store.Policy, error) {
 	if p, known := in.limiter.known(); known {
 		return p, nil
 	}
-	st, err := in.cfg.Gate.PolicyState(ctx)
-	if err != nil {
-		return store.Policy{}, perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
-			"the store's live limits are still in Redis alone, which cannot be read: %v", err)
-	}
-	return st.Policy(in.cfg.Now()), nil
+	p, _, err := in.cfg.Ledger.Policy(ctx)
+	return p, err
 }
 
 // SetLimits records the manager's live limits (a zero field: the default's) in the ledger,
@@ -468,39 +443,19 @@ func (in *Ingest) SetPromo(ctx context.Context, percent int64, ttl time.Duration
 	})
 }
 
-// setPolicy changes the ledger's policy and has the projection follow, ordered with
-// rebuilds as AdjustStock is: a rebuild reads the policy after this has written it. A
-// ledger with none yet starts from Redis's (see restorePolicy); if Redis cannot be read
-// then, the change is refused: made on the defaults, it would wipe the limits Redis holds.
+// setPolicy changes the ledger's policy (the defaults if none was set) and has the
+// projection follow, ordered with rebuilds as AdjustStock is: a rebuild reads the policy
+// after this has written it.
 func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (store.Policy, error) {
 	in.proj.RLock()
 	defer in.proj.RUnlock()
 	in.policyMu.Lock() // one change at a time: each starts from the one before
 	defer in.policyMu.Unlock()
-	p, ok, err := in.cfg.Ledger.Policy(ctx)
+	p, _, err := in.cfg.Ledger.Policy(ctx)
 	if err != nil {
 		return p, err
 	}
-	if !ok {
-		// Redis's, changed, go to Redis first, marked as this release's: the rebuild to come
-		// then finds them unchanged since, and keeps the ledger's. Recorded in the ledger
-		// alone, they were taken for an earlier release's and replaced by Redis's.
-		unknown := func(err error) error {
-			return perr.Wrap(err, perr.Unavailable, CodeLimitsUnknown,
-				"the store's live limits are still in Redis alone, which cannot be read; try again once it answers: %v", err)
-		}
-		st, err := in.cfg.Gate.PolicyState(ctx)
-		if err != nil {
-			return p, unknown(err)
-		}
-		p = st.Policy(in.cfg.Now())
-		change(&p)
-		if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
-			return p, unknown(err)
-		}
-	} else {
-		change(&p)
-	}
+	change(&p)
 	if err := in.cfg.Ledger.SetPolicy(ctx, p); err != nil {
 		return p, err
 	}

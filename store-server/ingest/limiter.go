@@ -14,7 +14,7 @@ import (
 type localLimiter struct {
 	mu    sync.Mutex
 	pol   store.Policy
-	isSet bool // pol is the ledger's (or Redis's, taken into the ledger), not the defaults
+	isSet bool // pol is the ledger's, read or set, not the defaults it starts with
 	logs  map[string][]time.Time
 }
 

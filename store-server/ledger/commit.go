@@ -746,7 +746,7 @@ const (
 	// insParked parks a content under its key, once per hash (the arguments: terminal, seq,
 	// hash, kind, code, message, payload, at, parked_ms, business_date). Its sku, its
 	// identity at HQ, is '' for the first content parked under the key and its hash for
-	// each later one (migration 020).
+	// each later one.
 	insParked = `INSERT INTO parked (terminal, seq, hash, sku, kind, code, message, payload, at, parked_ms,
 		business_date) VALUES (?1, ?2, ?3,
 		CASE WHEN EXISTS (SELECT 1 FROM parked WHERE terminal = ?1 AND seq = ?2) THEN ?3 ELSE '' END,

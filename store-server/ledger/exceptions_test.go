@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -161,81 +159,11 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 	}
 }
 
-// TestParkedEventsOfEarlierLedgers: the events a ledger from before migration 019 parked
-// are exceptions too, read once, filed under their event's business date or else the
-// store's date when they were parked (23:00 UTC on 2025-03-03 is 07:00 on 2025-03-04 in
-// Shanghai).
-func TestParkedEventsOfEarlierLedgers(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "019")
-	parkedMs := time.Date(2025, 3, 3, 23, 0, 0, 0, time.UTC).UnixMilli()
-	for _, q := range []string{
-		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
-			VALUES ('T1', 2, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01')`,
-		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
-			VALUES ('T1', 5, 'sale', 'h', '2025-03-02T02:00:00Z', '2025-03-02', 'rejected', 1, 'payload_invalid', 'bad', 1, x'')`,
-		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
-			VALUES ('T1', 5, 'sale', 'payload_invalid', 'bad', x'', '2025-03-02T02:00:00Z', 1)`,
-		`INSERT INTO events (terminal, seq, kind, hash, at, business_date, status, final, code, message, received_ms, payload)
-			VALUES ('T2', 6, '', 'h', '', '', 'rejected', 1, 'wire_syntax', 'bad JSON', 1, x'')`,
-		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms)
-			VALUES ('T2', 6, '', 'wire_syntax', 'bad JSON', x'', '', ` + strconv.FormatInt(parkedMs, 10) + `)`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l := mustOpenAt(t, path, day)
-	xs, last := exceptionsAfter(t, l, 0, 100)
-	want := []string{"oversell T1:2 A 2025-03-01 oversold", "parked T1:5  2025-03-02 payload_invalid",
-		"parked T2:6  2025-03-04 wire_syntax"}
-	if got := briefs(xs); !slices.Equal(got, want) || last != xs[2].Change {
-		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
-	}
-	// The next change is numbered above them.
-	if _, _, err := l.ResolveParked(ctx, "T2", 6, "", "a till reinstalled"); err != nil {
-		t.Fatal(err)
-	}
-	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 1 || !xs[0].Resolved {
-		t.Errorf("the resolution after the migration: %q", briefs(xs))
-	}
-}
-
 // want0 is the change number of the ledger's first exception change.
 func want0(t *testing.T, l *Ledger) int64 {
 	t.Helper()
 	xs, _ := exceptionsAfter(t, l, 0, 1)
 	return xs[0].Change
-}
-
-// TestExceptionChangesOfEarlierLedgers: the exceptions of a ledger from before migration 014
-// are changes too, read once.
-func TestExceptionChangesOfEarlierLedgers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "014")
-	for _, q := range []string{
-		`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved, resolved_at, resolution)
-			VALUES ('T1', 4, 'A', 3, '2025-03-01T10:00:00+08:00', '2025-03-01', 1, '2025-03-02T09:00:00Z', 'counted')`,
-		`INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
-			VALUES ('T2', 9, 'refund_exceeds_sale', 'line 1: 2 returned of 1 sold', '2025-03-01T11:00:00+08:00', '2025-03-01')`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l := mustOpenAt(t, path, day)
-	xs, last := exceptionsAfter(t, l, 0, 100)
-	want := []string{"oversell T1:4 A 2025-03-01 oversold resolved: counted", "refund T2:9  2025-03-01 refund_exceeds_sale"}
-	if got := briefs(xs); !slices.Equal(got, want) || last != 2 {
-		t.Fatalf("changes of the earlier ledger: %q, last %d; want %q", got, last, want)
-	}
-	if xs[0].QtyShort != 3 || xs[1].Detail != "line 1: 2 returned of 1 sold" ||
-		!xs[0].ResolvedAt.Equal(time.Date(2025, 3, 2, 9, 0, 0, 0, time.UTC)) {
-		t.Errorf("states: %+v", xs)
-	}
 }
 
 // TestUnchangedExceptionsAreNotRenumbered: each refund of a sale holds every refund of the
@@ -260,18 +188,11 @@ func TestUnchangedExceptionsAreNotRenumbered(t *testing.T) {
 	}
 }
 
-// TestChangeNumbersFromTheClock: a ledger migrated through 014 (changes numbered from 1)
-// numbers its next changes from the time once 015 has run, and never below the one before.
+// TestChangeNumbersFromTheClock: exception changes are numbered from the time of the change
+// (µs since 1970), each above the one before.
 func TestChangeNumbersFromTheClock(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "015")
-	if _, err := db.W.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
-		VALUES ('T1', 1, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01')`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	l := mustOpenAt(t, path, day)
+	l := MustOpen(t, day)
 	before := time.Now().UnixMicro()
 	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
 	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"A", 1, 500}}, 1))
@@ -287,8 +208,8 @@ func TestChangeNumbersFromTheClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 3 || ids[0] != 1 || ids[1] < before-1000 || ids[2] <= ids[1] {
-		t.Fatalf("change numbers %v: want 1 (014's), then from the clock (µs, from %d), growing", ids, before)
+	if len(ids) != 2 || ids[0] < before-1000 || ids[1] <= ids[0] {
+		t.Fatalf("change numbers %v: want them from the clock (µs, from %d), growing", ids, before)
 	}
 }
 
@@ -340,53 +261,6 @@ func TestReaderOfALedgerBefore016(t *testing.T) {
 	if len(xs) != 1 || xs[0].Detail != "line 1: 2 returned of 1 sold" || xs[0].Code != CodeRefundExceedsSale {
 		t.Fatalf("exceptions of a ledger before 016: %+v", xs)
 	}
-}
-
-// TestEarlierResolutionMovesOutOfTheDetail: a ledger written before migration 016 holds a
-// reopened exception's earlier resolution in its detail; 017 moves it to column earlier, so
-// the next refund of the sale keeps it, and numbers no change of an exception that stays.
-func TestEarlierResolutionMovesOutOfTheDetail(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	l := mustOpenAt(t, path, day)
-	sale := refundSale()
-	MustCommit(t, l, refused(sale, wire.AckRejected, false, "out_of_stock"))
-	MustCommit(t, l, refundOf("T1", 2, 2, []item{{"A", 1, 500}}, 1))
-	if _, _, err := l.ResolveRefundException(ctx, "T1", 2, "the sale was made offline"); err != nil {
-		t.Fatal(err)
-	}
-	MustCommit(t, l, offline(sale))
-	// As the builds before 016 left it: the earlier resolution in the detail.
-	if _, err := l.db.W.Exec(`UPDATE refund_exceptions SET detail = detail || earlier, earlier = ''`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.db.W.Exec(string(must(fs.ReadFile(schema.Store(), "017_earlier_out_of_detail.sql")))); err != nil {
-		t.Fatal(err)
-	}
-	var before int
-	if err := l.db.R.QueryRow(`SELECT count(*) FROM exception_changes`).Scan(&before); err != nil {
-		t.Fatal(err)
-	}
-	MustCommit(t, l, refundOf("T1", 3, 3, []item{{"B", 1, 50}}, 2))
-	xs, err := l.RefundExceptions(ctx, "", false)
-	if err != nil || len(xs) != 2 || xs[0].Seq != 2 ||
-		!strings.HasSuffix(xs[0].Detail, " (earlier refund_sale_unknown, resolved: the sale was made offline)") {
-		t.Fatalf("after 017 and a later refund: %+v (%v), want T1:2 with the earlier resolution", xs, err)
-	}
-	var total int
-	if err := l.db.R.QueryRow(`SELECT count(*) FROM exception_changes`).Scan(&total); err != nil {
-		t.Fatal(err)
-	}
-	if total != before+1 { // T1:3's own exception, nothing of T1:2
-		t.Fatalf("%d changes numbered by the later refund, want 1 (T1:3's)", total-before)
-	}
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
 
 // TestReaderOfALedgerBefore020: the uploader may be upgraded before its store-server, and

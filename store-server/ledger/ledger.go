@@ -49,7 +49,7 @@ const (
 )
 
 // Stock movement and adjustment reasons (a sale's movement is its lines: no stock_moves
-// row has reason sale since migration 007; the view stock_flow names them so).
+// row has reason sale; the view stock_flow names them so).
 const (
 	ReasonOpening = "opening"
 	ReasonAdjust  = "adjust"
@@ -110,90 +110,7 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 		db.Close()
 		return nil, fmt.Errorf("open ledger: restored: %w", err)
 	}
-	if err := l.redateParked(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open ledger: %w", err)
-	}
-	if err := l.rehashParked(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open ledger: %w", err)
-	}
 	return l, nil
-}
-
-// redateParked files each parked event whose time could not be read, or is outside the
-// years 1970-9998, under the store's date when it was parked (parkedDate), as the ledger
-// files such events when it parks them. Migration 019 dated those of an earlier ledger by
-// the UTC date they were parked (SQL does not know the store's zone: an event parked
-// before 08:00 in Shanghai went under the day before), or by a far time's date, which may
-// have five digits. Each row re-dated is an exception change: HQ hears of the date. Only
-// the few parked rows without a readable time are read.
-func (l *Ledger) redateParked(ctx context.Context) error {
-	type row struct {
-		id   int64
-		date string
-	}
-	var fix []row
-	err := sqlitedb.Each(ctx, l.db.W, `SELECT id, at, parked_ms, business_date FROM parked
-		WHERE at = '' OR at NOT GLOB '[12][0-9][0-9][0-9]-*' OR at < '1970' OR at >= '9999'`, nil, func(rows *sql.Rows) error {
-		var r row
-		var at, date string
-		var parkedMs int64
-		if err := rows.Scan(&r.id, &at, &parkedMs, &date); err != nil {
-			return err
-		}
-		if r.date = l.parkedDate(l.parseTime(at), parkedMs); r.date != date {
-			fix = append(fix, r)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("parked dates: %w", err)
-	}
-	for _, r := range fix {
-		if _, err := l.db.W.ExecContext(ctx, `UPDATE parked SET business_date = ? WHERE id = ?`,
-			r.date, r.id); err != nil {
-			return fmt.Errorf("parked dates: %w", err)
-		}
-	}
-	return nil
-}
-
-// rehashParked gives each parked content without a hash its hash, read from the content
-// as the till sealed it (wire.Hash over its kind, the store, its key, its time and its
-// payload). Migration 020 took a parked rejection's hash from its event; a conflict parked
-// before it has its content in the ledger, not its hash. Without one, a redelivery of
-// that content would be parked again beside it. The update changes nothing HQ holds (no
-// exception change), and only the few rows without a hash are read.
-func (l *Ledger) rehashParked(ctx context.Context) error {
-	type row struct {
-		id   int64
-		hash string
-	}
-	var fix []row
-	err := sqlitedb.Each(ctx, l.db.W, `SELECT id, terminal, seq, kind, at, payload FROM parked WHERE hash = ''`, nil,
-		func(rows *sql.Rows) error {
-			var r row
-			var terminal, kind, at string
-			var seq int64
-			var payload []byte
-			if err := rows.Scan(&r.id, &terminal, &seq, &kind, &at, &payload); err != nil {
-				return err
-			}
-			r.hash = wire.Hash(wire.Kind(kind), l.storeID, terminal, seq, l.parseTime(at), payload)
-			fix = append(fix, r)
-			return nil
-		})
-	if err != nil {
-		return fmt.Errorf("parked hashes: %w", err)
-	}
-	for _, r := range fix {
-		// OR IGNORE: were that content parked under its hash already, the row keeps none.
-		if _, err := l.db.W.ExecContext(ctx, `UPDATE OR IGNORE parked SET hash = ? WHERE id = ?`, r.hash, r.id); err != nil {
-			return fmt.Errorf("parked hashes: %w", err)
-		}
-	}
-	return nil
 }
 
 // claim records the store id in a new ledger and checks it in an existing one.

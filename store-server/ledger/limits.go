@@ -11,7 +11,7 @@ import (
 )
 
 // Policy returns the live limits and promo the manager last set, and false if none was ever
-// set in the ledger (migration 018).
+// set (then the defaults).
 func (l *Ledger) Policy(ctx context.Context) (store.Policy, bool, error) {
 	var p store.Policy
 	var until int64

@@ -27,10 +27,10 @@ const (
 )
 
 // The queries of the refund check. A refund is read by its key, the sale through its event
-// (sales are keyed by flow number, and sale_lines by nothing: migrations 003 and 004), and
-// the sale's refunds through index refunds_sale, their lines by key. (Without INDEXED BY,
-// SQLite takes the refunds' key for "terminal = ? AND seq <= ?" and reads every earlier
-// refund of the terminal.)
+// (sales are keyed by flow number, and sale_lines by nothing), and the sale's refunds
+// through index refunds_sale, their lines by key. (Without INDEXED BY, SQLite takes the
+// refunds' key for "terminal = ? AND seq <= ?" and reads every earlier refund of the
+// terminal.)
 const (
 	selRefundSaleSeq = `SELECT sale_seq FROM refunds WHERE terminal = ? AND seq = ?`
 	selRefundsOfSale = `SELECT seq, sale_id, at, business_date FROM refunds INDEXED BY refunds_sale
@@ -44,12 +44,12 @@ const (
 		JOIN refund_lines l ON l.terminal = r.terminal AND l.seq = r.seq
 		WHERE r.terminal = ? AND r.sale_seq = ? AND r.sale_id = ? AND r.seq <= ?`
 	// A refund's exception is written only when it changes (every change is numbered for
-	// headquarters, migration 014): an open one takes the problem found now; one a manager
+	// headquarters, exception_changes): an open one takes the problem found now; one a manager
 	// resolved keeps it while its problem is the same, and another problem (its sale landed
 	// after the resolution, and the refund turned out to exceed it) opens it again, the
 	// earlier resolution kept in the detail for as long as the problem stays of that code.
-	// The earlier resolution is kept in column earlier (migration 016), which a reader shows
-	// after the detail.
+	// The earlier resolution is kept in column earlier, which a reader shows after the
+	// detail.
 	insRefundException = `INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO UPDATE SET
 			code = excluded.code, detail = excluded.detail,

@@ -145,7 +145,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	modeDesc    = desc("gate_mode", "1 for the gate's current mode (redis, degraded: ledger only, rebuilding, starting).", "mode")
 	onlineDesc  = desc("terminal_online", "1 if the terminal's last status message said online, 0 if offline (its will).", "terminal")
-	backlogDesc = desc("terminal_backlog_events", "Events the terminal held that the store had not acknowledged, at its last backlog report (an agent of an earlier release: its last heartbeat).", "terminal")
+	backlogDesc = desc("terminal_backlog_events", "Events the terminal held that the store had not acknowledged, at its last backlog report (an agent with reports off: its last heartbeat).", "terminal")
 	oldestDesc  = desc("terminal_backlog_oldest_seconds", "Age of the terminal's oldest unacknowledged event: at its last backlog report (or heartbeat), plus the time since while it had a backlog.", "terminal")
 	seenDesc    = desc("terminal_last_event_timestamp_seconds", "When the store received the terminal's last event.", "terminal")
 	skewDesc    = desc("terminal_clock_skew_seconds", "The terminal's clock minus the store's (positive: ahead), from the messages it sent as it stamped them in the last 5 minutes (absent when none, or while it reads behind over less than --clock-behind-confirm); its sales take their business date from it.", "terminal")
@@ -312,8 +312,8 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 			// they have all arrived by the time it has.
 			backlog(t.Terminal, r.Events, r.OldestAge(now))
 		} else if hb != nil {
-			// An agent of an earlier release, or one with reports off, reports only in
-			// heartbeats; aged as a report is.
+			// An agent with reports off (--backlog-every 0) reports only in heartbeats;
+			// aged as a report is.
 			old := presence.Backlog{Events: hb.Backlog, OldestMs: hb.OldestAgeMs, Heard: hb.Received}
 			backlog(t.Terminal, hb.Backlog, old.OldestAge(now))
 		}

@@ -45,8 +45,8 @@ type Backlog struct {
 }
 
 // Supersedes reports whether the report stands over the terminal's last heartbeat (its seq
-// and the time the terminal took it). A till that stopped reporting (an agent of an earlier
-// release, or reports turned off) still sends heartbeats: a heartbeat taken after the report
+// and the time the terminal took it). A till that stopped reporting (reports turned off,
+// --backlog-every 0) still sends heartbeats: a heartbeat taken after the report
 // (a higher seq) and more than two refreshes of it later (by the terminal's clock) says
 // reports have stopped, and it is the better account of what the till holds. Anything less
 // is a till still reporting (a heartbeat counts a live sale in flight, and an unchanged
