@@ -642,7 +642,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if err != nil {
 			return err
 		}
-		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, true, true, true)
+		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
 		if err != nil {
 			return err
 		}
@@ -1534,8 +1534,7 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
 			return err
 		}
-		c, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
-		s.ExceptionsWaiting = c.All
+		s.ExceptionsWaiting, err = r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
 		return err
 	})
 	if err != nil {

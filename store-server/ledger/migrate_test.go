@@ -147,7 +147,7 @@ func TestParkedOfAnEarlierLedgerDated(t *testing.T) {
 	}
 	var xs []hq.Exception
 	if err := l.ViewHQ(ctx, func(r *HQReader) error {
-		xs, _, _, err = r.ExceptionsAfter(ctx, 0, 100, true, true, true)
+		xs, _, _, err = r.ExceptionsAfter(ctx, 0, 100)
 		return err
 	}); err != nil || len(xs) != 2 {
 		t.Fatalf("exceptions for HQ %+v, %v", xs, err)
