@@ -916,10 +916,7 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	}
 	seen, err := u.ledger.Terminals(ctx)
 	if err != nil {
-		// A ledger the store-server has not migrated yet (its heartbeats index, 009): no
-		// day is declared empty until it has; the rows go on.
-		u.log.Warn("the ledger's terminals cannot be read; no day without trade is declared", "err", err)
-		return nil, nil
+		return nil, fmt.Errorf("read the ledger's terminals: %w", err)
 	}
 	var out []undeclaredDay
 	for _, d := range missing {
@@ -943,11 +940,9 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	return out, nil
 }
 
-// partOf is the part of a declaration in parts that a batch carries.
-//
-// A batch records its parts apart from its whole declarations (days): an uploader of an
-// earlier release, started on this state with a part's batch pending, takes the batch's
-// days as declared and knows nothing of parts.
+// partOf is the part of a declaration in parts that a batch carries. A batch records its
+// parts apart from its whole declarations (days): its receipt declares a day of its days,
+// and a day of its parts only with the last part.
 type partOf struct {
 	Revision int64 `json:"revision"`
 	Part     int   `json:"part"`
@@ -1161,11 +1156,6 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, 0) ON CONFLICT (business_date) DO NOTHING`, date)
 	}
 	for date, rev := range b.days {
-		if _, part := b.parts[date]; part {
-			// A batch recorded by the first release with parts names a day it declares in
-			// part among its whole declarations too: the part below decides.
-			continue
-		}
 		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
 			// HQ holds the day at this revision or a later one, declared by a state this one
 			// replaced: the day stays due, and its next declaration goes above HQ's.
@@ -1437,8 +1427,7 @@ type Status struct {
 	LastError      string    `json:"last_error,omitempty"`
 	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
 	// Batches is how many batches HQ acknowledged to this state, across its batch series
-	// (kv batches_sent; the batch counter of its series for a state an uploader of an earlier
-	// release keeps).
+	// (kv batches_sent).
 	Batches int64 `json:"batches"`
 	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
 	// acknowledged (after kv exceptions_through).
@@ -1523,9 +1512,6 @@ func stateOf(kv map[string]string, path, store string) error {
 func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s Status, after int64, _ error) {
 	s.SentThrough = atoi(kv["sent_through"])
 	s.Batches = atoi(kv["batches_sent"])
-	if _, ok := kv["batches_sent"]; !ok {
-		s.Batches = atoi(kv["next_batch"]) // a state not migrated yet (its uploader of an earlier release runs)
-	}
 	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
 		if after, s.LedgerBehindHQ, err = backlogFrom(ctx, state, r, s.SentThrough, kv["sent_key"]); err != nil {
@@ -1649,13 +1635,6 @@ func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through
 
 // readInParts reads how far each declaration in parts has gone (nil: none).
 func readInParts(ctx context.Context, state *sql.DB) (map[string]PartsSent, error) {
-	// A state an uploader of an earlier release keeps (the store-server reads it while that
-	// uploader still runs) has no day_parts yet.
-	var tables int
-	if err := state.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'day_parts'`).
-		Scan(&tables); err != nil || tables == 0 {
-		return nil, err
-	}
 	rows, err := state.QueryContext(ctx, `SELECT business_date, revision, min(part) - 1, parts FROM day_parts
 		GROUP BY business_date`)
 	if err != nil {
