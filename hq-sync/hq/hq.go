@@ -71,14 +71,13 @@ const (
 	ExceptionRefund = "refund"
 	// ExceptionParked: an event the store refused for good (bad input, a key used again with
 	// other content), which the till kept: a sale or refund of the till's day close that
-	// the ledger does not hold. Sent only to an HQ whose receipts say TakesParked.
+	// the ledger does not hold.
 	ExceptionParked = "parked"
 	// ExceptionSeqGap: a gap in a terminal's seq order the store took (its ledger restored
 	// from a backup, or a data directory lost): the events From..To the till sent to a
 	// ledger the store no longer holds. The till's day close counts them; the store's rows
 	// do not. Seq is the gap's first seq, SKU empty; Code is its reason (SeqGapRestored,
-	// SeqGapNewLedger). No manager resolves one in this release. Sent only to an HQ whose
-	// receipts say TakesSeqGaps.
+	// SeqGapNewLedger). No manager resolves one.
 	ExceptionSeqGap = "seq_gap"
 )
 
@@ -190,8 +189,8 @@ type Batch struct {
 	ID    string     `json:"batch_id"`
 	Rows  []Row      `json:"rows"`
 	Days  []StoreDay `json:"days,omitempty"`
-	// Exceptions are sent only once a receipt has said TakesExceptions: an HQ of an
-	// earlier release refuses a batch with an unknown field.
+	// Exceptions are the states of the exceptions the store's ledger changed since the last
+	// batch HQ acknowledged (or the part of them this batch has room for).
 	Exceptions []Exception `json:"exceptions,omitempty"`
 	SentAt     time.Time   `json:"sent_at"`
 }
@@ -222,26 +221,9 @@ type Receipt struct {
 	// nothing of such a part; the store declares the day again from part 1.
 	PartsDropped map[string]int64 `json:"parts_dropped,omitempty"`
 
-	// TakesDayParts says that HQ takes declarations in parts. An uploader sends a day in
-	// parts only once a receipt has said so: an HQ of an earlier release refuses a batch
-	// with a part (an unknown field), and a refused batch holds back every row after it.
-	TakesDayParts bool `json:"takes_day_parts,omitempty"`
-
 	// Exceptions counts the exception states of the batch HQ stored; one HQ already held at
 	// the same or a higher change number is left as it was and not counted.
 	Exceptions int `json:"exceptions,omitempty"`
-	// TakesExceptions says that HQ takes a batch's exceptions.
-	TakesExceptions bool `json:"takes_exceptions,omitempty"`
-	// TakesParked says that HQ takes exceptions of kind ExceptionParked. Until a receipt
-	// says so, a store's exception changes wait at its first change of a parked event.
-	TakesParked bool `json:"takes_parked,omitempty"`
-	// TakesParkedContents says that HQ takes a parked exception with a sku: a later content
-	// parked under a key already parked (a key reused with other content more than once).
-	// Until a receipt says so, a store's exception changes wait at its first change of one.
-	TakesParkedContents bool `json:"takes_parked_contents,omitempty"`
-	// TakesSeqGaps says that HQ takes exceptions of kind ExceptionSeqGap. Until a receipt
-	// says so, a store's exception changes wait at its first change of a seq gap.
-	TakesSeqGaps bool `json:"takes_seq_gaps,omitempty"`
 }
 
 // ContentHash is the hex SHA-256 of a batch body, used to tell a replay from a reuse of the

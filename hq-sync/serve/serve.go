@@ -331,11 +331,6 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 			h.met.rows.WithLabelValues(store).Add(float64(rc.New))
 		}
 	}
-	rc.TakesDayParts = true
-	rc.TakesExceptions = true
-	rc.TakesParked = true
-	rc.TakesParkedContents = true
-	rc.TakesSeqGaps = true
 	writeJSON(w, http.StatusOK, "application/json", rc)
 }
 

@@ -193,7 +193,7 @@ func TestBatches(t *testing.T) {
 	good := batch("S1", "b-1", first, storetest.Day(storetest.D1, 1, storetest.T0.Add(3*time.Hour), first))
 	rc := e.mustStore(upload(good))
 	if rc.Store != "S1" || rc.BatchID != "b-1" || rc.Rows != 12 || rc.New != 12 || rc.Days != 1 || rc.Duplicate ||
-		!rc.StoredAt.Equal(e.now) || !rc.TakesDayParts || !rc.TakesExceptions {
+		!rc.StoredAt.Equal(e.now) {
 		t.Fatalf("receipt %+v", rc)
 	}
 	storetest.CheckRows(t, rowsOf(t, e, storetest.D1, "S1"), storedAll("S1", first, e.now))
@@ -613,8 +613,7 @@ func TestValidateExceptions(t *testing.T) {
 }
 
 // TestExceptions: a batch's exceptions are stored with its rows; the receipt counts those
-// applied and says HQ takes exceptions, and a replay answers the same; a state of a lower
-// change number is not applied.
+// applied, and a replay answers the same; a state of a lower change number is not applied.
 func TestExceptions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, serve.Options{})
@@ -624,8 +623,8 @@ func TestExceptions(t *testing.T) {
 	b := batch("S1", "b-1", sales("S1", 1, 3))
 	b.Exceptions = append(xs, later)
 	rc := e.mustStore(upload(b))
-	if rc.Exceptions != 3 || rc.New != 3 || !rc.TakesExceptions || rc.Duplicate {
-		t.Fatalf("receipt %+v, want 3 exceptions applied and takes_exceptions", rc)
+	if rc.Exceptions != 3 || rc.New != 3 || rc.Duplicate {
+		t.Fatalf("receipt %+v, want 3 exceptions applied", rc)
 	}
 	stored := e.now
 	want := []hq.StoredException{storetest.StoredException("S1", xs[0], stored), storetest.StoredException("S1", xs[1], stored)}
@@ -637,12 +636,12 @@ func TestExceptions(t *testing.T) {
 
 	e.now = e.now.Add(time.Minute)
 	again := e.mustStore(upload(b))
-	if !again.Duplicate || again.Exceptions != 3 || !again.TakesExceptions {
+	if !again.Duplicate || again.Exceptions != 3 {
 		t.Fatalf("replay receipt %+v, want a duplicate of %+v", again, rc)
 	}
 	older := batch("S1", "b-2", nil)
 	older.Exceptions = []hq.Exception{storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 5, 1)}
-	if rc := e.mustStore(upload(older)); rc.Exceptions != 0 || !rc.TakesExceptions {
+	if rc := e.mustStore(upload(older)); rc.Exceptions != 0 {
 		t.Fatalf("an older state: %+v, want none applied", rc)
 	}
 	if got, err = e.store.Exceptions(context.Background(), storetest.D1, "S1"); err != nil {

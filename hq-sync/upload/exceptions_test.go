@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -209,7 +208,7 @@ func (l *batchLog) batches() []hq.Batch {
 }
 
 // TestExceptionsReachHQ: the exceptions the store's ledger flags reach HQ (hq-sync serve on
-// the SQLite engine) once a receipt has said HQ takes them, and each change follows: a
+// the SQLite engine) with the rows, from the first batch on, and each change follows: a
 // manager's resolution, and a refund exception withdrawn when the sale it names arrives.
 func TestExceptionsReachHQ(t *testing.T) {
 	ctx := context.Background()
@@ -221,8 +220,8 @@ func TestExceptionsReachHQ(t *testing.T) {
 	late := s.RefundBeforeSale("T4", day0.Add(2*time.Minute))
 	MustOnce(t, u)
 	bs := log.batches()
-	if len(bs) < 2 || len(bs[0].Exceptions) != 0 {
-		t.Fatalf("%d batches, the first with exceptions: none go before a receipt says HQ takes them", len(bs))
+	if len(bs) == 0 || len(bs[0].Exceptions) == 0 {
+		t.Fatalf("%d batches, the first without exceptions: they go with the rows", len(bs))
 	}
 	want := inLedger(t, s.l)
 	if !slices.Contains(want, "refund T4:2  refund_sale_unknown") || !slices.ContainsFunc(want, func(x string) bool {
@@ -267,113 +266,30 @@ func TestExceptionsReachHQ(t *testing.T) {
 	}
 }
 
-// rowsWentAgain checks, with HQ gone back a release, that every row of the ledger reached
-// it and that it refused one batch: the one carrying what it cannot read.
-func (o *olderHQ) rowsWentAgain(t *testing.T, s *store, st *sqlite.Store) {
-	t.Helper()
-	rows, err := st.Rows(context.Background(), date0, testStore)
-	if err != nil || len(rows) != len(s.Outbox()) || o.refused.Load() != 1 {
-		t.Fatalf("with the older HQ: %d rows at HQ of the ledger's %d (%v), %d batches refused; want all, 1",
-			len(rows), len(s.Outbox()), err, o.refused.Load())
-	}
-}
-
-// upgradedAgain has HQ take again what it lacked, the store sell once more and the uploader
-// run sends times, and checks that HQ then holds the ledger's exceptions, having refused no
-// other batch.
-func (o *olderHQ) upgradedAgain(t *testing.T, s *store, st *sqlite.Store, u *Uploader, sends int) {
-	t.Helper()
-	o.older.Store(false)
-	s.Sales(1, day0.Add(2*time.Hour))
-	for range sends {
-		MustOnce(t, u)
-	}
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("HQ upgraded again holds %q, the ledger %q", got, want)
-	}
-	if o.refused.Load() != 1 {
-		t.Errorf("%d batches refused, want 1", o.refused.Load())
-	}
-}
-
-// olderHQWithoutExceptions is the release before exceptions: it refuses a batch with
-// exceptions (an unknown field to its strict decoding), and its receipts do not say that it
-// takes them.
-func olderHQWithoutExceptions() *olderHQ {
-	return &olderHQ{lacks: "takes_exceptions", refuse: func(body []byte) (string, string, bool) {
-		return serve.CodeJSONInvalid, `the request body is not one JSON batch: json: unknown field "exceptions"`,
-			bytes.Contains(body, []byte(`"exceptions":`))
-	}}
-}
-
-// TestExceptionsWaitForAnOlderHQ: HQ goes back to a release without exceptions while a
-// change waits: the batch carrying it is refused, its rows go again without it, and nothing
-// more is held back; once HQ takes exceptions again, the change goes.
-func TestExceptionsWaitForAnOlderHQ(t *testing.T) {
-	ctx := context.Background()
-	o := olderHQWithoutExceptions()
-	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
-	u := MustNew(t, cfg)
-
-	s.Sales(3, day0)
-	s.OfflineSale("T1", day0.Add(time.Minute))
-	MustOnce(t, u)
-	before := inLedger(t, s.l)
-	if got := atHQ(t, st); len(before) == 0 || !slices.Equal(got, before) {
-		t.Fatalf("HQ holds %q, the ledger %q", got, before)
-	}
-
-	o.older.Store(true)
-	over, _ := s.l.Oversells(ctx, "", false)
-	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
-		t.Fatal(err)
-	}
-	s.Sales(4, day0.Add(time.Hour))
-	MustOnce(t, u)
-	o.rowsWentAgain(t, s, st)
-	if got := atHQ(t, st); !slices.Equal(got, before) {
-		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
-	}
-
-	o.upgradedAgain(t, s, st, u, 1)
-}
-
 // TestParkedEventsReachHQ: a sale the store parked reaches HQ as an exception of kind
-// parked, saying what the till took, and the manager's resolution follows it. An HQ whose
-// receipts do not say it takes parked events gets the exceptions before the first parked
-// event's change and the rows; the rest wait for it.
+// parked, saying what the till took, with the exceptions changed after it and the rows;
+// the manager's resolution follows it.
 func TestParkedEventsReachHQ(t *testing.T) {
 	ctx := context.Background()
-	var older atomic.Bool
-	older.Store(true)
-	s, st, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
+	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 
 	s.Sales(3, day0)
-	MustOnce(t, u) // a receipt: HQ takes exceptions
+	MustOnce(t, u)
 	s.ParkedSale("T8", day0.Add(2*time.Minute))
 	s.OfflineSale("T9", day0.Add(3*time.Minute)) // an oversell, changed after the parked sale
 	MustOnce(t, u)
-	all := inLedger(t, s.l)
-	before := slices.DeleteFunc(slices.Clone(all), func(x string) bool {
-		return strings.HasPrefix(x, "parked T8:1 ") || strings.HasPrefix(x, "oversell T9:1 ")
-	})
-	if len(before) != len(all)-2 || len(before) == 0 {
-		t.Fatalf("the ledger holds %q, want the sales' oversells, T8's parked sale and T9's oversell", all)
+	got, want := atHQ(t, st), inLedger(t, s.l)
+	if !slices.Contains(want, "parked T8:1  payload_invalid") || !slices.ContainsFunc(want, func(x string) bool {
+		return strings.HasPrefix(x, "oversell T9:1 ")
+	}) {
+		t.Fatalf("the ledger holds %q, want T8's parked sale and T9's oversell among them", want)
 	}
-	if got := atHQ(t, st); !slices.Equal(got, before) {
-		t.Errorf("an HQ without parked events holds %q, want %q", got, before)
+	if !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, want)
 	}
 	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
 		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
-	}
-
-	older.Store(false)
-	s.Sales(1, day0.Add(time.Hour)) // a receipt that says HQ takes parked events, then the rest
-	MustOnce(t, u)
-	MustOnce(t, u)
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("HQ holds %q, the ledger %q", got, want)
 	}
 	stored, err := st.Exceptions(ctx, date0, testStore)
 	if err != nil {
@@ -424,7 +340,7 @@ func TestNULInSKU(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
-	MustOnce(t, u) // HQ's receipt says it takes exceptions
+	MustOnce(t, u)
 
 	sku := "A\x00" + strings.Repeat("B", wire.MaxTextLen-2)
 	s.OfflineSale("T1", day0.Add(time.Minute), sku)
@@ -450,7 +366,7 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
-	MustOnce(t, u) // HQ takes exceptions from now on
+	MustOnce(t, u)
 	s.OfflineSale("T1", day0.Add(time.Minute))
 	MustOnce(t, u)
 
@@ -489,39 +405,6 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 	got := atHQ(t, st)
 	if !slices.ContainsFunc(got, func(x string) bool { return strings.HasPrefix(x, "oversell T2:2 ") }) {
 		t.Fatalf("HQ holds %q; the ledger %q: T2's oversell, flagged after the restore, never went", got, inLedger(t, s.l))
-	}
-}
-
-// TestLedgerBeforeExceptionChanges: the uploader reads a ledger its store-server has not
-// migrated yet (the uploader upgraded first): no exception changes to send, and the rows
-// go on.
-func TestLedgerBeforeExceptionChanges(t *testing.T) {
-	s, _, _, cfg := newHQFixture(t, nil)
-	// The ledger as a store-server of the release before leaves it: no exception_changes.
-	raw, err := sql.Open("sqlite3", s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{"DROP TRIGGER oversells_flagged", "DROP TRIGGER oversells_changed",
-		"DROP TRIGGER oversells_withdrawn", "DROP TRIGGER refund_exceptions_flagged",
-		"DROP TRIGGER refund_exceptions_changed", "DROP TRIGGER refund_exceptions_withdrawn",
-		"DROP TABLE exception_changes"} {
-		if _, err := raw.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw.Close()
-	u := MustNew(t, cfg)
-	s.Sales(3, day0)
-	MustOnce(t, u)
-	s.Sales(3, day0.Add(time.Minute))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := u.Once(ctx); err != nil {
-		t.Fatalf("rows after HQ said it takes exceptions: %v", err)
-	}
-	if st, err := u.Status(ctx); err != nil || st.ExceptionsWaiting != 0 || st.ExceptionsHeld != 0 {
-		t.Fatalf("status of a ledger without exception changes: %+v, %v", st, err)
 	}
 }
 
@@ -588,14 +471,14 @@ func TestExceptionsWaitWithTheRows(t *testing.T) {
 }
 
 // TestFullBatchOfChangesGoes: exception changes wait with the rows for BatchAge, but not
-// when they fill a batch: a burst of 2.5 batches' worth (an upgraded ledger's migration
-// numbers every oversell it held) goes as two full batches at once, and the rest waits.
+// when they fill a batch: a burst of 2.5 batches' worth (a day of offline sales that
+// oversold, flagged at once) goes as two full batches at once, and the rest waits.
 func TestFullBatchOfChangesGoes(t *testing.T) {
 	s, _, log, cfg := newHQFixture(t, nil)
 	cfg.BatchAge = time.Hour
 	u := MustNew(t, cfg)
 	s.Sales(2, day0)
-	MustOnce(t, u) // HQ takes exceptions from now on
+	MustOnce(t, u)
 	n0 := len(log.batches())
 
 	raw, err := sql.Open("sqlite3", s.path)
@@ -668,7 +551,7 @@ func TestParkedEventOfAFarTime(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
-	MustOnce(t, u) // HQ's receipts say it takes exceptions, parked events among them
+	MustOnce(t, u)
 
 	far := time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("HST", -10*3600))
 	s.l.Now = func() time.Time { return day0.Add(time.Minute) } // when the store parks it
@@ -713,112 +596,6 @@ func (s *store) parkedAt(terminal string, at time.Time, code, message string) {
 	}
 }
 
-// TestParkedFarDateOfAnEarlierRelease: a ledger whose store-server of the release before
-// filed a parked event under its far time's date, "10000-01-01", as it wrote it (the
-// parked row and its change). The uploader sends it under the store's date when it was
-// parked, which HQ takes, and the rows after it follow.
-func TestParkedFarDateOfAnEarlierRelease(t *testing.T) {
-	ctx := context.Background()
-	s, st, _, cfg := newHQFixture(t, nil)
-	u := MustNew(t, cfg)
-	s.Sales(3, day0)
-	MustOnce(t, u)
-
-	far := time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("HST", -10*3600))
-	s.l.Now = func() time.Time { return day0.Add(time.Minute) }
-	s.parkedAt("T8", far, "wire_time", "business time 9999-12-31T23:00:00-10:00 is outside the years 1970-9998")
-	raw, err := sql.Open("sqlite3", s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	if _, err := raw.Exec(`UPDATE exception_changes SET business_date = '10000-01-01' WHERE kind = 'parked'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(`UPDATE parked SET business_date = '10000-01-01'`); err != nil {
-		t.Fatal(err)
-	}
-	s.Sales(2, day0.Add(2*time.Minute))
-
-	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := u.Once(ctx2); err != nil {
-		t.Fatalf("upload after a parked sale filed under 10000-01-01: %v", err)
-	}
-	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
-		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
-	}
-	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  wire_time") {
-		t.Errorf("HQ holds %q of %s, want T8's parked sale among them", got, date0)
-	}
-}
-
-// olderHQWithoutParked is the release before parked events: it takes exceptions, refuses a
-// batch with one of kind parked (as its validation words it), and its receipts do not say
-// takes_parked.
-func olderHQWithoutParked() *olderHQ {
-	return &olderHQ{lacks: "takes_parked", refuse: func(body []byte) (string, string, bool) {
-		var b hq.Batch
-		if json.Unmarshal(body, &b) != nil {
-			return "", "", false
-		}
-		for i, x := range b.Exceptions {
-			if x.Kind == hq.ExceptionParked {
-				return serve.CodeBatchInvalid, fmt.Sprintf(
-					`exceptions[%d] (kind "parked" terminal %q seq %d sku ""): kind "parked" is not oversell or refund`,
-					i, x.Terminal, x.Seq), true
-			}
-		}
-		return "", "", false
-	}}
-}
-
-// TestParkedWaitForAnHQGoneBack: HQ goes back to the release before parked events while a
-// change of a parked event waits (the manager resolved it). The batch built for it, as the
-// last receipt allowed, is refused; its rows go again without the exceptions, which wait at
-// the parked event's change; once HQ takes parked events again, the resolution goes.
-func TestParkedWaitForAnHQGoneBack(t *testing.T) {
-	ctx := context.Background()
-	o := olderHQWithoutParked()
-	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	u := MustNew(t, cfg)
-
-	s.Sales(3, day0)
-	MustOnce(t, u) // HQ takes exceptions, parked events among them
-	s.ParkedSale("T8", day0.Add(time.Minute))
-	MustOnce(t, u)
-	before := inLedger(t, s.l)
-	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  payload_invalid") || !slices.Equal(got, before) {
-		t.Fatalf("HQ holds %q, the ledger %q", got, before)
-	}
-
-	o.older.Store(true)
-	if _, _, err := s.l.ResolveParked(ctx, "T8", 1, "", "the customer paid again at T1"); err != nil {
-		t.Fatal(err)
-	}
-	s.Sales(4, day0.Add(time.Hour))
-	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := u.Once(ctx2); err != nil {
-		t.Fatalf("upload to an HQ gone back a release, with the resolution of a parked event waiting: %v", err)
-	}
-	o.rowsWentAgain(t, s, st)
-	// The refusal is one the uploader mends itself: not one that pages an operator.
-	fams := scrape(t, reg)
-	for reason, want := range map[string]float64{FailResent: 1, FailHQRefused: 0} {
-		if n, _ := metricstest.Value(fams, "posgate_upload_batch_failures_total", map[string]string{"reason": reason}); n != want {
-			t.Errorf("batch_failures_total{reason=%q} = %v, want %v", reason, n, want)
-		}
-	}
-	if got := atHQ(t, st); !slices.Equal(got, before) {
-		t.Fatalf("the older HQ holds %q: want %q, as before the resolution", got, before)
-	}
-
-	o.upgradedAgain(t, s, st, u, 2) // a receipt that says HQ takes parked events, then they go
-}
-
 // TestParkedDayCloseFiledUnderItsDay: a till's day close the store refused for good, made
 // after midnight as a day close usually is, reaches HQ under the business date it closes,
 // where reconcile finds the terminal without a day close, and says what the till declared.
@@ -828,7 +605,7 @@ func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
-	MustOnce(t, u) // a receipt: HQ takes exceptions and parked events
+	MustOnce(t, u)
 
 	closedAt := time.Date(2025, 3, 2, 0, 20, 0, 0, shanghai)
 	r := s.record("T8", closedAt, wire.KindDayClose, &wire.DayClosePayload{BusinessDate: date0, SaleCount: 2,
@@ -867,65 +644,6 @@ func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
 	}
 }
 
-// TestParkedWaitAtAnIdleStore: a store that sends no rows (closed, its tills off) while its
-// exception changes wait at a parked event for an HQ that has not said it takes them still
-// hears from HQ once HQ is upgraded: the uploader asks now and then with a batch of nothing,
-// and the changes go after the receipt that says takes_parked. Without a row to carry
-// there was never a receipt, and they waited for good.
-func TestParkedWaitAtAnIdleStore(t *testing.T) {
-	ctx := context.Background()
-	var older atomic.Bool
-	older.Store(true)
-	s, st, log, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
-	u := MustNew(t, cfg)
-	s.Sales(3, day0)
-	MustOnce(t, u) // a receipt: HQ takes exceptions, not parked events
-	s.ParkedSale("T8", day0.Add(2*time.Minute))
-	over, _ := s.l.Oversells(ctx, "", false)
-	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
-		t.Fatal(err)
-	}
-	MustOnce(t, u)
-	older.Store(false) // HQ upgraded; the store sells nothing more
-	defer func(d time.Duration) { parkedProbeEvery = d }(parkedProbeEvery)
-	parkedProbeEvery = 50 * time.Millisecond
-	time.Sleep(2 * parkedProbeEvery)
-	for i := 0; i < 3; i++ {
-		MustOnce(t, u)
-	}
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
-	}
-}
-
-// TestExceptionsWaitAtAnIdleStore: as TestParkedWaitAtAnIdleStore, for an uploader that
-// has not yet read a receipt saying HQ takes exceptions at all (HQ upgraded while the
-// store sends no rows): a manager's resolution reaches HQ without waiting for a sale.
-func TestExceptionsWaitAtAnIdleStore(t *testing.T) {
-	ctx := context.Background()
-	var older atomic.Bool
-	older.Store(true)
-	s, st, log, cfg := newHQFixture(t, withoutWhile(&older, "takes_exceptions"))
-	u := MustNew(t, cfg)
-	s.Sales(3, day0)
-	MustOnce(t, u) // a receipt that does not say HQ takes exceptions
-	over, _ := s.l.Oversells(ctx, "", false)
-	if _, _, err := s.l.ResolveOversell(ctx, over[0].Terminal, over[0].Seq, over[0].SKU, "counted again"); err != nil {
-		t.Fatal(err)
-	}
-	MustOnce(t, u)
-	older.Store(false) // HQ upgraded; the store sells nothing more
-	defer func(d time.Duration) { parkedProbeEvery = d }(parkedProbeEvery)
-	parkedProbeEvery = 50 * time.Millisecond
-	time.Sleep(2 * parkedProbeEvery)
-	for i := 0; i < 3; i++ {
-		MustOnce(t, u)
-	}
-	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
-		t.Fatalf("after %d batches HQ holds %q, the ledger %q", len(log.batches()), got, want)
-	}
-}
-
 // changesInLedger counts the ledger's exception changes after change number after, read
 // straight from its table.
 func changesInLedger(t *testing.T, s *store, after int64) int64 {
@@ -942,20 +660,17 @@ func changesInLedger(t *testing.T, s *store, after int64) int64 {
 	return n
 }
 
-// TestExceptionChangesWaitingShown: the exception changes HQ has not acknowledged, and
-// why they are held back, show in the status (--status, the store-server's GET /v1/hq) and
-// the metrics: until a receipt says HQ takes exceptions, all of them; then none; then, HQ not
-// taking parked events, those from a parked event's change on, until a receipt says it does.
-// They showed nowhere: a store whose resolutions never reached HQ looked all sent.
+// TestExceptionChangesWaitingShown: the exception changes HQ has not acknowledged show in
+// the status (--status, the store-server's GET /v1/hq) and the metrics: all of them before
+// the uploader runs, none once HQ has them, and the new ones after a change. They showed
+// nowhere: a store whose resolutions never reached HQ looked all sent.
 func TestExceptionChangesWaitingShown(t *testing.T) {
 	ctx := context.Background()
-	var older atomic.Bool
-	older.Store(true)
-	s, _, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked"))
+	s, _, _, cfg := newHQFixture(t, nil)
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	u := MustNew(t, cfg)
-	check := func(step string, waiting, held int64, until string) {
+	check := func(step string, waiting int64) {
 		t.Helper()
 		for _, via := range []string{"Status", "ReadStatus"} {
 			st, err := u.Status(ctx)
@@ -965,24 +680,13 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %s: %v", step, via, err)
 			}
-			if st.ExceptionsWaiting != waiting || st.ExceptionsHeld != held || st.ExceptionsHeldUntil != until {
-				t.Errorf("%s: %s says %d exception changes waiting, %d held until %q; want %d, %d, %q", step, via,
-					st.ExceptionsWaiting, st.ExceptionsHeld, st.ExceptionsHeldUntil, waiting, held, until)
+			if st.ExceptionsWaiting != waiting {
+				t.Errorf("%s: %s says %d exception changes waiting; want %d", step, via, st.ExceptionsWaiting, waiting)
 			}
 		}
 		fams := scrape(t, reg)
 		if v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_waiting", nil); !ok || v != float64(waiting) {
 			t.Errorf("%s: posgate_upload_exception_changes_waiting = %v (present %v), want %d", step, v, ok, waiting)
-		}
-		for _, u := range []string{HeldUntilExceptions, HeldUntilParked} {
-			want := 0.0
-			if u == until {
-				want = float64(held)
-			}
-			v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_held", map[string]string{"until": u})
-			if !ok || v != want {
-				t.Errorf("%s: posgate_upload_exception_changes_held{until=%q} = %v (present %v), want %v", step, u, v, ok, want)
-			}
 		}
 	}
 
@@ -991,71 +695,16 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 	if n == 0 {
 		t.Fatal("the sales flagged no exception")
 	}
-	check("before any receipt", n, n, HeldUntilExceptions)
+	check("before any batch", n)
 
-	MustOnce(t, u) // a receipt says HQ takes exceptions (not parked events), and they go
-	check("HQ takes exceptions", 0, 0, "")
+	MustOnce(t, u)
+	check("sent", 0)
 
 	s.ParkedSale("T8", day0.Add(2*time.Minute))
-	s.OfflineSale("T9", day0.Add(3*time.Minute), "SKU001") // its oversell changes after the parked sale
+	s.OfflineSale("T9", day0.Add(3*time.Minute), "SKU001")
+	check("a parked sale and an oversell", 2)
 	MustOnce(t, u)
-	check("a parked sale, HQ without parked events", 2, 2, HeldUntilParked)
-
-	older.Store(false)
-	s.Sales(1, day0.Add(time.Hour)) // a receipt that says HQ takes parked events, then they go
-	MustOnce(t, u)
-	MustOnce(t, u)
-	check("HQ takes parked events", 0, 0, "")
-}
-
-// TestExceptionChangesHeldForParkedContentsShown: with HQ of the release that takes parked
-// events but not a key's later contents, the changes from a later content's first change
-// on wait, and the status and metrics say so (held until takes_parked_contents). They said
-// none was held: a store whose exceptions stopped at a reused key showed a count waiting
-// that only grew, and no reason.
-func TestExceptionChangesHeldForParkedContentsShown(t *testing.T) {
-	ctx := context.Background()
-	var older atomic.Bool
-	older.Store(true)
-	s, _, _, cfg := newHQFixture(t, withoutWhile(&older, "takes_parked_contents"))
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	u := MustNew(t, cfg)
-	s.Sales(3, day0)
-	MustOnce(t, u) // HQ takes exceptions and parked events, not later contents
-	s.ParkedContents("T8", day0.Add(time.Minute), 2)
-	s.OfflineSale("T9", day0.Add(3*time.Minute), "SKU001") // its oversell changes after them
-	MustOnce(t, u)
-	MustOnce(t, u)
-	for _, via := range []string{"Status", "ReadStatus"} {
-		st, err := u.Status(ctx)
-		if via == "ReadStatus" {
-			st, err = ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", via, err)
-		}
-		if st.ExceptionsWaiting == 0 || st.ExceptionsHeld != st.ExceptionsWaiting ||
-			st.ExceptionsHeldUntil != HeldUntilParkedContents {
-			t.Errorf("%s says %d exception changes waiting, %d held until %q; want all waiting held until %q", via,
-				st.ExceptionsWaiting, st.ExceptionsHeld, st.ExceptionsHeldUntil, HeldUntilParkedContents)
-		}
-	}
-	fams := scrape(t, reg)
-	v, ok := metricstest.Value(fams, "posgate_upload_exception_changes_held",
-		map[string]string{"until": HeldUntilParkedContents})
-	if !ok || v == 0 {
-		t.Errorf("posgate_upload_exception_changes_held{until=%q} = %v (present %v), want the changes waiting",
-			HeldUntilParkedContents, v, ok)
-	}
-
-	older.Store(false)
-	s.Sales(1, day0.Add(time.Hour))
-	MustOnce(t, u)
-	MustOnce(t, u)
-	if st, err := u.Status(ctx); err != nil || st.ExceptionsWaiting != 0 || st.ExceptionsHeld != 0 {
-		t.Errorf("once HQ takes later contents: %+v, %v; want nothing waiting", st, err)
-	}
+	check("sent again", 0)
 }
 
 // TestRowsNotStarvedByExceptions: a backlog of exception changes with long details (the
@@ -1150,54 +799,26 @@ func (s *store) ParkedContents(terminal string, at time.Time, n int) ledger.Reco
 	return r
 }
 
-// olderHQWithoutParkedContents is the release before a key's later parked contents: it
-// takes parked events, refuses one with a sku (as its validation words it), and its
-// receipts do not say takes_parked_contents.
-func olderHQWithoutParkedContents() *olderHQ {
-	return &olderHQ{lacks: "takes_parked_contents", refuse: func(body []byte) (string, string, bool) {
-		var b hq.Batch
-		if json.Unmarshal(body, &b) != nil {
-			return "", "", false
-		}
-		for i, x := range b.Exceptions {
-			if x.Kind == hq.ExceptionParked && x.SKU != "" {
-				return serve.CodeBatchInvalid, fmt.Sprintf(
-					`exceptions[%d] (kind "parked" terminal %q seq %d sku %q): a parked exception has no sku`,
-					i, x.Terminal, x.Seq, x.SKU), true
-			}
-		}
-		return "", "", false
-	}}
-}
-
 // TestLaterParkedContentsReachHQ: a key reused with other content twice over has two
-// parked contents, each an exception of its own at HQ (the first with no sku, the second
-// under its hash). With HQ gone back to the release before such contents, the batch with
-// the second is refused once, its rows go again, the first content goes and the changes
-// wait at the second; once HQ takes them again, it goes.
+// parked contents, each an exception of its own at HQ: the first with no sku, the second
+// under its hash.
 func TestLaterParkedContentsReachHQ(t *testing.T) {
-	o := olderHQWithoutParkedContents()
-	s, st, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { o.h = h; return o })
+	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 
 	s.Sales(3, day0)
-	MustOnce(t, u) // HQ takes exceptions, parked events and their later contents
+	MustOnce(t, u)
 	s.ParkedContents("T8", day0.Add(time.Minute), 2)
 	want := inLedger(t, s.l)
 	if n := len(slices.DeleteFunc(slices.Clone(want), func(x string) bool { return !strings.HasPrefix(x, "parked T8:1 ") })); n != 2 {
 		t.Fatalf("the ledger holds %q, want two parked contents of T8:1", want)
 	}
-
-	o.older.Store(true)
 	s.Sales(2, day0.Add(time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := u.Once(ctx); err != nil {
-		t.Fatalf("upload to an HQ gone back a release, with a later parked content waiting: %v", err)
+	MustOnce(t, u)
+	if got, want := atHQ(t, st), inLedger(t, s.l); !slices.Equal(got, want) {
+		t.Fatalf("HQ holds %q, the ledger %q", got, want)
 	}
-	o.rowsWentAgain(t, s, st)
-	if got := atHQ(t, st); !slices.Contains(got, "parked T8:1  idempotency_conflict") || slices.Equal(got, want) {
-		t.Fatalf("the older HQ holds %q: want the first parked content of T8:1, not the second", got)
+	if rows, err := st.Rows(context.Background(), date0, testStore); err != nil || len(rows) != len(s.Outbox()) {
+		t.Errorf("%d rows at HQ of the ledger's %d (%v)", len(rows), len(s.Outbox()), err)
 	}
-	o.upgradedAgain(t, s, st, u, 2)
 }

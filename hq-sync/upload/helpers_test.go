@@ -335,7 +335,7 @@ func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil || b.V != hq.Version || b.Store != store || b.ID != idem ||
-		len(b.Rows) > hq.MaxBatchRows || len(b.Rows)+len(b.Days) == 0 {
+		len(b.Rows) > hq.MaxBatchRows || len(b.Rows)+len(b.Days)+len(b.Exceptions) == 0 {
 		h.problem("request %d: batch %s: %v (v %d, store %q/%q, id %q/%q, %d rows)", n, idem, err, b.V, b.Store,
 			store, b.ID, idem, len(b.Rows))
 		http.Error(w, "bad batch", http.StatusBadRequest)

@@ -29,9 +29,8 @@ const (
 	// FailOther: any other answer (200 without a receipt for the batch, a redirect).
 	FailOther = "other"
 	// FailResent: HQ refused the batch in a way the uploader mends itself by sending its
-	// rows again under a new id (an HQ gone back a release that does not know a field or
-	// an exception kind of the batch; a batch id HQ holds with other content). Nothing
-	// waits for an operator.
+	// rows again under a new id: HQ holds the batch id with other content (the state
+	// restored from a backup). Nothing waits for an operator.
 	FailResent = "resent"
 )
 
@@ -52,8 +51,8 @@ func newMetrics(reg prometheus.Registerer, u *Uploader) (*metrics, error) {
 		batches: counter("batches_sent_total", "Batches HQ acknowledged."),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "upload",
 			Name: "batch_failures_total", Help: "Failed sends of a batch, by reason: hq_down (no answer, 5xx, 408, " +
-				"429), hq_refused (another 4xx: the batch stays pending and later rows wait), resent (refused by an HQ gone " +
-				"back a release, or for a batch id it holds: its rows go again under a new id), other."},
+				"429), hq_refused (another 4xx: the batch stays pending and later rows wait), resent (refused for a batch " +
+				"id HQ holds with other content: its rows go again under a new id), other."},
 			[]string{"reason"}),
 		stepErrors: counter("step_errors_total", "Upload steps that failed before or after a send: the ledger or "+
 			"the state could not be read or written, or the ledger no longer holds the last row HQ acknowledged."),
@@ -126,10 +125,6 @@ var (
 	dayDesc      = desc("last_declared_day_timestamp_seconds", "Start (00:00, the store's time zone) of the latest business day HQ acknowledged the store's declaration of (absent until one).")
 	behindDesc   = desc("ledger_behind_hq", "1 while the ledger does not hold the last row HQ acknowledged (restored from an older backup, or another ledger): nothing is sent.")
 	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, seq gaps, their resolutions) HQ has not acknowledged.")
-	xHeldDesc    = prometheus.NewDesc(prometheus.BuildFQName("posgate", "upload", "exception_changes_held"),
-		"Exception changes held back until a receipt says HQ takes them, by what it must say: takes_exceptions (none go), "+
-			"takes_parked (those from the first change of a parked event on), takes_parked_contents (those from the first "+
-			"change of a key's later parked content on), takes_seq_gaps (those from the first change of a seq gap on).", []string{"until"}, nil)
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -138,7 +133,7 @@ type scraped struct{ u *Uploader }
 
 func (c *scraped) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc,
-		xWaitingDesc, xHeldDesc} {
+		xWaitingDesc} {
 		ch <- d
 	}
 }
@@ -190,11 +185,4 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(behindDesc, behind)
 	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
-	for _, until := range []string{HeldUntilExceptions, HeldUntilParked, HeldUntilParkedContents, HeldUntilSeqGaps} {
-		held := 0.0
-		if st.ExceptionsHeldUntil == until {
-			held = float64(st.ExceptionsHeld)
-		}
-		ch <- prometheus.MustNewConstMetric(xHeldDesc, prometheus.GaugeValue, held, until)
-	}
 }

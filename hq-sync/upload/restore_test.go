@@ -338,25 +338,6 @@ func TestSingleTillOfflineLong(t *testing.T) {
 	noLaterDayDeclared(t, dir, st, dateOf(20), "the store's only till last heard "+date0)
 }
 
-// TestLedgerWithoutHeartbeatsIndex: over a ledger its store-server has not migrated to 009
-// (events_heartbeats) yet, the uploader sends its rows as before. Reading the terminals for
-// the days without trade failed on it, and stopped every upload.
-func TestLedgerWithoutHeartbeatsIndex(t *testing.T) {
-	s, _, _, clk, cfg := restoreFixture(t)
-	raw, err := sql.Open("sqlite3", s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(`DROP INDEX events_heartbeats`); err != nil {
-		t.Fatal(err)
-	}
-	raw.Close()
-	s.Sales(3, at(0), "T1")
-	clk.Set(at(2).Add(time.Hour)) // 2 March had no trade
-	s.Sales(3, at(2), "T1")
-	MustOnce(t, MustNew(t, cfg)) // upload over a ledger before migration 009
-}
-
 // TestTillClockAheadLastEvent: the store's only till, its last event dated 2030 by a clock
 // gone forward, is cut off and sells offline. No later day is declared empty: a last event
 // ahead of the uploader's clock says nothing of when the till was last heard. It counted as

@@ -377,8 +377,8 @@ func TestDayDeclaredInParts(t *testing.T) {
 		t.Fatalf("%s declared at revision %d with %d txns, want 1 with 5", date1, rev, n)
 	}
 	inParts(nil)
-	// A batch names its parts apart from its whole declarations: an uploader of an earlier
-	// release on this state would take a day in its days as declared.
+	// A batch names its parts apart from its whole declarations: its receipt declares the
+	// days of its days whole (markSent), and a part's day only with its last part.
 	rows, err := u.state.R.QueryContext(ctx, `SELECT days, parts FROM batches WHERE parts <> '{}'`)
 	if err != nil {
 		t.Fatal(err)
@@ -602,74 +602,6 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	status()
 }
 
-// olderHQ answers, while older is set, as an hq-sync serve of an earlier release: it
-// refuses a batch that refuse finds it cannot take (with refuse's problem code and detail),
-// and its receipts leave out the field lacks.
-type olderHQ struct {
-	h       http.Handler
-	lacks   string
-	refuse  func(body []byte) (code, detail string, ok bool)
-	older   atomic.Bool
-	refused atomic.Int64
-}
-
-func (o *olderHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !o.older.Load() {
-		o.h.ServeHTTP(w, r)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if code, detail, ok := o.refuse(body); ok {
-		o.refused.Add(1)
-		problem(w, code, detail)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	serveWithout(w, r, o.h, o.lacks)
-}
-
-// olderHQWithoutParts is the release before declarations in parts: it refuses a batch with
-// a part (its strict decoding answers the first field it does not know), and its receipts
-// do not say that it takes them.
-func olderHQWithoutParts() *olderHQ {
-	return &olderHQ{lacks: "takes_day_parts", refuse: func(body []byte) (string, string, bool) {
-		return serve.CodeJSONInvalid, `unknown field "part"`, bytes.Contains(body, []byte(`"parts":`))
-	}}
-}
-
-// withoutWhile wraps HQ so that, while on is set, its receipts leave out field (serveWithout).
-func withoutWhile(on *atomic.Bool, field string) func(http.Handler) http.Handler {
-	return func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if on.Load() {
-				serveWithout(w, r, h, field)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	}
-}
-
-// serveWithout has h answer r, with field taken out of its receipt: what an HQ of a
-// release that does not know it answers.
-func serveWithout(w http.ResponseWriter, r *http.Request, h http.Handler, field string) {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, r)
-	var rc map[string]any
-	body := rec.Body.Bytes()
-	if rec.Code == http.StatusOK && json.Unmarshal(body, &rc) == nil {
-		delete(rc, field)
-		body, _ = json.Marshal(rc)
-	}
-	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
-	w.WriteHeader(rec.Code)
-	w.Write(body)
-}
-
 // problem answers 400 with a problem document as hq-sync serve writes one.
 func problem(w http.ResponseWriter, code, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -678,8 +610,8 @@ func problem(w http.ResponseWriter, code, detail string) {
 		Status: http.StatusBadRequest, Code: code, Detail: detail})
 }
 
-// refusingParts is HQ (its receipts say it takes parts) refusing, while on, every batch
-// that carries a part for something in it (a transaction it finds invalid, say).
+// refusingParts is HQ refusing, while on, every batch that carries a part for something in
+// it (a transaction it finds invalid, say).
 type refusingParts struct {
 	h       http.Handler
 	on      atomic.Bool
@@ -711,11 +643,9 @@ func refusePart(w http.ResponseWriter, r *http.Request, refused *atomic.Int64, c
 	return false
 }
 
-// TestPartRefusedForItsContent: a batch with a part that an HQ taking parts refuses for
-// something else than the part's fields is refused like any batch: it stays pending, loudly,
-// and is sent again as it is, rather than dropped as if HQ had gone back a release (which
-// would split the day again at the next receipt and be refused again, for ever, the day
-// never declared). Once HQ takes it, the day is declared.
+// TestPartRefusedForItsContent: a batch with a part that HQ refuses is refused like any
+// batch: it stays pending, loudly, and is sent again as it is; the rows after it wait.
+// Once HQ takes it, the day is declared.
 func TestPartRefusedForItsContent(t *testing.T) {
 	ctx := context.Background()
 	o := &refusingParts{}
@@ -730,9 +660,8 @@ func TestPartRefusedForItsContent(t *testing.T) {
 			t.Fatalf("Once: %v; want the batch with part 1 refused", err)
 		}
 		got, err := u.Status(ctx)
-		if err != nil || got.Pending == "" || (pending != "" && got.Pending != pending) || !u.hqTakesParts {
-			t.Fatalf("status %+v (%v), takes parts %v: want the same batch pending (%q), HQ still taking parts",
-				got, err, u.hqTakesParts, pending)
+		if err != nil || got.Pending == "" || (pending != "" && got.Pending != pending) {
+			t.Fatalf("status %+v (%v): want the same batch pending (%q)", got, err, pending)
 		}
 		pending = got.Pending
 		s.Sales(1, day1) // later rows wait behind the refused batch
@@ -745,129 +674,6 @@ func TestPartRefusedForItsContent(t *testing.T) {
 	checkHQDay(t, st, s, 1)
 	if got, err := u.Status(ctx); err != nil || got.Pending != "" || len(got.TooLarge) > 0 || len(got.InParts) > 0 {
 		t.Fatalf("status %+v (%v): want everything sent and declared", got, err)
-	}
-}
-
-// TestPendingPartBatchOfFirstRelease: a batch recorded by the first release with parts
-// names the day it declares in part among its whole declarations too; sent by this
-// release, its part decides: when HQ drops the part, the day is declared again, not taken
-// as declared by part 1.
-func TestPendingPartBatchOfFirstRelease(t *testing.T) {
-	ctx := context.Background()
-	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { return h })
-	u := MustNew(t, cfg)
-	u.dayLimit = 3000
-	u.hqTakesParts = true
-	withPart := func(id string) bool {
-		var parts string
-		if err := u.state.R.QueryRowContext(ctx, `SELECT parts FROM batches WHERE batch_id = ?`, id).Scan(&parts); err != nil {
-			t.Fatal(err)
-		}
-		return strings.Contains(parts, `"part":1,`)
-	}
-	u.afterRecord = func(id string) error {
-		if withPart(id) {
-			return errCrash
-		}
-		return nil
-	}
-	if err := u.Once(ctx); !errors.Is(err, errCrash) {
-		t.Fatalf("Once: %v; want the crash after recording part 1", err)
-	}
-	// What that release recorded: the part's day among the whole declarations too.
-	if _, err := u.state.W.ExecContext(ctx, `UPDATE batches SET days = ? WHERE state = 'pending'`,
-		`{"`+date0+`":1}`); err != nil {
-		t.Fatal(err)
-	}
-	u.afterRecord = nil
-	u.afterSend = func(string) error { return errCrash }
-	if err := u.Once(ctx); !errors.Is(err, errCrash) { // HQ holds part 1 in a draft
-		t.Fatalf("Once: %v; want the crash after sending part 1", err)
-	}
-	u.afterSend = nil
-	hqDB, err := sql.Open("sqlite3", filepath.Join(filepath.Dir(cfg.StatePath), "hq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hqDB.Close()
-	if _, err := hqDB.ExecContext(ctx, `DELETE FROM draft_txns; DELETE FROM day_drafts`); err != nil {
-		t.Fatal(err) // HQ loses its draft (its database restored, say)
-	}
-	// The old batch is marked sent (part 1 HQ no longer holds); HQ drops part 2, and the
-	// day goes again from a new part 1.
-	MustOnce(t, u)
-	checkHQDay(t, st, s, 1)
-}
-
-// TestDayInPartsWaitsForHQ: against an HQ that has not said it takes declarations in parts
-// (an earlier release, which would refuse a batch with a part and so hold back every row
-// after it), a day too large for one batch is left undeclared while its rows go; the first
-// receipt of an HQ that takes parts makes the day due again, and it is declared in parts.
-// HQ going back to the earlier release is seen at its next receipt: large days wait again.
-func TestDayInPartsWaitsForHQ(t *testing.T) {
-	ctx := context.Background()
-	o := olderHQWithoutParts()
-	o.older.Store(true)
-	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { o.h = h; return o })
-	u := MustNew(t, cfg)
-	u.dayLimit = 3000 // date0's 60 transactions take three parts
-	MustOnce(t, u)
-	if got, err := u.Status(ctx); err != nil || !slices.Equal(got.TooLarge, []string{date0}) || got.Backlog != 0 {
-		t.Fatalf("status %+v (%v): want the rows sent and %s too large to declare", got, err, date0)
-	}
-	if rev, _ := heldAt(t, st, date0); rev != 0 {
-		t.Fatalf("HQ holds %s at revision %d; want nothing", date0, rev)
-	}
-
-	// HQ is upgraded; a sale of date1 makes a batch, whose receipt says HQ takes parts.
-	o.older.Store(false)
-	s.Sales(1, day1)
-	MustOnce(t, u)
-	checkHQDay(t, st, s, 1)
-	if got, err := u.Status(ctx); err != nil || len(got.TooLarge) > 0 || len(got.InParts) > 0 {
-		t.Fatalf("status %+v (%v): want nothing too large or in parts", got, err)
-	}
-	// The state remembers it: a new uploader on it declares in parts at once.
-	u.Close()
-	u = MustNew(t, cfg)
-	u.dayLimit = 3000
-	if !u.hqTakesParts {
-		t.Fatal("a new uploader on the state does not know that HQ takes parts")
-	}
-
-	// HQ goes back while a large day (date1, declared whole at revision 1 above) is on its
-	// way in parts, just after part 1: it refuses part 2; the batch goes (HQ kept nothing of
-	// it), the day waits as too large, and the rows still go: a late sale of date0 reaches
-	// HQ, and date0, due again, waits as too large too.
-	before, beforeN := heldAt(t, st, date1) // revision 1 or 2: date1 may have been declared empty first
-	s.Sales(60, day1.Add(time.Hour))
-	u.afterSend = func(id string) error {
-		var parts string
-		err := u.state.R.QueryRowContext(ctx, `SELECT parts FROM batches WHERE batch_id = ?`, id).Scan(&parts)
-		if strings.Contains(parts, `"part":1,`) {
-			o.older.Store(true)
-		}
-		return err
-	}
-	MustOnce(t, u)
-	u.afterSend = nil
-	s.Sales(1, day0.Add(9*time.Hour))
-	MustOnce(t, u)
-	got, err := u.Status(ctx)
-	if err != nil || !slices.Equal(got.TooLarge, []string{date0, date1}) || got.Backlog != 0 || got.Pending != "" ||
-		len(got.InParts) > 0 || o.refused.Load() != 1 {
-		t.Fatalf("status %+v (%v), %d batches refused: want everything sent, %s and %s too large, one refused",
-			got, err, o.refused.Load(), date0, date1)
-	}
-	if rev, n := heldAt(t, st, date1); rev != before || n != beforeN || n != 1 {
-		t.Fatalf("HQ holds %s at revision %d with %d txns; want revision %d of 1 as before", date1, rev, n, before)
-	}
-	if rows, err := st.Rows(ctx, date0, testStore); err != nil || len(rows) != 61 {
-		t.Fatalf("HQ holds %d rows of %s (%v), want 61", len(rows), date0, err)
-	}
-	u.Close()
-	if u = MustNew(t, cfg); u.hqTakesParts {
-		t.Fatal("a new uploader on the state believes HQ still takes parts")
 	}
 }
 

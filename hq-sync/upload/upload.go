@@ -62,12 +62,6 @@ const (
 	DefaultRequestTimeout = 2 * time.Minute
 )
 
-// parkedProbeEvery is how often an uploader whose exception changes wait for HQ (no receipt
-// has said it takes exceptions, or the parked events among them) and that has nothing else
-// to send asks HQ with a batch of nothing: a store that sends no rows would otherwise never
-// read the receipt that says HQ takes them now.
-var parkedProbeEvery = time.Hour
-
 // batchBudget is how many body bytes the rows and days of one batch may take: the protocol
 // limit less room for the envelope fields.
 const batchBudget = hq.MaxBatchBytes - 64<<10
@@ -201,21 +195,11 @@ type Uploader struct {
 	ledgerFile os.FileInfo
 
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
-	// parkedWait is when the uploader, with nothing to send, last found or asked about
-	// exception changes that may wait at a parked event (see parkedProbeEvery; wall clock).
-	parkedWait time.Time
-	budget     int // body bytes the rows and days of a batch may take
-	dayLimit   int // body bytes a day declaration may take at most (HQ's limit); more go in parts
-	maxParts   int // parts a declaration may take at most (hq.MaxDayParts)
-
-	hqTakesParts      bool // a receipt said HQ takes declarations in parts (kv hq_takes_day_parts)
-	hqTakesExceptions bool // a receipt said HQ takes exceptions (kv hq_takes_exceptions)
-	hqTakesParked     bool // a receipt said HQ takes parked events among them (kv hq_takes_parked)
-	// a receipt said HQ takes a key's later parked contents (kv hq_takes_parked_contents)
-	hqTakesContents bool
-	hqTakesGaps     bool // a receipt said HQ takes seq gaps among the exceptions (kv hq_takes_seq_gaps)
-	prog            progress
-	met             *metrics // nil: none
+	budget    int       // body bytes the rows and days of a batch may take
+	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
+	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
+	prog      progress
+	met       *metrics // nil: none
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -292,11 +276,6 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if err := stateOf(kv, u.cfg.StatePath, u.cfg.Store); err != nil {
 		return err
 	}
-	u.hqTakesParts = kv["hq_takes_day_parts"] == "1"
-	u.hqTakesExceptions = kv["hq_takes_exceptions"] == "1"
-	u.hqTakesParked = kv["hq_takes_parked"] == "1"
-	u.hqTakesContents = kv["hq_takes_parked_contents"] == "1"
-	u.hqTakesGaps = kv["hq_takes_seq_gaps"] == "1"
 	through := atoi(kv["sent_through"])
 	if through == 0 {
 		return nil
@@ -566,15 +545,6 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(waiting) > 0 && !u.hqTakesParts {
-		// HQ stopped taking parts (went back a release): the parts waiting would be refused
-		// and hold back every row after them. Their days are due again, and wait as too
-		// large until HQ takes parts again.
-		if _, err := u.state.W.ExecContext(ctx, `DELETE FROM day_parts`); err != nil {
-			return nil, fmt.Errorf("build batch: %w", err)
-		}
-		waiting = nil
-	}
 	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	parts := map[string]partOf{} // the parts this batch carries
@@ -604,7 +574,6 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	var xFull bool        // more changes than one batch takes wait: the batch is due
 	var tooLarge []string // due days whose declaration HQ could not take even in parts
 	var split []splitDay  // due days too large for one batch, split into parts here
-	var probe bool        // a batch of nothing, to read whether HQ takes parked events now
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		// The ledger may have been restored from a backup under the running uploader, as it
 		// may before a start (claim): rows sold since took ids up to the watermark again, and
@@ -646,16 +615,6 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 				}
 				continue
 			}
-			if !u.hqTakesParts {
-				// An HQ of an earlier release would refuse the parts, and a refused batch
-				// holds back every row after it: the day waits for a receipt that says HQ
-				// takes parts.
-				u.log.Error("a day declaration is larger than one batch and HQ has not said it takes declarations in parts "+
-					"(upgrade hq-sync serve): the day is left undeclared for now; its rows are sent",
-					"business_date", d.BusinessDate, "bytes", n, "txns", len(d.Txns))
-				tooLarge = append(tooLarge, d.BusinessDate)
-				continue
-			}
 			// Too large for one batch: in parts, taken from this snapshot once.
 			ps, err := splitParts(d, u.dayLimit)
 			if err != nil {
@@ -683,63 +642,45 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if err != nil {
 			return err
 		}
-		if u.hqTakesExceptions {
-			changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions, u.hqTakesParked,
-				u.hqTakesContents, u.hqTakesGaps)
+		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+		if err != nil {
+			return err
+		}
+		// While rows wait, the exceptions take at most half of the room the days leave:
+		// a backlog of changes with long details (a manager resolving a day of oversells
+		// at once, a day of parked events) filled every batch, and the sales behind it
+		// waited for all of it to drain. Rows go in every batch, changes too.
+		xLimit := u.budget
+		if maxID > through {
+			xLimit = used + (u.budget-used)/2
+		}
+		xFull = full
+		for i := range changed {
+			x := &changed[i]
+			x.SKU = hq.EscapeSKU(x.SKU)
+			x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
+			js, err := json.Marshal(x)
 			if err != nil {
 				return err
 			}
-			// While rows wait, the exceptions take at most half of the room the days leave:
-			// a backlog of changes with long details (an upgraded ledger numbering every
-			// oversell it held, a day of parked events) filled every batch, and the sales
-			// behind it waited for all of it to drain. Rows go in every batch, changes too.
-			xLimit := u.budget
-			if maxID > through {
-				xLimit = used + (u.budget-used)/2
-			}
-			xFull = full
-			for i := range changed {
-				x := &changed[i]
-				x.SKU = hq.EscapeSKU(x.SKU)
-				x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
-				js, err := json.Marshal(x)
-				if err != nil {
-					return err
+			if used+len(js)+1 > xLimit && (len(xs) > 0 || len(out.Days) > 0) {
+				// The next batch takes the rest: every exception whose last change is up
+				// to the cursor is in this one (they come in change order).
+				if len(xs) > 0 {
+					last = xs[len(xs)-1].Change
 				}
-				if used+len(js)+1 > xLimit && (len(xs) > 0 || len(out.Days) > 0) {
-					// The next batch takes the rest: every exception whose last change is up
-					// to the cursor is in this one (they come in change order).
-					if len(xs) > 0 {
-						last = xs[len(xs)-1].Change
-					}
-					xFull = true
-					break
-				}
-				used += len(js) + 1
-				xs = append(xs, *x)
+				xFull = true
+				break
 			}
-			if len(xs) > 0 {
-				xCursor = last
-			}
+			used += len(js) + 1
+			xs = append(xs, *x)
+		}
+		if len(xs) > 0 {
+			xCursor = last
 		}
 		if maxID <= through && len(xs) == 0 {
 			u.firstSeen = time.Time{}
-			if (!u.hqTakesExceptions || !u.hqTakesParked || !u.hqTakesContents || !u.hqTakesGaps) &&
-				len(out.Days) == 0 {
-				// Nothing to send, and exception changes may wait for a receipt that says HQ
-				// takes them (or the parked events or seq gaps among them): ask HQ now and then.
-				if u.parkedWait.IsZero() {
-					u.parkedWait = time.Now()
-				}
-				if time.Since(u.parkedWait) >= parkedProbeEvery {
-					probe, err = r.ChangesWaiting(ctx, xThrough, u.hqTakesExceptions, u.hqTakesParked,
-						u.hqTakesContents, u.hqTakesGaps)
-					if !probe {
-						u.parkedWait = time.Now() // looked: the next look is the next interval's
-					}
-				}
-			}
-			return err
+			return nil
 		}
 		if u.firstSeen.IsZero() {
 			u.firstSeen = time.Now()
@@ -769,13 +710,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 	}
 	if len(out.Days) == 0 && len(rows) == 0 && len(xs) == 0 {
-		if !probe {
-			return nil, nil
-		}
-		u.parkedWait = time.Now()
-		u.log.Info("exception changes wait for a receipt that says HQ takes them; asking HQ with an empty batch",
-			"takes_exceptions", u.hqTakesExceptions, "takes_parked", u.hqTakesParked,
-			"takes_parked_contents", u.hqTakesContents, "takes_seq_gaps", u.hqTakesGaps)
+		return nil, nil
 	}
 
 	b := &batch{id: out.ID, lastID: through, dates: map[string]int{}, days: map[string]int64{}, parts: parts,
@@ -981,10 +916,7 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	}
 	seen, err := u.ledger.Terminals(ctx)
 	if err != nil {
-		// A ledger the store-server has not migrated yet (its heartbeats index, 009): no
-		// day is declared empty until it has; the rows go on.
-		u.log.Warn("the ledger's terminals cannot be read; no day without trade is declared", "err", err)
-		return nil, nil
+		return nil, fmt.Errorf("read the ledger's terminals: %w", err)
 	}
 	var out []undeclaredDay
 	for _, d := range missing {
@@ -1008,11 +940,9 @@ func (u *Uploader) emptyDays(ctx context.Context, today string) ([]undeclaredDay
 	return out, nil
 }
 
-// partOf is the part of a declaration in parts that a batch carries.
-//
-// A batch records its parts apart from its whole declarations (days): an uploader of an
-// earlier release, started on this state with a part's batch pending, takes the batch's
-// days as declared and knows nothing of parts.
+// partOf is the part of a declaration in parts that a batch carries. A batch records its
+// parts apart from its whole declarations (days): its receipt declares a day of its days,
+// and a day of its parts only with the last part.
 type partOf struct {
 	Revision int64 `json:"revision"`
 	Part     int   `json:"part"`
@@ -1226,11 +1156,6 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 		exec(`INSERT INTO days (business_date, sent_rows) VALUES (?, 0) ON CONFLICT (business_date) DO NOTHING`, date)
 	}
 	for date, rev := range b.days {
-		if _, part := b.parts[date]; part {
-			// A batch recorded by the first release with parts names a day it declares in
-			// part among its whole declarations too: the part below decides.
-			continue
-		}
 		if held, ok := rc.DaysHeld[date]; ok && held >= rev {
 			// HQ holds the day at this revision or a later one, declared by a state this one
 			// replaced: the day stays due, and its next declaration goes above HQ's.
@@ -1264,55 +1189,12 @@ func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, recei
 			}
 		}
 	}
-	switch {
-	case rc.TakesDayParts && !u.hqTakesParts:
-		// HQ takes declarations in parts (this state remembers it): the days left
-		// undeclared as too large for one batch are due again.
-		u.log.Info("HQ takes day declarations in parts")
-		exec(setTakesParts, "1")
-		exec(`UPDATE days SET skipped_rows = 0`)
-	case !rc.TakesDayParts && u.hqTakesParts:
-		// HQ went back to a release that refuses parts: no more parts go (build drops those
-		// waiting), until a receipt says otherwise again.
-		u.log.Warn("HQ no longer says it takes day declarations in parts; large days wait for it")
-		exec(setTakesParts, "0")
-	}
-	// What else HQ's receipt says it takes. When it no longer does (HQ went back to an
-	// earlier release), nothing of it goes until a receipt says otherwise again: exception
-	// changes wait from the last one HQ acknowledged, or at the first change of a parked
-	// event, of a key's later parked content, or of a seq gap, HQ has not.
-	for _, f := range []struct {
-		takes, took bool
-		set         string
-		now, gone   string
-	}{
-		{rc.TakesExceptions, u.hqTakesExceptions, setTakesExceptions, "HQ takes the ledger's exceptions",
-			"HQ no longer says it takes the ledger's exceptions; they wait for it"},
-		{rc.TakesParked, u.hqTakesParked, setTakesParked, "HQ takes the ledger's parked events among its exceptions",
-			"HQ no longer says it takes parked events; the exception changes wait at the first one"},
-		{rc.TakesParkedContents, u.hqTakesContents, setTakesContents,
-			"HQ takes a key's later parked contents among its exceptions",
-			"HQ no longer says it takes a key's later parked contents; the exception changes wait at the first one"},
-		{rc.TakesSeqGaps, u.hqTakesGaps, setTakesGaps, "HQ takes the ledger's seq gaps among its exceptions",
-			"HQ no longer says it takes seq gaps; the exception changes wait at the first one"},
-	} {
-		switch {
-		case f.takes && !f.took:
-			u.log.Info(f.now)
-			exec(f.set, "1")
-		case !f.takes && f.took:
-			u.log.Warn(f.gone)
-			exec(f.set, "0")
-		}
-	}
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("mark batch %s sent: %w", b.id, err)
 	}
-	u.hqTakesParts, u.hqTakesExceptions, u.hqTakesParked = rc.TakesDayParts, rc.TakesExceptions, rc.TakesParked
-	u.hqTakesContents, u.hqTakesGaps = rc.TakesParkedContents, rc.TakesSeqGaps
 	return nil
 }
 
@@ -1356,70 +1238,6 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ferr := u.followLedger(ctx); ferr != nil && ctx.Err() == nil {
 			log.Warn("cannot open the ledger's new file", "err", ferr)
 		}
-		if se != nil && se.refused && b.xThrough > 0 && fieldUnknown(se, "exceptions") {
-			// As for parts below: an HQ gone back to a release without exceptions kept
-			// nothing of the batch; its rows go again without them.
-			log.Warn("HQ refused a batch with the ledger's exceptions; sending its rows again without them "+
-				"until HQ takes them", "status", se.status, "answer", se.body)
-			u.met.resent()
-			if err := u.dropBatch(ctx, b, setTakesExceptions, "0"); err != nil {
-				return err
-			}
-			u.hqTakesExceptions = false
-			return nil
-		}
-		if se != nil && se.refused && b.xThrough > 0 && parkedRefused(se) {
-			// A batch built while HQ's receipts said it takes parked events, refused by an HQ
-			// gone back to the release before them (it takes exceptions, not that kind). HQ
-			// kept nothing of it: its rows go again, and the exception changes wait at the
-			// first parked event's until a receipt says takes_parked again. Kept pending, it
-			// would hold back every later row for good.
-			log.Warn("HQ refused a batch with parked events among its exceptions; sending its rows again and "+
-				"holding the exception changes at the first parked event's until HQ takes them",
-				"status", se.status, "answer", se.body)
-			u.met.resent()
-			if err := u.dropBatch(ctx, b, setTakesParked, "0"); err != nil {
-				return err
-			}
-			u.hqTakesParked = false
-			return nil
-		}
-		if se != nil && se.refused && b.xThrough > 0 && contentsRefused(se) {
-			// The same, for an HQ of the release before a key's later parked contents (it
-			// takes parked events with no sku only).
-			log.Warn("HQ refused a batch with a key's later parked contents among its exceptions; sending its "+
-				"rows again and holding the exception changes at the first one until HQ takes them",
-				"status", se.status, "answer", se.body)
-			u.met.resent()
-			if err := u.dropBatch(ctx, b, setTakesContents, "0"); err != nil {
-				return err
-			}
-			u.hqTakesContents = false
-			return nil
-		}
-		if se != nil && se.refused && b.xThrough > 0 && gapsRefused(se) {
-			// The same, for an HQ of the release before seq gaps (it takes every other kind).
-			log.Warn("HQ refused a batch with a seq gap among its exceptions; sending its rows again and holding "+
-				"the exception changes at the first seq gap until HQ takes them", "status", se.status, "answer", se.body)
-			u.met.resent()
-			if err := u.dropBatch(ctx, b, setTakesGaps, "0"); err != nil {
-				return err
-			}
-			u.hqTakesGaps = false
-			return nil
-		}
-		if se != nil && se.refused && len(b.parts) > 0 && fieldUnknown(se, "part", "parts", "split") {
-			// A part refused as an unknown field: an HQ gone back to a release that does not
-			// know parts. HQ kept nothing of the batch, so it goes: its rows go again in the
-			// next batch, under a new id, and large days wait until HQ says it takes parts
-			// again. Any other refusal of a batch with a part is a refusal like any other
-			// (below): taken as HQ going back, it would drop the part, split the day again at
-			// the next receipt and be refused again, for ever, with the day never declared.
-			log.Warn("HQ refused a batch with a part of a day's declaration; sending its rows again without it "+
-				"and holding large days until HQ takes parts", "status", se.status, "answer", se.body)
-			u.met.resent()
-			return u.dropPartsBatch(ctx, b)
-		}
 		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == serve.CodeBatchIDReused {
 			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
 				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
@@ -1451,70 +1269,6 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// fieldUnknown reports whether HQ refused a batch because one of fields is unknown to it: a
-// problem document with code json_invalid naming it, as the serve of a release from before
-// the field answers.
-func fieldUnknown(se *sendError, fields ...string) bool {
-	if se.status != http.StatusBadRequest || se.code != serve.CodeJSONInvalid {
-		return false
-	}
-	for _, f := range fields {
-		if strings.Contains(se.detail, `unknown field "`+f+`"`) {
-			return true
-		}
-	}
-	return false
-}
-
-// parkedRefused reports whether HQ refused a batch for an exception of kind parked, as the
-// serve of a release from before parked events answers one: batch_invalid, and the kind
-// "is not oversell or refund".
-func parkedRefused(se *sendError) bool {
-	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
-		strings.Contains(se.detail, `kind "`+hq.ExceptionParked+`" is not oversell or refund`)
-}
-
-// contentsRefused reports whether HQ refused a batch for a parked exception with a sku, as
-// the serve of a release from before a key's later parked contents answers one.
-func contentsRefused(se *sendError) bool {
-	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
-		strings.Contains(se.detail, "a "+hq.ExceptionParked+" exception has no sku")
-}
-
-// gapsRefused reports whether HQ refused a batch for an exception of kind seq_gap, as the
-// serve of a release from before seq gaps answers one (its kinds named after the kind).
-func gapsRefused(se *sendError) bool {
-	return se.status == http.StatusBadRequest && se.code == serve.CodeBatchInvalid &&
-		strings.Contains(se.detail, `kind "`+hq.ExceptionSeqGap+`" is not oversell`)
-}
-
-// setTakesGaps records whether HQ takes seq gaps among the exceptions ('1' or '0').
-const setTakesGaps = `INSERT INTO kv (k, v) VALUES ('hq_takes_seq_gaps', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
-
-// setTakesContents records whether HQ takes a key's later parked contents ('1' or '0').
-const setTakesContents = `INSERT INTO kv (k, v) VALUES ('hq_takes_parked_contents', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
-
-// setTakesParts records whether HQ takes declarations in parts ('1' or '0').
-const setTakesParts = `INSERT INTO kv (k, v) VALUES ('hq_takes_day_parts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
-
-// setTakesParked records whether HQ takes parked events among the exceptions ('1' or '0').
-const setTakesParked = `INSERT INTO kv (k, v) VALUES ('hq_takes_parked', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
-
-// setTakesExceptions records whether HQ takes exceptions ('1' or '0').
-const setTakesExceptions = `INSERT INTO kv (k, v) VALUES ('hq_takes_exceptions', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`
-
-// dropPartsBatch forgets pending batch b, which HQ refused and kept nothing of, and notes
-// that HQ does not take parts (so the next build drops the parts waiting). Its id is not
-// used again (the batch counter has moved past it); its rows are after the watermark
-// still, and go again.
-func (u *Uploader) dropPartsBatch(ctx context.Context, b *batch) error {
-	if err := u.dropBatch(ctx, b, setTakesParts, "0"); err != nil {
-		return err
-	}
-	u.hqTakesParts = false
-	return nil
 }
 
 // newSeries forgets pending batch b, whose id HQ holds with other content, and starts a
@@ -1590,8 +1344,8 @@ type sendError struct {
 	refused    bool // a 4xx other than 408 and 429: sending it again as it is fails again
 	badReceipt bool // 200 without a receipt for this batch
 	retryAfter time.Duration
-	// The code and detail of HQ's problem document, if the answer is one.
-	code, detail string
+	// The code of HQ's problem document, if the answer is one.
+	code string
 }
 
 func (e *sendError) Error() string {
@@ -1636,11 +1390,10 @@ func (u *Uploader) post(ctx context.Context, b *batch) (hq.Receipt, []byte, erro
 			se.retryAfter = time.Duration(s) * time.Second
 		}
 		var p struct {
-			Code   string `json:"code"`
-			Detail string `json:"detail"`
+			Code string `json:"code"`
 		}
 		if json.Unmarshal(raw, &p) == nil {
-			se.code, se.detail = p.Code, p.Detail
+			se.code = p.Code
 		}
 		return rec, nil, se
 	}
@@ -1674,40 +1427,20 @@ type Status struct {
 	LastError      string    `json:"last_error,omitempty"`
 	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
 	// Batches is how many batches HQ acknowledged to this state, across its batch series
-	// (kv batches_sent; the batch counter of its series for a state an uploader of an earlier
-	// release keeps).
+	// (kv batches_sent).
 	Batches int64 `json:"batches"`
 	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
 	// acknowledged (after kv exceptions_through).
 	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
-	// ExceptionsHeld is how many of them are held back until a receipt says HQ takes them,
-	// and ExceptionsHeldUntil what it must say: HeldUntilExceptions (none go) or
-	// HeldUntilParked (those from the first change of a parked event on) or
-	// HeldUntilParkedContents (those from the first change of a key's later parked content
-	// on) or HeldUntilSeqGaps (those from the first change of a seq gap on); when changes
-	// wait for more than one, the reason of the earliest change held.
-	ExceptionsHeld      int64  `json:"exception_changes_held,omitempty"`
-	ExceptionsHeldUntil string `json:"exception_changes_held_until,omitempty"`
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
-	// TooLarge lists the business dates left undeclared because their declaration is
-	// larger than one batch and HQ has not yet said it takes declarations in parts, or
-	// would take more than hq.MaxDayParts parts.
+	// TooLarge lists the business dates left undeclared because their declaration would
+	// take more than hq.MaxDayParts parts.
 	TooLarge []string `json:"too_large_to_declare,omitempty"`
 	// InParts lists the days being declared in parts, by business date: HQ takes the
 	// revision only once it has every part.
 	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
 }
-
-// Why exception changes are held back (Status.ExceptionsHeldUntil): the receipt field they
-// wait for.
-const (
-	HeldUntilExceptions = "takes_exceptions" // no receipt has said HQ takes exceptions
-	HeldUntilParked     = "takes_parked"     // HQ takes exceptions, and has not said parked events
-	// HQ takes parked events, and has not said a key's later parked contents (those with a sku)
-	HeldUntilParkedContents = "takes_parked_contents"
-	HeldUntilSeqGaps        = "takes_seq_gaps" // HQ takes exceptions, and has not said seq gaps
-)
 
 // PartsSent is how far a declaration in parts has gone.
 type PartsSent struct {
@@ -1779,9 +1512,6 @@ func stateOf(kv map[string]string, path, store string) error {
 func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s Status, after int64, _ error) {
 	s.SentThrough = atoi(kv["sent_through"])
 	s.Batches = atoi(kv["batches_sent"])
-	if _, ok := kv["batches_sent"]; !ok {
-		s.Batches = atoi(kv["next_batch"]) // a state not migrated yet (its uploader of an earlier release runs)
-	}
 	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		var err error
 		if after, s.LedgerBehindHQ, err = backlogFrom(ctx, state, r, s.SentThrough, kv["sent_key"]); err != nil {
@@ -1790,31 +1520,8 @@ func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *led
 		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
 			return err
 		}
-		c, err := r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
-		if err != nil {
-			return err
-		}
-		s.ExceptionsWaiting = c.All
-		if c.All > 0 && kv["hq_takes_exceptions"] != "1" {
-			s.ExceptionsHeld, s.ExceptionsHeldUntil = c.All, HeldUntilExceptions
-			return nil
-		}
-		// The changes wait at the earliest change HQ does not take: the one with the most
-		// changes from it on.
-		for _, h := range []struct {
-			from  int64
-			taken bool
-			until string
-		}{
-			{c.FromParked, kv["hq_takes_parked"] == "1", HeldUntilParked},
-			{c.FromContents, kv["hq_takes_parked_contents"] == "1", HeldUntilParkedContents},
-			{c.FromGaps, kv["hq_takes_seq_gaps"] == "1", HeldUntilSeqGaps},
-		} {
-			if h.from > s.ExceptionsHeld && !h.taken {
-				s.ExceptionsHeld, s.ExceptionsHeldUntil = h.from, h.until
-			}
-		}
-		return nil
+		s.ExceptionsWaiting, err = r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		return err
 	})
 	if err != nil {
 		return s, after, err
@@ -1928,13 +1635,6 @@ func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through
 
 // readInParts reads how far each declaration in parts has gone (nil: none).
 func readInParts(ctx context.Context, state *sql.DB) (map[string]PartsSent, error) {
-	// A state an uploader of an earlier release keeps (the store-server reads it while that
-	// uploader still runs) has no day_parts yet.
-	var tables int
-	if err := state.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'day_parts'`).
-		Scan(&tables); err != nil || tables == 0 {
-		return nil, err
-	}
 	rows, err := state.QueryContext(ctx, `SELECT business_date, revision, min(part) - 1, parts FROM day_parts
 		GROUP BY business_date`)
 	if err != nil {

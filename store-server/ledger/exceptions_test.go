@@ -3,40 +3,27 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/schema"
 )
 
-// exceptionsAfter reads the exception changes after afterID through the uploader's reader,
-// for an HQ that takes parked events.
-func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) ([]hq.Exception, int64) {
-	t.Helper()
-	xs, last, _ := exceptionsFor(t, l, afterID, limit, true)
-	return xs, last
-}
-
-// exceptionsFor reads the exception changes after afterID through the uploader's reader, for
-// an HQ that takes parked events or not.
-func exceptionsFor(t *testing.T, l *Ledger, afterID int64, limit int, parked bool) (xs []hq.Exception, last int64, full bool) {
+// exceptionsAfter reads the exception changes after afterID through the uploader's reader.
+func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) (xs []hq.Exception, last int64) {
 	t.Helper()
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
-		xs, last, full, err = r.ExceptionsAfter(context.Background(), afterID, limit, parked, parked, parked)
+		xs, last, _, err = r.ExceptionsAfter(context.Background(), afterID, limit)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return xs, last, full
+	return xs, last
 }
 
 // brief is an exception in a line, for comparing.
@@ -110,8 +97,7 @@ func TestExceptionsAfter(t *testing.T) {
 }
 
 // TestParkedEventsAreExceptions: a parked event is an exception HQ hears of, with what the
-// till took; redelivered, it is not a change; resolved, it is. For an HQ that does not take parked events, the changes
-// wait at the first parked event's.
+// till took; redelivered, it is not a change; resolved, it is.
 func TestParkedEventsAreExceptions(t *testing.T) {
 	ctx := context.Background()
 	l := MustOpen(t, day)
@@ -137,15 +123,6 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 		t.Errorf("the parked garble: detail %q at %v", d, xs[2].At)
 	}
 
-	// An HQ that does not take parked events gets the oversell, and then nothing more.
-	if xs, l2, full := exceptionsFor(t, l, 0, 2, false); !slices.Equal(briefs(xs), want[:1]) || l2 != xs[0].Change || full {
-		t.Errorf("changes for an HQ without parked events: %q, last %d, full %v; want %q, its change, not full",
-			briefs(xs), l2, full, want[:1])
-	}
-	if xs, l2, _ := exceptionsFor(t, l, want0(t, l), 100, false); len(xs) != 0 || l2 != want0(t, l) {
-		t.Errorf("changes after the oversell for an HQ without parked events: %q, last %d", briefs(xs), l2)
-	}
-
 	MustCommit(t, l, bad, garbled) // redelivered, parked again as they were
 	if xs, _ := exceptionsAfter(t, l, last, 100); len(xs) != 0 {
 		t.Errorf("parked again as they were: changes %q", briefs(xs))
@@ -157,13 +134,6 @@ func TestParkedEventsAreExceptions(t *testing.T) {
 	if got, want := briefs(xs), []string{"parked T1:1  " + dayDate + " payload_invalid resolved: voided with the customer"}; !slices.Equal(got, want) {
 		t.Errorf("after the resolution: %q, want %q", got, want)
 	}
-}
-
-// want0 is the change number of the ledger's first exception change.
-func want0(t *testing.T, l *Ledger) int64 {
-	t.Helper()
-	xs, _ := exceptionsAfter(t, l, 0, 1)
-	return xs[0].Change
 }
 
 // TestUnchangedExceptionsAreNotRenumbered: each refund of a sale holds every refund of the
@@ -210,86 +180,5 @@ func TestChangeNumbersFromTheClock(t *testing.T) {
 	}
 	if len(ids) != 2 || ids[0] < before-1000 || ids[1] <= ids[0] {
 		t.Fatalf("change numbers %v: want them from the clock (µs, from %d), growing", ids, before)
-	}
-}
-
-// migrationsBefore returns the store's migrations whose names sort before name: a ledger
-// as an earlier release left it.
-func migrationsBefore(t *testing.T, name string) fstest.MapFS {
-	t.Helper()
-	out := fstest.MapFS{}
-	entries, err := fs.ReadDir(schema.Store(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() >= name {
-			break
-		}
-		b, err := fs.ReadFile(schema.Store(), e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = &fstest.MapFile{Data: b}
-	}
-	return out
-}
-
-// TestReaderOfALedgerBefore016: the uploader may be upgraded before its store-server, and
-// reads the ledger as the earlier release left it: refund exceptions without column
-// earlier are read all the same.
-func TestReaderOfALedgerBefore016(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "016")
-	for _, q := range []string{
-		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
-		`INSERT INTO refund_exceptions (terminal, seq, code, detail, at, business_date)
-			VALUES ('T2', 9, 'refund_exceeds_sale', 'line 1: 2 returned of 1 sold', '2025-03-01T11:00:00+08:00', '2025-03-01')`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l, err := OpenReader(ctx, path, testStore, shanghai)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	xs, _ := exceptionsAfter(t, l, 0, 100)
-	if len(xs) != 1 || xs[0].Detail != "line 1: 2 returned of 1 sold" || xs[0].Code != CodeRefundExceedsSale {
-		t.Fatalf("exceptions of a ledger before 016: %+v", xs)
-	}
-}
-
-// TestReaderOfALedgerBefore020: the uploader may be upgraded before its store-server, and
-// reads a ledger migrated through 019 only: its parked events (one per key, no column sku)
-// are read as they stand, and a ledger with one parked did not stop every batch at "no such
-// column".
-func TestReaderOfALedgerBefore020(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "020")
-	for _, q := range []string{
-		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
-		`INSERT INTO parked (terminal, seq, kind, code, message, payload, at, parked_ms, business_date)
-			VALUES ('T1', 5, 'sale', 'payload_invalid', 'bad', x'', '2025-03-02T02:00:00Z', 1, '2025-03-02')`,
-		`UPDATE parked SET resolved = 1, resolved_at = '2025-03-02T03:00:00Z', resolution = 'entered again'`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l, err := OpenReader(ctx, path, testStore, shanghai)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	xs, _ := exceptionsAfter(t, l, 0, 100)
-	if got, want := briefs(xs), []string{"parked T1:5  2025-03-02 payload_invalid resolved: entered again"}; !slices.Equal(got, want) ||
-		!xs[0].Resolved || xs[0].Resolution != "entered again" {
-		t.Fatalf("exceptions of a ledger before 020: %q %+v; want %q, resolved", got, xs, want)
 	}
 }

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,10 +12,9 @@ import (
 
 // TestSeqGapIsAnException: a seq gap the store records is an exception change of kind
 // seq_gap (key: terminal, from_seq, no sku), read for HQ under the business date of the
-// event after it, saying which seqs are lacking and why; the reader of an HQ that does not
-// take seq gaps stops before it, and the counts say the changes from it on wait. HQ heard
-// nothing of a gap: the till's day close differed from the store's rows with nothing to say
-// why.
+// event after it, saying which seqs are lacking and why, and counted among the changes
+// waiting. HQ heard nothing of a gap: the till's day close differed from the store's rows
+// with nothing to say why.
 func TestSeqGapIsAnException(t *testing.T) {
 	ctx := context.Background()
 	// The store hears of the events two days on (the till was offline), at 07:00 store time:
@@ -34,33 +32,15 @@ func TestSeqGapIsAnException(t *testing.T) {
 	var all []hq.Exception
 	err := l.ViewHQ(ctx, func(r *HQReader) error {
 		var err error
-		if all, _, _, err = r.ExceptionsAfter(ctx, 0, 100, true, true, true); err != nil {
+		if all, _, _, err = r.ExceptionsAfter(ctx, 0, 100); err != nil {
 			return err
 		}
-		held, _, _, err := r.ExceptionsAfter(ctx, 0, 100, true, true, false)
+		n, err := r.ExceptionChangesAfter(ctx, 0)
 		if err != nil {
 			return err
 		}
-		if len(held) != 0 {
-			t.Errorf("an HQ without seq gaps is sent %q", briefs(held))
-		}
-		c, err := r.ExceptionChangesAfter(ctx, 0)
-		if err != nil {
-			return err
-		}
-		if c.All != 2 || c.FromGaps != 2 || c.FromParked != 0 {
-			t.Errorf("change counts %+v, want 2, both from the first seq gap on", c)
-		}
-		for _, w := range []struct {
-			gaps, want bool
-		}{{false, true}, {true, false}} {
-			got, err := r.ChangesWaiting(ctx, 0, true, true, true, w.gaps)
-			if err != nil {
-				return err
-			}
-			if got != w.want {
-				t.Errorf("changes waiting with HQ taking seq gaps %v: %v, want %v", w.gaps, got, w.want)
-			}
+		if n != 2 {
+			t.Errorf("%d exception changes, want 2", n)
 		}
 		return nil
 	})
@@ -89,47 +69,5 @@ func TestSeqGapIsAnException(t *testing.T) {
 	xs, _ := exceptionsAfter(t, l, 0, 100)
 	if len(xs) != 2 || xs[0].BusinessDate != "2025-03-03" {
 		t.Errorf("a gap whose event has no date: %q, want it under 2025-03-03", briefs(xs))
-	}
-}
-
-// TestReaderOfALedgerBefore022: the uploader may be upgraded before its store-server, and
-// reads a ledger migrated through 021 that has recorded a gap: there is no change of it to
-// read, and reading goes on. Migration 022 then makes the gap a change, once.
-func TestReaderOfALedgerBefore022(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := openBefore(t, path, "022")
-	for _, q := range []string{
-		`INSERT INTO meta (k, v) VALUES ('store_id', '` + testStore + `')`,
-		`INSERT INTO seq_gaps (terminal, from_seq, to_seq, at_ms, reason) VALUES ('T1', 3, 7, 1740794400000, 'restored')`,
-	} {
-		if _, err := db.W.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	l, err := OpenReader(ctx, path, testStore, shanghai)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if xs, _ := exceptionsAfter(t, l, 0, 100); len(xs) != 0 {
-		t.Errorf("exceptions of a ledger before 022: %q, want none", briefs(xs))
-	}
-	err = l.ViewHQ(ctx, func(r *HQReader) error {
-		c, err := r.ExceptionChangesAfter(ctx, 0)
-		if err == nil && c != (ChangeCounts{}) {
-			t.Errorf("change counts of a ledger before 022: %+v, want none", c)
-		}
-		return err
-	})
-	l.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	w := mustOpenAt(t, path, day) // the store-server upgraded: 022 runs
-	xs, _ := exceptionsAfter(t, w, 0, 100)
-	if got, want := briefs(xs), []string{"seq_gap T1:3  2025-03-01 restored"}; !slices.Equal(got, want) {
-		t.Fatalf("exceptions after 022: %q, want %q", got, want)
 	}
 }

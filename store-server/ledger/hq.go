@@ -349,45 +349,23 @@ const (
 		WHERE terminal = ? AND seq = ? AND sku = ?`
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
-	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
-		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND sku = ?`
-	// selParkedState019 reads a ledger its store-server has not migrated to 020 yet: one
-	// parked row per key, every one HQ's sku ''.
-	selParkedState019 = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date,
-		parked_ms FROM parked WHERE terminal = ? AND seq = ? AND ? = ''`
-	// selSeqGapState reads a seq gap (migration 022 makes its changes), with the business
-	// date of the event after it.
+	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date
+		FROM parked WHERE terminal = ? AND seq = ? AND sku = ?`
+	// selSeqGapState reads a seq gap, with the business date of the event after it.
 	selSeqGapState = `SELECT g.to_seq, g.at_ms, g.reason, coalesce((SELECT e.business_date FROM events e
 		WHERE e.terminal = g.terminal AND e.seq = g.to_seq + 1), '') FROM seq_gaps g
 		WHERE g.terminal = ? AND g.from_seq = ? AND ? = ''`
-	// selRefundExceptionState015 reads a ledger its store-server has not migrated to 016 yet.
-	selRefundExceptionState015 = `SELECT code, detail, at, resolved, resolved_at, resolution FROM refund_exceptions
-		WHERE terminal = ? AND seq = ?`
 )
 
 // ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines,
-// refund exceptions, parked events and seq gaps) after change number afterID, in order, and returns the state each
-// exception they name holds now, as an hq.Exception whose Change is the exception's last
-// change read (an exception deleted since is Withdrawn), ordered by Change; the last
-// change number read (afterID when there is none); and whether it read limit changes (more
-// may follow). An exception changed again after the
-// changes read is returned as it is now: its later change sends the same state again.
-//
-// Unless parked (HQ takes parked events), reading stops before the first change of a parked
-// event: the changes after it wait until HQ takes them, in order. Unless contents too (HQ
-// takes a key's later parked contents, those with a sku: migration 020), it stops before
-// the first change of such a content. Unless gaps (HQ takes seq gaps: migration 022), it
-// stops before the first change of a seq gap.
-//
-// A ledger its store-server has not migrated yet (the uploader may be upgraded first) has no
-// changes to read (before migration 014), or its refund exceptions without column earlier
-// (before 016).
-func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int, parked, contents, gaps bool) (
+// refund exceptions, parked events and seq gaps) after change number afterID, in order,
+// and returns the state each exception they name holds now, as an hq.Exception whose
+// Change is the exception's last change read (an exception deleted since is Withdrawn),
+// ordered by Change; the last change number read (afterID when there is none); and whether
+// it read limit changes (more may follow). An exception changed again after the changes
+// read is returned as it is now: its later change sends the same state again.
+func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
 	xs []hq.Exception, last int64, full bool, err error) {
-	stateOfRefund, err := r.refundStateQuery(ctx)
-	if err != nil || stateOfRefund == "" {
-		return nil, afterID, false, err
-	}
 	last = afterID
 	read := 0
 	byKey := map[string]int{}
@@ -396,10 +374,6 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		var x hq.Exception
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
-		}
-		if x.Kind == hq.ExceptionParked && (!parked || x.SKU != "" && !contents) ||
-			x.Kind == hq.ExceptionSeqGap && !gaps {
-			return errWaitForHQ
 		}
 		last = x.Change
 		read++
@@ -411,116 +385,31 @@ func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int
 		out = append(out, x)
 		return nil
 	})
-	waits := errors.Is(err, errWaitForHQ)
-	if err != nil && !waits {
+	if err != nil {
 		return nil, 0, false, fmt.Errorf("exception changes: %w", err)
 	}
 	for i := range out {
-		if err := r.exceptionState(ctx, &out[i], stateOfRefund); err != nil {
+		if err := r.exceptionState(ctx, &out[i]); err != nil {
 			return nil, 0, false, fmt.Errorf("exception %s: %w", out[i].Key(), err)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Change < out[j].Change })
-	return out, last, read == limit && !waits, nil
+	return out, last, read == limit, nil
 }
 
-// ChangesWaiting reports whether the ledger holds an exception change after change number
-// afterID that an uploader holds back: any change; with exceptionsTaken (HQ takes
-// exceptions, not parked events) a change of a parked event; with parkedTaken too (HQ takes
-// parked events) and without contentsTaken a change of a parked content with a sku; with
-// exceptionsTaken and without gapsTaken a change of a seq gap. A ledger without exception
-// changes holds none.
-func (r *HQReader) ChangesWaiting(ctx context.Context, afterID int64, exceptionsTaken, parkedTaken, contentsTaken,
-	gapsTaken bool) (bool, error) {
-	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
-		return false, err
+// ExceptionChangesAfter counts the ledger's exception changes after change number afterID:
+// those an uploader whose receipts acknowledged changes through afterID has yet to send.
+func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (int64, error) {
+	var n int64
+	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM exception_changes WHERE id > ?`, afterID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("exception changes after %d: %w", afterID, err)
 	}
-	var n int
-	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM exception_changes
-		WHERE id > ?1 AND (NOT ?2 OR kind = 'parked' AND (NOT ?3 OR NOT ?4 AND sku <> '')
-			OR kind = 'seq_gap' AND NOT ?5) LIMIT 1)`,
-		afterID, exceptionsTaken, parkedTaken, contentsTaken, gapsTaken).Scan(&n); err != nil {
-		return false, fmt.Errorf("exception changes waiting: %w", err)
-	}
-	return n > 0, nil
-}
-
-// ExceptionChangesAfter counts the ledger's exception changes after change number afterID
-// (All), how many of them are from the first change of a parked event on (FromParked), how
-// many from the first change of a parked content with a sku (a key's later content,
-// migration 020) on (FromContents), and how many from the first change of a seq gap
-// (migration 022) on (FromGaps): the changes an uploader holds back while HQ has not said
-// it takes exceptions, parked events, a key's later parked contents, or seq gaps. A ledger
-// without exception changes holds none.
-func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (ChangeCounts, error) {
-	var c ChangeCounts
-	if q, err := r.refundStateQuery(ctx); err != nil || q == "" {
-		return c, err
-	}
-	err := r.tx.QueryRowContext(ctx, `SELECT count(*),
-		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked')), 0),
-		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'parked' AND sku <> '')), 0),
-		coalesce(sum(id >= (SELECT min(id) FROM exception_changes WHERE id > ?1 AND kind = 'seq_gap')), 0)
-		FROM exception_changes WHERE id > ?1`, afterID).Scan(&c.All, &c.FromParked, &c.FromContents, &c.FromGaps)
-	if err != nil {
-		return ChangeCounts{}, fmt.Errorf("exception changes after %d: %w", afterID, err)
-	}
-	return c, nil
-}
-
-// ChangeCounts is what ExceptionChangesAfter counts.
-type ChangeCounts struct {
-	All, FromParked, FromContents, FromGaps int64
-}
-
-// errWaitForHQ stops ExceptionsAfter at a change HQ does not take.
-var errWaitForHQ = errors.New("an exception change HQ does not take")
-
-// refundStateQuery returns the query of a refund exception's state for the ledger's
-// migrations, or "" before 014 (no exception changes). The ledger is probed only until it
-// is found at 016: the uploader polls, and migrations only add.
-func (r *HQReader) refundStateQuery(ctx context.Context) (string, error) {
-	if r.l.migrated016.Load() {
-		return selRefundExceptionState, nil
-	}
-	var changes, earlier int
-	err := r.tx.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'exception_changes'),
-		(SELECT count(*) FROM pragma_table_info('refund_exceptions') WHERE name = 'earlier')`).Scan(&changes, &earlier)
-	switch {
-	case err != nil:
-		return "", err
-	case changes == 0:
-		return "", nil
-	case earlier == 0:
-		return selRefundExceptionState015, nil
-	}
-	r.l.migrated016.Store(true)
-	return selRefundExceptionState, nil
-}
-
-// parkedStateQuery returns the query of a parked content's state for the ledger's
-// migrations: a ledger before 020 (the uploader upgraded before its store-server) has no
-// column sku in parked. Probed only until it is found at 020.
-func (r *HQReader) parkedStateQuery(ctx context.Context) (string, error) {
-	if r.l.migrated020.Load() {
-		return selParkedState, nil
-	}
-	var sku int
-	err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('parked') WHERE name = 'sku'`).Scan(&sku)
-	switch {
-	case err != nil:
-		return "", err
-	case sku == 0:
-		return selParkedState019, nil
-	}
-	r.l.migrated020.Store(true)
-	return selParkedState, nil
+	return n, nil
 }
 
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it
-// Withdrawn when they no longer hold it; stateOfRefund reads a refund exception.
-func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfRefund string) error {
+// Withdrawn when they no longer hold it.
+func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
 	var at, resolvedAt string
 	var err error
 	switch x.Kind {
@@ -529,28 +418,17 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception, stateOfR
 		err = r.tx.QueryRowContext(ctx, selOversellState, x.Terminal, x.Seq, x.SKU).Scan(&x.QtyShort, &at, &x.Resolved,
 			&resolvedAt, &x.Resolution)
 	case hq.ExceptionRefund:
-		err = r.tx.QueryRowContext(ctx, stateOfRefund, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
+		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
 	case hq.ExceptionParked:
 		var kind, message, date string
 		var payload []byte
-		var parkedMs int64
-		var q string
-		if q, err = r.parkedStateQuery(ctx); err != nil {
-			return err
-		}
-		err = r.tx.QueryRowContext(ctx, q, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message, &payload,
-			&at, &x.Resolved, &resolvedAt, &x.Resolution, &date, &parkedMs)
+		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message,
+			&payload, &at, &x.Resolved, &resolvedAt, &x.Resolution, &date)
 		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
 		if err == nil {
-			// The date the parked event is filed under now. A ledger of the release before
-			// filed an event whose time the wire refuses under that time's date, which may
-			// have five digits (HQ refuses it, and the batch would hold back every row after
-			// it): such an event goes under the store's date when it was parked.
+			// The date the parked event is filed under now (parkedDate: one HQ takes).
 			x.BusinessDate = date
-			if !validDate(date) {
-				x.BusinessDate = r.l.parkedDate(time.Time{}, parkedMs)
-			}
 			if d := dayCloseDate(wire.Kind(kind), payload); d != "" {
 				// A day close is of the day its payload names, as the ledger files an
 				// accepted one, not of its time: a till closes a day after midnight.

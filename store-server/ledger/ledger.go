@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/posgate/posgate/internal/sqlitedb"
@@ -76,12 +75,6 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	prep map[string]*sql.Stmt // statements prepared on the writer connection, by query
-
-	// migrated016 is set once a reader found the ledger at migration 016 or later (a
-	// store-server of this release migrated it): migrations only add, so it stays so.
-	migrated016 atomic.Bool
-	// migrated020 is the same for migration 020 (parked contents, each with its sku).
-	migrated020 atomic.Bool
 }
 
 // openClock is a new Ledger's Now (tests set it to open a ledger at a time of theirs).

@@ -169,7 +169,7 @@ var (
 	hqBacklog    = desc("hq_backlog_rows", "Ledger rows headquarters has not acknowledged.")
 	hqLastAck    = desc("hq_last_ack_timestamp_seconds", "When headquarters last acknowledged a batch.")
 	hqAttempts   = desc("hq_pending_batch_failed_sends", "Failed sends of the batch waiting for headquarters.")
-	hqTooLarge   = desc("hq_days_too_large_to_declare", "Business days left undeclared to headquarters: too large for one batch, and HQ does not take declarations in parts or they would take more than 1,000.")
+	hqTooLarge   = desc("hq_days_too_large_to_declare", "Business days left undeclared to headquarters: their declaration would take more than 1,000 parts.")
 	hqInParts    = desc("hq_days_declaring_in_parts", "Business days whose declaration to headquarters is on its way in parts.")
 )
 

@@ -607,9 +607,6 @@ func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, 
 	// The last part: the draft's parts and this one, written once into the day, become the
 	// revision standing, unless a batch committed since the revision held was read made a
 	// revision as high stand: then the draft could only be held, and goes.
-	if first == 0 { // kept before first_ms was
-		first = ms
-	}
 	stood, err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, first)
 	if err != nil {
 		return fmt.Errorf("last part %d: %w", part, err)

@@ -423,9 +423,6 @@ func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part,
 	}
 	// The last part: the draft's parts and this one, written once into the day, become
 	// the revision standing.
-	if first == 0 { // kept before first_ms was
-		first = ms
-	}
 	if err := standDay(ctx, tx, b.Store, d.BusinessDate, d.Revision, closed, b.ID, ms, first, found); err != nil {
 		return fmt.Errorf("last part %d: %w", part, err)
 	}

@@ -5,9 +5,13 @@
 -- the first time. A row is unique per (store, terminal, seq) across all batches; sales and
 -- refunds are kept as figures and content hash (their payloads stay in the store ledger),
 -- a day close keeps its payload. A store's declaration of a business day keeps only its
--- highest revision; its transactions live in day_txns. Keys are COLLATE "C" so that every engine orders them byte-wise. Money is
--- integer fen; times HQ records itself are Unix milliseconds (*_ms); times a store sent
--- (at, closed_at) are kept as the RFC 3339 text it sent.
+-- highest revision; its transactions live in day_txns. A declaration in parts waits in
+-- day_drafts until its last part. The exceptions each store's ledger flagged are kept in
+-- their latest state.
+--
+-- Keys are COLLATE "C" so that every engine orders them byte-wise. Money is integer fen;
+-- times HQ records itself are Unix milliseconds (*_ms); times a store sent (at, closed_at,
+-- resolved_at) are kept as the RFC 3339 text it sent.
 
 CREATE TABLE batches (
     store        text COLLATE "C" NOT NULL,
@@ -17,6 +21,11 @@ CREATE TABLE batches (
     stored_ms    bigint NOT NULL,
     PRIMARY KEY (store, batch_id)
 );
+
+-- When HQ last stored a batch of each store (hq.Storage LastBatches, hq-sync serve's
+-- posgate_hq_last_batch_timestamp_seconds): read from the database, not kept in the
+-- process, so it is right after a restart and across serve processes sharing a database.
+CREATE INDEX batches_by_time ON batches (store, stored_ms);
 
 CREATE TABLE rows (
     store         text COLLATE "C" NOT NULL,
@@ -70,3 +79,86 @@ CREATE TABLE day_txns (
     methods       bigint NOT NULL,
     PRIMARY KEY (business_date, store, i)
 );
+
+-- A store's declaration of a day in parts (hq.StoreDay.Part of Parts), for a day larger
+-- than one batch may carry. HQ keeps the parts aside here, in order, until the last one
+-- arrives; only then does the revision become the day's (days, day_txns), and its draft
+-- is deleted. Reads of days never look here.
+--
+-- A store-day has at most one draft: part 1 of a revision replaces whatever was kept of the
+-- day before, and a whole declaration (or a completed one) deletes a draft of its revision
+-- or lower. A part is added only to the parts of its own split (hq.StoreDay Split), so two
+-- splits of one revision (the store split the day again after HQ dropped a part) never mix.
+-- A transaction that writes a day's draft_txns first locks its day_drafts row.
+CREATE TABLE day_drafts (
+    store         text COLLATE "C" NOT NULL,
+    business_date text COLLATE "C" NOT NULL,
+    revision      bigint  NOT NULL, -- the revision the parts declare
+    parts         integer NOT NULL, -- how many parts the revision has
+    split         text COLLATE "C" NOT NULL, -- the split the parts belong to
+    next_part     integer NOT NULL, -- the only part that may follow (2 after part 1)
+    txns          integer NOT NULL, -- transactions kept so far: the next part's first i
+    closed_at     text    NOT NULL, -- as part 1 sent it
+    batch_id      text    NOT NULL, -- the batch that brought part 1
+    -- When part 1 came. A day first declared in parts was first declared then: the store's
+    -- list was taken before it, and a row that reaches HQ after it is late (reconcile), as
+    -- after a whole first declaration.
+    first_ms      bigint  NOT NULL,
+    PRIMARY KEY (store, business_date)
+);
+
+-- The transactions of each draft's parts so far, numbered across its parts in the order the
+-- store listed them; the same columns as day_txns, which they are copied into as they are.
+CREATE TABLE draft_txns (
+    business_date text COLLATE "C" NOT NULL,
+    store         text COLLATE "C" NOT NULL,
+    i             integer NOT NULL,
+    terminal      text COLLATE "C" NOT NULL,
+    seq           bigint NOT NULL,
+    kind          text   NOT NULL,
+    flow_no       bigint NOT NULL,
+    amount        bigint NOT NULL,
+    cash          bigint NOT NULL,
+    card          bigint NOT NULL,
+    qr            bigint NOT NULL,
+    methods       bigint NOT NULL,
+    PRIMARY KEY (business_date, store, i)
+);
+
+-- The exceptions each store's ledger flagged (hq.Exception): an oversell, a refund its
+-- records of the sale do not cover, a parked event or a seq gap. HQ keeps one row per
+-- (store, kind, terminal, seq, sku): the state with the highest change number the store
+-- sent; a state with the same or a lower change number changes nothing. A withdrawn
+-- exception is kept, withdrawn, so that an older state arriving later cannot bring it
+-- back; reads leave it out. Times a store sent (at, resolved_at) are '' when none.
+CREATE TABLE exceptions (
+    store         text COLLATE "C" NOT NULL,
+    kind          text COLLATE "C" NOT NULL, -- oversell, refund, parked or seq_gap
+    terminal      text COLLATE "C" NOT NULL,
+    seq           bigint  NOT NULL, -- the sale's (oversell), the refund's, the parked event's or the gap's first
+    -- oversell: the SKU taken below zero (hq.EscapeSKU); parked: '' for a key's first
+    -- content, the content's hash for each later one; refund and seq_gap: ''
+    sku           text COLLATE "C" NOT NULL,
+    change        bigint  NOT NULL, -- the store ledger's change number of this state
+    business_date text COLLATE "C" NOT NULL,
+    withdrawn     boolean NOT NULL, -- the ledger no longer holds it; the fields below are empty
+    code          text    NOT NULL,
+    detail        text    NOT NULL,
+    qty_short     bigint  NOT NULL, -- oversell: units below zero; otherwise 0
+    at            text    NOT NULL,
+    resolved      boolean NOT NULL, -- the store's manager explained it
+    resolved_at   text    NOT NULL,
+    resolution    text    NOT NULL,
+    batch_id      text    NOT NULL, -- the batch that brought this state
+    received_ms   bigint  NOT NULL, -- when this state arrived
+    PRIMARY KEY (store, kind, terminal, seq, sku)
+);
+
+-- Reconciliation reads one business date (of all stores or of one), in key order.
+CREATE INDEX exceptions_by_date ON exceptions (business_date, store, kind, terminal, seq, sku);
+
+-- hq-sync reconcile --open reads the exceptions no store manager has resolved, of every
+-- date, in date and key order. Withdrawn and resolved exceptions stay for good, so a scan
+-- of them all would grow with the years; this index holds the open ones alone.
+CREATE INDEX exceptions_open ON exceptions (business_date, store, kind, terminal, seq, sku)
+    WHERE NOT withdrawn AND NOT resolved;
