@@ -107,9 +107,8 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-func newFlags(name, about string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("hq-sync "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newFlags(name, about string, stderr io.Writer) *cli.Flags {
+	fs := cli.NewFlags("hq-sync "+name, stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "hq-sync %s: %s\n\n", name, about)
 		fs.PrintDefaults()
@@ -122,15 +121,15 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var store, ledgerPath, statePath, hqURL, secret, tz, level, metricsListen, hqCA string
 	var once, progress, status bool
 	var batchRows int
-	cli.String(fs, &store, "store", "POSGATE_STORE", "", "this store's id (required)")
-	cli.String(fs, &ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
-	cli.String(fs, &statePath, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
-	cli.String(fs, &hqURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
-	cli.String(fs, &secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
-	cli.String(fs, &tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
-	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
-	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_UPLOAD_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9465 (empty: off)")
-	cli.String(fs, &hqCA, "hq-ca", "POSGATE_HQ_CA", "", "also trust this authority (PEM) for HQ's HTTPS certificate, e.g. the chain's own CA")
+	fs.String(&store, "store", "POSGATE_STORE", "", "this store's id (required)")
+	fs.String(&ledgerPath, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
+	fs.String(&statePath, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
+	fs.String(&hqURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
+	fs.String(&secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
+	fs.String(&tz, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
+	fs.String(&level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.String(&metricsListen, "metrics-listen", "POSGATE_UPLOAD_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9465 (empty: off)")
+	fs.String(&hqCA, "hq-ca", "POSGATE_HQ_CA", "", "also trust this authority (PEM) for HQ's HTTPS certificate, e.g. the chain's own CA")
 	fs.BoolVar(&once, "once", false, "send everything pending, then exit")
 	fs.BoolVar(&progress, "progress", false, "print catch-up progress (rows sent, left, rate) on stderr")
 	fs.BoolVar(&status, "status", false, "print the uploader's status as JSON and exit (works while an uploader runs)")
@@ -230,14 +229,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve", "receive store batches at HQ", stderr)
 	var listen, metricsListen, db, stores, level, tlsCert, tlsKey string
 	var dropParts time.Duration
-	cli.String(fs, &listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
-	cli.Duration(fs, &dropParts, "drop-parts-after", "POSGATE_HQ_DROP_PARTS_AFTER", 7*24*time.Hour, "delete a declaration's parts kept aside this long after its part 1 came without its last part (0: keep them)")
-	cli.String(fs, &metricsListen, "metrics-listen", "POSGATE_HQ_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, apart from the stores' (empty: off)")
-	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
-	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
-	cli.String(fs, &level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
-	cli.String(fs, &tlsCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
-	cli.String(fs, &tlsKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
+	fs.String(&listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	fs.Duration(&dropParts, "drop-parts-after", "POSGATE_HQ_DROP_PARTS_AFTER", 7*24*time.Hour, "delete a declaration's parts kept aside this long after its part 1 came without its last part (0: keep them)")
+	fs.String(&metricsListen, "metrics-listen", "POSGATE_HQ_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, apart from the stores' (empty: off)")
+	fs.String(&db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
+	fs.String(&stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
+	fs.String(&level, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.String(&tlsCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
+	fs.String(&tlsKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -386,8 +385,8 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", stderr)
 	var db, date, store, format, stores string
 	var open bool
-	cli.String(fs, &db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
-	cli.String(fs, &stores, "stores", "POSGATE_HQ_STORES", "", "serve's stores file: each store in it HQ holds nothing of for the date is no_store_day (default: only stores with rows or a declaration)")
+	fs.String(&db, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
+	fs.String(&stores, "stores", "POSGATE_HQ_STORES", "", "serve's stores file: each store in it HQ holds nothing of for the date is no_store_day (default: only stores with rows or a declaration)")
 	fs.StringVar(&date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
 	fs.StringVar(&store, "store", "", "one store (default: every store)")
 	fs.StringVar(&format, "format", "table", "table, json or csv")
@@ -398,9 +397,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if open {
 		// --stores may come from POSGATE_HQ_STORES, which serve and reconcile share: only a
 		// flag given here conflicts.
-		given := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		if given["date"] || given["stores"] || (format != "table" && format != "json") {
+		if fs.Given("date") || fs.Given("stores") || (format != "table" && format != "json") {
 			return false, usageError{errors.New("--open lists every date's open exceptions: no --date, no --stores, --format table or json")}
 		}
 		stores = ""

@@ -8,14 +8,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -60,17 +58,8 @@ func NewMain() *Main { return &Main{Addr: make(chan string, 1)} }
 
 // ParseFlags reads flags, falling back to POSGATE_* environment variables, then defaults.
 func (m *Main) ParseFlags(args []string) error {
-	fs := flag.NewFlagSet("terminal-agent", flag.ContinueOnError)
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv(name); ok {
-			return v
-		}
-		return def
-	}
-	str := func(p *string, name, envName, def, usage string) { cli.String(fs, p, name, envName, def, usage) }
-	dur := func(p *time.Duration, name, envName string, def time.Duration, usage string) {
-		cli.Duration(fs, p, name, envName, def, usage)
-	}
+	fs := cli.NewFlags("terminal-agent", os.Stderr)
+	str, dur := fs.String, fs.Duration
 	str(&m.Store, "store", "POSGATE_STORE", "", "store id, e.g. S001 (required)")
 	str(&m.Terminal, "terminal", "POSGATE_TERMINAL", "", "this terminal's id, e.g. T01 (required)")
 	str(&m.Broker, "broker", "POSGATE_BROKER", "tcp://127.0.0.1:1883", "the store's MQTT broker URL")
@@ -86,20 +75,15 @@ func (m *Main) ParseFlags(args []string) error {
 		"offline: most card/QR money waiting to sync, decimal yuan (0: no limit)")
 	dur(&m.MaxOffline, "offline-max", "POSGATE_OFFLINE_MAX", 24*time.Hour,
 		"longest time offline during which card/QR payments are still taken (0: no limit); cash is never capped")
-	fs.BoolVar(&m.OfflineRefunds, "offline-refunds", env("POSGATE_OFFLINE_REFUNDS", "") == "true",
-		"allow refunds while offline (env POSGATE_OFFLINE_REFUNDS=true)")
+	fs.Bool(&m.OfflineRefunds, "offline-refunds", "POSGATE_OFFLINE_REFUNDS", false, "allow refunds while offline")
 	dur(&m.VerdictTimeout, "verdict-timeout", "POSGATE_VERDICT_TIMEOUT", 300*time.Millisecond,
 		"online, how long a scan or checkout waits for the store's verdict before deciding locally")
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
-	fs.IntVar(&m.Window, "window", 2000, "most events published and not yet acked")
-	fs.IntVar(&m.Batch, "batch", 250, "most events in one MQTT message when draining a backlog")
+	fs.Int(&m.Window, "window", "POSGATE_WINDOW", 2000, "most events published and not yet acked")
+	fs.Int(&m.Batch, "batch", "POSGATE_BATCH", 250, "most events in one MQTT message when draining a backlog")
 	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events, and the answers of requests (Idempotency-Key), this long by the clock; unacked events are never pruned, and an answer also stays until 10,000 later requests (the clock may jump)")
-	lookback, err := strconv.Atoi(env("POSGATE_DAY_CLOSE_LOOKBACK", strconv.Itoa(outbox.DefaultCloseLookbackDays)))
-	if err != nil {
-		return fmt.Errorf("POSGATE_DAY_CLOSE_LOOKBACK: %w", err)
-	}
-	fs.IntVar(&m.CloseLookbackDays, "day-close-lookback", lookback,
-		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name (env POSGATE_DAY_CLOSE_LOOKBACK)")
+	fs.Int(&m.CloseLookbackDays, "day-close-lookback", "POSGATE_DAY_CLOSE_LOOKBACK", outbox.DefaultCloseLookbackDays,
+		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 )
@@ -45,35 +45,85 @@ func run(ctx context.Context, name string, p Program) int {
 	return 0
 }
 
-// String defines a string flag whose default comes from the environment variable envName
-// when it is set.
-func String(fs *flag.FlagSet, p *string, name, envName, def, usage string) {
-	if v, ok := os.LookupEnv(envName); ok {
-		def = v
-	}
-	fs.StringVar(p, name, def, usage+" (env "+envName+")")
+// Flags is a flag set whose flags may also be given by environment variables: each flag names
+// its variable (POSGATE_…), Parse applies the variables that are set and then the arguments,
+// which win. A variable whose value does not parse is refused, naming it, as a bad flag is;
+// it never falls back to the default unseen. The defaults --help prints are the flags' own:
+// a value from the environment is never printed.
+type Flags struct {
+	*flag.FlagSet
+	env  []envFlag
+	args map[string]bool // the flags the arguments gave, once parsed
 }
 
-// Duration defines a duration flag whose default comes from the environment variable envName
-// when it is set and parses.
-func Duration(fs *flag.FlagSet, p *time.Duration, name, envName string, def time.Duration, usage string) {
-	if v, ok := os.LookupEnv(envName); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			def = d
-		}
-	}
-	fs.DurationVar(p, name, def, usage+" (env "+envName+")")
+type envFlag struct{ flag, env string }
+
+// NewFlags returns an empty flag set named name whose errors and help go to out.
+func NewFlags(name string, out io.Writer) *Flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	return &Flags{FlagSet: fs}
 }
 
-// Bool defines a boolean flag whose default comes from the environment variable envName
-// when it is set and parses (1, t, true, 0, f, false, …).
-func Bool(fs *flag.FlagSet, p *bool, name, envName string, def bool, usage string) {
-	if v, ok := os.LookupEnv(envName); ok {
-		if b, err := strconv.ParseBool(v); err == nil {
-			def = b
+// String defines a string flag that the environment variable envName may also set.
+func (f *Flags) String(p *string, name, envName, def, usage string) {
+	f.StringVar(p, name, def, f.from(name, envName, usage))
+}
+
+// Duration defines a duration flag that the environment variable envName may also set.
+func (f *Flags) Duration(p *time.Duration, name, envName string, def time.Duration, usage string) {
+	f.DurationVar(p, name, def, f.from(name, envName, usage))
+}
+
+// Bool defines a boolean flag that the environment variable envName may also set (1, t,
+// true, 0, f, false, …).
+func (f *Flags) Bool(p *bool, name, envName string, def bool, usage string) {
+	f.BoolVar(p, name, def, f.from(name, envName, usage))
+}
+
+// Int defines an int flag that the environment variable envName may also set.
+func (f *Flags) Int(p *int, name, envName string, def int, usage string) {
+	f.IntVar(p, name, def, f.from(name, envName, usage))
+}
+
+func (f *Flags) from(name, envName, usage string) string {
+	f.env = append(f.env, envFlag{name, envName})
+	return usage + " (env " + envName + ")"
+}
+
+// Parse parses args, then applies the environment variables of the flags the arguments did
+// not give, in the order the flags were defined. A variable's value that its flag refuses is
+// an error naming the variable.
+func (f *Flags) Parse(args []string) error {
+	if err := f.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	f.args = map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { f.args[fl.Name] = true })
+	for _, e := range f.env {
+		v, ok := os.LookupEnv(e.env)
+		if !ok || f.args[e.flag] {
+			continue
+		}
+		if err := f.Set(e.flag, v); err != nil {
+			return fmt.Errorf("environment variable %s=%q: %w", e.env, v, err)
 		}
 	}
-	fs.BoolVar(p, name, def, usage+" (env "+envName+")")
+	return nil
+}
+
+// Given reports whether the arguments gave flag name (its environment variable does not
+// count).
+func (f *Flags) Given(name string) bool { return f.args[name] }
+
+// Env returns the environment variable of flag name, or "" when it has none.
+func (f *Flags) Env(name string) string {
+	for _, e := range f.env {
+		if e.flag == name {
+			return e.env
+		}
+	}
+	return ""
 }
 
 // Logger returns the text logger on stderr that every posgate binary uses, at level
