@@ -603,21 +603,51 @@ const batchOverhead = 256
 // that Await's deadline also takes, so that a verdict is either delivered to its waiter or
 // the event is already decided locally — never both.
 func (u *Uplink) onDown(ctx context.Context, payload []byte) {
-	msg, err := wire.DecodeAcks(payload)
-	if err != nil {
-		u.log.Warn("bad down message", "err", err)
-		return
-	}
-	if msg.Terminal != u.cfg.Terminal {
-		u.log.Warn("acks for another terminal", "terminal", msg.Terminal)
+	msg, ok := u.decodeAcks(payload)
+	if !ok {
 		return
 	}
 	now := u.cfg.Now()
 	u.mu.Lock()
-	ts := make([]outbox.Transition, 0, len(msg.Acks))
-	deliver := map[int64]wire.Ack{}
-	verdicts := false // a live verdict or a waiting request is involved
-	for _, a := range msg.Acks {
+	ts, deliver, verdicts := u.transitionsLocked(msg.Acks, now)
+	err := u.applyLocked(ctx, ts, verdicts)
+	defer u.mu.Unlock()
+	if err != nil {
+		u.log.Error("apply acks", "err", err)
+		if len(ts) > 0 {
+			u.rewindLocked(ts[0].Seq) // the events stay pending: send them again
+		}
+		return
+	}
+	u.answeredLocked(ctx, now)
+	u.wakeLocked(ts, deliver)
+	if len(ts) > 0 {
+		u.Notify()
+	}
+}
+
+// decodeAcks decodes a down message and checks that its acks are this terminal's.
+func (u *Uplink) decodeAcks(payload []byte) (wire.Acks, bool) {
+	msg, err := wire.DecodeAcks(payload)
+	if err != nil {
+		u.log.Warn("bad down message", "err", err)
+		return msg, false
+	}
+	if msg.Terminal != u.cfg.Terminal {
+		u.log.Warn("acks for another terminal", "terminal", msg.Terminal)
+		return msg, false
+	}
+	return msg, true
+}
+
+// transitionsLocked turns acks into the outbox's transitions, and paces or rewinds the
+// sender where an ack asks for it. It returns the acks a waiting request is to be given
+// (deliver), and whether a live verdict or a waiting request is involved at all.
+func (u *Uplink) transitionsLocked(acks []wire.Ack, now time.Time) (ts []outbox.Transition,
+	deliver map[int64]wire.Ack, verdicts bool) {
+	ts = make([]outbox.Transition, 0, len(acks))
+	deliver = map[int64]wire.Ack{}
+	for _, a := range acks {
 		_, waiting := u.waiters[a.Seq]
 		verdicts = verdicts || waiting || a.Live
 		switch a.Status {
@@ -661,24 +691,28 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 		delete(u.inflight, a.Seq)
 		delete(u.liveSeen, a.Seq)
 	}
-	if !verdicts {
-		// A drain's acks: no request waits on them and no live verdict is in them, so
-		// nothing Await does can race with them. Write them without holding the lane's
-		// lock, so that the next batch is published meanwhile.
-		u.mu.Unlock()
-		_, err = u.store.Apply(context.WithoutCancel(ctx), ts)
-		u.mu.Lock()
-	} else {
-		_, err = u.store.Apply(context.WithoutCancel(ctx), ts)
+	return ts, deliver, verdicts
+}
+
+// applyLocked writes the transitions to the outbox in one transaction. It is called, and
+// returns, with u.mu held; a drain's acks are written without it.
+func (u *Uplink) applyLocked(ctx context.Context, ts []outbox.Transition, verdicts bool) error {
+	if verdicts {
+		_, err := u.store.Apply(context.WithoutCancel(ctx), ts)
+		return err
 	}
-	defer u.mu.Unlock()
-	if err != nil {
-		u.log.Error("apply acks", "err", err)
-		if len(ts) > 0 {
-			u.rewindLocked(ts[0].Seq) // the events stay pending: send them again
-		}
-		return
-	}
+	// A drain's acks: no request waits on them and no live verdict is in them, so
+	// nothing Await does can race with them. Write them without holding the lane's
+	// lock, so that the next batch is published meanwhile.
+	u.mu.Unlock()
+	_, err := u.store.Apply(context.WithoutCancel(ctx), ts)
+	u.mu.Lock()
+	return err
+}
+
+// answeredLocked records that the store answered at now: every message sent is answered,
+// and a silence kept for a restart (keepSilence), if any, is over.
+func (u *Uplink) answeredLocked(ctx context.Context, now time.Time) {
 	u.lastAck, u.unanswered = now, time.Time{}
 	if u.silenceKept {
 		if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, 0); err != nil {
@@ -687,6 +721,10 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 			u.silenceKept = false
 		}
 	}
+}
+
+// wakeLocked gives each waiting request the verdict on its event, as written (ts).
+func (u *Uplink) wakeLocked(ts []outbox.Transition, deliver map[int64]wire.Ack) {
 	for _, t := range ts {
 		a, ok := deliver[t.Seq]
 		if !ok && (t.Action == outbox.Ack || t.Action == outbox.Park) {
@@ -700,9 +738,6 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 			close(w.done)
 			delete(u.waiters, t.Seq)
 		}
-	}
-	if len(ts) > 0 {
-		u.Notify()
 	}
 }
 
