@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -229,7 +229,7 @@ func TestChainReconciles(t *testing.T) {
 		if rep.HQTxns == 0 || rep.HQTxns != rep.LedgerTxns || rep.DayCloses != 2 {
 			t.Errorf("%s: report %+v", name, rep)
 		}
-		if x := rep.Exceptions; len(x) != 1 || x[0].Kind != hq.ExceptionOversell || x[0].SKU != "BREAD" ||
+		if x := rep.Exceptions; len(x) != 1 || x[0].Kind != hqwire.ExceptionOversell || x[0].SKU != "BREAD" ||
 			x[0].Terminal != "T02" || x[0].QtyShort != 3 || x[0].Resolved || rep.OpenExceptions() != 1 {
 			t.Errorf("%s: the report's exceptions %+v, want T02's open oversell of 3 loaves (the cashier's quantity for BREAD)", name, x)
 		}

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/stack"
@@ -292,7 +292,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 	var hqKeys []string
 	for _, x := range rep.Exceptions {
 		key := wire.Key(x.Terminal, x.Seq)
-		if x.Kind != hq.ExceptionParked || x.Code != ledger.CodeIdempotencyConflict || x.Resolved {
+		if x.Kind != hqwire.ExceptionParked || x.Code != ledger.CodeIdempotencyConflict || x.Resolved {
 			t.Errorf("exception %s: %+v, want an open parked idempotency_conflict", key, x)
 			continue
 		}

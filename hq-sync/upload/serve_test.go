@@ -22,10 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 )
 
@@ -107,7 +108,7 @@ func TestUploadToServe(t *testing.T) {
 	if len(rows) != len(want) {
 		t.Fatalf("HQ holds %d rows, the ledger %d", len(rows), len(want))
 	}
-	got := map[string]hq.StoredRow{}
+	got := map[string]hqstore.StoredRow{}
 	for _, r := range rows {
 		got[r.Terminal+"/"+itoa(r.Seq)] = r
 	}
@@ -209,7 +210,7 @@ func mustOpenHQ(tb testing.TB, dir string) *sqlite.Store {
 
 // checkHQDay fails unless HQ holds every ledger row of date0 once and the day declared at
 // revision rev with as many transactions as the ledger's manifest; it returns both.
-func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreDay, []hq.Txn) {
+func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hqwire.StoreDay, []hqwire.Txn) {
 	tb.Helper()
 	ctx := context.Background()
 	rows, err := st.Rows(ctx, date0, testStore)
@@ -257,7 +258,7 @@ func (p *partsSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var b hq.Batch
+	var b hqwire.Batch
 	if err := json.Unmarshal(body, &b); err == nil {
 		p.mu.Lock()
 		for _, d := range b.Days {
@@ -528,7 +529,7 @@ func heldAt(t *testing.T, st *sqlite.Store, date string) (rev int64, txns int) {
 	return days[0].Day.Revision, len(days[0].Day.Txns)
 }
 
-func sameTxn(a, b hq.Txn) bool {
+func sameTxn(a, b hqwire.Txn) bool {
 	return a.Terminal == b.Terminal && a.Seq == b.Seq && a.Kind == b.Kind && a.FlowNo == b.FlowNo &&
 		a.Amount == b.Amount && sameMap(a.ByMethod, b.ByMethod)
 }
@@ -593,7 +594,7 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	status(date0)
 
 	// With room for its parts, the next late sale gets the day declared.
-	u.maxParts = hq.MaxDayParts
+	u.maxParts = hqwire.MaxDayParts
 	s.Sales(1, day0.Add(6*time.Hour))
 	MustOnce(t, u)
 	if atHQ(date0) != 62 || declared(date0) != 1 {
@@ -619,7 +620,7 @@ type refusingParts struct {
 }
 
 func (o *refusingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if o.on.Load() && refusePart(w, r, &o.refused, serve.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`) {
+	if o.on.Load() && refusePart(w, r, &o.refused, hqwire.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`) {
 		return
 	}
 	o.h.ServeHTTP(w, r)

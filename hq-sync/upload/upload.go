@@ -1,6 +1,6 @@
 // Package upload is hq-sync's store side: it reads the store ledger's hq_outbox in id order
 // and sends it to headquarters in signed batches with stable ids, retrying with backoff for
-// as long as HQ is away, and declares each business day closed (hq.StoreDay) once the day is
+// as long as HQ is away, and declares each business day closed (hqwire.StoreDay) once the day is
 // over and all its rows are sent.
 //
 // It must never write the store's ledger (the store-server is its only writer; the ledger
@@ -37,8 +37,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/posgate/posgate/hq-sync/hq"
-	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
@@ -64,7 +63,7 @@ const (
 
 // batchBudget is how many body bytes the rows and days of one batch may take: the protocol
 // limit less room for the envelope fields.
-const batchBudget = hq.MaxBatchBytes - 64<<10
+const batchBudget = hqwire.MaxBatchBytes - 64<<10
 
 // Codes of the errors Once returns when HQ refuses a batch.
 const (
@@ -87,8 +86,8 @@ type Config struct {
 	// HQURL is the full URL of HQ's batch endpoint (hq-sync serve), e.g.
 	// "https://hq.example/v1/batches". Requests are POSTed there and signed over its path.
 	HQURL string
-	// BatchRows is the most rows in one batch (default 1000, at most hq.MaxBatchRows).
-	// A batch is also cut so that its body stays under hq.MaxBatchBytes.
+	// BatchRows is the most rows in one batch (default 1000, at most hqwire.MaxBatchRows).
+	// A batch is also cut so that its body stays under hqwire.MaxBatchBytes.
 	BatchRows int
 	// BatchAge is how long Run lets fewer than BatchRows rows wait before it sends them
 	// (default 2 s, measured on the machine's clock, not Now).
@@ -117,7 +116,7 @@ func (c *Config) setDefaults() {
 	if c.BatchRows <= 0 {
 		c.BatchRows = DefaultBatchRows
 	}
-	c.BatchRows = min(c.BatchRows, hq.MaxBatchRows)
+	c.BatchRows = min(c.BatchRows, hqwire.MaxBatchRows)
 	if c.BatchAge <= 0 {
 		c.BatchAge = DefaultBatchAge
 	}
@@ -197,7 +196,7 @@ type Uploader struct {
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
-	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
+	maxParts  int       // parts a declaration may take at most (hqwire.MaxDayParts)
 	prog      progress
 	met       *metrics // nil: none
 
@@ -235,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
 		ledgerFile: file, state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
-		maxParts: hq.MaxDayParts}
+		maxParts: hqwire.MaxDayParts}
 	if u.path == "" {
 		u.path = "/"
 	}
@@ -520,7 +519,7 @@ func (u *Uploader) pending(ctx context.Context) (*batch, error) {
 	if err := json.Unmarshal([]byte(parts), &b.parts); err != nil {
 		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
 	}
-	if hq.ContentHash(b.body) != b.contentHash {
+	if hqwire.ContentHash(b.body) != b.contentHash {
 		return nil, fmt.Errorf("pending batch %s: the stored body does not match its hash", b.id)
 	}
 	return &b, nil
@@ -545,12 +544,12 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
+	out := hqwire.Batch{V: hqwire.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	parts := map[string]partOf{} // the parts this batch carries
 	used := 0                    // body bytes taken by the days and rows so far
 	// add puts declaration d (n bytes of JSON; covered: see partOf) in the batch if it fits.
-	add := func(d hq.StoreDay, covered int64, n int) bool {
+	add := func(d hqwire.StoreDay, covered int64, n int) bool {
 		if len(out.Days) > 0 && used+n > u.budget {
 			return false // the next batch declares the rest
 		}
@@ -569,11 +568,11 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 	}
 	var rows []ledger.OutboxRow
-	var xs []hq.Exception // the exceptions this batch carries
-	var xCursor int64     // the change the batch's receipt acknowledges exceptions through
-	var xFull bool        // more changes than one batch takes wait: the batch is due
-	var tooLarge []string // due days whose declaration HQ could not take even in parts
-	var split []splitDay  // due days too large for one batch, split into parts here
+	var xs []hqwire.Exception // the exceptions this batch carries
+	var xCursor int64         // the change the batch's receipt acknowledges exceptions through
+	var xFull bool            // more changes than one batch takes wait: the batch is due
+	var tooLarge []string     // due days whose declaration HQ could not take even in parts
+	var split []splitDay      // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		// The ledger may have been restored from a backup under the running uploader, as it
 		// may before a start (claim): rows sold since took ids up to the watermark again, and
@@ -604,7 +603,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
-			d := hq.StoreDay{BusinessDate: c.date, Revision: c.revision + 1, ClosedAt: now.UTC(), Txns: txns}
+			d := hqwire.StoreDay{BusinessDate: c.date, Revision: c.revision + 1, ClosedAt: now.UTC(), Txns: txns}
 			n, err := jsonSize(&d)
 			if err != nil {
 				return err
@@ -642,7 +641,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if err != nil {
 			return err
 		}
-		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hqwire.MaxBatchExceptions)
 		if err != nil {
 			return err
 		}
@@ -657,7 +656,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		xFull = full
 		for i := range changed {
 			x := &changed[i]
-			x.SKU = hq.EscapeSKU(x.SKU)
+			x.SKU = hqwire.EscapeSKU(x.SKU)
 			x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
 			js, err := json.Marshal(x)
 			if err != nil {
@@ -759,20 +758,20 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if b.body, err = encodeBatch(&out, rowsJSON.Bytes()); err != nil {
 		return nil, fmt.Errorf("encode batch %s: %w", out.ID, err)
 	}
-	b.contentHash = hq.ContentHash(b.body)
+	b.contentHash = hqwire.ContentHash(b.body)
 	return b, nil
 }
 
 // fitText makes an exception's text one HQ takes: without NUL characters (HQ refuses them:
-// PostgreSQL text cannot hold one) and at most serve.MaxExceptionText bytes, cut at a
+// PostgreSQL text cannot hold one) and at most hqwire.MaxExceptionText bytes, cut at a
 // character. A refused batch would hold back every row after it for one note.
 func fitText(s string) string {
 	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= serve.MaxExceptionText {
+	if len(s) <= hqwire.MaxExceptionText {
 		return s
 	}
 	const more = "…"
-	cut := serve.MaxExceptionText - len(more)
+	cut := hqwire.MaxExceptionText - len(more)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
@@ -783,7 +782,7 @@ func fitText(s string) string {
 // array): b is encoded without its rows, and the array takes the place of "rows":null.
 // The rows field comes first among the fields that can hold text, so the first
 // occurrence is the field itself.
-func encodeBatch(b *hq.Batch, rowsJSON []byte) ([]byte, error) {
+func encodeBatch(b *hqwire.Batch, rowsJSON []byte) ([]byte, error) {
 	head := *b
 	head.Rows = nil
 	js, err := json.Marshal(&head)
@@ -955,16 +954,16 @@ type partOf struct {
 // splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
 // the list's order, all with a new split id. A transaction larger than limit on its own
 // still makes a part.
-func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
+func splitParts(d hqwire.StoreDay, limit int) ([]hqwire.StoreDay, error) {
 	d.Split = crand.Text()[:16] // 80 random bits
 	head := d
 	head.Txns = nil
-	head.Part, head.Parts = hq.MaxDayParts, hq.MaxDayParts // the widest numbers a part can have
+	head.Part, head.Parts = hqwire.MaxDayParts, hqwire.MaxDayParts // the widest numbers a part can have
 	base, err := jsonSize(&head)
 	if err != nil {
 		return nil, err
 	}
-	var out []hq.StoreDay
+	var out []hqwire.StoreDay
 	from, size := 0, base
 	for i := range d.Txns {
 		n, err := jsonSize(&d.Txns[i])
@@ -988,7 +987,7 @@ func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
 
 // splitDay is a day split into parts by build, to be kept in the state.
 type splitDay struct {
-	parts   []hq.StoreDay
+	parts   []hqwire.StoreDay
 	covered int64
 }
 
@@ -1023,7 +1022,7 @@ func (u *Uploader) keepParts(ctx context.Context, days []splitDay) error {
 
 // waitingPart is the next part of a day being declared in parts.
 type waitingPart struct {
-	day     hq.StoreDay
+	day     hqwire.StoreDay
 	covered int64 // see partOf
 	size    int   // its JSON in a batch body
 }
@@ -1097,7 +1096,7 @@ func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339
 // markSent records HQ's receipt: the batch is sent, the watermark moves to its last row,
 // its rows count for their dates, its declarations are acknowledged, and so are its
 // exceptions' changes.
-func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, receipt []byte) error {
+func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hqwire.Receipt, receipt []byte) error {
 	// The watermark moves to the batch's last row only while the ledger still holds that row:
 	// a ledger restored from a backup under a waiting batch has other rows at its ids (sold
 	// after the restore), and a watermark past them skipped them for good. The batch's rows
@@ -1238,7 +1237,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ferr := u.followLedger(ctx); ferr != nil && ctx.Err() == nil {
 			log.Warn("cannot open the ledger's new file", "err", ferr)
 		}
-		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == serve.CodeBatchIDReused {
+		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == hqwire.CodeBatchIDReused {
 			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
 				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
 			u.met.resent()
@@ -1359,18 +1358,18 @@ func (e *sendError) Error() string {
 }
 
 // post sends a batch once, signed, and returns HQ's receipt for it.
-func (u *Uploader) post(ctx context.Context, b *batch) (hq.Receipt, []byte, error) {
-	var rec hq.Receipt
+func (u *Uploader) post(ctx context.Context, b *batch) (hqwire.Receipt, []byte, error) {
+	var rec hqwire.Receipt
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.cfg.HQURL, bytes.NewReader(b.body))
 	if err != nil {
 		return rec, nil, err
 	}
 	ts := strconv.FormatInt(u.cfg.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(hq.HeaderStore, u.cfg.Store)
-	req.Header.Set(hq.HeaderTimestamp, ts)
-	req.Header.Set(hq.HeaderIdemKey, b.id)
-	req.Header.Set(hq.HeaderSignature, hq.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
+	req.Header.Set(hqwire.HeaderStore, u.cfg.Store)
+	req.Header.Set(hqwire.HeaderTimestamp, ts)
+	req.Header.Set(hqwire.HeaderIdemKey, b.id)
+	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
 	resp, err := u.cfg.Client.Do(req)
 	if err != nil {
 		return rec, nil, err
@@ -1435,7 +1434,7 @@ type Status struct {
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration would
-	// take more than hq.MaxDayParts parts.
+	// take more than hqwire.MaxDayParts parts.
 	TooLarge []string `json:"too_large_to_declare,omitempty"`
 	// InParts lists the days being declared in parts, by business date: HQ takes the
 	// revision only once it has every part.
