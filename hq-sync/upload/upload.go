@@ -7,7 +7,7 @@
 // is opened with ledger.OpenReader), never send the same batch id with other content, and
 // never skip a row: a batch HQ refuses stays pending and blocks the rows after it until an
 // operator fixes the cause. Its own progress lives in its state database (see
-// schema/001_state.sql).
+// schema/upload/001_state.sql).
 package upload
 
 import (
@@ -17,12 +17,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -41,11 +39,9 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/schema"
 	"github.com/posgate/posgate/store-server/ledger"
 )
-
-//go:embed schema/*.sql
-var schemaFiles embed.FS
 
 // KeepSentBatches is how long the state keeps a batch HQ acknowledged (markSent).
 const KeepSentBatches = 7 * 24 * time.Hour
@@ -222,12 +218,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upload: %w", err)
 	}
-	migrations, err := fs.Sub(schemaFiles, "schema")
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	st, err := sqlitedb.OpenExclusive(ctx, cfg.StatePath, migrations)
+	st, err := sqlitedb.OpenExclusive(ctx, cfg.StatePath, schema.Upload())
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("upload: open state: %w", err)

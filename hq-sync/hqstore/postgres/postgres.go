@@ -13,7 +13,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,10 +30,8 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/schema"
 )
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 // Store is HQ's database on PostgreSQL. It implements hqstore.Storage and is safe for
 // concurrent use.
@@ -90,10 +87,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // migrationLock is the advisory lock key that serializes migrations of one database.
 const migrationLock = 0x706f7367_68710001 // "posg" "hq" 1
 
-// migrate applies the embedded migrations not yet recorded in the migrations table, in
-// name order, each in its own transaction together with its record.
+// migrate applies HQ's PostgreSQL migrations (schema.HQPostgres) not yet recorded in the
+// migrations table, in name order, each in its own transaction together with its record.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	migrations := schema.HQPostgres()
+	names, err := fs.Glob(migrations, "*.sql")
 	if err != nil {
 		return fmt.Errorf("list migrations: %w", err)
 	}
@@ -103,7 +101,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if err != nil {
 			return fmt.Errorf("read migration %s: %w", name, err)
 		}
-		base := strings.TrimPrefix(name, "migrations/")
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 				return err
@@ -113,17 +110,17 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 				return err
 			}
 			var n int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM migrations WHERE name = $1`, base).Scan(&n); err != nil || n > 0 {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM migrations WHERE name = $1`, name).Scan(&n); err != nil || n > 0 {
 				return err
 			}
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO migrations (name) VALUES ($1)`, base)
+			_, err := tx.Exec(ctx, `INSERT INTO migrations (name) VALUES ($1)`, name)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", base, err)
+			return fmt.Errorf("migration %s: %w", name, err)
 		}
 	}
 	return nil
