@@ -41,6 +41,7 @@ import (
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -144,7 +145,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{fmt.Errorf("--tz: %w", err)}
 	}
 	if status {
-		st, err := upload.ReadStatus(ctx, ledgerPath, statePath, store, loc)
+		st, err := uploadstate.ReadStatus(ctx, ledgerPath, statePath, store, loc)
 		if err != nil {
 			return err
 		}

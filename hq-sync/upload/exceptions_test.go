@@ -26,6 +26,7 @@ import (
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // OfflineSale commits a sale the terminal made offline, of one line, or of one line per
@@ -677,7 +678,7 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 		for _, via := range []string{"Status", "ReadStatus"} {
 			st, err := u.Status(ctx)
 			if via == "ReadStatus" {
-				st, err = ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+				st, err = uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 			}
 			if err != nil {
 				t.Fatalf("%s: %s: %v", step, via, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // flaky wraps HQ's handler with faults: a 503 before HQ sees the request, or HQ stores the
@@ -324,7 +325,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 	u.dayLimit = limit
 
 	held := func(date string) (rev int64, txns int) { return heldAt(t, st, date) }
-	inParts := func(want map[string]PartsSent) {
+	inParts := func(want map[string]uploadstate.PartsSent) {
 		t.Helper()
 		st, err := u.Status(ctx)
 		if err != nil {
@@ -408,7 +409,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			if rev, n := held(date0); rev != 1 || n != 60 {
 				t.Errorf("with part 1 of revision 2 sent, HQ holds %s at revision %d with %d txns; want 1 with 60", date0, rev, n)
 			}
-			inParts(map[string]PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
+			inParts(map[string]uploadstate.PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
 			s.Sales(1, day0.Add(6*time.Hour))
 		}
 		return nil
@@ -456,7 +457,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			t.Fatalf("want the crash, got %v", err)
 		}
 	}
-	inParts(map[string]PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
+	inParts(map[string]uploadstate.PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
 	u.Close()
 	u = MustNew(t, cfg)
 	u.dayLimit = limit
@@ -762,7 +763,7 @@ func TestBatchesCountedAcrossSeries(t *testing.T) {
 	cfg.BatchRows = 50
 	batches := func(step string, want int64) {
 		t.Helper()
-		st, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+		st, err := uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 		if err != nil {
 			t.Fatal(err)
 		}
