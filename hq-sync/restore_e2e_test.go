@@ -23,7 +23,7 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/ledger"
-	agentapi "github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // TestRestoredTillReconciles: a till's outbox is restored from a backup taken earlier in the
@@ -179,7 +179,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 		t.Errorf("the store parked %v (sales %v), want the reused seqs %v, sales among them", storeKeys, parkedSaleKeys, want)
 	}
 	_, body, err := c.Call("GET", "/v1/parked", "")
-	var tillParked agentapi.ParkedAnswer
+	var tillParked client.ParkedAnswer
 	if err != nil || json.Unmarshal(body, &tillParked) != nil {
 		t.Fatalf("the till's parked events: %v %s", err, body)
 	}
