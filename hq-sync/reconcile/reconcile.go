@@ -117,7 +117,7 @@ type MissingDeclaration struct {
 // (parked), or events of a till the store's ledger lost (seq_gap, never resolved in this
 // release), open or resolved by the store's manager.
 type StoreException struct {
-	Kind         string `json:"kind"` // hqwire.ExceptionOversell, hqwire.ExceptionRefund, hqwire.ExceptionParked or hqwire.ExceptionSeqGap
+	Kind         string `json:"kind"` // an hqwire.Exception kind: oversell, refund, parked or seq_gap
 	Store        string `json:"store"`
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
