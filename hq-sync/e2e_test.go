@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 const (
@@ -205,7 +206,7 @@ func TestChainReconciles(t *testing.T) {
 		// The status command reads the state the uploader holds; a second uploader may not.
 		code, out, errs := runCmd(ctx, "upload", "--status", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
 			"--state", state, "--tz", e2eTZ)
-		var st upload.Status
+		var st uploadstate.Status
 		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 			t.Fatalf("%s: upload --status exited %d (%v): %s%s", name, code, err, out, errs)
 		}
@@ -229,7 +230,7 @@ func TestChainReconciles(t *testing.T) {
 		if rep.HQTxns == 0 || rep.HQTxns != rep.LedgerTxns || rep.DayCloses != 2 {
 			t.Errorf("%s: report %+v", name, rep)
 		}
-		if x := rep.Exceptions; len(x) != 1 || x[0].Kind != hq.ExceptionOversell || x[0].SKU != "BREAD" ||
+		if x := rep.Exceptions; len(x) != 1 || x[0].Kind != hqwire.ExceptionOversell || x[0].SKU != "BREAD" ||
 			x[0].Terminal != "T02" || x[0].QtyShort != 3 || x[0].Resolved || rep.OpenExceptions() != 1 {
 			t.Errorf("%s: the report's exceptions %+v, want T02's open oversell of 3 loaves (the cashier's quantity for BREAD)", name, x)
 		}

@@ -28,7 +28,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
@@ -37,9 +41,7 @@ import (
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -142,7 +144,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{fmt.Errorf("--tz: %w", err)}
 	}
 	if status {
-		st, err := upload.ReadStatus(ctx, ledgerPath, statePath, store, loc)
+		st, err := uploadstate.ReadStatus(ctx, ledgerPath, statePath, store, loc)
 		if err != nil {
 			return err
 		}
@@ -193,7 +195,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // openStorage opens HQ's database: a postgres:// URL, or a SQLite path (optionally
 // "sqlite:" prefixed).
-func openStorage(ctx context.Context, db string) (hq.Storage, error) {
+func openStorage(ctx context.Context, db string) (hqstore.Storage, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
 		return postgres.Open(ctx, db)
 	}
@@ -312,8 +314,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // dropAbandonedParts deletes, now and then every, the parts of declarations kept aside
-// longer than keep without their last part (hq.Storage.DropDrafts), until ctx is done.
-func dropAbandonedParts(ctx context.Context, st hq.Storage, keep, every time.Duration, log *slog.Logger) {
+// longer than keep without their last part (hqstore.Storage.DropDrafts), until ctx is done.
+func dropAbandonedParts(ctx context.Context, st hqstore.Storage, keep, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

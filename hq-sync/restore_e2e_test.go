@@ -14,16 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/ledger"
-	agentapi "github.com/posgate/posgate/terminal-agent/api"
+	"github.com/posgate/posgate/terminal-agent/client"
 )
 
 // TestRestoredTillReconciles: a till's outbox is restored from a backup taken earlier in the
@@ -179,7 +179,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 		t.Errorf("the store parked %v (sales %v), want the reused seqs %v, sales among them", storeKeys, parkedSaleKeys, want)
 	}
 	_, body, err := c.Call("GET", "/v1/parked", "")
-	var tillParked agentapi.ParkedAnswer
+	var tillParked client.ParkedAnswer
 	if err != nil || json.Unmarshal(body, &tillParked) != nil {
 		t.Fatalf("the till's parked events: %v %s", err, body)
 	}
@@ -292,7 +292,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 	var hqKeys []string
 	for _, x := range rep.Exceptions {
 		key := wire.Key(x.Terminal, x.Seq)
-		if x.Kind != hq.ExceptionParked || x.Code != ledger.CodeIdempotencyConflict || x.Resolved {
+		if x.Kind != hqwire.ExceptionParked || x.Code != ledger.CodeIdempotencyConflict || x.Resolved {
 			t.Errorf("exception %s: %+v, want an open parked idempotency_conflict", key, x)
 			continue
 		}

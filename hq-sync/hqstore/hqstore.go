@@ -1,44 +1,98 @@
-// Package hqstore holds what HQ's storage engines (hqstore/sqlite, hqstore/postgres) share:
-// the stable error codes of hq.Storage, the checks a batch passes before any engine writes
-// it, the column layout of a per-method amount map and the text a time a store sent is
-// kept as.
+// Package hqstore is HQ's side of its database: the Storage interface HQ's engines
+// (hqstore/sqlite, hqstore/postgres) implement and the rows, declarations and exceptions as
+// HQ holds them, and what the engines share: the errors of Storage.PutBatch, the checks a
+// batch passes before any engine writes it, the column layout of a per-method amount map and
+// the text a time a store sent is kept as. What a store sends is internal/hqwire's.
 //
-// Both engines implement hq.Storage with the same semantics and pass the same suite
+// Both engines implement Storage with the same semantics and pass the same suite
 // (hqstore/storetest). This package does no I/O and must never hold engine-specific SQL.
 package hqstore
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 )
 
-// Stable error codes of hq.Storage.PutBatch.
-const (
-	// CodeBatchIDReused (perr.Conflict): the batch id was stored before with other content.
-	CodeBatchIDReused = "batch_id_reused"
-	// CodeRowConflict (perr.Conflict): a row's (store, terminal, seq) is stored with another
-	// hash; nothing of the batch is stored.
-	CodeRowConflict = "row_conflict"
-	// CodeBatchInvalid (perr.Invalid): the batch cannot be stored as it is (no store or id,
-	// an unknown payment method, ...). hq-sync serve refuses such batches before storage.
-	CodeBatchInvalid = "batch_invalid"
-)
+// StoredRow is a row as HQ holds it, for reconciliation.
+type StoredRow struct {
+	Store, Terminal string
+	Seq             int64
+	Kind            string
+	BusinessDate    string
+	FlowNo          int64
+	Amount          money.Fen
+	ByMethod        map[string]money.Fen
+	ReceivedAt      time.Time
+	Payload         json.RawMessage // day_close rows only (the declared totals); nil otherwise
+}
+
+// StoredDay is a store's latest declaration of a day as HQ holds it.
+type StoredDay struct {
+	Store      string
+	Day        hqwire.StoreDay
+	ReceivedAt time.Time // when HQ received this revision
+	FirstAt    time.Time // when HQ received the first declaration of the day ("closed"; in parts: its part 1)
+}
+
+// StoredException is an exception as HQ holds it: its latest state from the store.
+type StoredException struct {
+	Store string
+	hqwire.Exception
+	ReceivedAt time.Time // when HQ received this state
+}
+
+// Storage is HQ's database. Both engines (SQLite, PostgreSQL) pass the same test suite.
+type Storage interface {
+	// PutBatch stores a batch in one transaction. A batch ID seen before with the same
+	// content hash returns the original receipt with Duplicate set and changes nothing; with
+	// another hash it is ErrBatchIDReused (perr.Conflict, hqwire.CodeBatchIDReused) and
+	// changes nothing. A row whose (store, terminal, seq) HQ already holds is not stored again
+	// (with the same hash it counts as old; with another hash the whole batch is refused with
+	// ErrRowConflict, perr.Conflict hqwire.CodeRowConflict). A batch Check refuses is a
+	// perr.Invalid error with code hqwire.CodeBatchInvalid.
+	PutBatch(ctx context.Context, b *hqwire.Batch, contentHash string, at time.Time) (hqwire.Receipt, error)
+	// Rows returns every stored sale, refund and day-close row of a business date (of one
+	// store, or of all stores when store is "").
+	Rows(ctx context.Context, date, store string) ([]StoredRow, error)
+	// Days returns the latest declaration of a business date of each store (or one store).
+	Days(ctx context.Context, date, store string) ([]StoredDay, error)
+	// Exceptions returns the exceptions of a business date that are not withdrawn, of each
+	// store (or one store), by store, kind, terminal, seq and SKU.
+	Exceptions(ctx context.Context, date, store string) ([]StoredException, error)
+	// OpenExceptions returns the exceptions of every business date that are neither
+	// withdrawn nor resolved, of each store (or one store), by business date, store, kind,
+	// terminal, seq and SKU.
+	OpenExceptions(ctx context.Context, store string) ([]StoredException, error)
+	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
+	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
+	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)
+	// DropDrafts deletes the parts of declarations kept aside whose part 1 came before
+	// before, of every store, with their transactions, and returns how many store-days'
+	// parts it deleted. A store that never sends the rest (retired, or its state lost) would
+	// have them kept for good. One that sends the next part after all has it dropped
+	// (hqwire.Receipt.PartsDropped) and declares the day anew from part 1, as after any draft lost.
+	DropDrafts(ctx context.Context, before time.Time) (int64, error)
+	// Close closes the database.
+	Close() error
+}
 
 // ErrBatchIDReused returns the error for a batch id reused with other content.
 func ErrBatchIDReused(store, batchID string) error {
-	return perr.New(perr.Conflict, CodeBatchIDReused,
+	return perr.New(perr.Conflict, hqwire.CodeBatchIDReused,
 		"batch %s of store %s was stored before with other content; the original stands", batchID, store)
 }
 
 // ErrRowConflict returns the error for a row whose key HQ holds with another hash.
 func ErrRowConflict(store, terminal string, seq int64) error {
-	return perr.New(perr.Conflict, CodeRowConflict,
+	return perr.New(perr.Conflict, hqwire.CodeRowConflict,
 		"row %s/%s/%d is stored with another hash; nothing of the batch was stored", store, terminal, seq)
 }
 
@@ -49,14 +103,14 @@ func ErrRowConflict(store, terminal string, seq int64) error {
 // the order an engine applies them in would decide which stands). It is not the protocol's
 // validation (hq-sync serve does that); it keeps an engine from storing something it would
 // read back differently.
-func Check(b *hq.Batch, contentHash string) error {
+func Check(b *hqwire.Batch, contentHash string) error {
 	switch {
 	case b == nil:
-		return perr.New(perr.Invalid, CodeBatchInvalid, "no batch")
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "no batch")
 	case b.Store == "" || b.ID == "":
-		return perr.New(perr.Invalid, CodeBatchInvalid, "a batch needs a store and a batch_id")
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "a batch needs a store and a batch_id")
 	case contentHash == "":
-		return perr.New(perr.Invalid, CodeBatchInvalid, "batch %s has no content hash", b.ID)
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "batch %s has no content hash", b.ID)
 	}
 	for i := range b.Rows {
 		if _, err := Split(b.Rows[i].ByMethod); err != nil {
@@ -86,7 +140,7 @@ func Check(b *hq.Batch, contentHash string) error {
 		}
 		k := key{x.Kind, x.Terminal, x.Seq, x.SKU}
 		if j, dup := seen[k]; dup {
-			return perr.New(perr.Invalid, CodeBatchInvalid, "exceptions[%d] is the same exception as exceptions[%d]", i, j)
+			return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "exceptions[%d] is the same exception as exceptions[%d]", i, j)
 		}
 		seen[k] = i
 	}
@@ -96,13 +150,13 @@ func Check(b *hq.Batch, contentHash string) error {
 // ExceptionText returns a perr.Invalid error if a text of x holds a NUL character, which
 // PostgreSQL's text cannot hold: the engines refuse it alike, and hq-sync serve with the
 // same words.
-func ExceptionText(x *hq.Exception) error {
+func ExceptionText(x *hqwire.Exception) error {
 	for _, f := range []struct{ name, text string }{
 		{"kind", x.Kind}, {"terminal", x.Terminal}, {"sku", x.SKU}, {"business_date", x.BusinessDate},
 		{"code", x.Code}, {"detail", x.Detail}, {"resolution", x.Resolution},
 	} {
 		if strings.ContainsRune(f.text, 0) {
-			return perr.New(perr.Invalid, CodeBatchInvalid, "%s holds a NUL character", f.name)
+			return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "%s holds a NUL character", f.name)
 		}
 	}
 	return nil
@@ -110,28 +164,28 @@ func ExceptionText(x *hq.Exception) error {
 
 // DayParts returns which part of its declaration d is and of how many parts: (1, 1) for a
 // whole declaration (Part and Parts both 0, or both 1), (k, n) for part k of n. Any other
-// numbering (a part 0 or above Parts, more than hq.MaxDayParts parts, one of the two
+// numbering (a part 0 or above Parts, more than hqwire.MaxDayParts parts, one of the two
 // without the other), a split id that is not an id as wire.ValidID says, or a whole
 // declaration with one is a perr.Invalid error: hq-sync serve refuses it with the same
 // words, and an engine never keeps such a part aside. A part without a split id (an
 // uploader from before split ids) is taken as of the split "".
-func DayParts(d *hq.StoreDay) (part, parts int, err error) {
+func DayParts(d *hqwire.StoreDay) (part, parts int, err error) {
 	switch {
 	case d.Part == 0 && d.Parts == 0, d.Part == 1 && d.Parts == 1:
 		part, parts = 1, 1
-	case 1 <= d.Part && d.Part <= d.Parts && d.Parts <= hq.MaxDayParts:
+	case 1 <= d.Part && d.Part <= d.Parts && d.Parts <= hqwire.MaxDayParts:
 		part, parts = d.Part, d.Parts
 	default:
-		return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid,
+		return 0, 0, perr.New(perr.Invalid, hqwire.CodeBatchInvalid,
 			"part %d of %d parts is not numbered 1 ≤ part ≤ parts ≤ %d (both 0: the whole day in one)",
-			d.Part, d.Parts, hq.MaxDayParts)
+			d.Part, d.Parts, hqwire.MaxDayParts)
 	}
 	switch {
 	case parts > 1 && d.Split != "" && !wire.ValidID(d.Split):
-		return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid,
+		return 0, 0, perr.New(perr.Invalid, hqwire.CodeBatchInvalid,
 			"part %d of %d parts has a split id that is not 1 to %d characters [A-Za-z0-9_-]", part, parts, wire.MaxIDLen)
 	case parts == 1 && d.Split != "":
-		return 0, 0, perr.New(perr.Invalid, CodeBatchInvalid, "a whole declaration has a split id")
+		return 0, 0, perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "a whole declaration has a split id")
 	}
 	return part, parts, nil
 }
@@ -163,7 +217,7 @@ func Split(m map[string]money.Fen) (Methods, error) {
 		case "qr":
 			c.QR, c.Mask = int64(v), c.Mask|BitQR
 		default:
-			return Methods{}, perr.New(perr.Invalid, CodeBatchInvalid, "unknown payment method %q", k)
+			return Methods{}, perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "unknown payment method %q", k)
 		}
 	}
 	return c, nil
@@ -215,7 +269,7 @@ func (in Interner) String(s string) string {
 // changes nothing.
 func DayStored(held, rev int64) bool { return rev > held }
 
-// Held notes in m (made when nil), for hq.Receipt.DaysHeld, that HQ kept the revision held
+// Held notes in m (made when nil), for hqwire.Receipt.DaysHeld, that HQ kept the revision held
 // of date rather than the batch's declaration of it.
 func Held(m map[string]int64, date string, held int64) map[string]int64 {
 	if m == nil {
@@ -225,7 +279,7 @@ func Held(m map[string]int64, date string, held int64) map[string]int64 {
 	return m
 }
 
-// Dropped notes in m (made when nil), for hq.Receipt.PartsDropped, that HQ kept nothing of
+// Dropped notes in m (made when nil), for hqwire.Receipt.PartsDropped, that HQ kept nothing of
 // the batch's part of revision rev of date, since it does not follow the parts HQ holds.
 func Dropped(m map[string]int64, date string, rev int64) map[string]int64 {
 	if m == nil {
@@ -265,10 +319,10 @@ type Rows interface {
 
 // ScanExceptions reads exceptions from rows of ExceptionColumns; what names them in errors
 // ("exceptions of 2026-11-29").
-func ScanExceptions(what string, rows Rows) ([]hq.StoredException, error) {
-	var out []hq.StoredException
+func ScanExceptions(what string, rows Rows) ([]StoredException, error) {
+	var out []StoredException
 	for rows.Next() {
-		var x hq.StoredException
+		var x StoredException
 		var at, resolvedAt string
 		var received int64
 		if err := rows.Scan(&x.Store, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate, &x.Change, &x.Code,

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"pgregory.net/rapid"
+
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
-	"pgregory.net/rapid"
 )
 
 // TestMethodsRoundTrip: any by_method map of the known methods reads back as it was
@@ -37,46 +38,46 @@ func TestMethodsRoundTrip(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	good := &hq.Batch{Store: "S1", ID: "b", Rows: []hq.Row{{ByMethod: map[string]money.Fen{"cash": 1}}},
-		Exceptions: []hq.Exception{ // one sale's oversells of two SKUs, and its refund's exception
-			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 1},
-			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "B", Change: 2},
-			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3, Detail: "é"}}}
+	good := &hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{{ByMethod: map[string]money.Fen{"cash": 1}}},
+		Exceptions: []hqwire.Exception{ // one sale's oversells of two SKUs, and its refund's exception
+			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 1},
+			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "B", Change: 2},
+			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3, Detail: "é"}}}
 	if err := hqstore.Check(good, "h"); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct {
-		b    *hq.Batch
+		b    *hqwire.Batch
 		hash string
 	}{
 		"nil":            {nil, "h"},
-		"no store":       {&hq.Batch{ID: "b"}, "h"},
-		"no id":          {&hq.Batch{Store: "S1"}, "h"},
+		"no store":       {&hqwire.Batch{ID: "b"}, "h"},
+		"no id":          {&hqwire.Batch{Store: "S1"}, "h"},
 		"no hash":        {good, ""},
-		"unknown method": {&hq.Batch{Store: "S1", ID: "b", Rows: []hq.Row{{ByMethod: map[string]money.Fen{"gold": 1}}}}, "h"},
-		"unknown method in a day": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{{Txns: []hq.Txn{
+		"unknown method": {&hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{{ByMethod: map[string]money.Fen{"gold": 1}}}}, "h"},
+		"unknown method in a day": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{{Txns: []hqwire.Txn{
 			{ByMethod: map[string]money.Fen{"gold": 1}}}}}}, "h"},
-		"part above its parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{
+		"part above its parts": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{
 			{Part: 1, Parts: 2}, {BusinessDate: "2025-03-02", Part: 3, Parts: 2}}}, "h"},
-		"part without parts": {&hq.Batch{Store: "S1", ID: "b", Days: []hq.StoreDay{{Part: 1}}}, "h"},
-		"exception twice": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
-			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1},
-			{Kind: hq.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 2},
-			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3}}}, "h"},
-		"NUL in an exception's detail": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
-			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Detail: "a\x00b"}}}, "h"},
-		"NUL in an exception's resolution": {&hq.Batch{Store: "S1", ID: "b", Exceptions: []hq.Exception{
-			{Kind: hq.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Resolution: "\x00"}}}, "h"},
+		"part without parts": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{{Part: 1}}}, "h"},
+		"exception twice": {&hqwire.Batch{Store: "S1", ID: "b", Exceptions: []hqwire.Exception{
+			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1},
+			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 2},
+			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 3}}}, "h"},
+		"NUL in an exception's detail": {&hqwire.Batch{Store: "S1", ID: "b", Exceptions: []hqwire.Exception{
+			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Detail: "a\x00b"}}}, "h"},
+		"NUL in an exception's resolution": {&hqwire.Batch{Store: "S1", ID: "b", Exceptions: []hqwire.Exception{
+			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1, Resolution: "\x00"}}}, "h"},
 	} {
 		err := hqstore.Check(c.b, c.hash)
-		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {
-			t.Errorf("%s: %v, want %s", name, err, hqstore.CodeBatchInvalid)
+		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqwire.CodeBatchInvalid {
+			t.Errorf("%s: %v, want %s", name, err, hqwire.CodeBatchInvalid)
 		}
 	}
 }
 
 // TestDayParts: a whole declaration is part 1 of 1 without a split id; parts are numbered
-// from 1 up to their number, at most hq.MaxDayParts, and carry a valid split id or none;
+// from 1 up to their number, at most hqwire.MaxDayParts, and carry a valid split id or none;
 // anything else is batch_invalid.
 func TestDayParts(t *testing.T) {
 	for _, c := range []struct {
@@ -85,9 +86,9 @@ func TestDayParts(t *testing.T) {
 		wantPart, wantParts int
 	}{
 		{0, 0, "", 1, 1}, {1, 1, "", 1, 1}, {1, 2, "s", 1, 2}, {2, 2, "a-Z_9", 2, 2}, {1, 2, "", 1, 2},
-		{1, hq.MaxDayParts, "s", 1, hq.MaxDayParts}, {hq.MaxDayParts, hq.MaxDayParts, "s", hq.MaxDayParts, hq.MaxDayParts},
+		{1, hqwire.MaxDayParts, "s", 1, hqwire.MaxDayParts}, {hqwire.MaxDayParts, hqwire.MaxDayParts, "s", hqwire.MaxDayParts, hqwire.MaxDayParts},
 	} {
-		part, parts, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
+		part, parts, err := hqstore.DayParts(&hqwire.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
 		if err != nil || part != c.wantPart || parts != c.wantParts {
 			t.Errorf("part %d of %d: (%d, %d, %v), want (%d, %d)", c.part, c.parts, part, parts, err, c.wantPart, c.wantParts)
 		}
@@ -97,12 +98,12 @@ func TestDayParts(t *testing.T) {
 		split       string
 	}{
 		{1, 0, "s"}, {0, 1, "s"}, {0, 2, "s"}, {3, 2, "s"}, {-1, 2, "s"}, {1, -1, "s"}, {-1, -1, "s"},
-		{1, hq.MaxDayParts + 1, "s"}, {hq.MaxDayParts + 1, hq.MaxDayParts + 1, "s"},
+		{1, hqwire.MaxDayParts + 1, "s"}, {hqwire.MaxDayParts + 1, hqwire.MaxDayParts + 1, "s"},
 		{2, 2, "a b"}, {1, 2, strings.Repeat("s", 65)}, {0, 0, "s"}, {1, 1, "s"},
 	} {
-		_, _, err := hqstore.DayParts(&hq.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
-		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqstore.CodeBatchInvalid {
-			t.Errorf("part %d of %d split %q: %v, want %s", c.part, c.parts, c.split, err, hqstore.CodeBatchInvalid)
+		_, _, err := hqstore.DayParts(&hqwire.StoreDay{Part: c.part, Parts: c.parts, Split: c.split})
+		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqwire.CodeBatchInvalid {
+			t.Errorf("part %d of %d split %q: %v, want %s", c.part, c.parts, c.split, err, hqwire.CodeBatchInvalid)
 		}
 	}
 }

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -26,11 +27,11 @@ const (
 
 // loadBenchDay stores the fixture in st, one batch per store, and returns the number of
 // transactions.
-func loadBenchDay(tb testing.TB, st hq.Storage) int {
+func loadBenchDay(tb testing.TB, st hqstore.Storage) int {
 	tb.Helper()
 	start := time.Now()
 	type batch struct {
-		b    *hq.Batch
+		b    *hqwire.Batch
 		hash string
 	}
 	// Building rows (payload JSON and content hashes) is CPU work: do it in parallel.
@@ -43,7 +44,7 @@ func loadBenchDay(tb testing.TB, st hq.Storage) int {
 			defer wg.Done()
 			for s := range next {
 				store := fmt.Sprintf("S%04d", s)
-				var rows, closes []hq.Row
+				var rows, closes []hqwire.Row
 				for t := range benchTerminals {
 					term := fmt.Sprintf("T%d", t)
 					trows := storetest.Sales(store, term, 1, benchPerTerm, date, t0)
@@ -124,7 +125,7 @@ func BenchmarkReconcile1M(b *testing.B) {
 
 // openBenchHQ opens an HQ database holding the fixture. Loading it takes about a minute; set
 // RECONCILE_BENCH_DB to a file path to keep the loaded database there and reuse it.
-func openBenchHQ(b *testing.B) (hq.Storage, int) {
+func openBenchHQ(b *testing.B) (hqstore.Storage, int) {
 	path := os.Getenv("RECONCILE_BENCH_DB")
 	if path == "" {
 		st, _ := MustOpenHQ(b)
@@ -155,13 +156,13 @@ func openBenchHQ(b *testing.B) (hq.Storage, int) {
 
 // memDay returns the fixture as Storage.Rows and Storage.Days would return it, built in
 // memory (no payloads, no database): for timing the comparison alone.
-func memDay() ([]hq.StoredRow, []hq.StoredDay) {
-	rows := make([]hq.StoredRow, 0, benchStores*benchTerminals*(benchPerTerm+1))
-	days := make([]hq.StoredDay, 0, benchStores)
+func memDay() ([]hqstore.StoredRow, []hqstore.StoredDay) {
+	rows := make([]hqstore.StoredRow, 0, benchStores*benchTerminals*(benchPerTerm+1))
+	days := make([]hqstore.StoredDay, 0, benchStores)
 	methods := []string{wire.MethodCash, wire.MethodCard, wire.MethodQR}
 	for s := range benchStores {
 		store := fmt.Sprintf("S%04d", s)
-		day := hq.StoredDay{Store: store, Day: hq.StoreDay{BusinessDate: date, Revision: 1}, ReceivedAt: received,
+		day := hqstore.StoredDay{Store: store, Day: hqwire.StoreDay{BusinessDate: date, Revision: 1}, ReceivedAt: received,
 			FirstAt: received}
 		for t := range benchTerminals {
 			term := fmt.Sprintf("T%d", t)
@@ -172,21 +173,21 @@ func memDay() ([]hq.StoredRow, []hq.StoredDay) {
 				seq := int64(i + 1)
 				m := methods[seq%3]
 				amt := money.Fen(100 + seq*37%9900)
-				kind := hq.KindSale
+				kind := hqwire.KindSale
 				if i%25 == 24 {
-					kind, m, amt = hq.KindRefund, wire.MethodCard, 100
+					kind, m, amt = hqwire.KindRefund, wire.MethodCard, 100
 				}
 				by := map[string]money.Fen{m: amt}
-				rows = append(rows, hq.StoredRow{Store: store, Terminal: term, Seq: seq, Kind: kind, BusinessDate: date,
+				rows = append(rows, hqstore.StoredRow{Store: store, Terminal: term, Seq: seq, Kind: kind, BusinessDate: date,
 					FlowNo: seq, Amount: amt, ByMethod: by, ReceivedAt: received})
-				day.Day.Txns = append(day.Day.Txns, hq.Txn{Terminal: term, Seq: seq, Kind: kind, FlowNo: seq,
+				day.Day.Txns = append(day.Day.Txns, hqwire.Txn{Terminal: term, Seq: seq, Kind: kind, FlowNo: seq,
 					Amount: amt, ByMethod: map[string]money.Fen{m: amt}})
 				mt := per[m]
 				if mt == nil {
 					mt = &wire.MethodTotal{Method: m}
 					per[m] = mt
 				}
-				if kind == hq.KindSale {
+				if kind == hqwire.KindSale {
 					p.SaleCount++
 					p.SaleAmount += amt
 					mt.SaleCount++
@@ -204,7 +205,7 @@ func memDay() ([]hq.StoredRow, []hq.StoredDay) {
 				}
 			}
 			js, _ := json.Marshal(&p)
-			rows = append(rows, hq.StoredRow{Store: store, Terminal: term, Seq: benchPerTerm + 1, Kind: hq.KindDayClose,
+			rows = append(rows, hqstore.StoredRow{Store: store, Terminal: term, Seq: benchPerTerm + 1, Kind: hqwire.KindDayClose,
 				BusinessDate: date, ReceivedAt: received, Payload: js})
 		}
 		days = append(days, day)

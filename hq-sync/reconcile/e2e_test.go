@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
@@ -95,7 +95,7 @@ func (s *e2eStore) dayClose(terminal, date string, at time.Time) {
 			if per[m] == nil {
 				per[m] = &wire.MethodTotal{Method: m}
 			}
-			if tx.Kind == hq.KindSale {
+			if tx.Kind == hqwire.KindSale {
 				per[m].SaleCount++
 				per[m].SaleAmount += a
 			} else {
@@ -103,7 +103,7 @@ func (s *e2eStore) dayClose(terminal, date string, at time.Time) {
 				per[m].RefundAmount += a
 			}
 		}
-		if tx.Kind == hq.KindSale {
+		if tx.Kind == hqwire.KindSale {
 			p.SaleCount++
 			p.SaleAmount += tx.Amount
 		} else {
@@ -253,14 +253,14 @@ func TestSeqGapListedEndToEnd(t *testing.T) {
 	}
 	var gap *StoreException
 	for i := range rep.Exceptions {
-		if rep.Exceptions[i].Kind == hq.ExceptionSeqGap {
+		if rep.Exceptions[i].Kind == hqwire.ExceptionSeqGap {
 			gap = &rep.Exceptions[i]
 		}
 	}
 	if gap == nil {
 		t.Fatalf("the reconciliation lists no seq gap:\n%s", table.String())
 	}
-	if gap.Store != "S1" || gap.Terminal != "T1" || gap.Seq != 1 || gap.SKU != "" || gap.Code != hq.SeqGapNewLedger ||
+	if gap.Store != "S1" || gap.Terminal != "T1" || gap.Seq != 1 || gap.SKU != "" || gap.Code != hqwire.SeqGapNewLedger ||
 		gap.BusinessDate != date || gap.Resolved || !strings.HasPrefix(gap.Detail, "seqs 1 to 3 of terminal T1: ") {
 		t.Errorf("the gap listed: %+v", *gap)
 	}
@@ -285,7 +285,7 @@ func TestSeqGapListedEndToEnd(t *testing.T) {
 	}
 	if !slices.ContainsFunc(recs, func(r []string) bool {
 		return slices.Equal(r[:5], []string{"exception", "seq_gap", "S1", "T1", "1"}) && r[11] == "" &&
-			r[12] == hq.SeqGapNewLedger && r[14] == "false" && strings.HasPrefix(r[10], "seqs 1 to 3 of terminal T1")
+			r[12] == hqwire.SeqGapNewLedger && r[14] == "false" && strings.HasPrefix(r[10], "seqs 1 to 3 of terminal T1")
 	}) {
 		t.Errorf("the CSV lacks the gap: %q", recs)
 	}

@@ -7,7 +7,7 @@
 // or resolved: the stores' own flags, which do not decide whether the date reconciles. A
 // parked sale explains a terminal's declared totals above its store's.
 //
-// It reads hq.Storage and never writes it. Money is compared in int64 fen, exactly.
+// It reads hqstore.Storage and never writes it. Money is compared in int64 fen, exactly.
 package reconcile
 
 import (
@@ -18,7 +18,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -116,7 +117,7 @@ type MissingDeclaration struct {
 // (parked), or events of a till the store's ledger lost (seq_gap, never resolved in this
 // release), open or resolved by the store's manager.
 type StoreException struct {
-	Kind         string `json:"kind"` // hq.ExceptionOversell, hq.ExceptionRefund, hq.ExceptionParked or hq.ExceptionSeqGap
+	Kind         string `json:"kind"` // an hqwire.Exception kind: oversell, refund, parked or seq_gap
 	Store        string `json:"store"`
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
@@ -248,7 +249,7 @@ func split(by map[string]money.Fen) methods {
 func (a *account) add(kind string, amount money.Fen, by map[string]money.Fen, s *methods) {
 	v, mask := &s.v, s.mask
 	switch kind {
-	case hq.KindSale:
+	case hqwire.KindSale:
 		a.all.SaleCount++
 		a.all.SaleAmount += amount
 		for i := range nMethods {
@@ -257,7 +258,7 @@ func (a *account) add(kind string, amount money.Fen, by map[string]money.Fen, s 
 				a.method[i].SaleAmount += v[i]
 			}
 		}
-	case hq.KindRefund:
+	case hqwire.KindRefund:
 		a.all.RefundCount++
 		a.all.RefundAmount += amount
 		for i := range nMethods {
@@ -277,7 +278,7 @@ func (a *account) add(kind string, amount money.Fen, by map[string]money.Fen, s 
 			continue
 		}
 		f := a.byMethod(m)
-		if kind == hq.KindSale {
+		if kind == hqwire.KindSale {
 			f.SaleCount++
 			f.SaleAmount += amt
 		} else {
@@ -309,7 +310,7 @@ type terminal struct {
 }
 
 type storeState struct {
-	day  *hq.StoredDay
+	day  *hqstore.StoredDay
 	txns int
 }
 
@@ -321,7 +322,7 @@ type reconciler struct {
 	byName   map[[2]string]int32
 	last     int32
 	stores   map[string]*storeState
-	rows     []hq.StoredRow
+	rows     []hqstore.StoredRow
 	split    []methods // per row: its ByMethod split
 	matched  []bool    // per row: listed by its store's declaration
 	report   *Report
@@ -361,7 +362,7 @@ func (rc *reconciler) store(name string) *storeState {
 // exceptions into the report. expect names the stores HQ expects a declaration of every day
 // from (its stores file): one HQ holds nothing of for the date is reported NoStoreDay
 // instead of left out, so that a store whose upload is stuck does not pass for reconciled.
-func Run(ctx context.Context, st hq.Storage, date, store string, expect ...string) (Report, error) {
+func Run(ctx context.Context, st hqstore.Storage, date, store string, expect ...string) (Report, error) {
 	// Rows and days are two reads. A declaration stored between them (a late row and the
 	// revision that lists it, while stores upload) would be compared with the rows from
 	// before it, and the row reported missing at HQ. A declaration's rows are stored before
@@ -397,8 +398,8 @@ func Run(ctx context.Context, st hq.Storage, date, store string, expect ...strin
 }
 
 // storeExceptions returns the report's list of the exceptions HQ holds, in the order
-// hq.Storage.Exceptions returns them: by store, kind, terminal, seq and SKU.
-func storeExceptions(xs []hq.StoredException) []StoreException {
+// hqstore.Storage.Exceptions returns them: by store, kind, terminal, seq and SKU.
+func storeExceptions(xs []hqstore.StoredException) []StoreException {
 	out := make([]StoreException, len(xs))
 	for i := range xs {
 		x := &xs[i]
@@ -416,7 +417,7 @@ type Open struct {
 }
 
 // RunOpen lists the open exceptions of one store, or of all ("").
-func RunOpen(ctx context.Context, st hq.Storage, store string) (Open, error) {
+func RunOpen(ctx context.Context, st hqstore.Storage, store string) (Open, error) {
 	xs, err := st.OpenExceptions(ctx, store)
 	if err != nil {
 		return Open{}, err
@@ -425,13 +426,13 @@ func RunOpen(ctx context.Context, st hq.Storage, store string) (Open, error) {
 }
 
 // sameDeclarations reports whether a and b hold the same revisions of the same days.
-func sameDeclarations(a, b []hq.StoredDay) bool {
-	return slices.EqualFunc(a, b, func(x, y hq.StoredDay) bool {
+func sameDeclarations(a, b []hqstore.StoredDay) bool {
+	return slices.EqualFunc(a, b, func(x, y hqstore.StoredDay) bool {
 		return x.Store == y.Store && x.Day.BusinessDate == y.Day.BusinessDate && x.Day.Revision == y.Day.Revision
 	})
 }
 
-func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, expect ...string) Report {
+func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.StoredDay, expect ...string) Report {
 	r := Report{Date: date, Store: store, Txns: []TxnDiff{}, Totals: []TotalsDiff{},
 		Missing: []MissingDeclaration{}, Counts: map[string]int{}, Exceptions: []StoreException{}}
 	rc := &reconciler{byName: map[[2]string]int32{}, last: -1, stores: map[string]*storeState{}, rows: rows,
@@ -462,14 +463,14 @@ func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, exp
 		}
 		tm := rc.terms[rowTerm[i]]
 		switch row.Kind {
-		case hq.KindSale, hq.KindRefund:
+		case hqwire.KindSale, hqwire.KindRefund:
 			tm.hq[row.Seq] = int32(i)
 			rc.split[i] = split(row.ByMethod)
 			tm.acct[srcHQ].add(row.Kind, row.Amount, row.ByMethod, &rc.split[i])
 			tm.txns++
 			cur.txns++
 			r.HQTxns++
-		case hq.KindDayClose:
+		case hqwire.KindDayClose:
 			if tm.closeRow < 0 || row.Seq > tm.closeSeq {
 				tm.closeRow, tm.closeSeq = i, row.Seq
 			}
@@ -491,7 +492,7 @@ func reconcile(date, store string, rows []hq.StoredRow, days []hq.StoredDay, exp
 	cur, curName = nil, ""
 	for i := range rows {
 		row := &rows[i]
-		if row.Kind != hq.KindSale && row.Kind != hq.KindRefund {
+		if row.Kind != hqwire.KindSale && row.Kind != hqwire.KindRefund {
 			continue
 		}
 		if cur == nil || row.Store != curName {
@@ -540,7 +541,7 @@ func (rc *reconciler) diff(d TxnDiff) {
 }
 
 // declaredTxn compares one transaction of a store's declaration with HQ's row of it.
-func (rc *reconciler) declaredTxn(day *hq.StoredDay, tx *hq.Txn) {
+func (rc *reconciler) declaredTxn(day *hqstore.StoredDay, tx *hqwire.Txn) {
 	rc.report.LedgerTxns++
 	s := rc.stores[day.Store]
 	t := rc.term(day.Store, tx.Terminal)
@@ -573,7 +574,7 @@ func (rc *reconciler) declaredTxn(day *hq.StoredDay, tx *hq.Txn) {
 }
 
 // differences describes how a declared transaction and HQ's row of it differ ("" if not).
-func differences(tx *hq.Txn, row *hq.StoredRow) string {
+func differences(tx *hqwire.Txn, row *hqstore.StoredRow) string {
 	var b []byte
 	add := func(format string, args ...any) {
 		if len(b) > 0 {
@@ -659,11 +660,11 @@ func methodRank(m string) int {
 	return nMethods
 }
 
-func txnAmounts(tx *hq.Txn) *Amounts {
+func txnAmounts(tx *hqwire.Txn) *Amounts {
 	return &Amounts{Kind: tx.Kind, FlowNo: tx.FlowNo, Amount: tx.Amount, ByMethod: tx.ByMethod}
 }
 
-func rowAmounts(row *hq.StoredRow) *Amounts {
+func rowAmounts(row *hqstore.StoredRow) *Amounts {
 	return &Amounts{Kind: row.Kind, FlowNo: row.FlowNo, Amount: row.Amount, ByMethod: row.ByMethod}
 }
 

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -45,9 +46,9 @@ func MustOpenHQ(tb testing.TB) (*sqlite.Store, string) {
 // closes and the store's declaration.
 type storeDay struct {
 	store  string
-	rows   []hq.Row // sales and refunds
-	closes []hq.Row // day closes
-	day    hq.StoreDay
+	rows   []hqwire.Row // sales and refunds
+	closes []hqwire.Row // day closes
+	day    hqwire.StoreDay
 }
 
 // newStoreDay returns a store's clean day: terminals T1..Tn with sales (mixed methods, a
@@ -71,17 +72,17 @@ func newStoreDay(store string, terminals, sales int) *storeDay {
 }
 
 // dayCloseRow returns a terminal's day-close row declaring p.
-func dayCloseRow(store, terminal string, seq int64, at time.Time, p *wire.DayClosePayload) hq.Row {
+func dayCloseRow(store, terminal string, seq int64, at time.Time, p *wire.DayClosePayload) hqwire.Row {
 	js, err := json.Marshal(p)
 	if err != nil {
 		panic(err)
 	}
-	return hq.Row{Kind: hq.KindDayClose, Terminal: terminal, Seq: seq, BusinessDate: p.BusinessDate, At: at,
+	return hqwire.Row{Kind: hqwire.KindDayClose, Terminal: terminal, Seq: seq, BusinessDate: p.BusinessDate, At: at,
 		Hash: wire.Hash(wire.KindDayClose, store, terminal, seq, at, js), Payload: js}
 }
 
 // put uploads rows and days as one batch received at at.
-func put(tb testing.TB, st hq.Storage, store, id string, at time.Time, rows []hq.Row, days ...hq.StoreDay) {
+func put(tb testing.TB, st hqstore.Storage, store, id string, at time.Time, rows []hqwire.Row, days ...hqwire.StoreDay) {
 	tb.Helper()
 	b, hash := storetest.NewBatch(store, id, rows, days...)
 	storetest.MustPut(tb, st, b, hash, at)
@@ -89,14 +90,14 @@ func put(tb testing.TB, st hq.Storage, store, id string, at time.Time, rows []hq
 
 // upload sends the store's day: its rows and day closes, then (a second later) its
 // declaration.
-func (sd *storeDay) upload(tb testing.TB, st hq.Storage) {
+func (sd *storeDay) upload(tb testing.TB, st hqstore.Storage) {
 	tb.Helper()
-	put(tb, st, sd.store, "rows", received, append(append([]hq.Row{}, sd.rows...), sd.closes...))
+	put(tb, st, sd.store, "rows", received, append(append([]hqwire.Row{}, sd.rows...), sd.closes...))
 	put(tb, st, sd.store, "day", received.Add(time.Second), nil, sd.day)
 }
 
 // MustRun reconciles the date or fails the test.
-func MustRun(tb testing.TB, st hq.Storage, store string) Report {
+func MustRun(tb testing.TB, st hqstore.Storage, store string) Report {
 	tb.Helper()
 	r, err := Run(context.Background(), st, date, store)
 	if err != nil {
@@ -195,8 +196,8 @@ func rowOf(tb testing.TB, sd *storeDay, terminal string, seq int64) int {
 	return -1
 }
 
-func without(rows []hq.Row, i int) []hq.Row {
-	return append(append([]hq.Row{}, rows[:i]...), rows[i+1:]...)
+func without(rows []hqwire.Row, i int) []hqwire.Row {
+	return append(append([]hqwire.Row{}, rows[:i]...), rows[i+1:]...)
 }
 
 // plantedDay builds a day with one difference of each kind, all through the SQLite engine:
@@ -209,12 +210,12 @@ func without(rows []hq.Row, i int) []hq.Row {
 //	S2/T2/4   late: uploaded after the store declared the day, and declared again
 //	S4        rows but no declaration of the day
 //	S1/T3     sales but no day close
-func plantedDay(t *testing.T) (Report, hq.Storage) {
+func plantedDay(t *testing.T) (Report, hqstore.Storage) {
 	st, path := MustOpenHQ(t)
 	s1, s2, s3, s4 := newStoreDay("S1", 3, 20), newStoreDay("S2", 2, 10), newStoreDay("S3", 2, 10), newStoreDay("S4", 1, 3)
 
 	// S1: one row never uploaded, one changed, one deleted afterwards, T3's day close lost.
-	rows := append([]hq.Row{}, s1.rows...)
+	rows := append([]hqwire.Row{}, s1.rows...)
 	changed := rowOf(t, s1, "T1", 9)
 	rows[changed].Amount += 100
 	bm := map[string]money.Fen{}
@@ -250,7 +251,7 @@ func plantedDay(t *testing.T) (Report, hq.Storage) {
 	put(t, st, "S2", "day", received.Add(time.Second), nil, first)
 	second := s2.day
 	second.Revision = 2
-	put(t, st, "S2", "late", received.Add(time.Hour), []hq.Row{s2.rows[late]}, second)
+	put(t, st, "S2", "late", received.Add(time.Hour), []hqwire.Row{s2.rows[late]}, second)
 	// The terminal counted the late sale in its day close (it sold it offline before
 	// closing), so once it is at HQ and declared the totals agree.
 
@@ -449,7 +450,7 @@ func TestLateAloneStillReconciles(t *testing.T) {
 
 	second := sd.day
 	second.Revision = 2
-	put(t, st, "S1", "late", received.Add(3*time.Hour), []hq.Row{sd.rows[late]}, second)
+	put(t, st, "S1", "late", received.Add(3*time.Hour), []hqwire.Row{sd.rows[late]}, second)
 	r = MustRun(t, st, "")
 	if !r.OK() || r.Counts[Late] != 1 || len(r.Txns) != 1 {
 		var b bytes.Buffer
@@ -472,7 +473,7 @@ func TestCountsAndMethods(t *testing.T) {
 	// The same day where HQ's row dropped the 0.00 cash entry: by-method differs, and the
 	// cash sale count with it.
 	st2, _ := MustOpenHQ(t)
-	rows := append([]hq.Row{}, sd.rows...)
+	rows := append([]hqwire.Row{}, sd.rows...)
 	i := rowOf(t, sd, "T1", 3)
 	rows[i].ByMethod = map[string]money.Fen{wire.MethodCard: 1000}
 	put(t, st2, "S1", "rows", received, append(rows, sd.closes...))
@@ -490,12 +491,12 @@ func TestCountsAndMethods(t *testing.T) {
 // uploading is HQ's storage while a store uploads: right after reconcile's first read of
 // the rows, a late row and the store's revision that lists it are stored.
 type uploading struct {
-	hq.Storage
+	hqstore.Storage
 	once    sync.Once
 	between func()
 }
 
-func (u *uploading) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+func (u *uploading) Rows(ctx context.Context, date, store string) ([]hqstore.StoredRow, error) {
 	rows, err := u.Storage.Rows(ctx, date, store)
 	u.once.Do(u.between)
 	return rows, err
@@ -508,13 +509,13 @@ func TestReconcileWhileUploading(t *testing.T) {
 	st, _ := MustOpenHQ(t)
 	sd := newStoreDay("S1", 1, 5)
 	late := storetest.Sale("S1", "T1", 100, date, t0.Add(3*time.Hour), 777, wire.MethodCash)
-	all := append(append([]hq.Row{}, sd.rows...), late)
+	all := append(append([]hqwire.Row{}, sd.rows...), late)
 	closeRow := storetest.DayClose("S1", "T1", 200, date, t0.Add(12*time.Hour), all) // counts the late sale
-	put(t, st, "S1", "rows", received, append(append([]hq.Row{}, sd.rows...), closeRow))
+	put(t, st, "S1", "rows", received, append(append([]hqwire.Row{}, sd.rows...), closeRow))
 	put(t, st, "S1", "day", received.Add(time.Second), nil, sd.day)
 	rev2 := storetest.Day(date, 2, t0.Add(20*time.Hour), all)
 	u := &uploading{Storage: st, between: func() {
-		put(t, st, "S1", "late", received.Add(time.Hour), []hq.Row{late})
+		put(t, st, "S1", "late", received.Add(time.Hour), []hqwire.Row{late})
 		put(t, st, "S1", "day2", received.Add(time.Hour+time.Second), nil, rev2)
 	}}
 	r, err := Run(context.Background(), u, date, "")
@@ -551,21 +552,21 @@ func TestExceptionsListed(t *testing.T) {
 
 	r := MustRun(t, st, "")
 	want := []StoreException{
-		{Kind: hq.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-A",
-			Code: hq.CodeOversold, Detail: "2 crates", QtyShort: 1, Resolved: true, Resolution: "found\tin the\nback room"},
-		{Kind: hq.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-B",
-			Code: hq.CodeOversold, QtyShort: 3},
-		{Kind: hq.ExceptionRefund, Store: "S1", BusinessDate: date, Terminal: "T2", Seq: 12, Code: "refund_exceeds_sale",
+		{Kind: hqwire.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-A",
+			Code: hqwire.CodeOversold, Detail: "2 crates", QtyShort: 1, Resolved: true, Resolution: "found\tin the\nback room"},
+		{Kind: hqwire.ExceptionOversell, Store: "S1", BusinessDate: date, Terminal: "T1", Seq: 2, SKU: "SKU-B",
+			Code: hqwire.CodeOversold, QtyShort: 3},
+		{Kind: hqwire.ExceptionRefund, Store: "S1", BusinessDate: date, Terminal: "T2", Seq: 12, Code: "refund_exceeds_sale",
 			Detail: "line 1: 2 refunded\nof 1 sold"},
-		{Kind: hq.ExceptionRefund, Store: "S2", BusinessDate: date, Terminal: "T1", Seq: 7, Code: "refund_sale_unknown"},
+		{Kind: hqwire.ExceptionRefund, Store: "S2", BusinessDate: date, Terminal: "T1", Seq: 7, Code: "refund_sale_unknown"},
 	}
 	if !reflect.DeepEqual(r.Exceptions, want) {
 		t.Fatalf("exceptions\n got %+v\nwant %+v", r.Exceptions, want)
 	}
 	// Every date's open ones: the three of the date, then the next day's.
 	open, err := RunOpen(context.Background(), st, "")
-	wantOpen := append(slices.Clone(want[1:]), StoreException{Kind: hq.ExceptionOversell, Store: "S1",
-		BusinessDate: storetest.D2, Terminal: "T1", Seq: 30, SKU: "SKU-A", Code: hq.CodeOversold, QtyShort: 1})
+	wantOpen := append(slices.Clone(want[1:]), StoreException{Kind: hqwire.ExceptionOversell, Store: "S1",
+		BusinessDate: storetest.D2, Terminal: "T1", Seq: 30, SKU: "SKU-A", Code: hqwire.CodeOversold, QtyShort: 1})
 	if err != nil || !reflect.DeepEqual(open.Exceptions, wantOpen) {
 		t.Fatalf("open exceptions (%v)\n got %+v\nwant %+v", err, open.Exceptions, wantOpen)
 	}
@@ -643,7 +644,7 @@ func TestExceptionsListed(t *testing.T) {
 func TestExceptionsDoNotDecide(t *testing.T) {
 	st, _ := MustOpenHQ(t)
 	sd := newStoreDay("S1", 1, 5)
-	put(t, st, "S1", "rows", received, append(append([]hq.Row{}, sd.rows...), sd.closes...))
+	put(t, st, "S1", "rows", received, append(append([]hqwire.Row{}, sd.rows...), sd.closes...))
 	r := MustRun(t, st, "")
 	if r.Exceptions == nil || len(r.Exceptions) != 0 {
 		t.Fatalf("exceptions of a day without any: %#v, want an empty list", r.Exceptions)
@@ -665,7 +666,7 @@ func TestCSVTextIsNoFormula(t *testing.T) {
 	r := Report{Date: date,
 		Txns: []TxnDiff{{Kind: AmountDiffers, Store: "S1", Terminal: "-T1", Seq: 4, Detail: "+1 line",
 			Ledger: &Amounts{Amount: -1230}, HQ: &Amounts{Amount: 1230}}},
-		Exceptions: []StoreException{{Kind: hq.ExceptionParked, Store: "S1", Terminal: "T1", Seq: 9, SKU: "@SUM(A1)",
+		Exceptions: []StoreException{{Kind: hqwire.ExceptionParked, Store: "S1", Terminal: "T1", Seq: 9, SKU: "@SUM(A1)",
 			Code: "payload_invalid", Detail: "-2+3", Resolved: true, Resolution: `=HYPERLINK("http://x","ok")`}}}
 	var cb bytes.Buffer
 	if err := r.WriteCSV(&cb); err != nil {

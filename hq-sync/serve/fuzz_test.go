@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 )
 
@@ -22,7 +22,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
-	b.Exceptions = []hq.Exception{
+	b.Exceptions = []hqwire.Exception{
 		storetest.Oversell("T1", 1, "SKU-0001", storetest.D1, storetest.T0, 2, 1),
 		storetest.Resolved(storetest.RefundException("T1", 2, storetest.D1, storetest.T0, "refund_sale_unknown", "d", 2),
 			storetest.T0, "r", 3),
@@ -39,18 +39,18 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b, err := serve.DecodeBatch(body)
 		if err != nil {
-			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeJSONInvalid {
+			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqwire.CodeJSONInvalid {
 				t.Fatalf("decode error %v is not json_invalid", err)
 			}
 			return
 		}
 		if err := serve.Validate(b); err != nil {
-			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeBatchInvalid {
+			if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqwire.CodeBatchInvalid {
 				t.Fatalf("validation error %v is not batch_invalid", err)
 			}
 			return
 		}
-		if b.V != hq.Version || len(b.Rows) > hq.MaxBatchRows || len(b.Exceptions) > hq.MaxBatchExceptions {
+		if b.V != hqwire.Version || len(b.Rows) > hqwire.MaxBatchRows || len(b.Exceptions) > hqwire.MaxBatchExceptions {
 			t.Fatalf("accepted batch %+v", b)
 		}
 	})

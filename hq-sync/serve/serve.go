@@ -1,13 +1,13 @@
 // Package serve is HQ's receiver (hq-sync serve): the HTTP handler that takes a store's
-// signed upload, checks it strictly and stores it idempotently through hq.Storage.
+// signed upload, checks it strictly and stores it idempotently through hqstore.Storage.
 //
-// POST /v1/batches takes one hq.Batch. The request must carry the store's id, a Unix
+// POST /v1/batches takes one hqwire.Batch. The request must carry the store's id, a Unix
 // timestamp within MaxClockSkew of HQ's clock, the batch id as Idempotency-Key and the
-// HMAC-SHA256 signature of hq.Sign over the exact body. The path signed is "/v1/batches"
+// HMAC-SHA256 signature of hqwire.Sign over the exact body. The path signed is "/v1/batches"
 // or, for a handler mounted under a prefix with http.StripPrefix, the full path the
 // request was sent to ("/hq/v1/batches"). A stored batch, or a replay of it, is answered 200 with
-// the hq.Receipt; everything else is answered with an RFC 9457 problem document
-// (application/problem+json) whose "code" is one of the Code constants, and changes
+// the hqwire.Receipt; everything else is answered with an RFC 9457 problem document
+// (application/problem+json) whose "code" is one of hqwire's Code constants, and changes
 // nothing.
 //
 // The handler never stores a batch it has not fully checked, never trusts a field the
@@ -31,8 +31,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 )
 
@@ -42,66 +42,46 @@ const (
 	HealthPath  = "/healthz"    // GET: 200 {"status":"ok"}
 )
 
-// Stable error codes of the answers, in the "code" member of the problem document. See
-// Status for the HTTP status of each.
-const (
-	CodeUnauthorized           = "unauthorized"             // 401: a required header is missing or malformed
-	CodeSignatureInvalid       = "signature_invalid"        // 401: the signature is not the store's over this request
-	CodeStoreUnknown           = "store_unknown"            // 401: no secret for the X-Posgate-Store store
-	CodeTimestampSkew          = "timestamp_skew"           // 401: X-Posgate-Timestamp is too far from HQ's clock
-	CodeStoreMismatch          = "store_mismatch"           // 403: the body's store is not the signing store
-	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch" // 400: Idempotency-Key is not the body's batch_id
-	CodeBodyTooLarge           = "body_too_large"           // 413: the body is over hq.MaxBatchBytes
-	CodeJSONInvalid            = "json_invalid"             // 400: not one strict JSON hq.Batch
-	CodeBodyIncomplete         = "body_incomplete"          // 408: the body did not arrive whole; send it again
-	CodeBatchInvalid           = hqstore.CodeBatchInvalid   // 400: a rule of the batch is broken; the detail names the row
-	CodeBatchIDReused          = hqstore.CodeBatchIDReused  // 422: the batch id was stored with other content
-	CodeRowConflict            = hqstore.CodeRowConflict    // 409: a row is stored with another hash
-	CodeMethodNotAllowed       = "method_not_allowed"       // 405
-	CodeNotFound               = "not_found"                // 404: no such path
-	CodeInternal               = "internal"                 // 500: HQ failed; retry later
-)
-
 // statuses is the one table from codes to HTTP statuses. A batch id reused with other
 // content is 422 (IETF Idempotency-Key draft, as in invariant 2). A row conflict is 409:
 // the batch itself is new and well formed but clashes with a row HQ already holds, a
 // conflict with the resource's state that the store must look into; like 422 it must not
 // be retried as is.
 var statuses = map[string]int{
-	CodeUnauthorized:           http.StatusUnauthorized,
-	CodeSignatureInvalid:       http.StatusUnauthorized,
-	CodeStoreUnknown:           http.StatusUnauthorized,
-	CodeTimestampSkew:          http.StatusUnauthorized,
-	CodeStoreMismatch:          http.StatusForbidden,
-	CodeIdempotencyKeyMismatch: http.StatusBadRequest,
-	CodeBodyTooLarge:           http.StatusRequestEntityTooLarge,
-	CodeJSONInvalid:            http.StatusBadRequest,
-	CodeBodyIncomplete:         http.StatusRequestTimeout,
-	CodeBatchInvalid:           http.StatusBadRequest,
-	CodeBatchIDReused:          http.StatusUnprocessableEntity,
-	CodeRowConflict:            http.StatusConflict,
-	CodeMethodNotAllowed:       http.StatusMethodNotAllowed,
-	CodeNotFound:               http.StatusNotFound,
-	CodeInternal:               http.StatusInternalServerError,
+	hqwire.CodeUnauthorized:           http.StatusUnauthorized,
+	hqwire.CodeSignatureInvalid:       http.StatusUnauthorized,
+	hqwire.CodeStoreUnknown:           http.StatusUnauthorized,
+	hqwire.CodeTimestampSkew:          http.StatusUnauthorized,
+	hqwire.CodeStoreMismatch:          http.StatusForbidden,
+	hqwire.CodeIdempotencyKeyMismatch: http.StatusBadRequest,
+	hqwire.CodeBodyTooLarge:           http.StatusRequestEntityTooLarge,
+	hqwire.CodeJSONInvalid:            http.StatusBadRequest,
+	hqwire.CodeBodyIncomplete:         http.StatusRequestTimeout,
+	hqwire.CodeBatchInvalid:           http.StatusBadRequest,
+	hqwire.CodeBatchIDReused:          http.StatusUnprocessableEntity,
+	hqwire.CodeRowConflict:            http.StatusConflict,
+	hqwire.CodeMethodNotAllowed:       http.StatusMethodNotAllowed,
+	hqwire.CodeNotFound:               http.StatusNotFound,
+	hqwire.CodeInternal:               http.StatusInternalServerError,
 }
 
 // titles are the problem documents' short, fixed summaries.
 var titles = map[string]string{
-	CodeUnauthorized:           "Missing or malformed authentication headers",
-	CodeSignatureInvalid:       "Invalid signature",
-	CodeStoreUnknown:           "Unknown store",
-	CodeTimestampSkew:          "Request timestamp out of range",
-	CodeStoreMismatch:          "Batch of another store",
-	CodeIdempotencyKeyMismatch: "Idempotency-Key does not match the batch id",
-	CodeBodyTooLarge:           "Request body too large",
-	CodeJSONInvalid:            "Malformed batch JSON",
-	CodeBodyIncomplete:         "Request body incomplete",
-	CodeBatchInvalid:           "Invalid batch",
-	CodeBatchIDReused:          "Batch id reused with other content",
-	CodeRowConflict:            "Row conflicts with a stored row",
-	CodeMethodNotAllowed:       "Method not allowed",
-	CodeNotFound:               "Not found",
-	CodeInternal:               "Internal error",
+	hqwire.CodeUnauthorized:           "Missing or malformed authentication headers",
+	hqwire.CodeSignatureInvalid:       "Invalid signature",
+	hqwire.CodeStoreUnknown:           "Unknown store",
+	hqwire.CodeTimestampSkew:          "Request timestamp out of range",
+	hqwire.CodeStoreMismatch:          "Batch of another store",
+	hqwire.CodeIdempotencyKeyMismatch: "Idempotency-Key does not match the batch id",
+	hqwire.CodeBodyTooLarge:           "Request body too large",
+	hqwire.CodeJSONInvalid:            "Malformed batch JSON",
+	hqwire.CodeBodyIncomplete:         "Request body incomplete",
+	hqwire.CodeBatchInvalid:           "Invalid batch",
+	hqwire.CodeBatchIDReused:          "Batch id reused with other content",
+	hqwire.CodeRowConflict:            "Row conflicts with a stored row",
+	hqwire.CodeMethodNotAllowed:       "Method not allowed",
+	hqwire.CodeNotFound:               "Not found",
+	hqwire.CodeInternal:               "Internal error",
 }
 
 // Status returns the HTTP status of an answer with code: the table above, or the status
@@ -131,7 +111,7 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives one line per request refused or stored; nil discards them.
 	Logger *slog.Logger
-	// MaxClockSkew bounds |HQ's clock - X-Posgate-Timestamp|; 0 means hq.MaxClockSkew.
+	// MaxClockSkew bounds |HQ's clock - X-Posgate-Timestamp|; 0 means hqwire.MaxClockSkew.
 	MaxClockSkew time.Duration
 	// Metrics, if not nil, gets the handler's counters (see newMetrics).
 	Metrics prometheus.Registerer
@@ -182,7 +162,7 @@ func (c *lastBatches) Collect(ch chan<- prometheus.Metric) {
 }
 
 type handler struct {
-	store   hq.Storage
+	store   hqstore.Storage
 	secrets map[string][]byte
 	now     func() time.Time
 	log     *slog.Logger
@@ -207,7 +187,7 @@ func (h *handler) count(store, result string) {
 
 // New returns HQ's handler storing into store. secrets holds each known store's signing
 // secret (a store with an empty secret is unknown); New keeps its own copy.
-func New(store hq.Storage, secrets map[string][]byte, opts Options) http.Handler {
+func New(store hqstore.Storage, secrets map[string][]byte, opts Options) http.Handler {
 	h := &handler{store: store, secrets: make(map[string][]byte, len(secrets)), now: opts.Now,
 		log: opts.Logger, skew: opts.MaxClockSkew}
 	for id, s := range secrets {
@@ -223,7 +203,7 @@ func New(store hq.Storage, secrets map[string][]byte, opts Options) http.Handler
 	}
 	h.log = h.log.With("component", "hq-serve")
 	if h.skew <= 0 {
-		h.skew = hq.MaxClockSkew
+		h.skew = hqwire.MaxClockSkew
 	}
 	if opts.Metrics != nil {
 		h.met = newMetrics(opts.Metrics, h)
@@ -237,37 +217,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case BatchesPath:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			h.fail(w, r, "", perr.New(perr.Invalid, CodeMethodNotAllowed, "%s %s: use POST", r.Method, BatchesPath))
+			h.fail(w, r, "", perr.New(perr.Invalid, hqwire.CodeMethodNotAllowed, "%s %s: use POST", r.Method, BatchesPath))
 			return
 		}
 		h.postBatch(w, r)
 	case HealthPath:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			h.fail(w, r, "", perr.New(perr.Invalid, CodeMethodNotAllowed, "%s %s: use GET", r.Method, HealthPath))
+			h.fail(w, r, "", perr.New(perr.Invalid, hqwire.CodeMethodNotAllowed, "%s %s: use GET", r.Method, HealthPath))
 			return
 		}
 		writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ok"})
 	default:
-		h.fail(w, r, "", perr.New(perr.NotFound, CodeNotFound, "no such path %q", r.URL.Path))
+		h.fail(w, r, "", perr.New(perr.NotFound, hqwire.CodeNotFound, "no such path %q", r.URL.Path))
 	}
 }
 
 // postBatch checks, in order: headers, known store, body size, signature, timestamp,
 // strict JSON, store and idempotency key against the body, the batch's rules; then stores.
 func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
-	store := r.Header.Get(hq.HeaderStore)
-	ts := r.Header.Get(hq.HeaderTimestamp)
-	sig := r.Header.Get(hq.HeaderSignature)
-	key := r.Header.Get(hq.HeaderIdemKey)
+	store := r.Header.Get(hqwire.HeaderStore)
+	ts := r.Header.Get(hqwire.HeaderTimestamp)
+	sig := r.Header.Get(hqwire.HeaderSignature)
+	key := r.Header.Get(hqwire.HeaderIdemKey)
 	if store == "" || ts == "" || sig == "" {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeUnauthorized, "the %s, %s and %s headers are required",
-			hq.HeaderStore, hq.HeaderTimestamp, hq.HeaderSignature))
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeUnauthorized, "the %s, %s and %s headers are required",
+			hqwire.HeaderStore, hqwire.HeaderTimestamp, hqwire.HeaderSignature))
 		return
 	}
 	secret, ok := h.secrets[store]
 	if !ok {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeStoreUnknown, "store %q is not known to HQ", clip(store)))
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreUnknown, "store %q is not known to HQ", clip(store)))
 		return
 	}
 	body, err := readBody(w, r)
@@ -275,16 +255,16 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	if !hq.Verify(secret, sig, http.MethodPost, BatchesPath, store, ts, key, body) &&
+	if !hqwire.Verify(secret, sig, http.MethodPost, BatchesPath, store, ts, key, body) &&
 		!verifyAsSent(secret, sig, r, store, ts, key, body) {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeSignatureInvalid,
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeSignatureInvalid,
 			"the signature is not store %s's signature of this request", store))
 		return
 	}
 	now := h.now()
 	secs, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeUnauthorized, "%s %q is not Unix seconds", hq.HeaderTimestamp, clip(ts)))
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeUnauthorized, "%s %q is not Unix seconds", hqwire.HeaderTimestamp, clip(ts)))
 		return
 	}
 	if d := now.Sub(time.Unix(secs, 0)); d > h.skew || d < -h.skew {
@@ -292,8 +272,8 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		if d < 0 {
 			how = fmt.Sprintf("%v ahead of", (-d).Round(time.Second))
 		}
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeTimestampSkew,
-			"%s is %s HQ's clock; at most %v either way is accepted", hq.HeaderTimestamp, how, h.skew))
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeTimestampSkew,
+			"%s is %s HQ's clock; at most %v either way is accepted", hqwire.HeaderTimestamp, how, h.skew))
 		return
 	}
 	b, err := DecodeBatch(body)
@@ -302,20 +282,20 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Store != store {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, CodeStoreMismatch,
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreMismatch,
 			"the batch is of store %q but was signed by store %s", clip(b.Store), store))
 		return
 	}
 	if key != b.ID {
-		h.fail(w, r, store, perr.New(perr.Invalid, CodeIdempotencyKeyMismatch,
-			"%s %q is not the batch_id %q", hq.HeaderIdemKey, clip(key), clip(b.ID)))
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeIdempotencyKeyMismatch,
+			"%s %q is not the batch_id %q", hqwire.HeaderIdemKey, clip(key), clip(b.ID)))
 		return
 	}
 	if err := Validate(b); err != nil {
 		h.fail(w, r, store, err)
 		return
 	}
-	rc, err := h.store.PutBatch(r.Context(), b, hq.ContentHash(body), now)
+	rc, err := h.store.PutBatch(r.Context(), b, hqwire.ContentHash(body), now)
 	if err != nil {
 		h.fail(w, r, store, err)
 		return
@@ -339,18 +319,18 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 // r.RequestURI).
 func verifyAsSent(secret []byte, sig string, r *http.Request, store, ts, key string, body []byte) bool {
 	path, _, _ := strings.Cut(r.RequestURI, "?")
-	return path != "" && path != BatchesPath && hq.Verify(secret, sig, http.MethodPost, path, store, ts, key, body)
+	return path != "" && path != BatchesPath && hqwire.Verify(secret, sig, http.MethodPost, path, store, ts, key, body)
 }
 
-// readBody reads the whole body, refusing more than hq.MaxBatchBytes.
+// readBody reads the whole body, refusing more than hqwire.MaxBatchBytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	tooLarge := func() error {
-		return perr.New(perr.Invalid, CodeBodyTooLarge, "the body is over the %d byte limit", hq.MaxBatchBytes)
+		return perr.New(perr.Invalid, hqwire.CodeBodyTooLarge, "the body is over the %d byte limit", hqwire.MaxBatchBytes)
 	}
-	if r.ContentLength > hq.MaxBatchBytes {
+	if r.ContentLength > hqwire.MaxBatchBytes {
 		return nil, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hq.MaxBatchBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hqwire.MaxBatchBytes))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -359,7 +339,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		// The connection was too slow (the server's read timeout) or broke: nothing is
 		// wrong with the batch, and the same batch sent again may arrive whole. 408 tells
 		// the uploader to retry, where a 400 would hold the batch as refused.
-		return nil, perr.Wrap(err, perr.Invalid, CodeBodyIncomplete, "the body did not arrive whole: %v", err)
+		return nil, perr.Wrap(err, perr.Invalid, hqwire.CodeBodyIncomplete, "the body did not arrive whole: %v", err)
 	}
 	return body, nil
 }
@@ -367,10 +347,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // DecodeBatch strictly decodes one batch: exactly one JSON object, no unknown field at
 // any depth, no trailing data, money as "12.30" strings. Errors are perr.Invalid with code
 // json_invalid.
-func DecodeBatch(body []byte) (*hq.Batch, error) {
-	var b hq.Batch
+func DecodeBatch(body []byte) (*hqwire.Batch, error) {
+	var b hqwire.Batch
 	if err := decodeStrict(body, &b); err != nil {
-		return nil, perr.Wrap(err, perr.Invalid, CodeJSONInvalid, "%s", jsonDetail(err))
+		return nil, perr.Wrap(err, perr.Invalid, hqwire.CodeJSONInvalid, "%s", jsonDetail(err))
 	}
 	return &b, nil
 }
@@ -420,10 +400,10 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, store string, err
 		// The client is gone; nothing was stored unless PutBatch committed, which a retry
 		// of the same batch will tell.
 		h.log.Info("request canceled", "method", r.Method, "path", r.URL.Path, "store", store, "err", err)
-		code, status, detail = CodeInternal, http.StatusServiceUnavailable, "the request was canceled"
+		code, status, detail = hqwire.CodeInternal, http.StatusServiceUnavailable, "the request was canceled"
 	case e.Kind == perr.Internal || e.Kind == perr.Unavailable:
 		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "store", store, "err", err)
-		code, status = CodeInternal, http.StatusInternalServerError
+		code, status = hqwire.CodeInternal, http.StatusInternalServerError
 		detail = "HQ could not store the batch; retry later with the same batch id"
 	default:
 		h.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "store", store, "status", status,

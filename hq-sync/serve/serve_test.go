@@ -17,16 +17,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var secrets = map[string][]byte{
@@ -79,7 +81,7 @@ type request struct {
 }
 
 // upload returns a request for batch b signed by its store, with its id as key.
-func upload(b *hq.Batch) request {
+func upload(b *hqwire.Batch) request {
 	body, err := json.Marshal(b)
 	if err != nil {
 		panic(err)
@@ -107,15 +109,15 @@ func (e *env) send(r request) (*http.Response, []byte) {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(hq.HeaderStore, r.store)
-	req.Header.Set(hq.HeaderTimestamp, r.ts)
-	req.Header.Set(hq.HeaderIdemKey, r.key)
+	req.Header.Set(hqwire.HeaderStore, r.store)
+	req.Header.Set(hqwire.HeaderTimestamp, r.ts)
+	req.Header.Set(hqwire.HeaderIdemKey, r.key)
 	if !r.noSig {
 		sig := r.sig
 		if sig == "" {
-			sig = hq.Sign(r.secret, http.MethodPost, r.path, r.store, r.ts, r.key, r.body)
+			sig = hqwire.Sign(r.secret, http.MethodPost, r.path, r.store, r.ts, r.key, r.body)
 		}
-		req.Header.Set(hq.HeaderSignature, sig)
+		req.Header.Set(hqwire.HeaderSignature, sig)
 	}
 	return e.do(req)
 }
@@ -134,7 +136,7 @@ func (e *env) do(req *http.Request) (*http.Response, []byte) {
 	return resp, out
 }
 
-func (e *env) mustStore(r request) hq.Receipt {
+func (e *env) mustStore(r request) hqwire.Receipt {
 	e.t.Helper()
 	resp, body := e.send(r)
 	if resp.StatusCode != http.StatusOK {
@@ -143,7 +145,7 @@ func (e *env) mustStore(r request) hq.Receipt {
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		e.t.Fatalf("Content-Type %q", ct)
 	}
-	var rc hq.Receipt
+	var rc hqwire.Receipt
 	if err := json.Unmarshal(body, &rc); err != nil {
 		e.t.Fatalf("receipt %s: %v", body, err)
 	}
@@ -172,12 +174,12 @@ func mustProblem(t *testing.T, resp *http.Response, body []byte, status int, cod
 }
 
 // sales returns n sales of terminal T1 of store from seq first on, dated D1.
-func sales(store string, first int64, n int) []hq.Row {
+func sales(store string, first int64, n int) []hqwire.Row {
 	return storetest.Sales(store, "T1", first, n, storetest.D1, storetest.T0)
 }
 
-func batch(store, id string, rows []hq.Row, days ...hq.StoreDay) *hq.Batch {
-	return &hq.Batch{V: hq.Version, Store: store, ID: id, Rows: rows, Days: days,
+func batch(store, id string, rows []hqwire.Row, days ...hqwire.StoreDay) *hqwire.Batch {
+	return &hqwire.Batch{V: hqwire.Version, Store: store, ID: id, Rows: rows, Days: days,
 		SentAt: time.Date(2025, 3, 2, 0, 59, 0, 0, time.UTC)}
 }
 
@@ -205,7 +207,7 @@ func TestBatches(t *testing.T) {
 		t.Fatalf("replay receipt %+v, want a duplicate of %+v", again, rc)
 	}
 
-	next := func(id string, mod func(b *hq.Batch)) request { // a new good batch, modified
+	next := func(id string, mod func(b *hqwire.Batch)) request { // a new good batch, modified
 		b := batch("S1", id, sales("S1", 100, 3))
 		if mod != nil {
 			mod(b)
@@ -224,181 +226,183 @@ func TestBatches(t *testing.T) {
 		code   string
 		detail string // a part the detail must contain
 	}{
-		{"malformed JSON", func() request { return raw(`{"v":1,"store":"S1",`) }, 400, serve.CodeJSONInvalid, ""},
-		{"not an object", func() request { return raw(`[1,2]`) }, 400, serve.CodeJSONInvalid, ""},
-		{"empty body", func() request { return raw(``) }, 400, serve.CodeJSONInvalid, ""},
+		{"malformed JSON", func() request { return raw(`{"v":1,"store":"S1",`) }, 400, hqwire.CodeJSONInvalid, ""},
+		{"not an object", func() request { return raw(`[1,2]`) }, 400, hqwire.CodeJSONInvalid, ""},
+		{"empty body", func() request { return raw(``) }, 400, hqwire.CodeJSONInvalid, ""},
 		{"unknown field", func() request {
 			return raw(strings.Replace(goodJSON, `"v":1`, `"v":1,"extra":true`, 1))
-		}, 400, serve.CodeJSONInvalid, "extra"},
+		}, 400, hqwire.CodeJSONInvalid, "extra"},
 		{"unknown field in a row", func() request {
 			return raw(strings.Replace(goodJSON, `"kind":"sale"`, `"kind":"sale","discount":"1.00"`, 1))
-		}, 400, serve.CodeJSONInvalid, "discount"},
-		{"trailing data", func() request { return raw(goodJSON + `{}`) }, 400, serve.CodeJSONInvalid, "trailing"},
+		}, 400, hqwire.CodeJSONInvalid, "discount"},
+		{"trailing data", func() request { return raw(goodJSON + `{}`) }, 400, hqwire.CodeJSONInvalid, "trailing"},
 		{"amount as a JSON number", func() request {
 			return raw(strings.Replace(goodJSON, `"amount":"`, `"amount":1`+`,"x":"`, 1))
-		}, 400, serve.CodeJSONInvalid, ""},
+		}, 400, hqwire.CodeJSONInvalid, ""},
 		{"sub-fen amount", func() request {
 			b := batch("S1", "b-raw", sales("S1", 100, 1))
 			body := string(upload(b).body)
 			a := b.Rows[0].Amount.String()
 			return raw(strings.Replace(body, `"amount":"`+a+`"`, `"amount":"`+a+`1"`, 1))
-		}, 400, serve.CodeJSONInvalid, "decimal places"},
+		}, 400, hqwire.CodeJSONInvalid, "decimal places"},
 		{"oversize", func() request {
-			return raw(`{"v":1,"pad":"` + strings.Repeat("x", hq.MaxBatchBytes) + `"}`)
-		}, 413, serve.CodeBodyTooLarge, ""},
+			return raw(`{"v":1,"pad":"` + strings.Repeat("x", hqwire.MaxBatchBytes) + `"}`)
+		}, 413, hqwire.CodeBodyTooLarge, ""},
 		{"oversize without Content-Length", func() request {
-			r := raw(`{"v":1,"pad":"` + strings.Repeat("x", hq.MaxBatchBytes) + `"}`)
+			r := raw(`{"v":1,"pad":"` + strings.Repeat("x", hqwire.MaxBatchBytes) + `"}`)
 			r.bodyReader = struct{ io.Reader }{bytes.NewReader(r.body)} // hides the length
 			return r
-		}, 413, serve.CodeBodyTooLarge, ""},
-		{"no signature", func() request { r := next("b-2", nil); r.noSig = true; return r }, 401, serve.CodeUnauthorized, ""},
-		{"no timestamp", func() request { r := next("b-2", nil); r.ts = " "; return r }, 401, serve.CodeUnauthorized, ""},
-		{"no store header", func() request { r := next("b-2", nil); r.store = ""; r.secret = secrets["S1"]; return r }, 401, serve.CodeUnauthorized, ""},
-		{"wrong signature", func() request { r := next("b-2", nil); r.sig = strings.Repeat("0", 64); return r }, 401, serve.CodeSignatureInvalid, ""},
+		}, 413, hqwire.CodeBodyTooLarge, ""},
+		{"no signature", func() request { r := next("b-2", nil); r.noSig = true; return r }, 401, hqwire.CodeUnauthorized, ""},
+		{"no timestamp", func() request { r := next("b-2", nil); r.ts = " "; return r }, 401, hqwire.CodeUnauthorized, ""},
+		{"no store header", func() request { r := next("b-2", nil); r.store = ""; r.secret = secrets["S1"]; return r }, 401, hqwire.CodeUnauthorized, ""},
+		{"wrong signature", func() request { r := next("b-2", nil); r.sig = strings.Repeat("0", 64); return r }, 401, hqwire.CodeSignatureInvalid, ""},
 		{"signature with another store's secret", func() request {
 			r := next("b-2", nil)
 			r.secret = secrets["S2"]
 			return r
-		}, 401, serve.CodeSignatureInvalid, ""},
-		{"signature of another path", func() request { r := next("b-2", nil); r.path = "/v1/other"; return r }, 401, serve.CodeSignatureInvalid, ""},
+		}, 401, hqwire.CodeSignatureInvalid, ""},
+		{"signature of another path", func() request { r := next("b-2", nil); r.path = "/v1/other"; return r }, 401, hqwire.CodeSignatureInvalid, ""},
 		{"signature of other content", func() request {
 			r := next("b-2", nil)
-			r.sig = hq.Sign(secrets["S1"], http.MethodPost, serve.BatchesPath, "S1", strconv.FormatInt(e.now.Unix(), 10), "b-2", []byte(`{}`))
+			r.sig = hqwire.Sign(secrets["S1"], http.MethodPost, serve.BatchesPath, "S1", strconv.FormatInt(e.now.Unix(), 10), "b-2", []byte(`{}`))
 			return r
-		}, 401, serve.CodeSignatureInvalid, ""},
+		}, 401, hqwire.CodeSignatureInvalid, ""},
 		{"unknown store", func() request {
 			r := upload(batch("S9", "b-2", sales("S9", 1, 2)))
 			r.secret = []byte("a guess")
 			return r
-		}, 401, serve.CodeStoreUnknown, "S9"},
+		}, 401, hqwire.CodeStoreUnknown, "S9"},
 		{"store header is not the body's store", func() request {
 			r := next("b-2", nil) // body of S1, signed by S2 as S2
 			r.store = "S2"
 			return r
-		}, 403, serve.CodeStoreMismatch, "S1"},
+		}, 403, hqwire.CodeStoreMismatch, "S1"},
 		{"stale timestamp", func() request {
 			r := next("b-2", nil)
-			r.ts = strconv.FormatInt(e.now.Add(-hq.MaxClockSkew-time.Minute).Unix(), 10)
+			r.ts = strconv.FormatInt(e.now.Add(-hqwire.MaxClockSkew-time.Minute).Unix(), 10)
 			return r
-		}, 401, serve.CodeTimestampSkew, ""},
+		}, 401, hqwire.CodeTimestampSkew, ""},
 		{"timestamp in the future", func() request {
 			r := next("b-2", nil)
-			r.ts = strconv.FormatInt(e.now.Add(hq.MaxClockSkew+time.Minute).Unix(), 10)
+			r.ts = strconv.FormatInt(e.now.Add(hqwire.MaxClockSkew+time.Minute).Unix(), 10)
 			return r
-		}, 401, serve.CodeTimestampSkew, ""},
-		{"timestamp not a number", func() request { r := next("b-2", nil); r.ts = "yesterday"; return r }, 401, serve.CodeUnauthorized, ""},
-		{"key is not the batch id", func() request { r := next("b-2", nil); r.key = "b-3"; return r }, 400, serve.CodeIdempotencyKeyMismatch, "b-3"},
-		{"no key", func() request { r := next("b-2", nil); r.key = ""; return r }, 400, serve.CodeIdempotencyKeyMismatch, ""},
-		{"wrong version", func() request { return next("b-2", func(b *hq.Batch) { b.V = 2 }) }, 400, serve.CodeBatchInvalid, "version 2"},
-		{"bad batch id", func() request { return next("b/2", nil) }, 400, serve.CodeBatchInvalid, "batch_id"},
+		}, 401, hqwire.CodeTimestampSkew, ""},
+		{"timestamp not a number", func() request { r := next("b-2", nil); r.ts = "yesterday"; return r }, 401, hqwire.CodeUnauthorized, ""},
+		{"key is not the batch id", func() request { r := next("b-2", nil); r.key = "b-3"; return r }, 400, hqwire.CodeIdempotencyKeyMismatch, "b-3"},
+		{"no key", func() request { r := next("b-2", nil); r.key = ""; return r }, 400, hqwire.CodeIdempotencyKeyMismatch, ""},
+		{"wrong version", func() request { return next("b-2", func(b *hqwire.Batch) { b.V = 2 }) }, 400, hqwire.CodeBatchInvalid, "version 2"},
+		{"bad batch id", func() request { return next("b/2", nil) }, 400, hqwire.CodeBatchInvalid, "batch_id"},
 		{"too many rows", func() request {
-			return next("b-2", func(b *hq.Batch) { b.Rows = sales("S1", 100, hq.MaxBatchRows+1) })
-		}, 400, serve.CodeBatchInvalid, "limit"},
-		{"bad row kind", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[1].Kind = "scan" }) }, 400, serve.CodeBatchInvalid, "rows[1]"},
-		{"bad terminal id", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[2].Terminal = "T 1" }) }, 400, serve.CodeBatchInvalid, "rows[2]"},
-		{"seq 0", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].Seq = 0 }) }, 400, serve.CodeBatchInvalid, "rows[0]"},
+			return next("b-2", func(b *hqwire.Batch) { b.Rows = sales("S1", 100, hqwire.MaxBatchRows+1) })
+		}, 400, hqwire.CodeBatchInvalid, "limit"},
+		{"bad row kind", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[1].Kind = "scan" }) }, 400, hqwire.CodeBatchInvalid, "rows[1]"},
+		{"bad terminal id", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[2].Terminal = "T 1" }) }, 400, hqwire.CodeBatchInvalid, "rows[2]"},
+		{"seq 0", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[0].Seq = 0 }) }, 400, hqwire.CodeBatchInvalid, "rows[0]"},
 		{"by_method does not add up", func() request {
-			return next("b-2", func(b *hq.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"cash": b.Rows[1].Amount + 1} })
-		}, 400, serve.CodeBatchInvalid, "rows[1]"},
+			return next("b-2", func(b *hqwire.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"cash": b.Rows[1].Amount + 1} })
+		}, 400, hqwire.CodeBatchInvalid, "rows[1]"},
 		{"unknown method", func() request {
-			return next("b-2", func(b *hq.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"voucher": b.Rows[1].Amount} })
-		}, 400, serve.CodeBatchInvalid, "voucher"},
+			return next("b-2", func(b *hqwire.Batch) { b.Rows[1].ByMethod = map[string]money.Fen{"voucher": b.Rows[1].Amount} })
+		}, 400, hqwire.CodeBatchInvalid, "voucher"},
 		{"negative amount", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				b.Rows[2].Amount = -500
 				b.Rows[2].ByMethod = map[string]money.Fen{"cash": -500}
 			})
-		}, 400, serve.CodeBatchInvalid, "rows[2]"},
+		}, 400, hqwire.CodeBatchInvalid, "rows[2]"},
 		{"amount above the limit", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				b.Rows[2].Amount = wire.MaxAmount + 1
 				b.Rows[2].ByMethod = map[string]money.Fen{"cash": wire.MaxAmount + 1}
 			})
-		}, 400, serve.CodeBatchInvalid, "above"},
-		{"bad business date", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].BusinessDate = "2025-02-30" }) }, 400, serve.CodeBatchInvalid, "rows[0]"},
-		{"no hash", func() request { return next("b-2", func(b *hq.Batch) { b.Rows[0].Hash = "" }) }, 400, serve.CodeBatchInvalid, "hash"},
+		}, 400, hqwire.CodeBatchInvalid, "above"},
+		{"bad business date", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[0].BusinessDate = "2025-02-30" }) }, 400, hqwire.CodeBatchInvalid, "rows[0]"},
+		{"no hash", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[0].Hash = "" }) }, 400, hqwire.CodeBatchInvalid, "hash"},
 		{"duplicate row in batch", func() request {
-			return next("b-2", func(b *hq.Batch) { b.Rows = append(b.Rows, b.Rows[0]) })
-		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+			return next("b-2", func(b *hqwire.Batch) { b.Rows = append(b.Rows, b.Rows[0]) })
+		}, 400, hqwire.CodeBatchInvalid, "rows[3]"},
 		{"day close with a bad payload", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				dc := storetest.DayClose("S1", "T1", 200, storetest.D1, storetest.T0, b.Rows)
 				dc.Payload = json.RawMessage(`{"business_date":"2025-03-01","sale_count":-1,"sale_amount":"0.00","refund_count":0,"refund_amount":"0.00","methods":[]}`)
 				b.Rows = append(b.Rows, dc)
 			})
-		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+		}, 400, hqwire.CodeBatchInvalid, "rows[3]"},
 		{"day close of another date", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				dc := storetest.DayClose("S1", "T1", 200, storetest.D2, storetest.T0, b.Rows)
 				dc.BusinessDate = storetest.D1
 				b.Rows = append(b.Rows, dc)
 			})
-		}, 400, serve.CodeBatchInvalid, "rows[3]"},
+		}, 400, hqwire.CodeBatchInvalid, "rows[3]"},
 		{"day without revision", func() request {
-			return next("b-2", func(b *hq.Batch) { b.Days = []hq.StoreDay{storetest.Day(storetest.D1, 0, storetest.T0, b.Rows)} })
-		}, 400, serve.CodeBatchInvalid, "days[0]"},
-		{"day part above its parts", func() request { return next("b-2", dayPart(3, 2)) }, 400, serve.CodeBatchInvalid,
+			return next("b-2", func(b *hqwire.Batch) {
+				b.Days = []hqwire.StoreDay{storetest.Day(storetest.D1, 0, storetest.T0, b.Rows)}
+			})
+		}, 400, hqwire.CodeBatchInvalid, "days[0]"},
+		{"day part above its parts", func() request { return next("b-2", dayPart(3, 2)) }, 400, hqwire.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 3 of 2 parts`},
-		{"day part 0 of parts", func() request { return next("b-2", dayPart(0, 2)) }, 400, serve.CodeBatchInvalid,
+		{"day part 0 of parts", func() request { return next("b-2", dayPart(0, 2)) }, 400, hqwire.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 0 of 2 parts`},
-		{"day part without parts", func() request { return next("b-2", dayPart(1, 0)) }, 400, serve.CodeBatchInvalid,
+		{"day part without parts", func() request { return next("b-2", dayPart(1, 0)) }, 400, hqwire.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 1 of 0 parts`},
-		{"day part of a negative number", func() request { return next("b-2", dayPart(-1, -1)) }, 400, serve.CodeBatchInvalid,
+		{"day part of a negative number", func() request { return next("b-2", dayPart(-1, -1)) }, 400, hqwire.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part -1 of -1 parts`},
-		{"day in too many parts", func() request { return next("b-2", dayPart(1, hq.MaxDayParts+1)) }, 400, serve.CodeBatchInvalid,
+		{"day in too many parts", func() request { return next("b-2", dayPart(1, hqwire.MaxDayParts+1)) }, 400, hqwire.CodeBatchInvalid,
 			`days[0] (business_date "2025-03-01"): part 1 of 1001 parts`},
 		{"day part with a split id that is not an id", func() request {
-			return next("b-2", func(b *hq.Batch) { dayPart(1, 2)(b); b.Days[0].Split = "a b" })
-		}, 400, serve.CodeBatchInvalid, `days[0] (business_date "2025-03-01"): part 1 of 2 parts has a split id that is not`},
+			return next("b-2", func(b *hqwire.Batch) { dayPart(1, 2)(b); b.Days[0].Split = "a b" })
+		}, 400, hqwire.CodeBatchInvalid, `days[0] (business_date "2025-03-01"): part 1 of 2 parts has a split id that is not`},
 		{"second day with a bad part", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				good := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
 				good.Part, good.Parts, good.Split = 2, 2, "s1"
 				bad := storetest.Day(storetest.D2, 1, storetest.T0, nil)
 				bad.Parts, bad.Split = 2, "s2"
-				b.Days = []hq.StoreDay{good, bad}
+				b.Days = []hqwire.StoreDay{good, bad}
 			})
-		}, 400, serve.CodeBatchInvalid, `days[1] (business_date "2025-03-02"): part 0 of 2 parts`},
+		}, 400, hqwire.CodeBatchInvalid, `days[1] (business_date "2025-03-02"): part 0 of 2 parts`},
 		{"day transaction that does not add up", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
 				d.Txns[1].Amount++
-				b.Days = []hq.StoreDay{d}
+				b.Days = []hqwire.StoreDay{d}
 			})
-		}, 400, serve.CodeBatchInvalid, "txns[1]"},
+		}, 400, hqwire.CodeBatchInvalid, "txns[1]"},
 		{"day declared twice", func() request {
-			return next("b-2", func(b *hq.Batch) {
+			return next("b-2", func(b *hqwire.Batch) {
 				d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
-				b.Days = []hq.StoreDay{d, d}
+				b.Days = []hqwire.StoreDay{d, d}
 			})
-		}, 400, serve.CodeBatchInvalid, "days[1]"},
+		}, 400, hqwire.CodeBatchInvalid, "days[1]"},
 		{"too many exceptions", func() request {
-			return next("b-2", func(b *hq.Batch) {
-				for i := range hq.MaxBatchExceptions + 1 {
+			return next("b-2", func(b *hqwire.Batch) {
+				for i := range hqwire.MaxBatchExceptions + 1 {
 					b.Exceptions = append(b.Exceptions, storetest.Oversell("T1", int64(i+1), "SKU-0001", storetest.D1,
 						storetest.T0, 1, 1))
 				}
 			})
-		}, 400, serve.CodeBatchInvalid, "5001 exceptions are over the 5000"},
+		}, 400, hqwire.CodeBatchInvalid, "5001 exceptions are over the 5000"},
 		{"exception of an unknown kind", func() request {
-			return next("b-2", exceptions(1, func(x *hq.Exception) { x.Kind = "shrink" }))
-		}, 400, serve.CodeBatchInvalid, `exceptions[1] (kind "shrink"`},
+			return next("b-2", exceptions(1, func(x *hqwire.Exception) { x.Kind = "shrink" }))
+		}, 400, hqwire.CodeBatchInvalid, `exceptions[1] (kind "shrink"`},
 		{"exception listed twice", func() request {
-			return next("b-2", func(b *hq.Batch) {
-				exceptions(0, func(*hq.Exception) {})(b)
+			return next("b-2", func(b *hqwire.Batch) {
+				exceptions(0, func(*hqwire.Exception) {})(b)
 				b.Exceptions = append(b.Exceptions, storetest.Resolved(b.Exceptions[0], storetest.T0, "counted", 9))
 			})
-		}, 400, serve.CodeBatchInvalid, "exceptions[2]"},
+		}, 400, hqwire.CodeBatchInvalid, "exceptions[2]"},
 		{"open oversell without qty_short", func() request {
-			return next("b-2", exceptions(0, func(x *hq.Exception) { x.QtyShort = 0 }))
-		}, 400, serve.CodeBatchInvalid, "exceptions[0]"},
+			return next("b-2", exceptions(0, func(x *hqwire.Exception) { x.QtyShort = 0 }))
+		}, 400, hqwire.CodeBatchInvalid, "exceptions[0]"},
 		{"batch id replayed with other content", func() request {
 			return upload(batch("S1", "b-1", sales("S1", 100, 3)))
-		}, 422, serve.CodeBatchIDReused, "b-1"},
+		}, 422, hqwire.CodeBatchIDReused, "b-1"},
 		{"row resent with other content", func() request {
 			changed := storetest.Sale("S1", "T1", 3, storetest.D1, storetest.T0, 12345, wire.MethodQR)
-			return next("b-2", func(b *hq.Batch) { b.Rows = append(b.Rows, changed) })
-		}, 409, serve.CodeRowConflict, "S1/T1/3"},
+			return next("b-2", func(b *hqwire.Batch) { b.Rows = append(b.Rows, changed) })
+		}, 409, hqwire.CodeRowConflict, "S1/T1/3"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -443,8 +447,8 @@ func TestBatches(t *testing.T) {
 }
 
 // validExceptions returns a valid open oversell and a valid resolved refund exception.
-func validExceptions() []hq.Exception {
-	return []hq.Exception{
+func validExceptions() []hqwire.Exception {
+	return []hqwire.Exception{
 		storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 2, 1),
 		storetest.Resolved(storetest.RefundException("T1", 101, storetest.D1, storetest.T0.Add(time.Hour),
 			"refund_sale_unknown", "sale T1/9 is not the sale accepted at seq 9", 2),
@@ -454,8 +458,8 @@ func validExceptions() []hq.Exception {
 
 // exceptions returns a batch modifier that lists validExceptions, exceptions[i] changed
 // by mod.
-func exceptions(i int, mod func(x *hq.Exception)) func(b *hq.Batch) {
-	return func(b *hq.Batch) {
+func exceptions(i int, mod func(x *hqwire.Exception)) func(b *hqwire.Batch) {
+	return func(b *hqwire.Batch) {
 		b.Exceptions = validExceptions()
 		mod(&b.Exceptions[i])
 	}
@@ -466,8 +470,8 @@ func exceptions(i int, mod func(x *hq.Exception)) func(b *hq.Batch) {
 // code this release does not know included.
 func TestValidateExceptions(t *testing.T) {
 	const oversell, refund = 0, 1
-	withdrawn := func(mod func(x *hq.Exception)) func(x *hq.Exception) {
-		return func(x *hq.Exception) {
+	withdrawn := func(mod func(x *hqwire.Exception)) func(x *hqwire.Exception) {
+		return func(x *hqwire.Exception) {
 			*x = storetest.Withdrawn(*x, x.Change+10)
 			mod(x)
 		}
@@ -475,29 +479,29 @@ func TestValidateExceptions(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		i    int
-		mod  func(x *hq.Exception)
+		mod  func(x *hqwire.Exception)
 	}{
-		{"both as made", oversell, func(*hq.Exception) {}},
-		{"a refund code of a later release", refund, func(x *hq.Exception) { x.Code = "refund_method_mismatch_2" }},
-		{"a refund without detail", refund, func(x *hq.Exception) { x.Detail = "" }},
-		{"an oversell with a detail", oversell, func(x *hq.Exception) { x.Detail = "two crates short" }},
-		{"resolved without resolved_at or resolution", refund, func(x *hq.Exception) { x.ResolvedAt, x.Resolution = time.Time{}, "" }},
-		{"open, without at", oversell, func(x *hq.Exception) { x.At = time.Time{} }},
-		{"a withdrawn oversell", oversell, withdrawn(func(*hq.Exception) {})},
-		{"a withdrawn refund", refund, withdrawn(func(*hq.Exception) {})},
-		{"the longest code, detail, resolution and sku", refund, func(x *hq.Exception) {
-			x.Code = strings.Repeat("z", serve.MaxCodeLen)
-			x.Detail = strings.Repeat("é", serve.MaxExceptionText/2)
-			x.Resolution = strings.Repeat("r", serve.MaxExceptionText)
+		{"both as made", oversell, func(*hqwire.Exception) {}},
+		{"a refund code of a later release", refund, func(x *hqwire.Exception) { x.Code = "refund_method_mismatch_2" }},
+		{"a refund without detail", refund, func(x *hqwire.Exception) { x.Detail = "" }},
+		{"an oversell with a detail", oversell, func(x *hqwire.Exception) { x.Detail = "two crates short" }},
+		{"resolved without resolved_at or resolution", refund, func(x *hqwire.Exception) { x.ResolvedAt, x.Resolution = time.Time{}, "" }},
+		{"open, without at", oversell, func(x *hqwire.Exception) { x.At = time.Time{} }},
+		{"a withdrawn oversell", oversell, withdrawn(func(*hqwire.Exception) {})},
+		{"a withdrawn refund", refund, withdrawn(func(*hqwire.Exception) {})},
+		{"the longest code, detail, resolution and sku", refund, func(x *hqwire.Exception) {
+			x.Code = strings.Repeat("z", hqwire.MaxCodeLen)
+			x.Detail = strings.Repeat("é", hqwire.MaxExceptionText/2)
+			x.Resolution = strings.Repeat("r", hqwire.MaxExceptionText)
 		}},
-		{"an oversell's longest sku", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", wire.MaxTextLen) }},
-		{"a parked sale", refund, func(x *hq.Exception) {
-			x.Kind, x.Code, x.Detail = hq.ExceptionParked, "payload_invalid", `sale "s1" of 3.00 (cash 3.00): bad`
+		{"an oversell's longest sku", oversell, func(x *hqwire.Exception) { x.SKU = strings.Repeat("s", wire.MaxTextLen) }},
+		{"a parked sale", refund, func(x *hqwire.Exception) {
+			x.Kind, x.Code, x.Detail = hqwire.ExceptionParked, "payload_invalid", `sale "s1" of 3.00 (cash 3.00): bad`
 		}},
-		{"a parked event without time", refund, func(x *hq.Exception) { x.Kind, x.At = hq.ExceptionParked, time.Time{} }},
-		{"a withdrawn parked event", refund, withdrawn(func(x *hq.Exception) { x.Kind = hq.ExceptionParked })},
-		{"a seq gap", refund, func(x *hq.Exception) {
-			x.Kind, x.Code, x.Detail = hq.ExceptionSeqGap, hq.SeqGapRestored, "seqs 4 to 9 of T1: restored"
+		{"a parked event without time", refund, func(x *hqwire.Exception) { x.Kind, x.At = hqwire.ExceptionParked, time.Time{} }},
+		{"a withdrawn parked event", refund, withdrawn(func(x *hqwire.Exception) { x.Kind = hqwire.ExceptionParked })},
+		{"a seq gap", refund, func(x *hqwire.Exception) {
+			x.Kind, x.Code, x.Detail = hqwire.ExceptionSeqGap, hqwire.SeqGapRestored, "seqs 4 to 9 of T1: restored"
 			x.Resolved, x.ResolvedAt, x.Resolution = false, time.Time{}, ""
 		}},
 	} {
@@ -508,88 +512,88 @@ func TestValidateExceptions(t *testing.T) {
 		}
 	}
 	maxed := batch("S1", "b-1", nil)
-	for i := range hq.MaxBatchExceptions {
+	for i := range hqwire.MaxBatchExceptions {
 		maxed.Exceptions = append(maxed.Exceptions, storetest.Oversell("T1", int64(i+1), "SKU-0001", storetest.D1,
 			storetest.T0, 1, 1))
 	}
 	if err := serve.Validate(maxed); err != nil {
-		t.Errorf("%d exceptions: %v", hq.MaxBatchExceptions, err)
+		t.Errorf("%d exceptions: %v", hqwire.MaxBatchExceptions, err)
 	}
 
 	for _, c := range []struct {
 		name   string
 		i      int
-		mod    func(x *hq.Exception)
+		mod    func(x *hqwire.Exception)
 		detail string // the detail must contain "exceptions[i] (" and this
 	}{
-		{"unknown kind", refund, func(x *hq.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund, parked or seq_gap`},
-		{"no kind", oversell, func(x *hq.Exception) { x.Kind = "" }, "is not oversell, refund, parked or seq_gap"},
-		{"parked with a sku too long", refund, func(x *hq.Exception) {
-			x.Kind, x.SKU = hq.ExceptionParked, strings.Repeat("a", hq.MaxExceptionSKU+1)
+		{"unknown kind", refund, func(x *hqwire.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund, parked or seq_gap`},
+		{"no kind", oversell, func(x *hqwire.Exception) { x.Kind = "" }, "is not oversell, refund, parked or seq_gap"},
+		{"parked with a sku too long", refund, func(x *hqwire.Exception) {
+			x.Kind, x.SKU = hqwire.ExceptionParked, strings.Repeat("a", hqwire.MaxExceptionSKU+1)
 		}, "a parked exception's sku is longer than 256 bytes"},
-		{"parked with qty_short", refund, func(x *hq.Exception) { x.Kind, x.QtyShort = hq.ExceptionParked, 2 },
+		{"parked with qty_short", refund, func(x *hqwire.Exception) { x.Kind, x.QtyShort = hqwire.ExceptionParked, 2 },
 			"a parked exception has no qty_short"},
-		{"parked without code", refund, func(x *hq.Exception) { x.Kind, x.Code = hq.ExceptionParked, "" },
+		{"parked without code", refund, func(x *hqwire.Exception) { x.Kind, x.Code = hqwire.ExceptionParked, "" },
 			`code "" is not 1 to 64 characters`},
-		{"terminal not an id", oversell, func(x *hq.Exception) { x.Terminal = "T/1" }, "terminal is not an id"},
-		{"no terminal", refund, func(x *hq.Exception) { x.Terminal = "" }, "terminal is not an id"},
-		{"seq 0", oversell, func(x *hq.Exception) { x.Seq = 0 }, "seq 0 is not positive"},
-		{"negative seq", refund, func(x *hq.Exception) { x.Seq = -4 }, "seq -4 is not positive"},
-		{"change 0", refund, func(x *hq.Exception) { x.Change = 0 }, "change 0 is not positive"},
-		{"negative change", oversell, func(x *hq.Exception) { x.Change = -1 }, "change -1 is not positive"},
-		{"bad business date", oversell, func(x *hq.Exception) { x.BusinessDate = "2025-02-30" }, `business_date "2025-02-30"`},
-		{"no business date", refund, func(x *hq.Exception) { x.BusinessDate = "" }, "business_date"},
-		{"oversell without sku", oversell, func(x *hq.Exception) { x.SKU = "" }, "an oversell needs a sku"},
-		{"oversell sku too long", oversell, func(x *hq.Exception) { x.SKU = strings.Repeat("s", hq.MaxExceptionSKU+1) },
+		{"terminal not an id", oversell, func(x *hqwire.Exception) { x.Terminal = "T/1" }, "terminal is not an id"},
+		{"no terminal", refund, func(x *hqwire.Exception) { x.Terminal = "" }, "terminal is not an id"},
+		{"seq 0", oversell, func(x *hqwire.Exception) { x.Seq = 0 }, "seq 0 is not positive"},
+		{"negative seq", refund, func(x *hqwire.Exception) { x.Seq = -4 }, "seq -4 is not positive"},
+		{"change 0", refund, func(x *hqwire.Exception) { x.Change = 0 }, "change 0 is not positive"},
+		{"negative change", oversell, func(x *hqwire.Exception) { x.Change = -1 }, "change -1 is not positive"},
+		{"bad business date", oversell, func(x *hqwire.Exception) { x.BusinessDate = "2025-02-30" }, `business_date "2025-02-30"`},
+		{"no business date", refund, func(x *hqwire.Exception) { x.BusinessDate = "" }, "business_date"},
+		{"oversell without sku", oversell, func(x *hqwire.Exception) { x.SKU = "" }, "an oversell needs a sku"},
+		{"oversell sku too long", oversell, func(x *hqwire.Exception) { x.SKU = strings.Repeat("s", hqwire.MaxExceptionSKU+1) },
 			"an oversell needs a sku of 1 to 256 bytes"},
-		{"refund with a sku", refund, func(x *hq.Exception) { x.SKU = "SKU-0001" }, "a refund exception has no sku"},
-		{"seq gap with a sku", refund, func(x *hq.Exception) { x.Kind, x.SKU = hq.ExceptionSeqGap, "SKU-0001" },
+		{"refund with a sku", refund, func(x *hqwire.Exception) { x.SKU = "SKU-0001" }, "a refund exception has no sku"},
+		{"seq gap with a sku", refund, func(x *hqwire.Exception) { x.Kind, x.SKU = hqwire.ExceptionSeqGap, "SKU-0001" },
 			"a seq_gap exception has no sku"},
-		{"seq gap with qty_short", refund, func(x *hq.Exception) { x.Kind, x.QtyShort = hq.ExceptionSeqGap, 3 },
+		{"seq gap with qty_short", refund, func(x *hqwire.Exception) { x.Kind, x.QtyShort = hqwire.ExceptionSeqGap, 3 },
 			"a seq_gap exception has no qty_short"},
-		{"NUL in a detail", refund, func(x *hq.Exception) { x.Detail = "line\x001" }, "detail holds a NUL character"},
-		{"NUL in a sku", oversell, func(x *hq.Exception) { x.SKU = "SKU\x00" }, "sku holds a NUL character"},
-		{"oversell qty_short 0", oversell, func(x *hq.Exception) { x.QtyShort = 0 }, "qty_short 0 of an oversell"},
-		{"oversell qty_short negative", oversell, func(x *hq.Exception) { x.QtyShort = -2 }, "qty_short -2 of an oversell"},
-		{"oversell of another code", oversell, func(x *hq.Exception) { x.Code = "refund_sale_unknown" },
+		{"NUL in a detail", refund, func(x *hqwire.Exception) { x.Detail = "line\x001" }, "detail holds a NUL character"},
+		{"NUL in a sku", oversell, func(x *hqwire.Exception) { x.SKU = "SKU\x00" }, "sku holds a NUL character"},
+		{"oversell qty_short 0", oversell, func(x *hqwire.Exception) { x.QtyShort = 0 }, "qty_short 0 of an oversell"},
+		{"oversell qty_short negative", oversell, func(x *hqwire.Exception) { x.QtyShort = -2 }, "qty_short -2 of an oversell"},
+		{"oversell of another code", oversell, func(x *hqwire.Exception) { x.Code = "refund_sale_unknown" },
 			`code "refund_sale_unknown" of an oversell is not oversold`},
-		{"oversell without code", oversell, func(x *hq.Exception) { x.Code = "" }, "of an oversell is not oversold"},
-		{"refund with qty_short", refund, func(x *hq.Exception) { x.QtyShort = 1 }, "a refund exception has no qty_short"},
-		{"refund without code", refund, func(x *hq.Exception) { x.Code = "" }, `code "" is not 1 to 64 characters [a-z0-9_]`},
-		{"refund code too long", refund, func(x *hq.Exception) { x.Code = strings.Repeat("z", serve.MaxCodeLen+1) },
+		{"oversell without code", oversell, func(x *hqwire.Exception) { x.Code = "" }, "of an oversell is not oversold"},
+		{"refund with qty_short", refund, func(x *hqwire.Exception) { x.QtyShort = 1 }, "a refund exception has no qty_short"},
+		{"refund without code", refund, func(x *hqwire.Exception) { x.Code = "" }, `code "" is not 1 to 64 characters [a-z0-9_]`},
+		{"refund code too long", refund, func(x *hqwire.Exception) { x.Code = strings.Repeat("z", hqwire.MaxCodeLen+1) },
 			"is not 1 to 64 characters"},
-		{"refund code in capitals", refund, func(x *hq.Exception) { x.Code = "Refund_Sale_Unknown" }, "is not 1 to 64"},
-		{"refund code with a dash", refund, func(x *hq.Exception) { x.Code = "refund-sale-unknown" }, "is not 1 to 64"},
-		{"refund code with a space", refund, func(x *hq.Exception) { x.Code = "refund sale" }, "is not 1 to 64"},
-		{"detail too long", refund, func(x *hq.Exception) { x.Detail = strings.Repeat("é", serve.MaxExceptionText/2) + "d" },
+		{"refund code in capitals", refund, func(x *hqwire.Exception) { x.Code = "Refund_Sale_Unknown" }, "is not 1 to 64"},
+		{"refund code with a dash", refund, func(x *hqwire.Exception) { x.Code = "refund-sale-unknown" }, "is not 1 to 64"},
+		{"refund code with a space", refund, func(x *hqwire.Exception) { x.Code = "refund sale" }, "is not 1 to 64"},
+		{"detail too long", refund, func(x *hqwire.Exception) { x.Detail = strings.Repeat("é", hqwire.MaxExceptionText/2) + "d" },
 			"detail is longer than 1000 bytes"},
-		{"resolution too long", oversell, func(x *hq.Exception) {
-			*x = storetest.Resolved(*x, storetest.T0, strings.Repeat("r", serve.MaxExceptionText+1), x.Change+1)
+		{"resolution too long", oversell, func(x *hqwire.Exception) {
+			*x = storetest.Resolved(*x, storetest.T0, strings.Repeat("r", hqwire.MaxExceptionText+1), x.Change+1)
 		}, "resolution is longer than 1000 bytes"},
-		{"resolved_at without resolved", refund, func(x *hq.Exception) { x.Resolved = false }, "resolved_at without resolved"},
-		{"resolution without resolved", refund, func(x *hq.Exception) { x.Resolved, x.ResolvedAt = false, time.Time{} },
+		{"resolved_at without resolved", refund, func(x *hqwire.Exception) { x.Resolved = false }, "resolved_at without resolved"},
+		{"resolution without resolved", refund, func(x *hqwire.Exception) { x.Resolved, x.ResolvedAt = false, time.Time{} },
 			"a resolution without resolved"},
-		{"withdrawn with a code", oversell, withdrawn(func(x *hq.Exception) { x.Code = hq.CodeOversold }),
+		{"withdrawn with a code", oversell, withdrawn(func(x *hqwire.Exception) { x.Code = hqwire.CodeOversold }),
 			"a withdrawn exception carries no code"},
-		{"withdrawn with a detail", refund, withdrawn(func(x *hq.Exception) { x.Detail = "d" }), "a withdrawn exception"},
-		{"withdrawn with qty_short", oversell, withdrawn(func(x *hq.Exception) { x.QtyShort = 1 }), "a withdrawn exception"},
-		{"withdrawn with at", refund, withdrawn(func(x *hq.Exception) { x.At = storetest.T0 }), "a withdrawn exception"},
-		{"withdrawn and resolved", refund, withdrawn(func(x *hq.Exception) { x.Resolved = true }), "a withdrawn exception"},
-		{"withdrawn with resolved_at", oversell, withdrawn(func(x *hq.Exception) { x.ResolvedAt = storetest.T0 }),
+		{"withdrawn with a detail", refund, withdrawn(func(x *hqwire.Exception) { x.Detail = "d" }), "a withdrawn exception"},
+		{"withdrawn with qty_short", oversell, withdrawn(func(x *hqwire.Exception) { x.QtyShort = 1 }), "a withdrawn exception"},
+		{"withdrawn with at", refund, withdrawn(func(x *hqwire.Exception) { x.At = storetest.T0 }), "a withdrawn exception"},
+		{"withdrawn and resolved", refund, withdrawn(func(x *hqwire.Exception) { x.Resolved = true }), "a withdrawn exception"},
+		{"withdrawn with resolved_at", oversell, withdrawn(func(x *hqwire.Exception) { x.ResolvedAt = storetest.T0 }),
 			"a withdrawn exception"},
-		{"withdrawn with a resolution", refund, withdrawn(func(x *hq.Exception) { x.Resolution = "r" }),
+		{"withdrawn with a resolution", refund, withdrawn(func(x *hqwire.Exception) { x.Resolution = "r" }),
 			"a withdrawn exception"},
-		{"withdrawn oversell without sku", oversell, withdrawn(func(x *hq.Exception) { x.SKU = "" }),
+		{"withdrawn oversell without sku", oversell, withdrawn(func(x *hqwire.Exception) { x.SKU = "" }),
 			"an oversell needs a sku"},
-		{"withdrawn refund with a sku", refund, withdrawn(func(x *hq.Exception) { x.SKU = "s" }),
+		{"withdrawn refund with a sku", refund, withdrawn(func(x *hqwire.Exception) { x.SKU = "s" }),
 			"a refund exception has no sku"},
-		{"withdrawn with change 0", refund, withdrawn(func(x *hq.Exception) { x.Change = 0 }), "change 0"},
+		{"withdrawn with change 0", refund, withdrawn(func(x *hqwire.Exception) { x.Change = 0 }), "change 0"},
 	} {
 		b := batch("S1", "b-1", sales("S1", 1, 2))
 		exceptions(c.i, c.mod)(b)
 		err := serve.Validate(b)
-		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != serve.CodeBatchInvalid {
-			t.Errorf("%s: %v, want %s", c.name, err, serve.CodeBatchInvalid)
+		if perr.KindOf(err) != perr.Invalid || perr.CodeOf(err) != hqwire.CodeBatchInvalid {
+			t.Errorf("%s: %v, want %s", c.name, err, hqwire.CodeBatchInvalid)
 			continue
 		}
 		msg := perr.As(err).Message
@@ -602,7 +606,7 @@ func TestValidateExceptions(t *testing.T) {
 	b := batch("S1", "b-1", nil)
 	b.Exceptions = append(validExceptions(), storetest.Withdrawn(validExceptions()[0], 9))
 	err := serve.Validate(b)
-	if msg := perr.As(err).Message; perr.CodeOf(err) != serve.CodeBatchInvalid ||
+	if msg := perr.As(err).Message; perr.CodeOf(err) != hqwire.CodeBatchInvalid ||
 		!strings.Contains(msg, "exceptions[2] (") || !strings.Contains(msg, "the same exception as exceptions[0]") {
 		t.Errorf("an exception twice: %v", err)
 	}
@@ -627,7 +631,7 @@ func TestExceptions(t *testing.T) {
 		t.Fatalf("receipt %+v, want 3 exceptions applied", rc)
 	}
 	stored := e.now
-	want := []hq.StoredException{storetest.StoredException("S1", xs[0], stored), storetest.StoredException("S1", xs[1], stored)}
+	want := []hqstore.StoredException{storetest.StoredException("S1", xs[0], stored), storetest.StoredException("S1", xs[1], stored)}
 	got, err := e.store.Exceptions(context.Background(), storetest.D1, "S1")
 	if err != nil {
 		t.Fatal(err)
@@ -640,7 +644,7 @@ func TestExceptions(t *testing.T) {
 		t.Fatalf("replay receipt %+v, want a duplicate of %+v", again, rc)
 	}
 	older := batch("S1", "b-2", nil)
-	older.Exceptions = []hq.Exception{storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 5, 1)}
+	older.Exceptions = []hqwire.Exception{storetest.Oversell("T1", 100, "SKU-0001", storetest.D1, storetest.T0, 5, 1)}
 	if rc := e.mustStore(upload(older)); rc.Exceptions != 0 {
 		t.Fatalf("an older state: %+v, want none applied", rc)
 	}
@@ -652,15 +656,15 @@ func TestExceptions(t *testing.T) {
 
 // dayPart returns a batch modifier that declares the day of the batch's rows, numbered
 // part of parts.
-func dayPart(part, parts int) func(b *hq.Batch) {
-	return func(b *hq.Batch) {
+func dayPart(part, parts int) func(b *hqwire.Batch) {
+	return func(b *hqwire.Batch) {
 		d := storetest.Day(storetest.D1, 2, storetest.T0, b.Rows)
 		d.Part, d.Parts, d.Split = part, parts, "s1"
-		b.Days = []hq.StoreDay{d}
+		b.Days = []hqwire.StoreDay{d}
 	}
 }
 
-func rowsOf(t *testing.T, e *env, date, store string) []hq.StoredRow {
+func rowsOf(t *testing.T, e *env, date, store string) []hqstore.StoredRow {
 	t.Helper()
 	rows, err := e.store.Rows(context.Background(), date, store)
 	if err != nil {
@@ -669,8 +673,8 @@ func rowsOf(t *testing.T, e *env, date, store string) []hq.StoredRow {
 	return rows
 }
 
-func storedAll(store string, rows []hq.Row, at time.Time) []hq.StoredRow {
-	out := make([]hq.StoredRow, len(rows))
+func storedAll(store string, rows []hqwire.Row, at time.Time) []hqstore.StoredRow {
+	out := make([]hqstore.StoredRow, len(rows))
 	for i, r := range rows {
 		out[i] = storetest.Stored(store, r, at)
 	}
@@ -684,7 +688,7 @@ func TestSkewOption(t *testing.T) {
 	r := upload(batch("S1", "b-1", sales("S1", 1, 2)))
 	r.ts = strconv.FormatInt(e.now.Add(-time.Minute).Unix(), 10)
 	resp, body := e.send(r)
-	mustProblem(t, resp, body, 401, serve.CodeTimestampSkew)
+	mustProblem(t, resp, body, 401, hqwire.CodeTimestampSkew)
 	r.ts = strconv.FormatInt(e.now.Add(-20*time.Second).Unix(), 10)
 	if rc := e.mustStore(r); rc.New != 2 {
 		t.Fatalf("receipt %+v", rc)
@@ -707,21 +711,21 @@ func TestRouting(t *testing.T) {
 		t.Fatalf("healthz: %d %s", resp.StatusCode, body)
 	}
 	resp, body = get(http.MethodGet, serve.BatchesPath)
-	mustProblem(t, resp, body, 405, serve.CodeMethodNotAllowed)
+	mustProblem(t, resp, body, 405, hqwire.CodeMethodNotAllowed)
 	if resp.Header.Get("Allow") != http.MethodPost {
 		t.Errorf("Allow %q", resp.Header.Get("Allow"))
 	}
 	resp, body = get(http.MethodPost, serve.HealthPath)
-	mustProblem(t, resp, body, 405, serve.CodeMethodNotAllowed)
+	mustProblem(t, resp, body, 405, hqwire.CodeMethodNotAllowed)
 	resp, body = get(http.MethodGet, "/v1/nothing")
-	mustProblem(t, resp, body, 404, serve.CodeNotFound)
+	mustProblem(t, resp, body, 404, hqwire.CodeNotFound)
 }
 
 // TestStatus checks the code table.
 func TestStatus(t *testing.T) {
 	for code, want := range map[string]int{
-		serve.CodeBatchIDReused: 422, serve.CodeRowConflict: 409, serve.CodeStoreMismatch: 403,
-		serve.CodeBodyTooLarge: 413, serve.CodeSignatureInvalid: 401, serve.CodeBatchInvalid: 400,
+		hqwire.CodeBatchIDReused: 422, hqwire.CodeRowConflict: 409, hqwire.CodeStoreMismatch: 403,
+		hqwire.CodeBodyTooLarge: 413, hqwire.CodeSignatureInvalid: 401, hqwire.CodeBatchInvalid: 400,
 	} {
 		if got := serve.Status(code, ""); got != want {
 			t.Errorf("Status(%s) = %d, want %d", code, got, want)
@@ -746,10 +750,10 @@ func TestMountedUnderPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set(hq.HeaderStore, "S1")
-		req.Header.Set(hq.HeaderTimestamp, ts)
-		req.Header.Set(hq.HeaderIdemKey, b.ID)
-		req.Header.Set(hq.HeaderSignature, hq.Sign(secrets["S1"], http.MethodPost, path, "S1", ts, b.ID, r.body))
+		req.Header.Set(hqwire.HeaderStore, "S1")
+		req.Header.Set(hqwire.HeaderTimestamp, ts)
+		req.Header.Set(hqwire.HeaderIdemKey, b.ID)
+		req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(secrets["S1"], http.MethodPost, path, "S1", ts, b.ID, r.body))
 		resp, body := e.do(req)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("signed over %s: %d %s", path, resp.StatusCode, body)
@@ -770,11 +774,11 @@ func TestMetrics(t *testing.T) {
 	bad := upload(batch("S1", "S1-m-2", sales("S1", 4, 1)))
 	bad.sig = "00"
 	resp, body := e.send(bad)
-	mustProblem(t, resp, body, http.StatusUnauthorized, serve.CodeSignatureInvalid)
+	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeSignatureInvalid)
 	stranger := upload(batch("S9", "S9-m-1", sales("S9", 1, 1)))
 	stranger.secret = []byte("guess")
 	resp, body = e.send(stranger)
-	mustProblem(t, resp, body, http.StatusUnauthorized, serve.CodeStoreUnknown)
+	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeStoreUnknown)
 
 	for _, c := range []struct {
 		name   string
@@ -783,8 +787,8 @@ func TestMetrics(t *testing.T) {
 	}{
 		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "stored"}, 1},
 		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "duplicate"}, 1},
-		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": serve.CodeSignatureInvalid}, 1},
-		{"posgate_hq_batches_total", map[string]string{"store": "unknown", "result": serve.CodeStoreUnknown}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": hqwire.CodeSignatureInvalid}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "unknown", "result": hqwire.CodeStoreUnknown}, 1},
 		{"posgate_hq_rows_total", map[string]string{"store": "S1"}, 3},
 		{"posgate_hq_last_batch_timestamp_seconds", map[string]string{"store": "S1"}, float64(e.now.Unix())},
 	} {
@@ -848,15 +852,15 @@ func (b *slowBody) Read(p []byte) (int, error) {
 func TestBodyIncomplete(t *testing.T) {
 	e := newEnv(t, serve.Options{})
 	req := httptest.NewRequest(http.MethodPost, serve.BatchesPath, &slowBody{})
-	req.Header.Set(hq.HeaderStore, "S1")
-	req.Header.Set(hq.HeaderTimestamp, strconv.FormatInt(e.now.Unix(), 10))
-	req.Header.Set(hq.HeaderSignature, "00")
-	req.Header.Set(hq.HeaderIdemKey, "b1")
+	req.Header.Set(hqwire.HeaderStore, "S1")
+	req.Header.Set(hqwire.HeaderTimestamp, strconv.FormatInt(e.now.Unix(), 10))
+	req.Header.Set(hqwire.HeaderSignature, "00")
+	req.Header.Set(hqwire.HeaderIdemKey, "b1")
 	rec := httptest.NewRecorder()
 	e.srv.Config.Handler.ServeHTTP(rec, req)
 	var p serve.Problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusRequestTimeout ||
-		p.Code != serve.CodeBodyIncomplete {
+		p.Code != hqwire.CodeBodyIncomplete {
 		t.Fatalf("answer %d %s (%v), want 408 body_incomplete", rec.Code, rec.Body, err)
 	}
 }

@@ -5,66 +5,57 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
-)
-
-// MaxHashLen bounds a row's hash (internal/wire writes 64 hex digits).
-const MaxHashLen = 128
-
-// Limits on an exception's text.
-const (
-	MaxCodeLen       = 64   // an exception's code, characters [a-z0-9_]
-	MaxExceptionText = 1000 // an exception's detail, and its resolution, in bytes
 )
 
 // Validate checks a decoded batch against the upload protocol's rules and returns a
 // perr.Invalid error with code batch_invalid whose message names the offending row, day
 // or transaction:
 //
-//   - v is hq.Version; store and batch_id are ids as wire.ValidID defines them; at most
-//     hq.MaxBatchRows rows;
+//   - v is hqwire.Version; store and batch_id are ids as wire.ValidID defines them; at most
+//     hqwire.MaxBatchRows rows;
 //   - each row: a known kind, a valid terminal id, seq > 0, business_date YYYY-MM-DD, a
-//     time, a hash of 1 to MaxHashLen bytes, flow_no ≥ 0, and no other row of the batch
+//     time, a hash of 1 to hqwire.MaxHashLen bytes, flow_no ≥ 0, and no other row of the batch
 //     with the same (terminal, seq);
 //   - a sale or refund: 0 ≤ amount ≤ wire.MaxAmount, by_method naming only cash, card and
 //     qr, each ≥ 0, adding up to amount exactly;
 //   - a day close: amount 0, no by_method, a payload that strictly decodes as a
 //     wire.DayClosePayload, passes its Validate and names the row's business date;
 //   - each day: business_date YYYY-MM-DD, not declared twice in the batch, revision > 0,
-//     a closed_at time, part and parts both 0 or 1 ≤ part ≤ parts ≤ hq.MaxDayParts and a
+//     a closed_at time, part and parts both 0 or 1 ≤ part ≤ parts ≤ hqwire.MaxDayParts and a
 //     split id only on a part, an id if any (as hqstore.DayParts checks them), and
 //     transactions checked as sales and refunds are
 //     (terminal, seq > 0, kind, flow_no ≥ 0, amount and by_method), no (terminal, seq)
 //     listed twice. Within one part only: a part cannot see the ones HQ kept aside;
-//   - at most hq.MaxBatchExceptions exceptions, each: kind oversell, refund, parked or seq_gap, a valid
+//   - at most hqwire.MaxBatchExceptions exceptions, each: kind oversell, refund, parked or seq_gap, a valid
 //     terminal id, seq > 0, change > 0, business_date YYYY-MM-DD, no NUL in its text (as
 //     hqstore.ExceptionText checks it), and no other exception of the batch with the same
-//     (kind, terminal, seq, sku); an oversell has a sku of 1 to hq.MaxExceptionSKU bytes,
+//     (kind, terminal, seq, sku); an oversell has a sku of 1 to hqwire.MaxExceptionSKU bytes,
 //     a parked event none (the first content parked under its key) or its content's hash
-//     (a later one) of at most hq.MaxExceptionSKU bytes, a refund and a seq gap none;
+//     (a later one) of at most hqwire.MaxExceptionSKU bytes, a refund and a seq gap none;
 //   - a withdrawn exception carries nothing more: no code, detail, qty_short, at or
 //     resolution;
-//   - any other has a code of 1 to MaxCodeLen characters [a-z0-9_] (hq.CodeOversold for
+//   - any other has a code of 1 to hqwire.MaxCodeLen characters [a-z0-9_] (hqwire.CodeOversold for
 //     an oversell; a refund's, a parked event's or a seq gap's code is not tied to the codes this
 //     release knows, so that a later store release may add some without its batches being
 //     refused), qty_short > 0 on an oversell and none on the others, a detail and a resolution of at most
-//     MaxExceptionText bytes each, and resolved_at or a resolution only when resolved.
-func Validate(b *hq.Batch) error {
+//     hqwire.MaxExceptionText bytes each, and resolved_at or a resolution only when resolved.
+func Validate(b *hqwire.Batch) error {
 	switch {
-	case b.V != hq.Version:
-		return invalid("protocol version %d is not supported (HQ speaks %d)", b.V, hq.Version)
+	case b.V != hqwire.Version:
+		return invalid("protocol version %d is not supported (HQ speaks %d)", b.V, hqwire.Version)
 	case !wire.ValidID(b.Store):
 		return invalid("store %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.Store), wire.MaxIDLen)
 	case !wire.ValidID(b.ID):
 		return invalid("batch_id %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.ID), wire.MaxIDLen)
-	case len(b.Rows) > hq.MaxBatchRows:
-		return invalid("%d rows are over the %d row limit of a batch", len(b.Rows), hq.MaxBatchRows)
-	case len(b.Exceptions) > hq.MaxBatchExceptions:
-		return invalid("%d exceptions are over the %d exception limit of a batch", len(b.Exceptions), hq.MaxBatchExceptions)
+	case len(b.Rows) > hqwire.MaxBatchRows:
+		return invalid("%d rows are over the %d row limit of a batch", len(b.Rows), hqwire.MaxBatchRows)
+	case len(b.Exceptions) > hqwire.MaxBatchExceptions:
+		return invalid("%d exceptions are over the %d exception limit of a batch", len(b.Exceptions), hqwire.MaxBatchExceptions)
 	}
 	type key struct {
 		terminal string
@@ -116,7 +107,7 @@ func Validate(b *hq.Batch) error {
 }
 
 func invalid(format string, args ...any) error {
-	return perr.New(perr.Invalid, CodeBatchInvalid, format, args...)
+	return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, format, args...)
 }
 
 // lowerHex reports whether s is all 0-9 a-f.
@@ -129,9 +120,9 @@ func lowerHex(s string) bool {
 	return true
 }
 
-func checkRow(r *hq.Row) error {
+func checkRow(r *hqwire.Row) error {
 	switch {
-	case r.Kind != hq.KindSale && r.Kind != hq.KindRefund && r.Kind != hq.KindDayClose:
+	case r.Kind != hqwire.KindSale && r.Kind != hqwire.KindRefund && r.Kind != hqwire.KindDayClose:
 		return fmt.Errorf("kind %q is not sale, refund or day_close", clip(r.Kind))
 	case !wire.ValidID(r.Terminal):
 		return fmt.Errorf("terminal %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(r.Terminal), wire.MaxIDLen)
@@ -141,15 +132,15 @@ func checkRow(r *hq.Row) error {
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(r.BusinessDate))
 	case r.At.IsZero():
 		return fmt.Errorf("at is missing")
-	case r.Hash == "" || len(r.Hash) > MaxHashLen || !lowerHex(r.Hash):
+	case r.Hash == "" || len(r.Hash) > hqwire.MaxHashLen || !lowerHex(r.Hash):
 		// The store's hashes are lowercase hex (wire.Hash). Anything else could hold a NUL,
 		// which PostgreSQL's text refuses (500, the batch retried for good) where SQLite
 		// stores it: the two engines answered one batch differently.
-		return fmt.Errorf("hash must be 1 to %d characters of lowercase hex", MaxHashLen)
+		return fmt.Errorf("hash must be 1 to %d characters of lowercase hex", hqwire.MaxHashLen)
 	case r.FlowNo < 0:
 		return fmt.Errorf("flow_no %d is negative", r.FlowNo)
 	}
-	if r.Kind == hq.KindDayClose {
+	if r.Kind == hqwire.KindDayClose {
 		return checkDayClose(r)
 	}
 	return checkAmounts(r.Amount, r.ByMethod)
@@ -183,7 +174,7 @@ func checkAmounts(amount money.Fen, by map[string]money.Fen) error {
 	return nil
 }
 
-func checkDayClose(r *hq.Row) error {
+func checkDayClose(r *hqwire.Row) error {
 	if r.Amount != 0 || len(r.ByMethod) != 0 {
 		return fmt.Errorf("a day close carries its totals in its payload: amount must be 0.00 and by_method empty")
 	}
@@ -200,7 +191,7 @@ func checkDayClose(r *hq.Row) error {
 	return nil
 }
 
-func checkDay(d *hq.StoreDay) error {
+func checkDay(d *hqwire.StoreDay) error {
 	switch {
 	case !validDate(d.BusinessDate):
 		return fmt.Errorf("business_date is not YYYY-MM-DD")
@@ -231,9 +222,9 @@ func checkDay(d *hq.StoreDay) error {
 	return nil
 }
 
-func checkTxn(t *hq.Txn) error {
+func checkTxn(t *hqwire.Txn) error {
 	switch {
-	case t.Kind != hq.KindSale && t.Kind != hq.KindRefund:
+	case t.Kind != hqwire.KindSale && t.Kind != hqwire.KindRefund:
 		return fmt.Errorf("kind %q is not sale or refund", clip(t.Kind))
 	case !wire.ValidID(t.Terminal):
 		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
@@ -245,10 +236,10 @@ func checkTxn(t *hq.Txn) error {
 	return checkAmounts(t.Amount, t.ByMethod)
 }
 
-func checkException(x *hq.Exception) error {
-	oversell := x.Kind == hq.ExceptionOversell
+func checkException(x *hqwire.Exception) error {
+	oversell := x.Kind == hqwire.ExceptionOversell
 	switch {
-	case !oversell && x.Kind != hq.ExceptionRefund && x.Kind != hq.ExceptionParked && x.Kind != hq.ExceptionSeqGap:
+	case !oversell && x.Kind != hqwire.ExceptionRefund && x.Kind != hqwire.ExceptionParked && x.Kind != hqwire.ExceptionSeqGap:
 		return fmt.Errorf("kind %q is not oversell, refund, parked or seq_gap", clip(x.Kind))
 	case !wire.ValidID(x.Terminal):
 		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
@@ -258,12 +249,12 @@ func checkException(x *hq.Exception) error {
 		return fmt.Errorf("change %d is not positive", x.Change)
 	case !validDate(x.BusinessDate):
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
-	case oversell && (x.SKU == "" || len(x.SKU) > hq.MaxExceptionSKU):
-		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hq.MaxExceptionSKU)
-	case (x.Kind == hq.ExceptionRefund || x.Kind == hq.ExceptionSeqGap) && x.SKU != "":
+	case oversell && (x.SKU == "" || len(x.SKU) > hqwire.MaxExceptionSKU):
+		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hqwire.MaxExceptionSKU)
+	case (x.Kind == hqwire.ExceptionRefund || x.Kind == hqwire.ExceptionSeqGap) && x.SKU != "":
 		return fmt.Errorf("a %s exception has no sku", x.Kind)
-	case x.Kind == hq.ExceptionParked && len(x.SKU) > hq.MaxExceptionSKU:
-		return fmt.Errorf("a parked exception's sku is longer than %d bytes", hq.MaxExceptionSKU)
+	case x.Kind == hqwire.ExceptionParked && len(x.SKU) > hqwire.MaxExceptionSKU:
+		return fmt.Errorf("a parked exception's sku is longer than %d bytes", hqwire.MaxExceptionSKU)
 	}
 	if err := hqstore.ExceptionText(x); err != nil {
 		return errors.New(perr.As(err).Message)
@@ -278,16 +269,16 @@ func checkException(x *hq.Exception) error {
 	switch {
 	case oversell && x.QtyShort <= 0:
 		return fmt.Errorf("qty_short %d of an oversell is not positive", x.QtyShort)
-	case oversell && x.Code != hq.CodeOversold:
-		return fmt.Errorf("code %q of an oversell is not %s", clip(x.Code), hq.CodeOversold)
+	case oversell && x.Code != hqwire.CodeOversold:
+		return fmt.Errorf("code %q of an oversell is not %s", clip(x.Code), hqwire.CodeOversold)
 	case !oversell && x.QtyShort != 0:
 		return fmt.Errorf("a %s exception has no qty_short", x.Kind)
 	case !validCode(x.Code):
-		return fmt.Errorf("code %q is not 1 to %d characters [a-z0-9_]", clip(x.Code), MaxCodeLen)
-	case len(x.Detail) > MaxExceptionText:
-		return fmt.Errorf("detail is longer than %d bytes", MaxExceptionText)
-	case len(x.Resolution) > MaxExceptionText:
-		return fmt.Errorf("resolution is longer than %d bytes", MaxExceptionText)
+		return fmt.Errorf("code %q is not 1 to %d characters [a-z0-9_]", clip(x.Code), hqwire.MaxCodeLen)
+	case len(x.Detail) > hqwire.MaxExceptionText:
+		return fmt.Errorf("detail is longer than %d bytes", hqwire.MaxExceptionText)
+	case len(x.Resolution) > hqwire.MaxExceptionText:
+		return fmt.Errorf("resolution is longer than %d bytes", hqwire.MaxExceptionText)
 	case !x.Resolved && !x.ResolvedAt.IsZero():
 		return fmt.Errorf("resolved_at without resolved")
 	case !x.Resolved && x.Resolution != "":
@@ -296,9 +287,9 @@ func checkException(x *hq.Exception) error {
 	return nil
 }
 
-// validCode reports whether s is an exception's code: 1 to MaxCodeLen characters [a-z0-9_].
+// validCode reports whether s is an exception's code: 1 to hqwire.MaxCodeLen characters [a-z0-9_].
 func validCode(s string) bool {
-	if s == "" || len(s) > MaxCodeLen {
+	if s == "" || len(s) > hqwire.MaxCodeLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

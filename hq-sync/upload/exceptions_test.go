@@ -17,13 +17,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // OfflineSale commits a sale the terminal made offline, of one line, or of one line per
@@ -65,7 +68,7 @@ func (s *store) RefundBeforeSale(terminal string, at time.Time) ledger.Record {
 }
 
 // exceptionLines lists exceptions as "kind terminal:seq sku code[ resolved: note]".
-func exceptionLines(xs []hq.Exception) []string {
+func exceptionLines(xs []hqwire.Exception) []string {
 	out := []string{}
 	for _, x := range xs {
 		s := fmt.Sprintf("%s %s %s %s", x.Kind, wire.Key(x.Terminal, x.Seq), x.SKU, x.Code)
@@ -85,7 +88,7 @@ func atHQ(t *testing.T, st *sqlite.Store) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var xs []hq.Exception
+	var xs []hqwire.Exception
 	for _, x := range stored {
 		xs = append(xs, x.Exception)
 	}
@@ -104,13 +107,13 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var xs []hq.Exception
+	var xs []hqwire.Exception
 	for _, o := range over {
-		xs = append(xs, hq.Exception{Kind: hq.ExceptionOversell, Terminal: o.Terminal, Seq: o.Seq, SKU: o.SKU,
-			Code: hq.CodeOversold, Resolved: o.Resolved, Resolution: o.Resolution})
+		xs = append(xs, hqwire.Exception{Kind: hqwire.ExceptionOversell, Terminal: o.Terminal, Seq: o.Seq, SKU: o.SKU,
+			Code: hqwire.CodeOversold, Resolved: o.Resolved, Resolution: o.Resolution})
 	}
 	for _, r := range refunds {
-		xs = append(xs, hq.Exception{Kind: hq.ExceptionRefund, Terminal: r.Terminal, Seq: r.Seq, Code: r.Code,
+		xs = append(xs, hqwire.Exception{Kind: hqwire.ExceptionRefund, Terminal: r.Terminal, Seq: r.Seq, Code: r.Code,
 			Resolved: r.Resolved, Resolution: r.Resolution})
 	}
 	parked, err := l.Parked(ctx, 0, true)
@@ -130,7 +133,7 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 		if first[wire.Key(p.Terminal, p.Seq)] == p.ID {
 			sku = ""
 		}
-		xs = append(xs, hq.Exception{Kind: hq.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, SKU: sku,
+		xs = append(xs, hqwire.Exception{Kind: hqwire.ExceptionParked, Terminal: p.Terminal, Seq: p.Seq, SKU: sku,
 			Code: p.Code, Resolved: p.Resolved, Resolution: p.Resolution})
 	}
 	gaps, err := l.SeqGaps(ctx)
@@ -139,7 +142,7 @@ func inLedger(t *testing.T, l *ledger.Ledger) []string {
 	}
 	for _, gs := range gaps {
 		for _, g := range gs {
-			xs = append(xs, hq.Exception{Kind: hq.ExceptionSeqGap, Terminal: g.Terminal, Seq: g.From, Code: g.Reason})
+			xs = append(xs, hqwire.Exception{Kind: hqwire.ExceptionSeqGap, Terminal: g.Terminal, Seq: g.From, Code: g.Reason})
 		}
 	}
 	return exceptionLines(xs)
@@ -182,7 +185,7 @@ func newHQFixture(t *testing.T, wrap func(http.Handler) http.Handler) (*store, *
 type batchLog struct {
 	h  http.Handler
 	mu sync.Mutex
-	bs []hq.Batch
+	bs []hqwire.Batch
 }
 
 func (l *batchLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +194,7 @@ func (l *batchLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var b hq.Batch
+	var b hqwire.Batch
 	if json.Unmarshal(body, &b) == nil {
 		l.mu.Lock()
 		l.bs = append(l.bs, b)
@@ -201,7 +204,7 @@ func (l *batchLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.h.ServeHTTP(w, r)
 }
 
-func (l *batchLog) batches() []hq.Batch {
+func (l *batchLog) batches() []hqwire.Batch {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.bs)
@@ -296,7 +299,7 @@ func TestParkedEventsReachHQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range stored {
-		if x.Kind == hq.ExceptionParked && !strings.HasPrefix(x.Detail, `sale "`) {
+		if x.Kind == hqwire.ExceptionParked && !strings.HasPrefix(x.Detail, `sale "`) {
 			t.Errorf("the parked sale at HQ says %q, want what the till took", x.Detail)
 		}
 	}
@@ -313,19 +316,19 @@ func TestParkedEventsReachHQ(t *testing.T) {
 
 // TestFitText: an exception's text goes as HQ takes it, whatever the store's ledger holds.
 func TestFitText(t *testing.T) {
-	long := strings.Repeat("é", serve.MaxExceptionText) // 2 bytes each
+	long := strings.Repeat("é", hqwire.MaxExceptionText) // 2 bytes each
 	for _, tc := range []struct{ name, in string }{
 		{"short", "a delivery not booked"},
 		{"NUL", "counted\x00 again"},
 		{"long", long},
-		{"long ASCII", strings.Repeat("x", serve.MaxExceptionText+1)},
+		{"long ASCII", strings.Repeat("x", hqwire.MaxExceptionText+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := fitText(tc.in)
 			switch {
-			case len(got) > serve.MaxExceptionText || !utf8.ValidString(got) || strings.Contains(got, "\x00"):
+			case len(got) > hqwire.MaxExceptionText || !utf8.ValidString(got) || strings.Contains(got, "\x00"):
 				t.Fatalf("fitText(%.20q…) = %d bytes, valid %v", tc.in, len(got), utf8.ValidString(got))
-			case len(tc.in) <= serve.MaxExceptionText && !strings.Contains(tc.in, "\x00") && got != tc.in:
+			case len(tc.in) <= hqwire.MaxExceptionText && !strings.Contains(tc.in, "\x00") && got != tc.in:
 				t.Fatalf("fitText(%q) = %q, want it unchanged", tc.in, got)
 			}
 		})
@@ -335,7 +338,7 @@ func TestFitText(t *testing.T) {
 // TestNULInSKU: the wire takes any SKU of 1 to 128 bytes, NUL included, and so does the
 // ledger; HQ takes no NUL (PostgreSQL text cannot hold one). An offline sale of such a SKU,
 // as long as it may be, oversells, and its exception goes with the SKU escaped
-// (hq.EscapeSKU) instead of making HQ refuse the batch and hold back every later row.
+// (hqwire.EscapeSKU) instead of making HQ refuse the batch and hold back every later row.
 func TestNULInSKU(t *testing.T) {
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -351,7 +354,7 @@ func TestNULInSKU(t *testing.T) {
 	if err := u.Once(ctx); err != nil {
 		t.Fatalf("upload after an oversell of a %d-byte SKU with a NUL: %v", len(sku), err)
 	}
-	want := "oversell T1:2 " + hq.EscapeSKU(sku) + " oversold"
+	want := "oversell T1:2 " + hqwire.EscapeSKU(sku) + " oversold"
 	if got := atHQ(t, st); !slices.Contains(got, want) {
 		t.Fatalf("HQ holds %q, want %q among them", got, want)
 	}
@@ -490,7 +493,7 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < hq.MaxBatchExceptions*5/2; i++ {
+	for i := 0; i < hqwire.MaxBatchExceptions*5/2; i++ {
 		if _, err := tx.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
 			VALUES ('T9', ?, 'A', 1, '2025-03-01T10:00:00+08:00', '2025-03-01')`, 1000+i); err != nil {
 			t.Fatal(err)
@@ -509,7 +512,7 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	bs := log.batches()[n0:]
-	if len(bs) != 2 || len(bs[0].Exceptions) != hq.MaxBatchExceptions || len(bs[1].Exceptions) != hq.MaxBatchExceptions {
+	if len(bs) != 2 || len(bs[0].Exceptions) != hqwire.MaxBatchExceptions || len(bs[1].Exceptions) != hqwire.MaxBatchExceptions {
 		t.Fatalf("%d batches, want 2 full ones (the rest waits for BatchAge)", len(bs))
 	}
 }
@@ -626,9 +629,9 @@ func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *hq.StoredException
+	var found *hqstore.StoredException
 	for i := range of {
-		if of[i].Kind == hq.ExceptionParked && of[i].Terminal == "T8" {
+		if of[i].Kind == hqwire.ExceptionParked && of[i].Terminal == "T8" {
 			found = &of[i]
 		}
 	}
@@ -675,7 +678,7 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 		for _, via := range []string{"Status", "ReadStatus"} {
 			st, err := u.Status(ctx)
 			if via == "ReadStatus" {
-				st, err = ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+				st, err = uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 			}
 			if err != nil {
 				t.Fatalf("%s: %s: %v", step, via, err)
@@ -727,7 +730,7 @@ func TestRowsNotStarvedByExceptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	note := strings.Repeat("counted the shelf again, a delivery not booked; ", 25)[:serve.MaxExceptionText]
+	note := strings.Repeat("counted the shelf again, a delivery not booked; ", 25)[:hqwire.MaxExceptionText]
 	const changes = 300
 	for i := 0; i < changes; i++ {
 		if _, err := tx.Exec(`INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date, resolved,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -35,7 +35,7 @@ func sentGaps(l *batchLog) []string {
 	var out []string
 	for _, b := range l.batches() {
 		for _, x := range b.Exceptions {
-			if x.Kind == hq.ExceptionSeqGap {
+			if x.Kind == hqwire.ExceptionSeqGap {
 				out = append(out, b.ID+" "+x.Key())
 			}
 		}
@@ -76,7 +76,7 @@ func TestSeqGapsReachHQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range stored {
-		if x.Kind == hq.ExceptionSeqGap && (!strings.HasPrefix(x.Detail, "seqs 2 to 5 of terminal T2: ") ||
+		if x.Kind == hqwire.ExceptionSeqGap && (!strings.HasPrefix(x.Detail, "seqs 2 to 5 of terminal T2: ") ||
 			x.SKU != "" || x.Resolved) {
 			t.Errorf("the gap at HQ: %+v, want seqs 2 to 5 of T2 and why, open", x.Exception)
 		}

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
@@ -243,7 +243,7 @@ func (s *store) Outbox() []ledger.OutboxRow {
 }
 
 // testHQ is an honest HQ receiver for the tests: it checks each request's signature and
-// body, stores batches by id and rows by key like hq.Storage promises, and records what
+// body, stores batches by id and rows by key like hqstore.Storage promises, and records what
 // would break the upload's promises: a batch id sent with other content, a row carried by
 // two batch ids, a row stored with another hash. Faults can be injected per request.
 type testHQ struct {
@@ -252,7 +252,7 @@ type testHQ struct {
 
 	mu       sync.Mutex
 	batches  map[string]string // batch id → content hash
-	receipts map[string]hq.Receipt
+	receipts map[string]hqwire.Receipt
 	rows     map[string]storedRow // row key → row
 	rowOrder []string             // row keys as first stored
 	days     []storedDay          // declarations, as stored
@@ -261,18 +261,18 @@ type testHQ struct {
 	dups     int // duplicate receipts answered
 	bodies   []int
 	problems []string
-	fault    func(n int, b *hq.Batch) fault // n counts requests from 1
+	fault    func(n int, b *hqwire.Batch) fault // n counts requests from 1
 	delay    time.Duration
 }
 
 type storedRow struct {
-	row   hq.Row
+	row   hqwire.Row
 	batch string
 	pos   int // position in rowOrder
 }
 
 type storedDay struct {
-	day   hq.StoreDay
+	day   hqwire.StoreDay
 	batch string
 	rows  int // rows HQ held when the declaration was stored
 }
@@ -290,7 +290,7 @@ const (
 )
 
 func newTestHQ(tb testing.TB) *testHQ {
-	return &testHQ{tb: tb, secret: testSecret, batches: map[string]string{}, receipts: map[string]hq.Receipt{},
+	return &testHQ{tb: tb, secret: testSecret, batches: map[string]string{}, receipts: map[string]hqwire.Receipt{},
 		rows: map[string]storedRow{}}
 }
 
@@ -299,7 +299,7 @@ func (h *testHQ) problem(format string, args ...any) {
 }
 
 func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, hq.MaxBatchBytes+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, hqwire.MaxBatchBytes+1))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -315,27 +315,27 @@ func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.bodies = append(h.bodies, len(body))
-	store, ts, idem := r.Header.Get(hq.HeaderStore), r.Header.Get(hq.HeaderTimestamp), r.Header.Get(hq.HeaderIdemKey)
-	if r.Method != http.MethodPost || len(body) > hq.MaxBatchBytes {
+	store, ts, idem := r.Header.Get(hqwire.HeaderStore), r.Header.Get(hqwire.HeaderTimestamp), r.Header.Get(hqwire.HeaderIdemKey)
+	if r.Method != http.MethodPost || len(body) > hqwire.MaxBatchBytes {
 		h.problem("request %d: %s with %d bytes", n, r.Method, len(body))
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
-	if !hq.Verify(h.secret, r.Header.Get(hq.HeaderSignature), r.Method, r.URL.Path, store, ts, idem, body) {
+	if !hqwire.Verify(h.secret, r.Header.Get(hqwire.HeaderSignature), r.Method, r.URL.Path, store, ts, idem, body) {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
-	if sec, err := strconv.ParseInt(ts, 10, 64); err != nil || time.Since(time.Unix(sec, 0)).Abs() > hq.MaxClockSkew {
+	if sec, err := strconv.ParseInt(ts, 10, 64); err != nil || time.Since(time.Unix(sec, 0)).Abs() > hqwire.MaxClockSkew {
 		// The uploader's clock is the test's; only check that it is a number.
 		if err != nil {
 			h.problem("request %d: timestamp %q", n, ts)
 		}
 	}
-	var b hq.Batch
+	var b hqwire.Batch
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil || b.V != hq.Version || b.Store != store || b.ID != idem ||
-		len(b.Rows) > hq.MaxBatchRows || len(b.Rows)+len(b.Days)+len(b.Exceptions) == 0 {
+	if err := dec.Decode(&b); err != nil || b.V != hqwire.Version || b.Store != store || b.ID != idem ||
+		len(b.Rows) > hqwire.MaxBatchRows || len(b.Rows)+len(b.Days)+len(b.Exceptions) == 0 {
 		h.problem("request %d: batch %s: %v (v %d, store %q/%q, id %q/%q, %d rows)", n, idem, err, b.V, b.Store,
 			store, b.ID, idem, len(b.Rows))
 		http.Error(w, "bad batch", http.StatusBadRequest)
@@ -357,7 +357,7 @@ func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		drop(w)
 		return
 	}
-	hash := hq.ContentHash(body)
+	hash := hqwire.ContentHash(body)
 	if prev, ok := h.batches[b.ID]; ok {
 		if prev != hash {
 			h.problem("batch id %s reused with other content", b.ID)
@@ -370,7 +370,7 @@ func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reply(w, f, rec)
 		return
 	}
-	rec := hq.Receipt{Store: store, BatchID: b.ID, Rows: len(b.Rows), Days: len(b.Days), StoredAt: time.Now()}
+	rec := hqwire.Receipt{Store: store, BatchID: b.ID, Rows: len(b.Rows), Days: len(b.Days), StoredAt: time.Now()}
 	for _, row := range b.Rows {
 		k := row.Key(store)
 		if old, ok := h.rows[k]; ok {
@@ -394,7 +394,7 @@ func (h *testHQ) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.reply(w, f, rec)
 }
 
-func (h *testHQ) reply(w http.ResponseWriter, f fault, rec hq.Receipt) {
+func (h *testHQ) reply(w http.ResponseWriter, f fault, rec hqwire.Receipt) {
 	switch f {
 	case dropAfter:
 		drop(w)
@@ -414,7 +414,7 @@ func drop(w http.ResponseWriter) {
 	}
 }
 
-func (h *testHQ) setFault(f func(n int, b *hq.Batch) fault) {
+func (h *testHQ) setFault(f func(n int, b *hqwire.Batch) fault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.fault = f
@@ -447,7 +447,7 @@ func (h *testHQ) check(tb testing.TB, s *store) {
 }
 
 // normal returns a row as it compares after a JSON round trip: UTC time, compact payload.
-func normal(r hq.Row) hq.Row {
+func normal(r hqwire.Row) hqwire.Row {
 	r.At = r.At.UTC()
 	var b bytes.Buffer
 	if json.Compact(&b, r.Payload) == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // downable is hq-sync serve that answers 503 while down is set.
@@ -543,7 +544,7 @@ func TestLedgerFileReplacedWhileHQIsDown(t *testing.T) {
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && behind() != 1; {
 		time.Sleep(10 * time.Millisecond)
 	}
-	fromPath, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+	fromPath, err := uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +582,7 @@ func TestBacklogWhileLedgerBehindHQ(t *testing.T) {
 	if err := u.Once(ctx); perr.CodeOf(err) != CodeLedgerBehind {
 		t.Fatalf("Once on the restored ledger: %v, want %s", err, CodeLedgerBehind)
 	}
-	fromPath, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+	fromPath, err := uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +590,7 @@ func TestBacklogWhileLedgerBehindHQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for via, got := range map[string]Status{"--status": fromPath, "Status": st} {
+	for via, got := range map[string]uploadstate.Status{"--status": fromPath, "Status": st} {
 		if !got.LedgerBehindHQ || got.Backlog != 4 || got.SentThrough != 8 {
 			t.Errorf("%s: ledger behind HQ %v, backlog %d, sent through %d; want true, the 4 sales since the restore, 8",
 				via, got.LedgerBehindHQ, got.Backlog, got.SentThrough)

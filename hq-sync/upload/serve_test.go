@@ -22,11 +22,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // flaky wraps HQ's handler with faults: a 503 before HQ sees the request, or HQ stores the
@@ -107,7 +109,7 @@ func TestUploadToServe(t *testing.T) {
 	if len(rows) != len(want) {
 		t.Fatalf("HQ holds %d rows, the ledger %d", len(rows), len(want))
 	}
-	got := map[string]hq.StoredRow{}
+	got := map[string]hqstore.StoredRow{}
 	for _, r := range rows {
 		got[r.Terminal+"/"+itoa(r.Seq)] = r
 	}
@@ -209,7 +211,7 @@ func mustOpenHQ(tb testing.TB, dir string) *sqlite.Store {
 
 // checkHQDay fails unless HQ holds every ledger row of date0 once and the day declared at
 // revision rev with as many transactions as the ledger's manifest; it returns both.
-func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hq.StoreDay, []hq.Txn) {
+func checkHQDay(tb testing.TB, st *sqlite.Store, s *store, rev int64) (hqwire.StoreDay, []hqwire.Txn) {
 	tb.Helper()
 	ctx := context.Background()
 	rows, err := st.Rows(ctx, date0, testStore)
@@ -257,7 +259,7 @@ func (p *partsSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var b hq.Batch
+	var b hqwire.Batch
 	if err := json.Unmarshal(body, &b); err == nil {
 		p.mu.Lock()
 		for _, d := range b.Days {
@@ -323,7 +325,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 	u.dayLimit = limit
 
 	held := func(date string) (rev int64, txns int) { return heldAt(t, st, date) }
-	inParts := func(want map[string]PartsSent) {
+	inParts := func(want map[string]uploadstate.PartsSent) {
 		t.Helper()
 		st, err := u.Status(ctx)
 		if err != nil {
@@ -407,7 +409,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			if rev, n := held(date0); rev != 1 || n != 60 {
 				t.Errorf("with part 1 of revision 2 sent, HQ holds %s at revision %d with %d txns; want 1 with 60", date0, rev, n)
 			}
-			inParts(map[string]PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
+			inParts(map[string]uploadstate.PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
 			s.Sales(1, day0.Add(6*time.Hour))
 		}
 		return nil
@@ -455,7 +457,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			t.Fatalf("want the crash, got %v", err)
 		}
 	}
-	inParts(map[string]PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
+	inParts(map[string]uploadstate.PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
 	u.Close()
 	u = MustNew(t, cfg)
 	u.dayLimit = limit
@@ -528,7 +530,7 @@ func heldAt(t *testing.T, st *sqlite.Store, date string) (rev int64, txns int) {
 	return days[0].Day.Revision, len(days[0].Day.Txns)
 }
 
-func sameTxn(a, b hq.Txn) bool {
+func sameTxn(a, b hqwire.Txn) bool {
 	return a.Terminal == b.Terminal && a.Seq == b.Seq && a.Kind == b.Kind && a.FlowNo == b.FlowNo &&
 		a.Amount == b.Amount && sameMap(a.ByMethod, b.ByMethod)
 }
@@ -593,7 +595,7 @@ func TestDayTooLargeToDeclare(t *testing.T) {
 	status(date0)
 
 	// With room for its parts, the next late sale gets the day declared.
-	u.maxParts = hq.MaxDayParts
+	u.maxParts = hqwire.MaxDayParts
 	s.Sales(1, day0.Add(6*time.Hour))
 	MustOnce(t, u)
 	if atHQ(date0) != 62 || declared(date0) != 1 {
@@ -619,7 +621,7 @@ type refusingParts struct {
 }
 
 func (o *refusingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if o.on.Load() && refusePart(w, r, &o.refused, serve.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`) {
+	if o.on.Load() && refusePart(w, r, &o.refused, hqwire.CodeBatchInvalid, `day 2026-11-28: transaction T1:7 is not valid`) {
 		return
 	}
 	o.h.ServeHTTP(w, r)
@@ -761,7 +763,7 @@ func TestBatchesCountedAcrossSeries(t *testing.T) {
 	cfg.BatchRows = 50
 	batches := func(step string, want int64) {
 		t.Helper()
-		st, err := ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
+		st, err := uploadstate.ReadStatus(ctx, s.path, cfg.StatePath, testStore, shanghai)
 		if err != nil {
 			t.Fatal(err)
 		}

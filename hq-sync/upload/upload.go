@@ -1,13 +1,13 @@
 // Package upload is hq-sync's store side: it reads the store ledger's hq_outbox in id order
 // and sends it to headquarters in signed batches with stable ids, retrying with backoff for
-// as long as HQ is away, and declares each business day closed (hq.StoreDay) once the day is
+// as long as HQ is away, and declares each business day closed (hqwire.StoreDay) once the day is
 // over and all its rows are sent.
 //
 // It must never write the store's ledger (the store-server is its only writer; the ledger
 // is opened with ledger.OpenReader), never send the same batch id with other content, and
 // never skip a row: a batch HQ refuses stays pending and blocks the rows after it until an
-// operator fixes the cause. Its own progress lives in its state database (see
-// schema/001_state.sql).
+// operator fixes the cause. Its own progress lives in its state database, whose schema
+// and reading store-server/uploadstate owns (the store-server shows it to its managers).
 package upload
 
 import (
@@ -17,12 +17,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -37,16 +35,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/posgate/posgate/hq-sync/hq"
-	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
-
-//go:embed schema/*.sql
-var schemaFiles embed.FS
 
 // KeepSentBatches is how long the state keeps a batch HQ acknowledged (markSent).
 const KeepSentBatches = 7 * 24 * time.Hour
@@ -64,7 +59,7 @@ const (
 
 // batchBudget is how many body bytes the rows and days of one batch may take: the protocol
 // limit less room for the envelope fields.
-const batchBudget = hq.MaxBatchBytes - 64<<10
+const batchBudget = hqwire.MaxBatchBytes - 64<<10
 
 // Codes of the errors Once returns when HQ refuses a batch.
 const (
@@ -87,8 +82,8 @@ type Config struct {
 	// HQURL is the full URL of HQ's batch endpoint (hq-sync serve), e.g.
 	// "https://hq.example/v1/batches". Requests are POSTed there and signed over its path.
 	HQURL string
-	// BatchRows is the most rows in one batch (default 1000, at most hq.MaxBatchRows).
-	// A batch is also cut so that its body stays under hq.MaxBatchBytes.
+	// BatchRows is the most rows in one batch (default 1000, at most hqwire.MaxBatchRows).
+	// A batch is also cut so that its body stays under hqwire.MaxBatchBytes.
 	BatchRows int
 	// BatchAge is how long Run lets fewer than BatchRows rows wait before it sends them
 	// (default 2 s, measured on the machine's clock, not Now).
@@ -117,7 +112,7 @@ func (c *Config) setDefaults() {
 	if c.BatchRows <= 0 {
 		c.BatchRows = DefaultBatchRows
 	}
-	c.BatchRows = min(c.BatchRows, hq.MaxBatchRows)
+	c.BatchRows = min(c.BatchRows, hqwire.MaxBatchRows)
 	if c.BatchAge <= 0 {
 		c.BatchAge = DefaultBatchAge
 	}
@@ -197,7 +192,7 @@ type Uploader struct {
 	firstSeen time.Time // when Run first saw rows waiting (for BatchAge; wall clock, not Now)
 	budget    int       // body bytes the rows and days of a batch may take
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
-	maxParts  int       // parts a declaration may take at most (hq.MaxDayParts)
+	maxParts  int       // parts a declaration may take at most (hqwire.MaxDayParts)
 	prog      progress
 	met       *metrics // nil: none
 
@@ -223,19 +218,14 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upload: %w", err)
 	}
-	migrations, err := fs.Sub(schemaFiles, "schema")
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	st, err := sqlitedb.OpenExclusive(ctx, cfg.StatePath, migrations)
+	st, err := uploadstate.Open(ctx, cfg.StatePath)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("upload: open state: %w", err)
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
 		ledgerFile: file, state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
-		maxParts: hq.MaxDayParts}
+		maxParts: hqwire.MaxDayParts}
 	if u.path == "" {
 		u.path = "/"
 	}
@@ -273,7 +263,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := stateOf(kv, u.cfg.StatePath, u.cfg.Store); err != nil {
+	if err := uploadstate.CheckStore(kv, u.cfg.StatePath, u.cfg.Store); err != nil {
 		return err
 	}
 	through := atoi(kv["sent_through"])
@@ -282,7 +272,7 @@ func (u *Uploader) claim(ctx context.Context) error {
 	}
 	var held bool
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		held, err = rowHeld(ctx, r, through, kv["sent_key"])
+		held, err = uploadstate.RowHeld(ctx, r, through, kv["sent_key"])
 		return err
 	})
 	if err != nil {
@@ -367,42 +357,13 @@ func (u *Uploader) ledgerHoldsBatch(ctx context.Context, b *batch) (bool, error)
 	return true, nil
 }
 
-// rowHeld reports whether the ledger's outbox row id is, in r's snapshot, the row of key
-// (rowKey).
-func rowHeld(ctx context.Context, r *ledger.HQReader, id int64, key string) (bool, error) {
-	rows, err := r.OutboxAfter(ctx, id-1, 1)
-	if err != nil {
-		return false, err
-	}
-	return len(rows) == 1 && rows[0].ID == id && rowKey(&rows[0]) == key, nil
-}
-
-func (u *Uploader) kv(ctx context.Context) (map[string]string, error) { return readKV(ctx, u.state.R) }
-
-func readKV(ctx context.Context, state *sql.DB) (map[string]string, error) {
-	rows, err := state.QueryContext(ctx, `SELECT k, v FROM kv`)
-	if err != nil {
-		return nil, fmt.Errorf("read state: %w", err)
-	}
-	defer rows.Close()
-	m := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("read state: %w", err)
-		}
-		m[k] = v
-	}
-	return m, rows.Err()
+func (u *Uploader) kv(ctx context.Context) (map[string]string, error) {
+	return uploadstate.ReadKV(ctx, u.state.R)
 }
 
 func atoi(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
-}
-
-func rowKey(o *ledger.OutboxRow) string {
-	return o.Row.Terminal + ":" + strconv.FormatInt(o.Row.Seq, 10) + ":" + o.Row.Hash
 }
 
 // Once sends everything the ledger holds now (and every declaration that is due), then
@@ -520,7 +481,7 @@ func (u *Uploader) pending(ctx context.Context) (*batch, error) {
 	if err := json.Unmarshal([]byte(parts), &b.parts); err != nil {
 		return nil, fmt.Errorf("pending batch %s: %w", b.id, err)
 	}
-	if hq.ContentHash(b.body) != b.contentHash {
+	if hqwire.ContentHash(b.body) != b.contentHash {
 		return nil, fmt.Errorf("pending batch %s: the stored body does not match its hash", b.id)
 	}
 	return &b, nil
@@ -545,12 +506,12 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := hq.Batch{V: hq.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
+	out := hqwire.Batch{V: hqwire.Version, Store: u.cfg.Store, ID: batchID(u.cfg.Store, kv["batch_series"], atoi(kv["next_batch"])+1),
 		SentAt: now.UTC()}
 	parts := map[string]partOf{} // the parts this batch carries
 	used := 0                    // body bytes taken by the days and rows so far
 	// add puts declaration d (n bytes of JSON; covered: see partOf) in the batch if it fits.
-	add := func(d hq.StoreDay, covered int64, n int) bool {
+	add := func(d hqwire.StoreDay, covered int64, n int) bool {
 		if len(out.Days) > 0 && used+n > u.budget {
 			return false // the next batch declares the rest
 		}
@@ -569,17 +530,17 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		}
 	}
 	var rows []ledger.OutboxRow
-	var xs []hq.Exception // the exceptions this batch carries
-	var xCursor int64     // the change the batch's receipt acknowledges exceptions through
-	var xFull bool        // more changes than one batch takes wait: the batch is due
-	var tooLarge []string // due days whose declaration HQ could not take even in parts
-	var split []splitDay  // due days too large for one batch, split into parts here
+	var xs []hqwire.Exception // the exceptions this batch carries
+	var xCursor int64         // the change the batch's receipt acknowledges exceptions through
+	var xFull bool            // more changes than one batch takes wait: the batch is due
+	var tooLarge []string     // due days whose declaration HQ could not take even in parts
+	var split []splitDay      // due days too large for one batch, split into parts here
 	err = u.ledger.ViewHQ(ctx, func(r *ledger.HQReader) error {
 		// The ledger may have been restored from a backup under the running uploader, as it
 		// may before a start (claim): rows sold since took ids up to the watermark again, and
 		// nothing is read from a ledger that no longer holds the last row HQ acknowledged.
 		if through > 0 {
-			held, err := rowHeld(ctx, r, through, kv["sent_key"])
+			held, err := uploadstate.RowHeld(ctx, r, through, kv["sent_key"])
 			if err != nil {
 				return err
 			}
@@ -604,7 +565,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			if err != nil {
 				return err
 			}
-			d := hq.StoreDay{BusinessDate: c.date, Revision: c.revision + 1, ClosedAt: now.UTC(), Txns: txns}
+			d := hqwire.StoreDay{BusinessDate: c.date, Revision: c.revision + 1, ClosedAt: now.UTC(), Txns: txns}
 			n, err := jsonSize(&d)
 			if err != nil {
 				return err
@@ -642,7 +603,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		if err != nil {
 			return err
 		}
-		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hq.MaxBatchExceptions)
+		changed, last, full, err := r.ExceptionsAfter(ctx, xThrough, hqwire.MaxBatchExceptions)
 		if err != nil {
 			return err
 		}
@@ -657,7 +618,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 		xFull = full
 		for i := range changed {
 			x := &changed[i]
-			x.SKU = hq.EscapeSKU(x.SKU)
+			x.SKU = hqwire.EscapeSKU(x.SKU)
 			x.Detail, x.Resolution = fitText(x.Detail), fitText(x.Resolution)
 			js, err := json.Marshal(x)
 			if err != nil {
@@ -748,7 +709,7 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 			b.firstID = rows[i].ID
 		}
 		b.lastID = rows[i].ID
-		b.lastKey = rowKey(&rows[i])
+		b.lastKey = uploadstate.RowKey(&rows[i])
 		b.dates[rows[i].Row.BusinessDate]++
 	}
 	b.rows = len(out.Rows)
@@ -759,20 +720,20 @@ func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
 	if b.body, err = encodeBatch(&out, rowsJSON.Bytes()); err != nil {
 		return nil, fmt.Errorf("encode batch %s: %w", out.ID, err)
 	}
-	b.contentHash = hq.ContentHash(b.body)
+	b.contentHash = hqwire.ContentHash(b.body)
 	return b, nil
 }
 
 // fitText makes an exception's text one HQ takes: without NUL characters (HQ refuses them:
-// PostgreSQL text cannot hold one) and at most serve.MaxExceptionText bytes, cut at a
+// PostgreSQL text cannot hold one) and at most hqwire.MaxExceptionText bytes, cut at a
 // character. A refused batch would hold back every row after it for one note.
 func fitText(s string) string {
 	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= serve.MaxExceptionText {
+	if len(s) <= hqwire.MaxExceptionText {
 		return s
 	}
 	const more = "…"
-	cut := serve.MaxExceptionText - len(more)
+	cut := hqwire.MaxExceptionText - len(more)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
@@ -783,7 +744,7 @@ func fitText(s string) string {
 // array): b is encoded without its rows, and the array takes the place of "rows":null.
 // The rows field comes first among the fields that can hold text, so the first
 // occurrence is the field itself.
-func encodeBatch(b *hq.Batch, rowsJSON []byte) ([]byte, error) {
+func encodeBatch(b *hqwire.Batch, rowsJSON []byte) ([]byte, error) {
 	head := *b
 	head.Rows = nil
 	js, err := json.Marshal(&head)
@@ -955,16 +916,16 @@ type partOf struct {
 // splitParts cuts a declaration into parts whose JSON takes at most limit bytes each, in
 // the list's order, all with a new split id. A transaction larger than limit on its own
 // still makes a part.
-func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
+func splitParts(d hqwire.StoreDay, limit int) ([]hqwire.StoreDay, error) {
 	d.Split = crand.Text()[:16] // 80 random bits
 	head := d
 	head.Txns = nil
-	head.Part, head.Parts = hq.MaxDayParts, hq.MaxDayParts // the widest numbers a part can have
+	head.Part, head.Parts = hqwire.MaxDayParts, hqwire.MaxDayParts // the widest numbers a part can have
 	base, err := jsonSize(&head)
 	if err != nil {
 		return nil, err
 	}
-	var out []hq.StoreDay
+	var out []hqwire.StoreDay
 	from, size := 0, base
 	for i := range d.Txns {
 		n, err := jsonSize(&d.Txns[i])
@@ -988,7 +949,7 @@ func splitParts(d hq.StoreDay, limit int) ([]hq.StoreDay, error) {
 
 // splitDay is a day split into parts by build, to be kept in the state.
 type splitDay struct {
-	parts   []hq.StoreDay
+	parts   []hqwire.StoreDay
 	covered int64
 }
 
@@ -1023,7 +984,7 @@ func (u *Uploader) keepParts(ctx context.Context, days []splitDay) error {
 
 // waitingPart is the next part of a day being declared in parts.
 type waitingPart struct {
-	day     hq.StoreDay
+	day     hqwire.StoreDay
 	covered int64 // see partOf
 	size    int   // its JSON in a batch body
 }
@@ -1097,7 +1058,7 @@ func (u *Uploader) stamp() string { return u.cfg.Now().UTC().Format(time.RFC3339
 // markSent records HQ's receipt: the batch is sent, the watermark moves to its last row,
 // its rows count for their dates, its declarations are acknowledged, and so are its
 // exceptions' changes.
-func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hq.Receipt, receipt []byte) error {
+func (u *Uploader) markSent(ctx context.Context, b *batch, rc *hqwire.Receipt, receipt []byte) error {
 	// The watermark moves to the batch's last row only while the ledger still holds that row:
 	// a ledger restored from a backup under a waiting batch has other rows at its ids (sold
 	// after the restore), and a watermark past them skipped them for good. The batch's rows
@@ -1238,7 +1199,7 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 		if ferr := u.followLedger(ctx); ferr != nil && ctx.Err() == nil {
 			log.Warn("cannot open the ledger's new file", "err", ferr)
 		}
-		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == serve.CodeBatchIDReused {
+		if se != nil && se.refused && se.status == http.StatusUnprocessableEntity && se.code == hqwire.CodeBatchIDReused {
 			log.Warn("HQ holds this batch id with other content: this upload state is not the only one of its "+
 				"batch series (restored from a backup?); starting a new series, the batch's rows go again", "answer", se.body)
 			u.met.resent()
@@ -1359,18 +1320,18 @@ func (e *sendError) Error() string {
 }
 
 // post sends a batch once, signed, and returns HQ's receipt for it.
-func (u *Uploader) post(ctx context.Context, b *batch) (hq.Receipt, []byte, error) {
-	var rec hq.Receipt
+func (u *Uploader) post(ctx context.Context, b *batch) (hqwire.Receipt, []byte, error) {
+	var rec hqwire.Receipt
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.cfg.HQURL, bytes.NewReader(b.body))
 	if err != nil {
 		return rec, nil, err
 	}
 	ts := strconv.FormatInt(u.cfg.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(hq.HeaderStore, u.cfg.Store)
-	req.Header.Set(hq.HeaderTimestamp, ts)
-	req.Header.Set(hq.HeaderIdemKey, b.id)
-	req.Header.Set(hq.HeaderSignature, hq.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
+	req.Header.Set(hqwire.HeaderStore, u.cfg.Store)
+	req.Header.Set(hqwire.HeaderTimestamp, ts)
+	req.Header.Set(hqwire.HeaderIdemKey, b.id)
+	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
 	resp, err := u.cfg.Client.Do(req)
 	if err != nil {
 		return rec, nil, err
@@ -1411,46 +1372,8 @@ func short(b []byte) string {
 	return s
 }
 
-// Status is what the uploader's state says, for operators.
-type Status struct {
-	SentThrough int64 `json:"sent_through"` // highest hq_outbox id HQ acknowledged
-	// Backlog is the ledger rows not yet acknowledged: those after SentThrough; while
-	// LedgerBehindHQ, those after the last row of a sent batch the ledger still holds, all
-	// of its rows when there is none (see backlogFrom).
-	Backlog int64 `json:"backlog"`
-	// LedgerBehindHQ: the ledger does not hold the last row HQ acknowledged (restored from an
-	// older backup, or another ledger; CodeLedgerBehind): nothing is sent from it with this
-	// state.
-	LedgerBehindHQ bool      `json:"ledger_behind_hq,omitempty"`
-	Pending        string    `json:"pending,omitempty"`
-	Attempts       int       `json:"attempts,omitempty"` // failed sends of the pending batch
-	LastError      string    `json:"last_error,omitempty"`
-	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
-	// Batches is how many batches HQ acknowledged to this state, across its batch series
-	// (kv batches_sent).
-	Batches int64 `json:"batches"`
-	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
-	// acknowledged (after kv exceptions_through).
-	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
-	// Declared is the last revision HQ acknowledged per business date.
-	Declared map[string]int64 `json:"declared"`
-	// TooLarge lists the business dates left undeclared because their declaration would
-	// take more than hq.MaxDayParts parts.
-	TooLarge []string `json:"too_large_to_declare,omitempty"`
-	// InParts lists the days being declared in parts, by business date: HQ takes the
-	// revision only once it has every part.
-	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
-}
-
-// PartsSent is how far a declaration in parts has gone.
-type PartsSent struct {
-	Revision int64 `json:"revision"`
-	Sent     int   `json:"sent"` // parts HQ acknowledged
-	Parts    int   `json:"parts"`
-}
-
 // Status reads the uploader's progress; it may be called while Run runs.
-func (u *Uploader) Status(ctx context.Context) (Status, error) {
+func (u *Uploader) Status(ctx context.Context) (uploadstate.Status, error) {
 	u.ledgerMu.RLock()
 	defer u.ledgerMu.RUnlock()
 	s, _, err := u.status(ctx)
@@ -1459,201 +1382,12 @@ func (u *Uploader) Status(ctx context.Context) (Status, error) {
 
 // status is Status with ledgerMu held; it also returns the hq_outbox id the backlog counts
 // after.
-func (u *Uploader) status(ctx context.Context) (Status, int64, error) {
+func (u *Uploader) status(ctx context.Context) (uploadstate.Status, int64, error) {
 	kv, err := u.kv(ctx)
 	if err != nil {
-		return Status{}, 0, err
+		return uploadstate.Status{}, 0, err
 	}
-	return readStatus(ctx, u.state.R, kv, u.ledger)
-}
-
-// ReadStatus reads the progress of the uploader of store whose state is at statePath, with
-// its ledger at ledgerPath, while that uploader may be running: both are opened read-only
-// and the state is not taken.
-func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (Status, error) {
-	l, err := ledger.OpenReader(ctx, ledgerPath, store, loc)
-	if err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
-	}
-	defer l.Close()
-	return ReadStatusOf(ctx, statePath, l)
-}
-
-// ReadStatusOf is ReadStatus for a process that has the store's ledger open already (the
-// store-server showing its managers how far HQ has the store's rows). A missing state file
-// is an error wrapping fs.ErrNotExist: no uploader has run with it.
-func ReadStatusOf(ctx context.Context, statePath string, l *ledger.Ledger) (Status, error) {
-	state, err := sqlitedb.OpenQueryOnly(ctx, statePath, 1)
-	if err != nil {
-		return Status{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
-	}
-	defer state.Close()
-	kv, err := readKV(ctx, state)
-	if err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
-	}
-	if err := stateOf(kv, statePath, l.StoreID()); err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
-	}
-	s, _, err := readStatus(ctx, state, kv, l)
-	return s, err
-}
-
-// stateOf checks that the state whose kv is kv, at path, belongs to store.
-func stateOf(kv map[string]string, path, store string) error {
-	if kv["store_id"] != store {
-		return fmt.Errorf("%s is the upload state of store %q, not %q", path, kv["store_id"], store)
-	}
-	return nil
-}
-
-// readStatus reads the progress held in state (whose kv is kv) and l, and the hq_outbox id
-// the backlog counts after.
-func readStatus(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s Status, after int64, _ error) {
-	s.SentThrough = atoi(kv["sent_through"])
-	s.Batches = atoi(kv["batches_sent"])
-	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
-		var err error
-		if after, s.LedgerBehindHQ, err = backlogFrom(ctx, state, r, s.SentThrough, kv["sent_key"]); err != nil {
-			return err
-		}
-		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
-			return err
-		}
-		s.ExceptionsWaiting, err = r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
-		return err
-	})
-	if err != nil {
-		return s, after, err
-	}
-	// The batch HQ acknowledged last is the one recorded last of those sent: batches are
-	// recorded, and sent, one at a time, in order (rowid order). The highest sent_at was
-	// that of a batch stamped by a clock since set back (a year ahead, say): the last
-	// receipt read as one in the future, and an alert on an upload that stopped could not
-	// fire until the clock caught up with it.
-	var last sql.NullString
-	err = state.QueryRowContext(ctx, `SELECT sent_at FROM batches WHERE state = 'sent' ORDER BY rowid DESC LIMIT 1`).
-		Scan(&last)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	if last.Valid {
-		s.LastSentAt, _ = time.Parse(time.RFC3339Nano, last.String)
-	}
-	err = state.QueryRowContext(ctx, `SELECT batch_id, attempts, last_error FROM batches WHERE state = 'pending'`).
-		Scan(&s.Pending, &s.Attempts, &s.LastError)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	s.Declared = map[string]int64{}
-	rows, err := state.QueryContext(ctx, `SELECT business_date, revision FROM days WHERE revision > 0`)
-	if err != nil {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var d string
-		var rev int64
-		if err := rows.Scan(&d, &rev); err != nil {
-			return s, after, fmt.Errorf("status: %w", err)
-		}
-		s.Declared[d] = rev
-	}
-	if err := rows.Err(); err != nil {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	if s.InParts, err = readInParts(ctx, state); err != nil {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	large, err := state.QueryContext(ctx, `SELECT business_date FROM days
-		WHERE skipped_rows > 0 AND skipped_rows = sent_rows AND sent_rows > declared_rows ORDER BY business_date`)
-	if err != nil {
-		return s, after, fmt.Errorf("status: %w", err)
-	}
-	defer large.Close()
-	for large.Next() {
-		var d string
-		if err := large.Scan(&d); err != nil {
-			return s, after, fmt.Errorf("status: %w", err)
-		}
-		s.TooLarge = append(s.TooLarge, d)
-	}
-	return s, after, large.Err()
-}
-
-// backlogFrom returns the hq_outbox id after which the ledger's rows are not at HQ, as far
-// as the state (at watermark through, of key) can tell, and whether the ledger is behind HQ
-// (it does not hold the row at through). Past the watermark while the ledger holds it. A
-// ledger restored from an older backup took the ids after the backup's last row again, for
-// sales HQ never had: counted after the watermark, they read as no backlog at all. Then it
-// is the last row of a batch HQ acknowledged (the state keeps a week of them) that the ledger
-// still holds: the rows after it may be new to HQ (at most these; a batch cut across the
-// backup's last row counts a few HQ has); 0, every row, when none is.
-func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through int64, key string) (int64, bool, error) {
-	if through == 0 {
-		return 0, false, nil
-	}
-	held, err := rowHeld(ctx, r, through, key)
-	if err != nil || held {
-		return through, false, err
-	}
-	type end struct {
-		id  int64
-		key string
-	}
-	var ends []end
-	err = sqlitedb.Each(ctx, state, `SELECT last_id, last_key FROM batches WHERE state = 'sent' AND rows > 0 AND last_id < ?
-		ORDER BY last_id, rowid`, []any{through}, func(rows *sql.Rows) error {
-		var e end
-		if err := rows.Scan(&e.id, &e.key); err != nil {
-			return err
-		}
-		ends = append(ends, e)
-		return nil
-	})
-	if err != nil {
-		return 0, true, fmt.Errorf("sent batches: %w", err)
-	}
-	// A restored ledger holds the rows HQ acknowledged up to its backup's last: the batches
-	// whose last row it holds come first.
-	after := int64(0)
-	lo, hi := 0, len(ends)
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		held, err := rowHeld(ctx, r, ends[mid].id, ends[mid].key)
-		if err != nil {
-			return 0, true, err
-		}
-		if held {
-			after, lo = ends[mid].id, mid+1
-		} else {
-			hi = mid
-		}
-	}
-	return after, true, nil
-}
-
-// readInParts reads how far each declaration in parts has gone (nil: none).
-func readInParts(ctx context.Context, state *sql.DB) (map[string]PartsSent, error) {
-	rows, err := state.QueryContext(ctx, `SELECT business_date, revision, min(part) - 1, parts FROM day_parts
-		GROUP BY business_date`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out map[string]PartsSent
-	for rows.Next() {
-		var d string
-		var p PartsSent
-		if err := rows.Scan(&d, &p.Revision, &p.Sent, &p.Parts); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = map[string]PartsSent{}
-		}
-		out[d] = p
-	}
-	return out, rows.Err()
+	return uploadstate.Read(ctx, u.state.R, kv, u.ledger)
 }
 
 // progress prints catch-up lines: "sent 12000 rows, 88000 left, 9500 rows/s".

@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
@@ -76,7 +76,7 @@ func checkDay(tb testing.TB, h *testHQ, s *store, d storedDay, rev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, r := range h.rows {
-		if r.row.BusinessDate == d.day.BusinessDate && r.pos >= d.rows && r.row.Kind != hq.KindDayClose {
+		if r.row.BusinessDate == d.day.BusinessDate && r.pos >= d.rows && r.row.Kind != hqwire.KindDayClose {
 			tb.Errorf("row %s of %s arrived after declaration rev %d", k, d.day.BusinessDate, rev)
 		}
 	}
@@ -206,7 +206,7 @@ func TestHQDownForAWhileThenUp(t *testing.T) {
 	// Up again, but flaky: 503s, dropped connections before and after storing.
 	faults := []fault{unavailable, unavailable, dropBefore, unavailable, dropAfter, failAfter, dropAfter, answer,
 		unavailable, failAfter}
-	h.setFault(func(n int, b *hq.Batch) fault {
+	h.setFault(func(n int, b *hqwire.Batch) fault {
 		if n <= len(faults) {
 			return faults[n-1]
 		}
@@ -308,7 +308,7 @@ func TestKilledAtRandomPointsAndRestarted(t *testing.T) {
 	cfg.BatchRows = 40
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var mu sync.Mutex
-	h.setFault(func(n int, b *hq.Batch) fault {
+	h.setFault(func(n int, b *hqwire.Batch) fault {
 		mu.Lock()
 		defer mu.Unlock()
 		switch x := rng.IntN(100); {
@@ -454,7 +454,7 @@ func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
 	var logMu sync.Mutex
 	cfg.Logger = slogTo(&lockedWriter{w: &logs, mu: &logMu})
 	refusals := 0
-	h.setFault(func(n int, b *hq.Batch) fault {
+	h.setFault(func(n int, b *hqwire.Batch) fault {
 		if strings.HasSuffix(b.ID, "-000000002") && refusals < 4 {
 			refusals++
 			return refuse
@@ -533,8 +533,8 @@ func TestBatchesStayUnderTheByteLimit(t *testing.T) {
 			t.Errorf("%d requests for about 12 MB", len(h.snap().bodies))
 		}
 		for i, n := range h.snap().bodies {
-			if n > hq.MaxBatchBytes {
-				t.Errorf("request %d: %d bytes, over %d", i+1, n, hq.MaxBatchBytes)
+			if n > hqwire.MaxBatchBytes {
+				t.Errorf("request %d: %d bytes, over %d", i+1, n, hqwire.MaxBatchBytes)
 			}
 		}
 	})
@@ -710,7 +710,7 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 	s := MustOpenStore(t, dir)
 	s.Sales(20, day0)
 	s.Refund("T1", day0)
-	var rows []hq.Row
+	var rows []hqwire.Row
 	for _, o := range s.Outbox() {
 		rows = append(rows, o.Row)
 	}
@@ -718,11 +718,11 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []hq.Batch{
-		{V: hq.Version, Store: "S1", ID: "S1-000000007", Rows: rows, SentAt: day1},
-		{V: hq.Version, Store: "S1", ID: "S1-000000008", Rows: rows[:1], Days: []hq.StoreDay{{BusinessDate: date0,
+	for _, b := range []hqwire.Batch{
+		{V: hqwire.Version, Store: "S1", ID: "S1-000000007", Rows: rows, SentAt: day1},
+		{V: hqwire.Version, Store: "S1", ID: "S1-000000008", Rows: rows[:1], Days: []hqwire.StoreDay{{BusinessDate: date0,
 			Revision: 2, ClosedAt: day1, Txns: manifest}}, SentAt: day1},
-		{V: hq.Version, Store: "S1", ID: "S1-000000009", Days: []hq.StoreDay{{BusinessDate: date0, Revision: 1,
+		{V: hqwire.Version, Store: "S1", ID: "S1-000000009", Days: []hqwire.StoreDay{{BusinessDate: date0, Revision: 1,
 			ClosedAt: day1, Txns: manifest}}, SentAt: day1},
 	} {
 		want, err := json.Marshal(&b)
@@ -752,10 +752,10 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 // own still goes, alone in its part.
 func TestSplitParts(t *testing.T) {
 	at := time.Date(2025, 3, 1, 23, 0, 0, 0, time.UTC)
-	mk := func(n int) hq.StoreDay {
-		d := hq.StoreDay{BusinessDate: date0, Revision: 7, ClosedAt: at}
+	mk := func(n int) hqwire.StoreDay {
+		d := hqwire.StoreDay{BusinessDate: date0, Revision: 7, ClosedAt: at}
 		for i := range n {
-			d.Txns = append(d.Txns, hq.Txn{Terminal: "T" + itoa(int64(i%3)), Seq: int64(i + 1), Kind: hq.KindSale,
+			d.Txns = append(d.Txns, hqwire.Txn{Terminal: "T" + itoa(int64(i%3)), Seq: int64(i + 1), Kind: hqwire.KindSale,
 				FlowNo: int64(i + 1), Amount: money.Fen(100 * i), ByMethod: map[string]money.Fen{"cash": money.Fen(100 * i)}})
 		}
 		return d
@@ -771,7 +771,7 @@ func TestSplitParts(t *testing.T) {
 		if c.parts > 0 && len(ps) != c.parts {
 			t.Errorf("%d txns, limit %d: %d parts, want %d", c.txns, c.limit, len(ps), c.parts)
 		}
-		var all []hq.Txn
+		var all []hqwire.Txn
 		if !wire.ValidID(ps[0].Split) {
 			t.Errorf("%d txns, limit %d: split id %q", c.txns, c.limit, ps[0].Split)
 		}

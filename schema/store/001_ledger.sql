@@ -228,7 +228,7 @@ CREATE INDEX refund_exceptions_date ON refund_exceptions (business_date);
 -- content and more. Each distinct content (by its hash) is kept once; a redelivery of any
 -- of them changes nothing. id numbers the parked contents.
 --
--- sku is the parked content's identity at HQ (the sku of its hq.Exception, whose key is
+-- sku is the parked content's identity at HQ (the sku of its hqwire.Exception, whose key is
 -- kind, terminal, seq and sku): '' for the first content parked under a key, and the
 -- content's hash for each later one.
 --

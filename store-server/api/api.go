@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/disk"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
@@ -35,6 +34,7 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
 	"github.com/posgate/posgate/store-server/store"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // Server serves the manager API.
@@ -727,8 +727,8 @@ func (s *Server) inStore(t time.Time) time.Time {
 type HQAnswer struct {
 	State string `json:"state"`
 	// Found is false while no uploader has run with State: nothing has gone to HQ.
-	Found  bool           `json:"found"`
-	Upload *upload.Status `json:"upload,omitempty"`
+	Found  bool                `json:"found"`
+	Upload *uploadstate.Status `json:"upload,omitempty"`
 }
 
 func (s *Server) hq(r *http.Request) (any, error) {
@@ -736,7 +736,7 @@ func (s *Server) hq(r *http.Request) (any, error) {
 	if s.UploadState == "" {
 		return a, nil
 	}
-	st, err := upload.ReadStatusOf(r.Context(), s.UploadState, s.Ledger)
+	st, err := uploadstate.ReadStatusOf(r.Context(), s.UploadState, s.Ledger)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return a, nil

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"pgregory.net/rapid"
+
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
-	"pgregory.net/rapid"
 )
 
 // Commit has two ways to store a group: staged (decided in memory, written with multi-row
@@ -96,7 +97,7 @@ func dump(tb fataler, l *Ledger) map[string][]string {
 				return err
 			}
 			to := &changes
-			if kind == hq.ExceptionParked {
+			if kind == hqwire.ExceptionParked {
 				to = &parked
 			}
 			fmt.Fprintf(to, "%s %s:%d %s %s; ", kind, terminal, seq, sku, date)

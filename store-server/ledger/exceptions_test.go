@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
 )
 
 // exceptionsAfter reads the exception changes after afterID through the uploader's reader.
-func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) (xs []hq.Exception, last int64) {
+func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) (xs []hqwire.Exception, last int64) {
 	t.Helper()
 	err := l.ViewHQ(context.Background(), func(r *HQReader) error {
 		var err error
@@ -27,7 +27,7 @@ func exceptionsAfter(t *testing.T, l *Ledger, afterID int64, limit int) (xs []hq
 }
 
 // brief is an exception in a line, for comparing.
-func brief(x hq.Exception) string {
+func brief(x hqwire.Exception) string {
 	s := x.Kind + " " + wire.Key(x.Terminal, x.Seq) + " " + x.SKU + " " + x.BusinessDate + " " + x.Code
 	switch {
 	case x.Withdrawn:
@@ -38,7 +38,7 @@ func brief(x hq.Exception) string {
 	return s
 }
 
-func briefs(xs []hq.Exception) []string {
+func briefs(xs []hqwire.Exception) []string {
 	out := make([]string, len(xs))
 	for i, x := range xs {
 		out[i] = brief(x)
@@ -68,7 +68,7 @@ func TestExceptionsAfter(t *testing.T) {
 		t.Errorf("the oversell: %+v, want 2 short at %v", o, day)
 	}
 	first := xs[0].Change
-	if xs, last := exceptionsAfter(t, l, 0, 1); len(xs) != 1 || last != first || xs[0].Kind != hq.ExceptionRefund {
+	if xs, last := exceptionsAfter(t, l, 0, 1); len(xs) != 1 || last != first || xs[0].Kind != hqwire.ExceptionRefund {
 		t.Errorf("one change after 0: %q, last %d, want the refund exception's, %d", briefs(xs), last, first)
 	}
 	if xs, l2 := exceptionsAfter(t, l, last, 100); len(xs) != 0 || l2 != last {

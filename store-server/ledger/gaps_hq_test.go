@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 )
 
 // TestSeqGapIsAnException: a seq gap the store records is an exception change of kind
@@ -29,7 +29,7 @@ func TestSeqGapIsAnException(t *testing.T) {
 	first.Gap = &SeqGap{From: 1, To: 2, Reason: GapNewLedger}
 	MustCommit(t, l, first)
 
-	var all []hq.Exception
+	var all []hqwire.Exception
 	err := l.ViewHQ(ctx, func(r *HQReader) error {
 		var err error
 		if all, _, _, err = r.ExceptionsAfter(ctx, 0, 100); err != nil {

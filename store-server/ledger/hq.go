@@ -1,7 +1,7 @@
 package ledger
 
-// The read side of the ledger that hq-sync upload uses: the hq_outbox queue as hq.Rows, in
-// commit (id) order, and a business date's manifest (every sale and refund as an hq.Txn).
+// The read side of the ledger that hq-sync upload uses: the hq_outbox queue as hqwire.Rows, in
+// commit (id) order, and a business date's manifest (every sale and refund as an hqwire.Txn).
 // The uploader opens the ledger with OpenReader: it never writes the ledger (the
 // store-server is its only writer) and keeps its own progress in its own database.
 
@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
@@ -65,7 +65,7 @@ type OutboxRow struct {
 	// ID is the row's hq_outbox id: rows are committed in id order, and a snapshot of the
 	// ledger always holds every id up to its highest.
 	ID  int64
-	Row hq.Row
+	Row hqwire.Row
 }
 
 // HQReader reads the ledger for the uploader inside one read transaction: everything it
@@ -111,10 +111,10 @@ func (l *Ledger) OutboxMaxID(ctx context.Context) (int64, error) {
 	return id, err
 }
 
-// DayManifest returns every accepted sale and refund of a business date as hq.Txns, by
+// DayManifest returns every accepted sale and refund of a business date as hqwire.Txns, by
 // terminal and seq.
-func (l *Ledger) DayManifest(ctx context.Context, date string) ([]hq.Txn, error) {
-	var out []hq.Txn
+func (l *Ledger) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, error) {
+	var out []hqwire.Txn
 	err := l.ViewHQ(ctx, func(r *HQReader) error {
 		var err error
 		out, err = r.DayManifest(ctx, date)
@@ -190,7 +190,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 		o.Row.At = t
 		o.Row.Payload = payload
 		switch o.Row.Kind {
-		case hq.KindSale:
+		case hqwire.KindSale:
 			if !total.Valid {
 				return fmt.Errorf("hq_outbox row %d: sale %s is not in the sales table", o.ID, wire.Key(o.Row.Terminal, o.Row.Seq))
 			}
@@ -200,7 +200,7 @@ func (r *HQReader) OutboxAfter(ctx context.Context, afterID int64, limit int) ([
 			if chg.Int64 != 0 {
 				change[len(out)] = money.Fen(chg.Int64)
 			}
-		case hq.KindRefund:
+		case hqwire.KindRefund:
 			if !refund.Valid {
 				return fmt.Errorf("hq_outbox row %d: refund %s is not in the refunds table", o.ID, wire.Key(o.Row.Terminal, o.Row.Seq))
 			}
@@ -271,13 +271,13 @@ func (r *HQReader) HasOutboxAfter(ctx context.Context, date string, afterID int6
 }
 
 // DayManifest is Ledger.DayManifest inside the reader's snapshot.
-func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, error) {
-	out := []hq.Txn{}
+func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, error) {
+	out := []hqwire.Txn{}
 	sales := map[txnKey]int{}
 	var change []money.Fen
 	err := sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
-			t := hq.Txn{Kind: hq.KindSale, ByMethod: map[string]money.Fen{}}
+			t := hqwire.Txn{Kind: hqwire.KindSale, ByMethod: map[string]money.Fen{}}
 			var chg money.Fen
 			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &chg); err != nil {
 				return err
@@ -314,7 +314,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hq.Txn, erro
 	}
 	err = sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
-			t := hq.Txn{Kind: hq.KindRefund}
+			t := hqwire.Txn{Kind: hqwire.KindRefund}
 			var method string
 			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &method); err != nil {
 				return err
@@ -359,19 +359,19 @@ const (
 
 // ExceptionsAfter reads up to limit changes of the ledger's exceptions (oversell lines,
 // refund exceptions, parked events and seq gaps) after change number afterID, in order,
-// and returns the state each exception they name holds now, as an hq.Exception whose
+// and returns the state each exception they name holds now, as an hqwire.Exception whose
 // Change is the exception's last change read (an exception deleted since is Withdrawn),
 // ordered by Change; the last change number read (afterID when there is none); and whether
 // it read limit changes (more may follow). An exception changed again after the changes
 // read is returned as it is now: its later change sends the same state again.
 func (r *HQReader) ExceptionsAfter(ctx context.Context, afterID int64, limit int) (
-	xs []hq.Exception, last int64, full bool, err error) {
+	xs []hqwire.Exception, last int64, full bool, err error) {
 	last = afterID
 	read := 0
 	byKey := map[string]int{}
-	var out []hq.Exception
+	var out []hqwire.Exception
 	err = sqlitedb.Each(ctx, r.tx, selExceptionChanges, []any{afterID, limit}, func(rows *sql.Rows) error {
-		var x hq.Exception
+		var x hqwire.Exception
 		if err := rows.Scan(&x.Change, &x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate); err != nil {
 			return err
 		}
@@ -409,18 +409,18 @@ func (r *HQReader) ExceptionChangesAfter(ctx context.Context, afterID int64) (in
 
 // exceptionState fills in x (its kind and key set) from the exception tables, or marks it
 // Withdrawn when they no longer hold it.
-func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
+func (r *HQReader) exceptionState(ctx context.Context, x *hqwire.Exception) error {
 	var at, resolvedAt string
 	var err error
 	switch x.Kind {
-	case hq.ExceptionOversell:
-		x.Code = hq.CodeOversold
+	case hqwire.ExceptionOversell:
+		x.Code = hqwire.CodeOversold
 		err = r.tx.QueryRowContext(ctx, selOversellState, x.Terminal, x.Seq, x.SKU).Scan(&x.QtyShort, &at, &x.Resolved,
 			&resolvedAt, &x.Resolution)
-	case hq.ExceptionRefund:
+	case hqwire.ExceptionRefund:
 		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
-	case hq.ExceptionParked:
+	case hqwire.ExceptionParked:
 		var kind, message, date string
 		var payload []byte
 		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message,
@@ -437,7 +437,7 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
 				x.BusinessDate = d
 			}
 		}
-	case hq.ExceptionSeqGap:
+	case hqwire.ExceptionSeqGap:
 		var to, atMs int64
 		var date string
 		err = r.tx.QueryRowContext(ctx, selSeqGapState, x.Terminal, x.Seq, x.SKU).Scan(&to, &atMs, &x.Code, &date)
@@ -453,7 +453,7 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hq.Exception) error {
 		return fmt.Errorf("unknown exception kind %q", x.Kind)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		*x = hq.Exception{Change: x.Change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+		*x = hqwire.Exception{Change: x.Change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
 			BusinessDate: x.BusinessDate, Withdrawn: true}
 		return nil
 	}

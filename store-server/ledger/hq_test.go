@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/store"
@@ -48,9 +48,9 @@ func TestOutboxAfter(t *testing.T) {
 	ctx := context.Background()
 	l := MustOpen(t, day)
 	recs := hqDay(t, l)
-	var want []hq.Row
+	var want []hqwire.Row
 	for _, r := range recs {
-		row := hq.Row{Kind: string(r.Kind), Terminal: r.Terminal, Seq: r.Seq, BusinessDate: l.BusinessDate(r.At),
+		row := hqwire.Row{Kind: string(r.Kind), Terminal: r.Terminal, Seq: r.Seq, BusinessDate: l.BusinessDate(r.At),
 			FlowNo: r.FlowNo, At: r.At.UTC(), Hash: r.Hash, Payload: r.Payload}
 		switch r.Kind {
 		case wire.KindSale:
@@ -78,7 +78,7 @@ func TestOutboxAfter(t *testing.T) {
 		if !reflect.DeepEqual(o.Row, want[i]) {
 			t.Errorf("row %d\n got %+v\nwant %+v", i, o.Row, want[i])
 		}
-		if o.Row.Kind == hq.KindSale {
+		if o.Row.Kind == hqwire.KindSale {
 			var sum money.Fen
 			for _, a := range o.Row.ByMethod {
 				sum += a
@@ -136,7 +136,7 @@ func TestOutboxAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back hq.Row
+	var back hqwire.Row
 	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, all[0].Row) {
 		t.Errorf("row JSON round trip: %v\n got %+v\nwant %+v", err, back, all[0].Row)
 	}
@@ -150,12 +150,12 @@ func TestDayManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []hq.Txn{
-		{Terminal: "T1", Seq: 1, Kind: hq.KindSale, FlowNo: 1, Amount: 2550, ByMethod: map[string]money.Fen{"cash": 2550}},
-		{Terminal: "T1", Seq: 2, Kind: hq.KindSale, FlowNo: 2, Amount: 1000, ByMethod: map[string]money.Fen{"cash": 0, "card": 1000}},
-		{Terminal: "T1", Seq: 3, Kind: hq.KindRefund, FlowNo: 4, Amount: 1000, ByMethod: map[string]money.Fen{"card": 1000}},
-		{Terminal: "T2", Seq: 1, Kind: hq.KindSale, FlowNo: 3, Amount: 1100, ByMethod: map[string]money.Fen{"qr": 1100}},
-		{Terminal: "T2", Seq: 3, Kind: hq.KindSale, FlowNo: 5, Amount: 1000, ByMethod: map[string]money.Fen{"cash": 1000}},
+	want := []hqwire.Txn{
+		{Terminal: "T1", Seq: 1, Kind: hqwire.KindSale, FlowNo: 1, Amount: 2550, ByMethod: map[string]money.Fen{"cash": 2550}},
+		{Terminal: "T1", Seq: 2, Kind: hqwire.KindSale, FlowNo: 2, Amount: 1000, ByMethod: map[string]money.Fen{"cash": 0, "card": 1000}},
+		{Terminal: "T1", Seq: 3, Kind: hqwire.KindRefund, FlowNo: 4, Amount: 1000, ByMethod: map[string]money.Fen{"card": 1000}},
+		{Terminal: "T2", Seq: 1, Kind: hqwire.KindSale, FlowNo: 3, Amount: 1100, ByMethod: map[string]money.Fen{"qr": 1100}},
+		{Terminal: "T2", Seq: 3, Kind: hqwire.KindSale, FlowNo: 5, Amount: 1000, ByMethod: map[string]money.Fen{"cash": 1000}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("manifest of %s\n got %+v\nwant %+v", dayDate, got, want)
@@ -178,7 +178,7 @@ func TestDayManifest(t *testing.T) {
 		if c.ByMethod == nil {
 			c.ByMethod, c.RefundByMethod = map[string]money.Fen{}, map[string]money.Fen{}
 		}
-		if tx.Kind == hq.KindSale {
+		if tx.Kind == hqwire.KindSale {
 			c.Sales++
 			c.Amount += tx.Amount
 			for m, a := range tx.ByMethod {

@@ -346,7 +346,7 @@ func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, se
 
 // Parked is an event the store refused for good (a final rejection or conflict). The till
 // kept its sale or refund: a parked event is an exception the manager resolves with what
-// explained it, and HQ gets each of its changes (hq.ExceptionParked).
+// explained it, and HQ gets each of its changes (hqwire.ExceptionParked).
 //
 // A key can be parked with several contents (a till restored from a backup twice, devices
 // sharing a terminal id): each distinct content (Hash) is a parked event of its own.

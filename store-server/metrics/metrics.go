@@ -17,11 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/disk"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // Metrics is the store-server's registry. Its methods GateCall, Commit and Acked make it
@@ -189,7 +189,7 @@ func (u *uploadScraped) Describe(ch chan<- *prometheus.Desc) {
 func (u *uploadScraped) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := upload.ReadStatusOf(ctx, u.state, u.led)
+	st, err := uploadstate.ReadStatusOf(ctx, u.state, u.led)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		ch <- prometheus.MustNewConstMetric(uploaderDesc, prometheus.GaugeValue, 0)

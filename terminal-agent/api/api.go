@@ -68,12 +68,6 @@ func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
 	return s
 }
 
-// ParkedAnswer is client.ParkedAnswer under the name it had here, which hq-sync's restore
-// test still uses; an alias keeps that test building until it names the client's type.
-//
-// Deprecated: use client.ParkedAnswer.
-type ParkedAnswer = client.ParkedAnswer
-
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 

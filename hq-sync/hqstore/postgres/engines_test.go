@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 )
 
@@ -31,22 +32,22 @@ func TestEnginesAnswerAlike(t *testing.T) {
 	defer lite.Close()
 	secret := []byte("s1-secret-at-least-16")
 	at := time.Date(2025, 3, 1, 2, 0, 0, 0, time.UTC)
-	b := hq.Batch{V: hq.Version, Store: "S1", ID: "S1-review-000000001", SentAt: at, Rows: []hq.Row{{
-		Kind: hq.KindSale, Terminal: "T1", Seq: 1, BusinessDate: "2025-03-01", FlowNo: 1, At: at,
+	b := hqwire.Batch{V: hqwire.Version, Store: "S1", ID: "S1-review-000000001", SentAt: at, Rows: []hqwire.Row{{
+		Kind: hqwire.KindSale, Terminal: "T1", Seq: 1, BusinessDate: "2025-03-01", FlowNo: 1, At: at,
 		Hash: "ab\x00cd", Amount: 100, ByMethod: map[string]money.Fen{"card": 100}, Payload: json.RawMessage(`{}`)}}}
 	body, err := json.Marshal(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	answer := func(st hq.Storage) (int, string) {
+	answer := func(st hqstore.Storage) (int, string) {
 		srv := httptest.NewServer(serve.New(st, map[string][]byte{"S1": secret}, serve.Options{Now: func() time.Time { return at }}))
 		defer srv.Close()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+serve.BatchesPath, bytes.NewReader(body))
 		ts := strconv.FormatInt(at.Unix(), 10)
-		req.Header.Set(hq.HeaderStore, "S1")
-		req.Header.Set(hq.HeaderTimestamp, ts)
-		req.Header.Set(hq.HeaderIdemKey, b.ID)
-		req.Header.Set(hq.HeaderSignature, hq.Sign(secret, http.MethodPost, serve.BatchesPath, "S1", ts, b.ID, body))
+		req.Header.Set(hqwire.HeaderStore, "S1")
+		req.Header.Set(hqwire.HeaderTimestamp, ts)
+		req.Header.Set(hqwire.HeaderIdemKey, b.ID)
+		req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(secret, http.MethodPost, serve.BatchesPath, "S1", ts, b.ID, body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

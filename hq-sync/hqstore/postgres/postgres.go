@@ -1,4 +1,4 @@
-// Package postgres is HQ's storage engine for a chain: hq.Storage on PostgreSQL through
+// Package postgres is HQ's storage engine for a chain: hqstore.Storage on PostgreSQL through
 // pgx/v5 (pgxpool), with the same tables and semantics as the SQLite engine.
 //
 // A batch is stored in one transaction: the batch's key is claimed first (INSERT ... ON
@@ -13,7 +13,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,21 +26,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/posgate/posgate/hq-sync/hq"
+
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/schema"
 )
 
-//go:embed migrations/*.sql
-var migrations embed.FS
-
-// Store is HQ's database on PostgreSQL. It implements hq.Storage and is safe for
+// Store is HQ's database on PostgreSQL. It implements hqstore.Storage and is safe for
 // concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ hq.Storage = (*Store)(nil)
+var _ hqstore.Storage = (*Store)(nil)
 
 // stageDDL creates, once per connection, the temporary table a batch's rows are COPYed
 // into. Its rows disappear at the end of each transaction.
@@ -89,10 +87,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // migrationLock is the advisory lock key that serializes migrations of one database.
 const migrationLock = 0x706f7367_68710001 // "posg" "hq" 1
 
-// migrate applies the embedded migrations not yet recorded in the migrations table, in
-// name order, each in its own transaction together with its record.
+// migrate applies HQ's PostgreSQL migrations (schema.HQPostgres) not yet recorded in the
+// migrations table, in name order, each in its own transaction together with its record.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	migrations := schema.HQPostgres()
+	names, err := fs.Glob(migrations, "*.sql")
 	if err != nil {
 		return fmt.Errorf("list migrations: %w", err)
 	}
@@ -102,7 +101,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if err != nil {
 			return fmt.Errorf("read migration %s: %w", name, err)
 		}
-		base := strings.TrimPrefix(name, "migrations/")
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 				return err
@@ -112,17 +110,17 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 				return err
 			}
 			var n int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM migrations WHERE name = $1`, base).Scan(&n); err != nil || n > 0 {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM migrations WHERE name = $1`, name).Scan(&n); err != nil || n > 0 {
 				return err
 			}
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO migrations (name) VALUES ($1)`, base)
+			_, err := tx.Exec(ctx, `INSERT INTO migrations (name) VALUES ($1)`, name)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", base, err)
+			return fmt.Errorf("migration %s: %w", name, err)
 		}
 	}
 	return nil
@@ -143,7 +141,7 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// LastBatches implements hq.Storage: one lookup of the (store, stored_ms) index per store,
+// LastBatches implements hqstore.Storage: one lookup of the (store, stored_ms) index per store,
 // in one query.
 func (s *Store) LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(stores))
@@ -179,7 +177,7 @@ func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
 	return days, txns, nil
 }
 
-// DropDrafts implements hq.Storage, in one transaction. It locks the drafts it deletes
+// DropDrafts implements hqstore.Storage, in one transaction. It locks the drafts it deletes
 // before their transactions, as a part does, and skips a draft a batch holds: that one is
 // dropped at the next call if it is still stale.
 func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error) {
@@ -220,14 +218,14 @@ func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error)
 // maxAttempts bounds the retries of a batch that lost a race with a concurrent one.
 const maxAttempts = 8
 
-// PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
+// PutBatch implements hqstore.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
 // the day's current one (a revision higher than the one held, whole or by its last part),
 // Receipt.DayParts the parts kept aside (see putDays), Receipt.Exceptions the exceptions
 // applied (see putExceptions).
-func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+func (s *Store) PutBatch(ctx context.Context, b *hqwire.Batch, contentHash string, at time.Time) (hqwire.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	at = at.Round(0).UTC()
 	for attempt := 1; ; attempt++ {
@@ -237,7 +235,7 @@ func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, a
 		}
 		select {
 		case <-ctx.Done():
-			return hq.Receipt{}, fmt.Errorf("put batch: %w", ctx.Err())
+			return hqwire.Receipt{}, fmt.Errorf("put batch: %w", ctx.Err())
 		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
 		}
 	}
@@ -250,10 +248,10 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
-func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+func (s *Store) putOnce(ctx context.Context, b *hqwire.Batch, contentHash string, at time.Time) (hqwire.Receipt, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	defer tx.Rollback(ctx)
 
@@ -262,50 +260,50 @@ func (s *Store) putOnce(ctx context.Context, b *hq.Batch, contentHash string, at
 	tag, err := tx.Exec(ctx, `INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
 		VALUES ($1, $2, $3, '', $4) ON CONFLICT (store, batch_id) DO NOTHING`, b.Store, b.ID, contentHash, at.UnixMilli())
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: claim batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: claim batch: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return storedReceipt(ctx, tx, b.Store, b.ID, contentHash)
 	}
-	rc := hq.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
+	rc := hqwire.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	if err = putDays(ctx, tx, b, at, &rc); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	if rc.Exceptions, err = putExceptions(ctx, tx, b, at); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE batches SET receipt = $3 WHERE store = $1 AND batch_id = $2`,
 		b.Store, b.ID, string(js)); err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: receipt: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: receipt: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
 	}
 	return rc, nil
 }
 
 // storedReceipt returns the original receipt (Duplicate set) for the same content, and a
 // batch_id_reused error for other content.
-func storedReceipt(ctx context.Context, tx pgx.Tx, store, id, contentHash string) (hq.Receipt, error) {
+func storedReceipt(ctx context.Context, tx pgx.Tx, store, id, contentHash string) (hqwire.Receipt, error) {
 	var hash, js string
 	err := tx.QueryRow(ctx, `SELECT content_hash, receipt FROM batches WHERE store = $1 AND batch_id = $2`,
 		store, id).Scan(&hash, &js)
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: look up batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: look up batch: %w", err)
 	}
 	if hash != contentHash {
-		return hq.Receipt{}, hqstore.ErrBatchIDReused(store, id)
+		return hqwire.Receipt{}, hqstore.ErrBatchIDReused(store, id)
 	}
-	var rc hq.Receipt
+	var rc hqwire.Receipt
 	if err := json.Unmarshal([]byte(js), &rc); err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
 	}
 	rc.Duplicate = true
 	return rc, nil
@@ -322,7 +320,7 @@ func storedReceipt(ctx context.Context, tx pgx.Tx, store, id, contentHash string
 // savepoint. Such a batch, and one that lists a key twice, is COPYed into the staging
 // table instead and moved with INSERT ... SELECT ... ON CONFLICT DO NOTHING in key order,
 // then its hashes are compared.
-func insertRows(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+func insertRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time) (int, error) {
 	if len(b.Rows) == 0 {
 		return 0, nil
 	}
@@ -365,7 +363,7 @@ func insertRows(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int,
 
 // copyNew COPYs the batch's rows straight into rows, inside a savepoint that a unique
 // violation rolls back to.
-func copyNew(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+func copyNew(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time) (int, error) {
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
 		return 0, fmt.Errorf("put batch: %w", err)
@@ -392,7 +390,7 @@ func isUniqueViolation(err error) bool {
 // It fills one slice of values again for each row: pgx encodes a row's values before it
 // asks for the next.
 type rowSource struct {
-	rows         []hq.Row
+	rows         []hqwire.Row
 	store, batch string // "" for the staging table
 	ms           int64
 	i            int
@@ -407,7 +405,7 @@ func (s *rowSource) Values() ([]any, error) {
 	r := &s.rows[s.i-1]
 	m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
 	var payload []byte                // a sale's or refund's payload stays in the store ledger
-	if r.Kind == hq.KindDayClose && r.Payload != nil {
+	if r.Kind == hqwire.KindDayClose && r.Payload != nil {
 		payload = r.Payload
 	}
 	v := s.vals[:0]
@@ -424,7 +422,7 @@ func (s *rowSource) Values() ([]any, error) {
 }
 
 // hasTwins reports whether rows lists a (terminal, seq) twice.
-func hasTwins(rows []hq.Row) bool {
+func hasTwins(rows []hqwire.Row) bool {
 	type key struct {
 		terminal string
 		seq      int64
@@ -461,7 +459,7 @@ func hasTwins(rows []hq.Row) bool {
 // below the day's revision that nothing deletes. No (terminal, seq) is compared across the
 // parts of a draft: hq-sync serve checks each part's own list, and the store's ledger lists
 // a transaction once.
-func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time, rc *hq.Receipt) error {
+func putDays(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time, rc *hqwire.Receipt) error {
 	dates := make([]string, 0, len(b.Days))
 	for i := range b.Days {
 		dates = append(dates, b.Days[i].BusinessDate)
@@ -491,7 +489,7 @@ func putDays(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time, rc *hq.R
 }
 
 // putWhole stores a whole declaration if its revision is higher than the one held.
-func putWhole(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, ms int64, rc *hq.Receipt) error {
+func putWhole(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, d *hqwire.StoreDay, ms int64, rc *hqwire.Receipt) error {
 	// The draft's row first, then the day's, as a last part locks them: two batches of the
 	// day never wait for each other's second lock.
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM day_drafts WHERE store = $1 AND business_date = $2 FOR UPDATE`,
@@ -535,7 +533,7 @@ func standDay(ctx context.Context, tx pgx.Tx, store, date string, rev int64, clo
 }
 
 // noteHeld notes in rc.DaysHeld the revision of the day HQ holds.
-func noteHeld(ctx context.Context, tx pgx.Tx, store, date string, rc *hq.Receipt) error {
+func noteHeld(ctx context.Context, tx pgx.Tx, store, date string, rc *hqwire.Receipt) error {
 	var rev int64
 	if err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
 		store, date).Scan(&rev); err != nil {
@@ -546,7 +544,7 @@ func noteHeld(ctx context.Context, tx pgx.Tx, store, date string, rc *hq.Receipt
 }
 
 // putPart applies part of parts of d (parts > 1).
-func putPart(ctx context.Context, tx pgx.Tx, b *hq.Batch, d *hq.StoreDay, part, parts int, ms int64, rc *hq.Receipt) error {
+func putPart(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, d *hqwire.StoreDay, part, parts int, ms int64, rc *hqwire.Receipt) error {
 	var heldRev int64
 	err := tx.QueryRow(ctx, `SELECT revision FROM days WHERE store = $1 AND business_date = $2`,
 		b.Store, d.BusinessDate).Scan(&heldRev)
@@ -644,7 +642,7 @@ func deleteDraft(ctx context.Context, tx pgx.Tx, store, date string, upTo int64)
 
 // copyTxns COPYs the transactions of d into table (day_txns or draft_txns) at positions
 // first, first+1, ...
-func copyTxns(ctx context.Context, tx pgx.Tx, table, store string, d *hq.StoreDay, first int) error {
+func copyTxns(ctx context.Context, tx pgx.Tx, table, store string, d *hqwire.StoreDay, first int) error {
 	if len(d.Txns) == 0 {
 		return nil
 	}
@@ -681,15 +679,15 @@ const putException = `INSERT INTO exceptions (store, kind, terminal, seq, sku, c
 // so that two batches applying states of the same exceptions lock them in the same order
 // and never wait for each other. Each upsert waits for a concurrent one of its key and
 // then compares change numbers with the state that one committed.
-func putExceptions(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (int, error) {
+func putExceptions(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time) (int, error) {
 	if len(b.Exceptions) == 0 {
 		return 0, nil
 	}
-	order := make([]*hq.Exception, len(b.Exceptions))
+	order := make([]*hqwire.Exception, len(b.Exceptions))
 	for i := range b.Exceptions {
 		order[i] = &b.Exceptions[i]
 	}
-	slices.SortFunc(order, func(x, y *hq.Exception) int {
+	slices.SortFunc(order, func(x, y *hqwire.Exception) int {
 		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Terminal, y.Terminal), cmp.Compare(x.Seq, y.Seq),
 			cmp.Compare(x.SKU, y.SKU))
 	})
@@ -715,9 +713,9 @@ func putExceptions(ctx context.Context, tx pgx.Tx, b *hq.Batch, at time.Time) (i
 	return applied, nil
 }
 
-// Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
+// Rows implements hqstore.Storage. Rows come in (store, terminal, seq) order; only day-close
 // rows carry their Payload.
-func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+func (s *Store) Rows(ctx context.Context, date, store string) ([]hqstore.StoredRow, error) {
 	q := `SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms,
 		CASE WHEN kind = 'day_close' THEN payload END
 		FROM rows WHERE business_date = $1`
@@ -744,11 +742,11 @@ func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, e
 	}
 	defer rows.Close()
 	in := hqstore.Interner{}
-	var out []hq.StoredRow
+	var out []hqstore.StoredRow
 	var st, term, kind string
 	var payload []byte
 	for rows.Next() {
-		var r hq.StoredRow
+		var r hqstore.StoredRow
 		var m hqstore.Methods
 		var amount, received int64
 		if err := rows.Scan(&st, &term, &r.Seq, &kind, &r.FlowNo, &amount, &m.Cash, &m.Card, &m.QR,
@@ -772,8 +770,8 @@ func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, e
 	return out, nil
 }
 
-// Days implements hq.Storage. Declarations come in store order.
-func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, error) {
+// Days implements hqstore.Storage. Declarations come in store order.
+func (s *Store) Days(ctx context.Context, date, store string) ([]hqstore.StoredDay, error) {
 	// One snapshot for both queries, each in key order (see Rows).
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -798,16 +796,16 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 	return days, tx.Commit(ctx)
 }
 
-func readDays(ctx context.Context, tx pgx.Tx, date, filter string, args []any) ([]hq.StoredDay, error) {
+func readDays(ctx context.Context, tx pgx.Tx, date, filter string, args []any) ([]hqstore.StoredDay, error) {
 	rows, err := tx.Query(ctx, `SELECT store, revision, closed_at, received_ms, first_ms FROM days`+filter+
 		` ORDER BY store`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("days of %s: %w", date, err)
 	}
 	defer rows.Close()
-	var days []hq.StoredDay
+	var days []hqstore.StoredDay
 	for rows.Next() {
-		var d hq.StoredDay
+		var d hqstore.StoredDay
 		var closed string
 		var received, first int64
 		if err := rows.Scan(&d.Store, &d.Day.Revision, &closed, &received, &first); err != nil {
@@ -817,7 +815,7 @@ func readDays(ctx context.Context, tx pgx.Tx, date, filter string, args []any) (
 			return nil, fmt.Errorf("days of %s: store %s: closed_at: %w", date, d.Store, err)
 		}
 		d.Day.BusinessDate = date
-		d.Day.Txns = []hq.Txn{}
+		d.Day.Txns = []hqwire.Txn{}
 		d.ReceivedAt = time.UnixMilli(received).UTC()
 		d.FirstAt = time.UnixMilli(first).UTC()
 		days = append(days, d)
@@ -829,7 +827,7 @@ func readDays(ctx context.Context, tx pgx.Tx, date, filter string, args []any) (
 }
 
 // readTxns fills in the transactions of days, which are in store order.
-func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, days []hq.StoredDay) error {
+func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, days []hqstore.StoredDay) error {
 	if len(days) == 0 {
 		return nil
 	}
@@ -843,7 +841,7 @@ func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, d
 	k := 0
 	var st, term, kind string
 	for rows.Next() {
-		var t hq.Txn
+		var t hqwire.Txn
 		var m hqstore.Methods
 		var amount int64
 		if err := rows.Scan(&st, &term, &t.Seq, &kind, &t.FlowNo, &amount, &m.Cash, &m.Card, &m.QR, &m.Mask); err != nil {
@@ -866,22 +864,22 @@ func readTxns(ctx context.Context, tx pgx.Tx, date, filter string, args []any, d
 	return nil
 }
 
-// Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
+// Exceptions implements hqstore.Storage. Exceptions come in (store, kind, terminal, seq, sku)
 // order; withdrawn ones are left out.
-func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
+func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hqstore.StoredException, error) {
 	return s.exceptions(ctx, "exceptions of "+date, `business_date = $1 AND NOT withdrawn`,
 		`store, kind, terminal, seq, sku`, store, date)
 }
 
-// OpenExceptions implements hq.Storage.
-func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hq.StoredException, error) {
+// OpenExceptions implements hqstore.Storage.
+func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hqstore.StoredException, error) {
 	return s.exceptions(ctx, "open exceptions", `NOT withdrawn AND NOT resolved`,
 		`business_date, store, kind, terminal, seq, sku`, store)
 }
 
 // exceptions reads the exceptions where cond holds (with args), of store if not "", in
 // order; what names them in errors.
-func (s *Store) exceptions(ctx context.Context, what, cond, order, store string, args ...any) ([]hq.StoredException, error) {
+func (s *Store) exceptions(ctx context.Context, what, cond, order, store string, args ...any) ([]hqstore.StoredException, error) {
 	q := `SELECT ` + hqstore.ExceptionColumns + ` FROM exceptions WHERE ` + cond
 	if store != "" {
 		args = append(args, store)

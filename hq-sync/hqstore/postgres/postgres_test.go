@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/posgate/posgate/hq-sync/hq"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 )
 
@@ -68,7 +70,7 @@ func open(tb testing.TB) *postgres.Store {
 }
 
 func TestStorage(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) hq.Storage { return open(t) })
+	storetest.Run(t, func(t *testing.T) hqstore.Storage { return open(t) })
 }
 
 // TestReopen checks that the migrations apply once, also when two stores open the same
@@ -153,7 +155,7 @@ func TestConcurrentDeclarations(t *testing.T) {
 			for range 60 {
 				rev := int64(1 + rng.IntN(6))
 				d := storetest.Day(storetest.D1, rev, storetest.T0, rows[:txnsOf(rev)])
-				days := []hq.StoreDay{d}
+				days := []hqwire.StoreDay{d}
 				if rng.IntN(3) > 0 {
 					days = storetest.Parts(d, 3)
 				}

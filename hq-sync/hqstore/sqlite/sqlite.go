@@ -1,4 +1,4 @@
-// Package sqlite is HQ's embedded storage engine: hq.Storage on one SQLite file, opened by
+// Package sqlite is HQ's embedded storage engine: hqstore.Storage on one SQLite file, opened by
 // internal/sqlitedb (WAL, synchronous=FULL, one writer connection) with the migrations of
 // schema.HQ.
 //
@@ -20,20 +20,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/schema"
 )
 
-// Store is HQ's database in one SQLite file. It implements hq.Storage and is safe for
+// Store is HQ's database in one SQLite file. It implements hqstore.Storage and is safe for
 // concurrent use.
 type Store struct {
 	db *sqlitedb.DB
 }
 
-var _ hq.Storage = (*Store)(nil)
+var _ hqstore.Storage = (*Store)(nil)
 
 // Open opens (creating if needed) HQ's SQLite database at path and applies its migrations.
 func Open(ctx context.Context, path string) (*Store, error) {
@@ -59,7 +59,7 @@ func (s *Store) BatchCount(ctx context.Context) (int64, error) {
 // lastBatchQuery reads a store's last batch time: a search of batches_by_time.
 const lastBatchQuery = `SELECT max(stored_ms) FROM batches WHERE store = ?`
 
-// LastBatches implements hq.Storage: one lookup of the (store, stored_ms) index per store.
+// LastBatches implements hqstore.Storage: one lookup of the (store, stored_ms) index per store.
 func (s *Store) LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(stores))
 	for _, st := range stores {
@@ -84,7 +84,7 @@ func (s *Store) PartsKept(ctx context.Context) (days, txns int64, err error) {
 	return days, txns, nil
 }
 
-// DropDrafts implements hq.Storage, in one transaction.
+// DropDrafts implements hqstore.Storage, in one transaction.
 func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error) {
 	ms := before.UnixMilli()
 	tx, err := s.db.W.BeginTx(ctx, nil)
@@ -110,67 +110,67 @@ func (s *Store) DropDrafts(ctx context.Context, before time.Time) (int64, error)
 	return n, nil
 }
 
-// PutBatch implements hq.Storage: the whole batch in one transaction, idempotent by
+// PutBatch implements hqstore.Storage: the whole batch in one transaction, idempotent by
 // (store, batch id) and content hash. Receipt.Days counts the declarations that became
 // the day's current one (a revision higher than the one held, whole or by its last part),
 // Receipt.DayParts the parts kept aside (see putDays), Receipt.Exceptions the exceptions
 // applied (see putExceptions).
-func (s *Store) PutBatch(ctx context.Context, b *hq.Batch, contentHash string, at time.Time) (hq.Receipt, error) {
+func (s *Store) PutBatch(ctx context.Context, b *hqwire.Batch, contentHash string, at time.Time) (hqwire.Receipt, error) {
 	if err := hqstore.Check(b, contentHash); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	at = at.Round(0).UTC()
 	tx, err := s.db.W.BeginTx(ctx, nil)
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	defer tx.Rollback()
 
 	if rc, found, err := storedReceipt(ctx, tx, b.Store, b.ID, contentHash); found || err != nil {
 		return rc, err
 	}
-	rc := hq.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
+	rc := hqwire.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
 	if rc.New, err = insertRows(ctx, tx, b, at); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	if err = putDays(ctx, tx, b, at, &rc); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	if rc.Exceptions, err = putExceptions(ctx, tx, b, at); err != nil {
-		return hq.Receipt{}, err
+		return hqwire.Receipt{}, err
 	}
 	js, err := json.Marshal(rc)
 	if err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
 		VALUES (?, ?, ?, ?, ?)`, b.Store, b.ID, contentHash, string(js), at.UnixMilli()); err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return hq.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
+		return hqwire.Receipt{}, fmt.Errorf("put batch: commit: %w", err)
 	}
 	return rc, nil
 }
 
 // storedReceipt looks the batch up: found with the original receipt (Duplicate set) for
 // the same content, found with a batch_id_reused error for other content.
-func storedReceipt(ctx context.Context, tx *sql.Tx, store, id, contentHash string) (hq.Receipt, bool, error) {
+func storedReceipt(ctx context.Context, tx *sql.Tx, store, id, contentHash string) (hqwire.Receipt, bool, error) {
 	var hash, js string
 	err := tx.QueryRowContext(ctx, `SELECT content_hash, receipt FROM batches WHERE store = ? AND batch_id = ?`,
 		store, id).Scan(&hash, &js)
 	if errors.Is(err, sql.ErrNoRows) {
-		return hq.Receipt{}, false, nil
+		return hqwire.Receipt{}, false, nil
 	}
 	if err != nil {
-		return hq.Receipt{}, false, fmt.Errorf("put batch: look up batch: %w", err)
+		return hqwire.Receipt{}, false, fmt.Errorf("put batch: look up batch: %w", err)
 	}
 	if hash != contentHash {
-		return hq.Receipt{}, true, hqstore.ErrBatchIDReused(store, id)
+		return hqwire.Receipt{}, true, hqstore.ErrBatchIDReused(store, id)
 	}
-	var rc hq.Receipt
+	var rc hqwire.Receipt
 	if err := json.Unmarshal([]byte(js), &rc); err != nil {
-		return hq.Receipt{}, true, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
+		return hqwire.Receipt{}, true, fmt.Errorf("put batch: stored receipt of %s/%s: %w", store, id, err)
 	}
 	rc.Duplicate = true
 	return rc, true, nil
@@ -215,7 +215,7 @@ var insertRowsFull = multiInsert(insertRowsHead, rowParams, rowsPerInsert, onCon
 // insertRows inserts the rows HQ does not hold yet and returns how many those were. A row
 // HQ holds with another hash (or a batch listing one key twice with different hashes) is a
 // row_conflict.
-func insertRows(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+func insertRows(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, at time.Time) (int, error) {
 	if len(b.Rows) == 0 {
 		return 0, nil
 	}
@@ -237,7 +237,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int
 			r := &chunk[i]
 			m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
 			var payload any                   // a sale's or refund's payload stays in the store ledger
-			if r.Kind == hq.KindDayClose && r.Payload != nil {
+			if r.Kind == hqwire.KindDayClose && r.Payload != nil {
 				payload = []byte(r.Payload)
 			}
 			args = append(args, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
@@ -269,7 +269,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int
 
 // checkHashes compares every row of the batch with the row HQ holds under its key (rows
 // just inserted match themselves): the slow path, only for batches that resend rows.
-func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
+func checkHashes(ctx context.Context, tx *sql.Tx, b *hqwire.Batch) error {
 	st, err := tx.PrepareContext(ctx, `SELECT hash FROM rows WHERE store = ? AND terminal = ? AND seq = ?`)
 	if err != nil {
 		return fmt.Errorf("put batch: %w", err)
@@ -303,7 +303,7 @@ func checkHashes(ctx context.Context, tx *sql.Tx, b *hq.Batch) error {
 //
 // No (terminal, seq) is compared across the parts of a draft: hq-sync serve checks each
 // part's own list, and the store's ledger lists a transaction once.
-func putDays(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time, rc *hq.Receipt) error {
+func putDays(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, at time.Time, rc *hqwire.Receipt) error {
 	ms := at.UnixMilli()
 	for i := range b.Days {
 		d := &b.Days[i]
@@ -377,7 +377,7 @@ func deleteDraft(ctx context.Context, tx *sql.Tx, store, date string, upTo int64
 
 // startDraft replaces whatever HQ kept aside of the day with part 1 of parts of d,
 // received at ms.
-func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, parts int, ms int64) error {
+func startDraft(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, d *hqwire.StoreDay, parts int, ms int64) error {
 	if err := deleteDraft(ctx, tx, b.Store, d.BusinessDate, math.MaxInt64); err != nil {
 		return err
 	}
@@ -394,8 +394,8 @@ func startDraft(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, pa
 // (rc.Days). Otherwise it keeps nothing and notes the part in rc.PartsDropped. found tells
 // whether the day has a declaration already (its first_ms is kept); if not, the day was
 // first declared when part 1 came.
-func addPart(ctx context.Context, tx *sql.Tx, b *hq.Batch, d *hq.StoreDay, part, parts int, found bool, ms int64,
-	rc *hq.Receipt) error {
+func addPart(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, d *hqwire.StoreDay, part, parts int, found bool, ms int64,
+	rc *hqwire.Receipt) error {
 	var rev int64
 	var n, next, txns int
 	var closed, split string
@@ -463,7 +463,7 @@ var (
 )
 
 // insertTxns inserts the transactions of d at positions first, first+1, ...
-func insertTxns(ctx context.Context, tx *sql.Tx, ins txnInsert, store string, d *hq.StoreDay, first int) error {
+func insertTxns(ctx context.Context, tx *sql.Tx, ins txnInsert, store string, d *hqwire.StoreDay, first int) error {
 	args := make([]any, 0, txnsPerInsert*12)
 	for start := 0; start < len(d.Txns); start += txnsPerInsert {
 		chunk := d.Txns[start:min(start+txnsPerInsert, len(d.Txns))]
@@ -500,7 +500,7 @@ const putException = `INSERT INTO exceptions (store, kind, terminal, seq, sku, c
 // putExceptions applies the batch's exceptions and returns how many it stored: each one
 // HQ holds no state of, or a state of a lower change number. A withdrawn one is stored as
 // any other (withdrawn), so that an older state arriving later is not stored over it.
-func putExceptions(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (int, error) {
+func putExceptions(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, at time.Time) (int, error) {
 	if len(b.Exceptions) == 0 {
 		return 0, nil
 	}
@@ -527,35 +527,35 @@ func putExceptions(ctx context.Context, tx *sql.Tx, b *hq.Batch, at time.Time) (
 	return applied, nil
 }
 
-// Rows implements hq.Storage. Rows come in (store, terminal, seq) order; only day-close
+// Rows implements hqstore.Storage. Rows come in (store, terminal, seq) order; only day-close
 // rows carry their Payload.
 //
 // A day of a chain is a million rows, so the rows are read below database/sql (its
 // per-column conversions cost more than SQLite's own work) into one slice sized by a
 // count taken in the same read transaction.
-func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, error) {
+func (s *Store) Rows(ctx context.Context, date, store string) ([]hqstore.StoredRow, error) {
 	filter, args := ` WHERE business_date = ?`, []driver.NamedValue{{Ordinal: 1, Value: date}}
 	if store != "" {
 		filter += ` AND store = ?`
 		args = append(args, driver.NamedValue{Ordinal: 2, Value: store})
 	}
-	var out []hq.StoredRow
+	var out []hqstore.StoredRow
 	err := s.read(ctx, func(c *rawConn) error {
 		n, err := c.count(`SELECT count(*) FROM rows`+filter, args)
 		if err != nil {
 			return err
 		}
-		out = make([]hq.StoredRow, 0, n)
+		out = make([]hqstore.StoredRow, 0, n)
 		in := hqstore.Interner{}
 		return c.each(`SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms, payload
 			FROM rows`+filter+` ORDER BY store, terminal, seq`, args, func(v []driver.Value) error {
 			m := hqstore.Methods{Cash: asInt(v[6]), Card: asInt(v[7]), QR: asInt(v[8]), Mask: asInt(v[9])}
-			r := hq.StoredRow{
+			r := hqstore.StoredRow{
 				Store: in.String(asString(v[0])), Terminal: in.String(asString(v[1])), Seq: asInt(v[2]),
 				Kind: in.String(asString(v[3])), BusinessDate: date, FlowNo: asInt(v[4]),
 				Amount: money.Fen(asInt(v[5])), ByMethod: m.Map(), ReceivedAt: time.UnixMilli(asInt(v[10])).UTC(),
 			}
-			if p, ok := v[11].([]byte); ok && r.Kind == hq.KindDayClose {
+			if p, ok := v[11].([]byte); ok && r.Kind == hqwire.KindDayClose {
 				r.Payload = json.RawMessage(p) // the driver's own copy
 			}
 			out = append(out, r)
@@ -568,14 +568,14 @@ func (s *Store) Rows(ctx context.Context, date, store string) ([]hq.StoredRow, e
 	return out, nil
 }
 
-// Days implements hq.Storage. Declarations come in store order.
-func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, error) {
+// Days implements hqstore.Storage. Declarations come in store order.
+func (s *Store) Days(ctx context.Context, date, store string) ([]hqstore.StoredDay, error) {
 	filter, args := ` WHERE business_date = ?`, []driver.NamedValue{{Ordinal: 1, Value: date}}
 	if store != "" {
 		filter += ` AND store = ?`
 		args = append(args, driver.NamedValue{Ordinal: 2, Value: store})
 	}
-	var days []hq.StoredDay
+	var days []hqstore.StoredDay
 	err := s.read(ctx, func(c *rawConn) error {
 		err := c.each(`SELECT store, revision, closed_at, received_ms, first_ms FROM days`+filter+` ORDER BY store`, args,
 			func(v []driver.Value) error {
@@ -583,9 +583,9 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 				if err != nil {
 					return fmt.Errorf("store %s: closed_at: %w", v[0], err)
 				}
-				days = append(days, hq.StoredDay{
+				days = append(days, hqstore.StoredDay{
 					Store:      asString(v[0]),
-					Day:        hq.StoreDay{BusinessDate: date, Revision: asInt(v[1]), ClosedAt: closed},
+					Day:        hqwire.StoreDay{BusinessDate: date, Revision: asInt(v[1]), ClosedAt: closed},
 					ReceivedAt: time.UnixMilli(asInt(v[3])).UTC(),
 					FirstAt:    time.UnixMilli(asInt(v[4])).UTC(),
 				})
@@ -598,7 +598,7 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 		if err != nil {
 			return err
 		}
-		all := make([]hq.Txn, 0, n) // one allocation; each day gets a capped window of it
+		all := make([]hqwire.Txn, 0, n) // one allocation; each day gets a capped window of it
 		in := hqstore.Interner{}
 		k, from := 0, 0
 		cut := func(upTo int) { // days[k] is done
@@ -620,7 +620,7 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 				cut(j)
 			}
 			m := hqstore.Methods{Cash: asInt(v[6]), Card: asInt(v[7]), QR: asInt(v[8]), Mask: asInt(v[9])}
-			all = append(all, hq.Txn{Terminal: in.String(asString(v[1])), Seq: asInt(v[2]), Kind: in.String(asString(v[3])),
+			all = append(all, hqwire.Txn{Terminal: in.String(asString(v[1])), Seq: asInt(v[2]), Kind: in.String(asString(v[3])),
 				FlowNo: asInt(v[4]), Amount: money.Fen(asInt(v[5])), ByMethod: m.Map()})
 			return nil
 		})
@@ -630,7 +630,7 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 		cut(len(days))
 		for i := range days {
 			if days[i].Day.Txns == nil {
-				days[i].Day.Txns = []hq.Txn{}
+				days[i].Day.Txns = []hqwire.Txn{}
 			}
 		}
 		return nil
@@ -641,22 +641,22 @@ func (s *Store) Days(ctx context.Context, date, store string) ([]hq.StoredDay, e
 	return days, nil
 }
 
-// Exceptions implements hq.Storage. Exceptions come in (store, kind, terminal, seq, sku)
+// Exceptions implements hqstore.Storage. Exceptions come in (store, kind, terminal, seq, sku)
 // order; withdrawn ones are left out.
-func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hq.StoredException, error) {
+func (s *Store) Exceptions(ctx context.Context, date, store string) ([]hqstore.StoredException, error) {
 	return s.exceptions(ctx, "exceptions of "+date, `business_date = ? AND NOT withdrawn`,
 		`store, kind, terminal, seq, sku`, store, date)
 }
 
-// OpenExceptions implements hq.Storage.
-func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hq.StoredException, error) {
+// OpenExceptions implements hqstore.Storage.
+func (s *Store) OpenExceptions(ctx context.Context, store string) ([]hqstore.StoredException, error) {
 	return s.exceptions(ctx, "open exceptions", `NOT withdrawn AND NOT resolved`,
 		`business_date, store, kind, terminal, seq, sku`, store)
 }
 
 // exceptions reads the exceptions where cond holds (with args), of store if not "", in
 // order; what names them in errors.
-func (s *Store) exceptions(ctx context.Context, what, cond, order, store string, args ...any) ([]hq.StoredException, error) {
+func (s *Store) exceptions(ctx context.Context, what, cond, order, store string, args ...any) ([]hqstore.StoredException, error) {
 	q := `SELECT ` + hqstore.ExceptionColumns + ` FROM exceptions WHERE ` + cond
 	if store != "" {
 		args = append(args, store)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 )
@@ -28,7 +28,7 @@ func open(tb testing.TB) *sqlite.Store {
 }
 
 func TestStorage(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) hq.Storage { return open(t) })
+	storetest.Run(t, func(t *testing.T) hqstore.Storage { return open(t) })
 }
 
 // TestReopen checks that the migrations apply once and the data survives a reopen.

@@ -7,27 +7,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 )
 
-// BenchPutBatch stores b.N new batches of hq.MaxBatchRows sales each (realistic payloads,
+// BenchPutBatch stores b.N new batches of hqwire.MaxBatchRows sales each (realistic payloads,
 // 10 terminals) and reports rows/s. Building the batches is not timed. It also reports
 // rows per second of this process's CPU time (cpu-rows/s), which other load on the
 // machine does not skew; for an engine in another process (PostgreSQL) it counts only the
 // client's share.
-func BenchPutBatch(b *testing.B, s hq.Storage) {
+func BenchPutBatch(b *testing.B, s hqstore.Storage) {
 	ctx := context.Background()
 	const terms = 10
-	per := hq.MaxBatchRows / terms
+	per := hqwire.MaxBatchRows / terms
 	var rows int
 	var elapsed, cpu time.Duration
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		batch := make([]hq.Row, 0, hq.MaxBatchRows)
+		batch := make([]hqwire.Row, 0, hqwire.MaxBatchRows)
 		for t := range terms {
 			batch = append(batch, Sales("BENCH", fmt.Sprintf("T%d", t), int64(i*per+1), per, D1, t0)...)
 		}
-		bt := &hq.Batch{V: hq.Version, Store: "BENCH", ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Rows: batch}
+		bt := &hqwire.Batch{V: hqwire.Version, Store: "BENCH", ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Rows: batch}
 		b.StartTimer()
 		start, cpu0 := time.Now(), cpuTime()
 		rc, err := s.PutBatch(ctx, bt, "hash-"+bt.ID, at1)
@@ -66,19 +67,19 @@ const (
 
 // LoadDay fills s with the day fixture, one batch per store (rows and declaration), and
 // returns the number of rows.
-func LoadDay(tb testing.TB, s hq.Storage) int {
+func LoadDay(tb testing.TB, s hqstore.Storage) int {
 	tb.Helper()
 	ctx := context.Background()
 	total := 0
 	start := time.Now()
 	for st := range BenchStores {
 		store := fmt.Sprintf("S%04d", st)
-		rows := make([]hq.Row, 0, BenchTerminals*BenchPerTerm)
+		rows := make([]hqwire.Row, 0, BenchTerminals*BenchPerTerm)
 		for t := range BenchTerminals {
 			rows = append(rows, Sales(store, fmt.Sprintf("T%d", t), 1, BenchPerTerm, BenchDate, t0)...)
 		}
-		bt := &hq.Batch{V: hq.Version, Store: store, ID: "day", Rows: rows,
-			Days: []hq.StoreDay{Day(BenchDate, 1, t0, rows)}}
+		bt := &hqwire.Batch{V: hqwire.Version, Store: store, ID: "day", Rows: rows,
+			Days: []hqwire.StoreDay{Day(BenchDate, 1, t0, rows)}}
 		if _, err := s.PutBatch(ctx, bt, "fixture", at1); err != nil {
 			tb.Fatal(err)
 		}
@@ -90,7 +91,7 @@ func LoadDay(tb testing.TB, s hq.Storage) int {
 
 // BenchRows reads the day fixture (loaded by LoadDay) with Rows(date, "") and reports
 // the seconds one read takes.
-func BenchRows(b *testing.B, s hq.Storage, want int) {
+func BenchRows(b *testing.B, s hqstore.Storage, want int) {
 	ctx := context.Background()
 	var elapsed, cpu time.Duration
 	n := 0
@@ -113,7 +114,7 @@ func BenchRows(b *testing.B, s hq.Storage, want int) {
 
 // BenchDays reads the day fixture's declarations with Days(date, "") and reports the
 // seconds one read takes.
-func BenchDays(b *testing.B, s hq.Storage, want int) {
+func BenchDays(b *testing.B, s hqstore.Storage, want int) {
 	ctx := context.Background()
 	var elapsed, cpu time.Duration
 	n := 0

@@ -6,14 +6,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 )
 
 // Sale returns a valid sale row of one line paid with one method (cash, card or qr), its
 // payload a wire.SalePayload and its hash the wire content hash, as a store uploads it.
-func Sale(store, terminal string, seq int64, date string, at time.Time, amount money.Fen, method string) hq.Row {
+func Sale(store, terminal string, seq int64, date string, at time.Time, amount money.Fen, method string) hqwire.Row {
 	pm := wire.Payment{Method: method, Amount: amount}
 	if method != wire.MethodCash {
 		pm.Reference = fmt.Sprintf("ref-%s-%d", terminal, seq)
@@ -29,7 +29,7 @@ func Sale(store, terminal string, seq int64, date string, at time.Time, amount m
 }
 
 // Refund returns a valid refund row of amount by method of the sale saleSeq.
-func Refund(store, terminal string, seq int64, date string, at time.Time, saleSeq int64, amount money.Fen, method string) hq.Row {
+func Refund(store, terminal string, seq int64, date string, at time.Time, saleSeq int64, amount money.Fen, method string) hqwire.Row {
 	p := wire.RefundPayload{
 		RefundID: fmt.Sprintf("r-%s-%d", terminal, seq),
 		SaleID:   fmt.Sprintf("%s-%d", terminal, saleSeq),
@@ -46,7 +46,7 @@ func Refund(store, terminal string, seq int64, date string, at time.Time, saleSe
 
 // DayClose returns a terminal's day-close row declaring totals of the sales and refunds
 // among rows (those of its terminal and date).
-func DayClose(store, terminal string, seq int64, date string, at time.Time, rows []hq.Row) hq.Row {
+func DayClose(store, terminal string, seq int64, date string, at time.Time, rows []hqwire.Row) hqwire.Row {
 	p := wire.DayClosePayload{BusinessDate: date, Methods: []wire.MethodTotal{}}
 	per := map[string]*wire.MethodTotal{}
 	for _, r := range rows {
@@ -60,19 +60,19 @@ func DayClose(store, terminal string, seq int64, date string, at time.Time, rows
 				per[m] = mt
 			}
 			switch r.Kind {
-			case hq.KindSale:
+			case hqwire.KindSale:
 				mt.SaleCount++
 				mt.SaleAmount += a
-			case hq.KindRefund:
+			case hqwire.KindRefund:
 				mt.RefundCount++
 				mt.RefundAmount += a
 			}
 		}
 		switch r.Kind {
-		case hq.KindSale:
+		case hqwire.KindSale:
 			p.SaleCount++
 			p.SaleAmount += r.Amount
-		case hq.KindRefund:
+		case hqwire.KindRefund:
 			p.RefundCount++
 			p.RefundAmount += r.Amount
 		}
@@ -86,12 +86,12 @@ func DayClose(store, terminal string, seq int64, date string, at time.Time, rows
 }
 
 func row(kind wire.Kind, store, terminal string, seq int64, date string, at time.Time, flow int64,
-	amount money.Fen, by map[string]money.Fen, payload any) hq.Row {
+	amount money.Fen, by map[string]money.Fen, payload any) hqwire.Row {
 	js, err := json.Marshal(payload)
 	if err != nil {
 		panic(err) // the payload types always marshal
 	}
-	return hq.Row{
+	return hqwire.Row{
 		Kind: string(kind), Terminal: terminal, Seq: seq, BusinessDate: date, FlowNo: flow, At: at,
 		Hash:   wire.Hash(kind, store, terminal, seq, at, js),
 		Amount: amount, ByMethod: by, Payload: js,
@@ -100,13 +100,13 @@ func row(kind wire.Kind, store, terminal string, seq int64, date string, at time
 
 // Day returns a store's declaration of a day listing the sales and refunds of rows dated
 // date.
-func Day(date string, revision int64, closedAt time.Time, rows []hq.Row) hq.StoreDay {
-	d := hq.StoreDay{BusinessDate: date, Revision: revision, ClosedAt: closedAt, Txns: []hq.Txn{}}
+func Day(date string, revision int64, closedAt time.Time, rows []hqwire.Row) hqwire.StoreDay {
+	d := hqwire.StoreDay{BusinessDate: date, Revision: revision, ClosedAt: closedAt, Txns: []hqwire.Txn{}}
 	for _, r := range rows {
-		if r.BusinessDate != date || (r.Kind != hq.KindSale && r.Kind != hq.KindRefund) {
+		if r.BusinessDate != date || (r.Kind != hqwire.KindSale && r.Kind != hqwire.KindRefund) {
 			continue
 		}
-		d.Txns = append(d.Txns, hq.Txn{Terminal: r.Terminal, Seq: r.Seq, Kind: r.Kind, FlowNo: r.FlowNo,
+		d.Txns = append(d.Txns, hqwire.Txn{Terminal: r.Terminal, Seq: r.Seq, Kind: r.Kind, FlowNo: r.FlowNo,
 			Amount: r.Amount, ByMethod: r.ByMethod})
 	}
 	return d
@@ -115,9 +115,9 @@ func Day(date string, revision int64, closedAt time.Time, rows []hq.Row) hq.Stor
 // Sales returns n sales of terminal from seq first on, at + seq seconds, amounts 1.00 to
 // 99.99 and methods cycling through cash, card and qr. A row depends only on its store,
 // terminal, seq, date and at: generating it again resends the same row.
-func Sales(store, terminal string, first int64, n int, date string, at time.Time) []hq.Row {
+func Sales(store, terminal string, first int64, n int, date string, at time.Time) []hqwire.Row {
 	methods := []string{wire.MethodCash, wire.MethodCard, wire.MethodQR}
-	rows := make([]hq.Row, n)
+	rows := make([]hqwire.Row, n)
 	for i := range rows {
 		seq := first + int64(i)
 		rows[i] = Sale(store, terminal, seq, date, at.Add(time.Duration(seq)*time.Second),
@@ -128,14 +128,14 @@ func Sales(store, terminal string, first int64, n int, date string, at time.Time
 
 // NewBatch returns a batch of rows and days and its content hash (of its JSON encoding,
 // as hq-sync serve hashes the request body).
-func NewBatch(store, id string, rows []hq.Row, days ...hq.StoreDay) (*hq.Batch, string) {
-	b := &hq.Batch{V: hq.Version, Store: store, ID: id, Rows: rows, Days: days,
+func NewBatch(store, id string, rows []hqwire.Row, days ...hqwire.StoreDay) (*hqwire.Batch, string) {
+	b := &hqwire.Batch{V: hqwire.Version, Store: store, ID: id, Rows: rows, Days: days,
 		SentAt: time.Date(2025, 3, 2, 3, 0, 0, 0, time.UTC)}
 	return b, BatchHash(b)
 }
 
 // ExceptionBatch returns a batch of rows and exceptions, without days, and its content hash.
-func ExceptionBatch(store, id string, rows []hq.Row, xs ...hq.Exception) (*hq.Batch, string) {
+func ExceptionBatch(store, id string, rows []hqwire.Row, xs ...hqwire.Exception) (*hqwire.Batch, string) {
 	b, _ := NewBatch(store, id, rows)
 	b.Exceptions = xs
 	return b, BatchHash(b)
@@ -143,47 +143,47 @@ func ExceptionBatch(store, id string, rows []hq.Row, xs ...hq.Exception) (*hq.Ba
 
 // BatchHash returns the content hash of b: of its JSON encoding, as hq-sync serve hashes
 // the request body.
-func BatchHash(b *hq.Batch) string {
+func BatchHash(b *hqwire.Batch) string {
 	js, err := json.Marshal(b)
 	if err != nil {
 		panic(err)
 	}
-	return hq.ContentHash(js)
+	return hqwire.ContentHash(js)
 }
 
 // Oversell returns the open oversell exception of the sale terminal/seq, which took sku
 // short units below zero at at, as the store's ledger holds it after change.
-func Oversell(terminal string, seq int64, sku, date string, at time.Time, short, change int64) hq.Exception {
-	return hq.Exception{Change: change, Kind: hq.ExceptionOversell, Terminal: terminal, Seq: seq, SKU: sku,
-		BusinessDate: date, Code: hq.CodeOversold, QtyShort: short, At: at}
+func Oversell(terminal string, seq int64, sku, date string, at time.Time, short, change int64) hqwire.Exception {
+	return hqwire.Exception{Change: change, Kind: hqwire.ExceptionOversell, Terminal: terminal, Seq: seq, SKU: sku,
+		BusinessDate: date, Code: hqwire.CodeOversold, QtyShort: short, At: at}
 }
 
 // RefundException returns the open refund exception of the refund terminal/seq of at, as
 // the store's ledger holds it after change.
-func RefundException(terminal string, seq int64, date string, at time.Time, code, detail string, change int64) hq.Exception {
-	return hq.Exception{Change: change, Kind: hq.ExceptionRefund, Terminal: terminal, Seq: seq,
+func RefundException(terminal string, seq int64, date string, at time.Time, code, detail string, change int64) hqwire.Exception {
+	return hqwire.Exception{Change: change, Kind: hqwire.ExceptionRefund, Terminal: terminal, Seq: seq,
 		BusinessDate: date, Code: code, Detail: detail, At: at}
 }
 
 // Resolved returns x as its store's manager resolved it at at, explaining resolution: the
 // ledger's state after change.
-func Resolved(x hq.Exception, at time.Time, resolution string, change int64) hq.Exception {
+func Resolved(x hqwire.Exception, at time.Time, resolution string, change int64) hqwire.Exception {
 	x.Change, x.Resolved, x.ResolvedAt, x.Resolution = change, true, at, resolution
 	return x
 }
 
 // Withdrawn returns x withdrawn (the ledger no longer holds it) after change: its key,
 // business date and change number, nothing else.
-func Withdrawn(x hq.Exception, change int64) hq.Exception {
-	return hq.Exception{Change: change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
+func Withdrawn(x hqwire.Exception, change int64) hqwire.Exception {
+	return hqwire.Exception{Change: change, Kind: x.Kind, Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
 		BusinessDate: x.BusinessDate, Withdrawn: true}
 }
 
 // Parts cuts declaration d into n parts as an uploader sends them: part k of n carries the
 // k-th of n slices of its transactions, in order, as even as they go (the last ones may
 // be empty), all with the split id "r{revision}-in-{n}" (see Resplit).
-func Parts(d hq.StoreDay, n int) []hq.StoreDay {
-	out := make([]hq.StoreDay, n)
+func Parts(d hqwire.StoreDay, n int) []hqwire.StoreDay {
+	out := make([]hqwire.StoreDay, n)
 	size := (len(d.Txns) + n - 1) / n
 	for k := range out {
 		p := d
@@ -196,7 +196,7 @@ func Parts(d hq.StoreDay, n int) []hq.StoreDay {
 }
 
 // Resplit returns parts with split id id instead of theirs: another split of the same list.
-func Resplit(parts []hq.StoreDay, id string) []hq.StoreDay {
+func Resplit(parts []hqwire.StoreDay, id string) []hqwire.StoreDay {
 	out := slices.Clone(parts)
 	for k := range out {
 		out[k].Split = id

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/hq"
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -53,10 +53,10 @@ var (
 
 // Run runs the suite. open must return a fresh, empty store that implements BatchCounter
 // and PartsCounter and is closed when its test ends.
-func Run(t *testing.T, open func(t *testing.T) hq.Storage) {
+func Run(t *testing.T, open func(t *testing.T) hqstore.Storage) {
 	cases := []struct {
 		name string
-		f    func(t *testing.T, s hq.Storage)
+		f    func(t *testing.T, s hqstore.Storage)
 	}{
 		{"NewBatch", testNewBatch},
 		{"Replay", testReplay},
@@ -104,7 +104,7 @@ func Run(t *testing.T, open func(t *testing.T) hq.Storage) {
 }
 
 // MustPut stores a batch and fails the test on an error.
-func MustPut(tb testing.TB, s hq.Storage, b *hq.Batch, hash string, at time.Time) hq.Receipt {
+func MustPut(tb testing.TB, s hqstore.Storage, b *hqwire.Batch, hash string, at time.Time) hqwire.Receipt {
 	tb.Helper()
 	rc, err := s.PutBatch(context.Background(), b, hash, at)
 	if err != nil {
@@ -115,18 +115,18 @@ func MustPut(tb testing.TB, s hq.Storage, b *hq.Batch, hash string, at time.Time
 
 // Snapshot is everything a store holds of some dates, to compare before and after.
 type Snapshot struct {
-	Rows       map[string][]hq.StoredRow
-	Days       map[string][]hq.StoredDay
-	Exceptions map[string][]hq.StoredException
+	Rows       map[string][]hqstore.StoredRow
+	Days       map[string][]hqstore.StoredDay
+	Exceptions map[string][]hqstore.StoredException
 	Batches    int64
 }
 
 // Take returns the snapshot of s for dates (of all stores).
-func Take(tb testing.TB, s hq.Storage, dates ...string) Snapshot {
+func Take(tb testing.TB, s hqstore.Storage, dates ...string) Snapshot {
 	tb.Helper()
 	ctx := context.Background()
-	sn := Snapshot{Rows: map[string][]hq.StoredRow{}, Days: map[string][]hq.StoredDay{},
-		Exceptions: map[string][]hq.StoredException{}}
+	sn := Snapshot{Rows: map[string][]hqstore.StoredRow{}, Days: map[string][]hqstore.StoredDay{},
+		Exceptions: map[string][]hqstore.StoredException{}}
 	for _, d := range dates {
 		rows, err := s.Rows(ctx, d, "")
 		if err != nil {
@@ -174,23 +174,23 @@ func (sn Snapshot) MustEqual(tb testing.TB, after Snapshot, what string) {
 }
 
 // Stored returns the row as HQ should hold it, received at.
-func Stored(store string, r hq.Row, at time.Time) hq.StoredRow {
-	sr := hq.StoredRow{Store: store, Terminal: r.Terminal, Seq: r.Seq, Kind: r.Kind, BusinessDate: r.BusinessDate,
+func Stored(store string, r hqwire.Row, at time.Time) hqstore.StoredRow {
+	sr := hqstore.StoredRow{Store: store, Terminal: r.Terminal, Seq: r.Seq, Kind: r.Kind, BusinessDate: r.BusinessDate,
 		FlowNo: r.FlowNo, Amount: r.Amount, ByMethod: r.ByMethod, ReceivedAt: time.UnixMilli(at.UnixMilli()).UTC()}
 	if len(sr.ByMethod) == 0 {
 		sr.ByMethod = nil
 	}
-	if r.Kind == hq.KindDayClose {
+	if r.Kind == hqwire.KindDayClose {
 		sr.Payload = r.Payload
 	}
 	return sr
 }
 
 // CheckRows fails the test unless got holds exactly want, in (store, terminal, seq) order.
-func CheckRows(tb testing.TB, got, want []hq.StoredRow) {
+func CheckRows(tb testing.TB, got, want []hqstore.StoredRow) {
 	tb.Helper()
 	want = slices.Clone(want)
-	slices.SortFunc(want, func(a, b hq.StoredRow) int {
+	slices.SortFunc(want, func(a, b hqstore.StoredRow) int {
 		if a.Store != b.Store {
 			return cmpStr(a.Store, b.Store)
 		}
@@ -224,7 +224,7 @@ func cmpStr(a, b string) int {
 
 // CheckDay fails the test unless got is the declaration want of store, received at
 // received and first declared at first.
-func CheckDay(tb testing.TB, got hq.StoredDay, store string, want hq.StoreDay, received, first time.Time) {
+func CheckDay(tb testing.TB, got hqstore.StoredDay, store string, want hqwire.StoreDay, received, first time.Time) {
 	tb.Helper()
 	ms := func(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()) }
 	if got.Store != store || got.Day.BusinessDate != want.BusinessDate || got.Day.Revision != want.Revision ||
@@ -246,12 +246,12 @@ func CheckDay(tb testing.TB, got hq.StoredDay, store string, want hq.StoreDay, r
 }
 
 // StoredException returns the exception as HQ should hold it for store, received at.
-func StoredException(store string, x hq.Exception, at time.Time) hq.StoredException {
-	return hq.StoredException{Store: store, Exception: x, ReceivedAt: time.UnixMilli(at.UnixMilli()).UTC()}
+func StoredException(store string, x hqwire.Exception, at time.Time) hqstore.StoredException {
+	return hqstore.StoredException{Store: store, Exception: x, ReceivedAt: time.UnixMilli(at.UnixMilli()).UTC()}
 }
 
 // CheckExceptions fails the test unless got holds exactly want, in want's order.
-func CheckExceptions(tb testing.TB, got, want []hq.StoredException) {
+func CheckExceptions(tb testing.TB, got, want []hqstore.StoredException) {
 	tb.Helper()
 	if len(got) != len(want) {
 		tb.Fatalf("%d exceptions, want %d:\n got %+v\nwant %+v", len(got), len(want), got, want)
@@ -277,7 +277,7 @@ func mustCode(tb testing.TB, err error, kind perr.Kind, code string) {
 	}
 }
 
-func rowsOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredRow {
+func rowsOf(tb testing.TB, s hqstore.Storage, date, store string) []hqstore.StoredRow {
 	tb.Helper()
 	rows, err := s.Rows(context.Background(), date, store)
 	if err != nil {
@@ -286,7 +286,7 @@ func rowsOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredRow {
 	return rows
 }
 
-func daysOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredDay {
+func daysOf(tb testing.TB, s hqstore.Storage, date, store string) []hqstore.StoredDay {
 	tb.Helper()
 	days, err := s.Days(context.Background(), date, store)
 	if err != nil {
@@ -295,7 +295,7 @@ func daysOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredDay {
 	return days
 }
 
-func exceptionsOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredException {
+func exceptionsOf(tb testing.TB, s hqstore.Storage, date, store string) []hqstore.StoredException {
 	tb.Helper()
 	xs, err := s.Exceptions(context.Background(), date, store)
 	if err != nil {
@@ -304,8 +304,8 @@ func exceptionsOf(tb testing.TB, s hq.Storage, date, store string) []hq.StoredEx
 	return xs
 }
 
-func storedAll(store string, rows []hq.Row, at time.Time) []hq.StoredRow {
-	out := make([]hq.StoredRow, len(rows))
+func storedAll(store string, rows []hqwire.Row, at time.Time) []hqstore.StoredRow {
+	out := make([]hqstore.StoredRow, len(rows))
 	for i, r := range rows {
 		out[i] = Stored(store, r, at)
 	}
@@ -314,7 +314,7 @@ func storedAll(store string, rows []hq.Row, at time.Time) []hq.StoredRow {
 
 // mixedRows returns sales of two terminals, a refund, a day close and a sale whose
 // by_method names a method with 0.00 (which must read back as sent).
-func mixedRows(store, date string) []hq.Row {
+func mixedRows(store, date string) []hqwire.Row {
 	rows := Sales(store, "T1", 1, 5, date, t0)
 	rows = append(rows, Sales(store, "T2", 1, 3, date, t0)...)
 	rows = append(rows, Refund(store, "T1", 6, date, t0.Add(time.Hour), 2, rows[1].Amount, wire.MethodCard))
@@ -325,12 +325,12 @@ func mixedRows(store, date string) []hq.Row {
 	return rows
 }
 
-func testNewBatch(t *testing.T, s hq.Storage) {
+func testNewBatch(t *testing.T, s hqstore.Storage) {
 	rows := mixedRows("S1", D1)
 	day := Day(D1, 1, t0.Add(4*time.Hour), rows)
 	b, h := NewBatch("S1", "b-1", rows, day)
 	rc := MustPut(t, s, b, h, at1)
-	want := hq.Receipt{Store: "S1", BatchID: "b-1", Rows: len(rows), New: len(rows), Days: 1, StoredAt: at1}
+	want := hqwire.Receipt{Store: "S1", BatchID: "b-1", Rows: len(rows), New: len(rows), Days: 1, StoredAt: at1}
 	if rc.Store != want.Store || rc.BatchID != want.BatchID || rc.Rows != want.Rows || rc.New != want.New ||
 		rc.Days != want.Days || rc.Duplicate || !rc.StoredAt.Equal(at1) {
 		t.Fatalf("receipt %+v, want %+v", rc, want)
@@ -346,7 +346,7 @@ func testNewBatch(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testReplay(t *testing.T, s hq.Storage) {
+func testReplay(t *testing.T, s hqstore.Storage) {
 	rows := mixedRows("S1", D1)
 	b, h := NewBatch("S1", "b-1", rows, Day(D1, 1, t0, rows))
 	first := MustPut(t, s, b, h, at1)
@@ -365,7 +365,7 @@ func testReplay(t *testing.T, s hq.Storage) {
 	before.MustEqual(t, Take(t, s, D1), "after a replay")
 }
 
-func testBatchIDReused(t *testing.T, s hq.Storage) {
+func testBatchIDReused(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 5, D1, t0)
 	b, h := NewBatch("S1", "b-1", rows)
 	first := MustPut(t, s, b, h, at1)
@@ -374,7 +374,7 @@ func testBatchIDReused(t *testing.T, s hq.Storage) {
 	other := Sales("S1", "T1", 6, 5, D2, t0) // new rows under the same id
 	b2, h2 := NewBatch("S1", "b-1", other, Day(D2, 1, t0, other))
 	_, err := s.PutBatch(context.Background(), b2, h2, at2)
-	mustCode(t, err, perr.Conflict, hqstore.CodeBatchIDReused)
+	mustCode(t, err, perr.Conflict, hqwire.CodeBatchIDReused)
 	before.MustEqual(t, Take(t, s, D1, D2), "after a reused batch id")
 
 	// The original stands: its replay is still a duplicate of the first receipt.
@@ -389,7 +389,7 @@ func testBatchIDReused(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testRowsUnique(t *testing.T, s hq.Storage) {
+func testRowsUnique(t *testing.T, s hqstore.Storage) {
 	all := Sales("S1", "T1", 1, 15, D1, t0)
 	b1, h1 := NewBatch("S1", "b-1", all[:10])
 	if rc := MustPut(t, s, b1, h1, at1); rc.New != 10 || rc.Rows != 10 {
@@ -414,7 +414,7 @@ func testRowsUnique(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testRowConflict(t *testing.T, s hq.Storage) {
+func testRowConflict(t *testing.T, s hqstore.Storage) {
 	all := Sales("S1", "T1", 1, 20, D1, t0)
 	b1, h1 := NewBatch("S1", "b-1", all[:10], Day(D1, 1, t0, all[:10]))
 	MustPut(t, s, b1, h1, at1)
@@ -426,7 +426,7 @@ func testRowConflict(t *testing.T, s hq.Storage) {
 	rows := append(slices.Clone(all[10:]), changed)
 	b2, h2 := NewBatch("S1", "b-2", rows, Day(D1, 2, t0, all))
 	_, err := s.PutBatch(context.Background(), b2, h2, at2)
-	mustCode(t, err, perr.Conflict, hqstore.CodeRowConflict)
+	mustCode(t, err, perr.Conflict, hqwire.CodeRowConflict)
 	before.MustEqual(t, Take(t, s, D1), "after a row conflict")
 
 	// The batch id was not taken: the corrected batch under the same id is stored.
@@ -436,7 +436,7 @@ func testRowConflict(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testTwinRows(t *testing.T, s hq.Storage) {
+func testTwinRows(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 3, D1, t0)
 	// The same row twice in one batch is one row.
 	b1, h1 := NewBatch("S1", "b-1", append(slices.Clone(rows), rows[1]))
@@ -448,11 +448,11 @@ func testTwinRows(t *testing.T, s hq.Storage) {
 	more := Sales("S1", "T1", 4, 2, D1, t0)
 	b2, h2 := NewBatch("S1", "b-2", append(slices.Clone(more), Sale("S1", "T1", 5, D1, t0, 1, wire.MethodQR)))
 	_, err := s.PutBatch(context.Background(), b2, h2, at2)
-	mustCode(t, err, perr.Conflict, hqstore.CodeRowConflict)
+	mustCode(t, err, perr.Conflict, hqwire.CodeRowConflict)
 	before.MustEqual(t, Take(t, s, D1), "after twin rows with different content")
 }
 
-func testDayRevisions(t *testing.T, s hq.Storage) {
+func testDayRevisions(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 6, D1, t0)
 	rev1 := Day(D1, 1, t0.Add(time.Hour), rows[:4])
 	b1, h1 := NewBatch("S1", "b-1", rows[:4], rev1)
@@ -505,11 +505,11 @@ func testDayRevisions(t *testing.T, s hq.Storage) {
 	CheckDay(t, days[0], "S2", empty, at3, at3)
 }
 
-func testFiltering(t *testing.T, s hq.Storage) {
-	var want = map[string][]hq.StoredRow{} // by date, then "date/store"
-	var decl = map[string]hq.StoreDay{}
+func testFiltering(t *testing.T, s hqstore.Storage) {
+	var want = map[string][]hqstore.StoredRow{} // by date, then "date/store"
+	var decl = map[string]hqwire.StoreDay{}
 	for i, store := range []string{"S2", "S10", "S1"} { // byte order: S1 < S10 < S2
-		var rows []hq.Row
+		var rows []hqwire.Row
 		for _, d := range []string{D1, D2} {
 			rows = append(rows, mixedRows(store, d)...)
 		}
@@ -556,12 +556,12 @@ func testFiltering(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testConcurrentSameBatch(t *testing.T, s hq.Storage) {
+func testConcurrentSameBatch(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 500, D1, t0)
 	b, h := NewBatch("S1", "b-1", rows, Day(D1, 1, t0, rows))
 	const n = 4
 	var wg sync.WaitGroup
-	rcs := make([]hq.Receipt, n)
+	rcs := make([]hqwire.Receipt, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
 	for i := range n {
@@ -573,7 +573,7 @@ func testConcurrentSameBatch(t *testing.T, s hq.Storage) {
 	close(start)
 	wg.Wait()
 	fresh := 0
-	var orig hq.Receipt
+	var orig hqwire.Receipt
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("PutBatch %d: %v", i, errs[i])
@@ -597,13 +597,13 @@ func testConcurrentSameBatch(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testConcurrentOverlapping(t *testing.T, s hq.Storage) {
+func testConcurrentOverlapping(t *testing.T, s hqstore.Storage) {
 	// Four batches sharing rows, in different orders, stored at once: every row once, and
 	// the new counts add up to the number of distinct rows.
 	all := Sales("S1", "T1", 1, 400, D1, t0)
 	all = append(all, Sales("S1", "T2", 1, 400, D1, t0)...)
 	var wg sync.WaitGroup
-	rcs := make([]hq.Receipt, 4)
+	rcs := make([]hqwire.Receipt, 4)
 	errs := make([]error, 4)
 	for i := range 4 {
 		part := slices.Clone(all[i*150 : i*150+350])
@@ -630,31 +630,31 @@ func testConcurrentOverlapping(t *testing.T, s hq.Storage) {
 	}
 }
 
-func testBigBatch(t *testing.T, s hq.Storage) {
-	var rows []hq.Row
+func testBigBatch(t *testing.T, s hqstore.Storage) {
+	var rows []hqwire.Row
 	for i := range 5 {
-		rows = append(rows, Sales("S1", fmt.Sprintf("T%d", i), 1, hq.MaxBatchRows/5, D1, t0)...)
+		rows = append(rows, Sales("S1", fmt.Sprintf("T%d", i), 1, hqwire.MaxBatchRows/5, D1, t0)...)
 	}
 	b, h := NewBatch("S1", "big", rows, Day(D1, 1, t0, rows))
-	if rc := MustPut(t, s, b, h, at1); rc.New != hq.MaxBatchRows || rc.Rows != hq.MaxBatchRows {
+	if rc := MustPut(t, s, b, h, at1); rc.New != hqwire.MaxBatchRows || rc.Rows != hqwire.MaxBatchRows {
 		t.Fatalf("big batch: %+v", rc)
 	}
 	CheckRows(t, rowsOf(t, s, D1, ""), storedAll("S1", rows, at1))
 	days := daysOf(t, s, D1, "S1")
 	CheckDay(t, days[0], "S1", Day(D1, 1, t0, rows), at1, at1)
 	// Its replay is recognized as a whole.
-	if rc := MustPut(t, s, b, h, at2); !rc.Duplicate || rc.New != hq.MaxBatchRows {
+	if rc := MustPut(t, s, b, h, at2); !rc.Duplicate || rc.New != hqwire.MaxBatchRows {
 		t.Fatalf("replay of the big batch: %+v", rc)
 	}
 }
 
-func testUnknownMethod(t *testing.T, s hq.Storage) {
+func testUnknownMethod(t *testing.T, s hqstore.Storage) {
 	r := Sale("S1", "T1", 1, D1, t0, 100, wire.MethodCash)
 	r.ByMethod = map[string]money.Fen{"voucher": 100}
-	b, h := NewBatch("S1", "b-1", []hq.Row{r})
+	b, h := NewBatch("S1", "b-1", []hqwire.Row{r})
 	before := Take(t, s, D1)
 	_, err := s.PutBatch(context.Background(), b, h, at1)
-	mustCode(t, err, perr.Invalid, hqstore.CodeBatchInvalid)
+	mustCode(t, err, perr.Invalid, hqwire.CodeBatchInvalid)
 	before.MustEqual(t, Take(t, s, D1), "after an unknown method")
 }
 
@@ -663,7 +663,7 @@ func at(k int) time.Time { return at1.Add(time.Duration(k-1) * time.Hour) }
 
 // mustCount fails the test unless rc counts days stored and parts kept aside as given, and
 // names the days held and the parts dropped.
-func mustCount(tb testing.TB, rc hq.Receipt, days, parts int, held, dropped map[string]int64) {
+func mustCount(tb testing.TB, rc hqwire.Receipt, days, parts int, held, dropped map[string]int64) {
 	tb.Helper()
 	if rc.Days != days || rc.DayParts != parts || !maps.Equal(rc.DaysHeld, held) || !maps.Equal(rc.PartsDropped, dropped) {
 		tb.Fatalf("receipt %+v, want %d days, %d parts, held %v, dropped %v", rc, days, parts, held, dropped)
@@ -671,7 +671,7 @@ func mustCount(tb testing.TB, rc hq.Receipt, days, parts int, held, dropped map[
 }
 
 // mustKeep fails the test unless s keeps parts of days store-days, holding txns transactions.
-func mustKeep(tb testing.TB, s hq.Storage, days, txns int64) {
+func mustKeep(tb testing.TB, s hqstore.Storage, days, txns int64) {
 	tb.Helper()
 	c, ok := s.(PartsCounter)
 	if !ok {
@@ -687,7 +687,7 @@ func mustKeep(tb testing.TB, s hq.Storage, days, txns int64) {
 }
 
 // put stores a batch of store holding only days, received at(k).
-func put(tb testing.TB, s hq.Storage, store, id string, k int, days ...hq.StoreDay) hq.Receipt {
+func put(tb testing.TB, s hqstore.Storage, store, id string, k int, days ...hqwire.StoreDay) hqwire.Receipt {
 	tb.Helper()
 	b, h := NewBatch(store, id, nil, days...)
 	return MustPut(tb, s, b, h, at(k))
@@ -695,7 +695,7 @@ func put(tb testing.TB, s hq.Storage, store, id string, k int, days ...hq.StoreD
 
 // testDayParts: a revision in three parts stands only with its last part, whole and in
 // order; until then the revision held before stands.
-func testDayParts(t *testing.T, s hq.Storage) {
+func testDayParts(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 200, D1, t0)
 	rev1 := Day(D1, 1, t0.Add(time.Hour), rows[:10])
 	b1, h1 := NewBatch("S1", "b-1", rows, rev1)
@@ -763,7 +763,7 @@ func testDayParts(t *testing.T, s hq.Storage) {
 // another revision, another number of parts, another split of the same revision and
 // number of parts, or none where the parts kept have one, not the next part) is dropped
 // whole and leaves the parts kept as they were.
-func testDayPartsDropped(t *testing.T, s hq.Storage) {
+func testDayPartsDropped(t *testing.T, s hqstore.Storage) {
 	rev2 := Day(D1, 2, t0, Sales("S1", "T1", 1, 9, D1, t0))
 	p := Parts(rev2, 3)
 	mustCount(t, put(t, s, "S1", "b-1", 1, p[0]), 0, 1, nil, nil)
@@ -776,7 +776,7 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 	noSplit := Resplit(p, "")[1]
 	cases := []struct {
 		id      string
-		day     hq.StoreDay
+		day     hqwire.StoreDay
 		dropped map[string]int64
 	}{
 		{"b-2", otherRev, map[string]int64{D1: 3}},
@@ -810,7 +810,7 @@ func testDayPartsDropped(t *testing.T, s hq.Storage) {
 // testDayPartsAbandoned: DropDrafts deletes the parts kept aside whose part 1 came before
 // the time given, of every store, and no others; a store that sends the next part after
 // all has it dropped, and its day stands once it declares the day anew.
-func testDayPartsAbandoned(t *testing.T, s hq.Storage) {
+func testDayPartsAbandoned(t *testing.T, s hqstore.Storage) {
 	rev := Day(D1, 1, t0, Sales("S1", "T1", 1, 9, D1, t0))
 	p := Parts(rev, 3)
 	mustCount(t, put(t, s, "S1", "b-1", 1, p[0]), 0, 1, nil, nil)
@@ -853,7 +853,7 @@ func testDayPartsAbandoned(t *testing.T, s hq.Storage) {
 
 // testDayPartsRestart: part 1 starts the day's parts over, whatever was kept before (of
 // the same revision cut otherwise, or of another revision, higher or lower).
-func testDayPartsRestart(t *testing.T, s hq.Storage) {
+func testDayPartsRestart(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 12, D1, t0)
 	rev2 := Day(D1, 2, t0, rows)
 	in3, in2 := Parts(rev2, 3), Parts(rev2, 2)
@@ -880,7 +880,7 @@ func testDayPartsRestart(t *testing.T, s hq.Storage) {
 
 // testDayPartsAndWhole: a whole declaration that stands drops the parts kept of its
 // revision or lower, and leaves those of a higher one; one that is held leaves them too.
-func testDayPartsAndWhole(t *testing.T, s hq.Storage) {
+func testDayPartsAndWhole(t *testing.T, s hqstore.Storage) {
 	rows := Sales("S1", "T1", 1, 12, D1, t0)
 	rev2 := Parts(Day(D1, 2, t0, rows[:6]), 2)
 	mustCount(t, put(t, s, "S1", "b-1", 1, rev2[0]), 0, 1, nil, nil)
@@ -924,7 +924,7 @@ func testDayPartsAndWhole(t *testing.T, s hq.Storage) {
 
 // testDayPartsInterleaved: the parts of two dates travel in the same batches, and the
 // parts of two stores of one date, each independent of the others.
-func testDayPartsInterleaved(t *testing.T, s hq.Storage) {
+func testDayPartsInterleaved(t *testing.T, s hqstore.Storage) {
 	d1 := Day(D1, 1, t0, Sales("S1", "T1", 1, 90, D1, t0))
 	d2 := Day(D2, 4, t0.Add(time.Hour), Sales("S1", "T1", 100, 10, D2, t0))
 	o1 := Day(D1, 2, t0, Sales("S2", "T1", 1, 7, D1, t0))
@@ -951,11 +951,11 @@ func testDayPartsInterleaved(t *testing.T, s hq.Storage) {
 }
 
 // testDayPartsNumbered: an engine refuses parts numbered outside 1 ≤ part ≤ parts ≤
-// hq.MaxDayParts, or with a split id that is not an id, as hq-sync serve does, and stores
+// hqwire.MaxDayParts, or with a split id that is not an id, as hq-sync serve does, and stores
 // nothing of the batch.
-func testDayPartsNumbered(t *testing.T, s hq.Storage) {
+func testDayPartsNumbered(t *testing.T, s hqstore.Storage) {
 	before := Take(t, s, D1)
-	for _, pp := range [][2]int{{3, 2}, {0, 2}, {1, 0}, {2, hq.MaxDayParts + 1}, {1, 2}} {
+	for _, pp := range [][2]int{{3, 2}, {0, 2}, {1, 0}, {2, hqwire.MaxDayParts + 1}, {1, 2}} {
 		d := Day(D1, 1, t0, Sales("S1", "T1", 1, 3, D1, t0))
 		d.Part, d.Parts, d.Split = pp[0], pp[1], "s"
 		if pp == [2]int{1, 2} {
@@ -963,7 +963,7 @@ func testDayPartsNumbered(t *testing.T, s hq.Storage) {
 		}
 		b, h := NewBatch("S1", "b-1", Sales("S1", "T1", 1, 3, D1, t0), d)
 		_, err := s.PutBatch(context.Background(), b, h, at1)
-		mustCode(t, err, perr.Invalid, hqstore.CodeBatchInvalid)
+		mustCode(t, err, perr.Invalid, hqwire.CodeBatchInvalid)
 	}
 	before.MustEqual(t, Take(t, s, D1), "after parts numbered wrong")
 	mustKeep(t, s, 0, 0)
@@ -971,7 +971,7 @@ func testDayPartsNumbered(t *testing.T, s hq.Storage) {
 
 // testLastBatches: the time HQ stored each store's latest new batch; a replay does not move
 // it, and a store without a batch (or not asked for) is not in the answer.
-func testLastBatches(t *testing.T, s hq.Storage) {
+func testLastBatches(t *testing.T, s hqstore.Storage) {
 	ctx := context.Background()
 	last := func(want map[string]time.Time, stores ...string) {
 		t.Helper()
@@ -998,7 +998,7 @@ func testLastBatches(t *testing.T, s hq.Storage) {
 
 // putExceptions stores a batch of store holding only exceptions, received at(k), and
 // fails the test unless HQ applied applied of them.
-func putExceptions(tb testing.TB, s hq.Storage, store, id string, k, applied int, xs ...hq.Exception) hq.Receipt {
+func putExceptions(tb testing.TB, s hqstore.Storage, store, id string, k, applied int, xs ...hqwire.Exception) hqwire.Receipt {
 	tb.Helper()
 	b, h := ExceptionBatch(store, id, nil, xs...)
 	rc := MustPut(tb, s, b, h, at(k))
@@ -1010,7 +1010,7 @@ func putExceptions(tb testing.TB, s hq.Storage, store, id string, k, applied int
 
 // testExceptions: a batch's exceptions are stored with its rows, every field read back as
 // sent, and the receipt counts them.
-func testExceptions(t *testing.T, s hq.Storage) {
+func testExceptions(t *testing.T, s hqstore.Storage) {
 	rows := mixedRows("S1", D1)
 	over := Oversell("T1", 2, "SKU-0001", D1, t0, 3, 1)
 	other := Oversell("T1", 2, "SKU-0002", D1, t0, 1, 2) // the same sale, another SKU
@@ -1022,7 +1022,7 @@ func testExceptions(t *testing.T, s hq.Storage) {
 		t.Fatalf("receipt %+v, want %d new rows and 3 exceptions", rc, len(rows))
 	}
 	CheckRows(t, rowsOf(t, s, D1, "S1"), storedAll("S1", rows, at1))
-	want := []hq.StoredException{StoredException("S1", over, at1), StoredException("S1", other, at1),
+	want := []hqstore.StoredException{StoredException("S1", over, at1), StoredException("S1", other, at1),
 		StoredException("S1", refund, at1)}
 	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), want)
 	CheckExceptions(t, exceptionsOf(t, s, D1, ""), want)
@@ -1031,7 +1031,7 @@ func testExceptions(t *testing.T, s hq.Storage) {
 // testExceptionsByChange: a state of a higher change number replaces the one held, every
 // field and the receive time; one of the same or a lower change number changes nothing
 // and does not count as applied.
-func testExceptionsByChange(t *testing.T, s hq.Storage) {
+func testExceptionsByChange(t *testing.T, s hqstore.Storage) {
 	open := Oversell("T1", 1, "SKU-0001", D1, t0, 2, 5)
 	putExceptions(t, s, "S1", "b-1", 1, 1, open)
 
@@ -1042,12 +1042,12 @@ func testExceptionsByChange(t *testing.T, s hq.Storage) {
 	putExceptions(t, s, "S1", "b-2", 2, 0, lower)
 	putExceptions(t, s, "S1", "b-3", 3, 0, same)
 	putExceptions(t, s, "S1", "b-4", 4, 1, lower, other) // one held higher, one new
-	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hq.StoredException{
+	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hqstore.StoredException{
 		StoredException("S1", open, at(1)), StoredException("S1", other, at(4))})
 
 	higher := Resolved(open, t0.Add(2*time.Hour), "goods found in the back room", 9)
 	putExceptions(t, s, "S1", "b-5", 5, 1, higher)
-	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hq.StoredException{
+	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hqstore.StoredException{
 		StoredException("S1", higher, at(5)), StoredException("S1", other, at(4))})
 }
 
@@ -1055,7 +1055,7 @@ func testExceptionsByChange(t *testing.T, s hq.Storage) {
 // or the same change number arriving after it does not bring it back; one of a higher
 // change number does. A withdrawal HQ gets first (it never saw the exception open) is
 // kept as well.
-func testExceptionsWithdrawn(t *testing.T, s hq.Storage) {
+func testExceptionsWithdrawn(t *testing.T, s hqstore.Storage) {
 	x := RefundException("T1", 7, D1, t0, "refund_sale_unknown", "sale T1/3 is not the one accepted at seq 3", 2)
 	putExceptions(t, s, "S1", "b-1", 1, 1, x)
 	putExceptions(t, s, "S1", "b-2", 2, 1, Withdrawn(x, 3))
@@ -1074,15 +1074,15 @@ func testExceptionsWithdrawn(t *testing.T, s hq.Storage) {
 	again := x
 	again.Change = 4
 	putExceptions(t, s, "S1", "b-8", 7, 1, again)
-	CheckExceptions(t, exceptionsOf(t, s, D1, ""), []hq.StoredException{StoredException("S1", again, at(7))})
+	CheckExceptions(t, exceptionsOf(t, s, D1, ""), []hqstore.StoredException{StoredException("S1", again, at(7))})
 }
 
 // testExceptionsFiltering: exceptions of one date, of all stores or one, in (store, kind,
 // terminal, seq, sku) order, byte-wise for text and numeric for seq.
-func testExceptionsFiltering(t *testing.T, s hq.Storage) {
-	want := map[string][]hq.StoredException{} // by date, then "date/store"
+func testExceptionsFiltering(t *testing.T, s hqstore.Storage) {
+	want := map[string][]hqstore.StoredException{} // by date, then "date/store"
 	for i, store := range []string{"S2", "S10", "S1"} {
-		ordered := []hq.Exception{
+		ordered := []hqwire.Exception{
 			Oversell("T1", 2, "SKU-9", D1, t0, 1, 1),
 			Oversell("T10", 3, "SKU-1", D1, t0, 1, 2),
 			Oversell("T2", 2, "SKU-1", D1, t0, 1, 3),
@@ -1101,15 +1101,15 @@ func testExceptionsFiltering(t *testing.T, s hq.Storage) {
 			want[D1] = append(want[D1], sx)
 			want[D1+"/"+store] = append(want[D1+"/"+store], sx)
 		}
-		want[D2+"/"+store] = []hq.StoredException{StoredException(store, later, at(i+1))}
+		want[D2+"/"+store] = []hqstore.StoredException{StoredException(store, later, at(i+1))}
 	}
-	byStore := func(xs []hq.StoredException) []hq.StoredException { // S1, S10, S2
+	byStore := func(xs []hqstore.StoredException) []hqstore.StoredException { // S1, S10, S2
 		out := slices.Clone(xs)
-		slices.SortStableFunc(out, func(a, b hq.StoredException) int { return cmpStr(a.Store, b.Store) })
+		slices.SortStableFunc(out, func(a, b hqstore.StoredException) int { return cmpStr(a.Store, b.Store) })
 		return out
 	}
 	CheckExceptions(t, exceptionsOf(t, s, D1, ""), byStore(want[D1]))
-	CheckExceptions(t, exceptionsOf(t, s, D2, ""), []hq.StoredException{want[D2+"/S1"][0], want[D2+"/S10"][0],
+	CheckExceptions(t, exceptionsOf(t, s, D2, ""), []hqstore.StoredException{want[D2+"/S1"][0], want[D2+"/S10"][0],
 		want[D2+"/S2"][0]})
 	for _, store := range []string{"S1", "S10", "S2"} {
 		CheckExceptions(t, exceptionsOf(t, s, D1, store), want[D1+"/"+store])
@@ -1121,14 +1121,14 @@ func testExceptionsFiltering(t *testing.T, s hq.Storage) {
 
 // testOpenExceptions: the exceptions neither withdrawn nor resolved, of every date, of all
 // stores or one, by date first, then store, kind, terminal, seq and SKU.
-func testOpenExceptions(t *testing.T, s hq.Storage) {
+func testOpenExceptions(t *testing.T, s hqstore.Storage) {
 	open1 := Oversell("T1", 2, "SKU-1", D1, t0, 1, 1)
 	open2 := RefundException("T2", 7, D2, t0.Add(24*time.Hour), "refund_exceeds_sale", "", 2)
 	resolved := Resolved(Oversell("T1", 3, "SKU-1", D1, t0, 1, 3), t0.Add(time.Hour), "counted", 3)
 	gone := Withdrawn(RefundException("T1", 9, D1, t0, "refund_sale_unknown", "", 4), 4)
 	putExceptions(t, s, "S2", "b", 1, 4, open2, gone, resolved, open1)
 	putExceptions(t, s, "S1", "b", 2, 2, open2, resolved)
-	open := func(store string) []hq.StoredException {
+	open := func(store string) []hqstore.StoredException {
 		t.Helper()
 		xs, err := s.OpenExceptions(context.Background(), store)
 		if err != nil {
@@ -1136,15 +1136,15 @@ func testOpenExceptions(t *testing.T, s hq.Storage) {
 		}
 		return xs
 	}
-	CheckExceptions(t, open(""), []hq.StoredException{StoredException("S2", open1, at(1)),
+	CheckExceptions(t, open(""), []hqstore.StoredException{StoredException("S2", open1, at(1)),
 		StoredException("S1", open2, at(2)), StoredException("S2", open2, at(1))})
-	CheckExceptions(t, open("S1"), []hq.StoredException{StoredException("S1", open2, at(2))})
+	CheckExceptions(t, open("S1"), []hqstore.StoredException{StoredException("S1", open2, at(2))})
 	CheckExceptions(t, open("S3"), nil)
 }
 
 // testExceptionsReplay: a replayed batch answers its original receipt and applies none of
 // its exceptions again, even over a later state.
-func testExceptionsReplay(t *testing.T, s hq.Storage) {
+func testExceptionsReplay(t *testing.T, s hqstore.Storage) {
 	x := Oversell("T1", 1, "SKU-0001", D1, t0, 2, 1)
 	b, h := ExceptionBatch("S1", "b-1", Sales("S1", "T1", 1, 3, D1, t0), x)
 	first := MustPut(t, s, b, h, at1)
@@ -1162,14 +1162,14 @@ func testExceptionsReplay(t *testing.T, s hq.Storage) {
 }
 
 // testExceptionsOnly: a batch of exceptions alone, without rows or days, is a batch.
-func testExceptionsOnly(t *testing.T, s hq.Storage) {
+func testExceptionsOnly(t *testing.T, s hqstore.Storage) {
 	x := Oversell("T1", 1, "SKU-0001", D1, t0, 2, 1)
 	y := RefundException("T1", 2, D1, t0, "refund_sale_unknown", "", 2)
 	rc := putExceptions(t, s, "S1", "b-1", 1, 2, x, y)
 	if rc.Rows != 0 || rc.New != 0 || rc.Days != 0 || rc.Duplicate {
 		t.Fatalf("receipt %+v", rc)
 	}
-	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hq.StoredException{
+	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hqstore.StoredException{
 		StoredException("S1", x, at(1)), StoredException("S1", y, at(1))})
 	if rows, days := rowsOf(t, s, D1, ""), daysOf(t, s, D1, ""); len(rows) != 0 || len(days) != 0 {
 		t.Fatalf("%d rows and %d days, want none", len(rows), len(days))
@@ -1186,7 +1186,7 @@ func testExceptionsOnly(t *testing.T, s hq.Storage) {
 // testExceptionsRefused: a batch refused for a row conflict stores none of its exceptions;
 // an engine refuses a batch listing an exception twice, or one whose text holds a NUL
 // character, and stores nothing of it.
-func testExceptionsRefused(t *testing.T, s hq.Storage) {
+func testExceptionsRefused(t *testing.T, s hqstore.Storage) {
 	all := Sales("S1", "T1", 1, 5, D1, t0)
 	b1, h1 := NewBatch("S1", "b-1", all[:3])
 	MustPut(t, s, b1, h1, at1)
@@ -1194,37 +1194,37 @@ func testExceptionsRefused(t *testing.T, s hq.Storage) {
 
 	x := Oversell("T1", 4, "SKU-0001", D1, t0, 2, 1)
 	changed := Sale("S1", "T1", 2, D1, t0, 777, wire.MethodCash)
-	b2, h2 := ExceptionBatch("S1", "b-2", []hq.Row{all[3], changed}, x)
+	b2, h2 := ExceptionBatch("S1", "b-2", []hqwire.Row{all[3], changed}, x)
 	_, err := s.PutBatch(context.Background(), b2, h2, at2)
-	mustCode(t, err, perr.Conflict, hqstore.CodeRowConflict)
+	mustCode(t, err, perr.Conflict, hqwire.CodeRowConflict)
 
 	twice, ht := ExceptionBatch("S1", "b-2", all[3:], x, Resolved(x, t0, "counted", 2))
 	_, err = s.PutBatch(context.Background(), twice, ht, at2)
-	mustCode(t, err, perr.Invalid, hqstore.CodeBatchInvalid)
+	mustCode(t, err, perr.Invalid, hqwire.CodeBatchInvalid)
 
 	nul := x
 	nul.SKU = "SKU\x000001"
 	bn, hn := ExceptionBatch("S1", "b-2", all[3:], nul)
 	_, err = s.PutBatch(context.Background(), bn, hn, at2)
-	mustCode(t, err, perr.Invalid, hqstore.CodeBatchInvalid)
+	mustCode(t, err, perr.Invalid, hqwire.CodeBatchInvalid)
 	before.MustEqual(t, Take(t, s, D1), "after refused batches with exceptions")
 
 	b3, h3 := ExceptionBatch("S1", "b-2", all[3:], x)
 	if rc := MustPut(t, s, b3, h3, at3); rc.New != 2 || rc.Exceptions != 1 {
 		t.Fatalf("corrected batch: %+v", rc)
 	}
-	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hq.StoredException{StoredException("S1", x, at3)})
+	CheckExceptions(t, exceptionsOf(t, s, D1, "S1"), []hqstore.StoredException{StoredException("S1", x, at3)})
 }
 
 // testExceptionsConcurrent: batches carrying states of the same exceptions, in different
 // orders and at different change numbers, stored at once: each exception ends at its
 // highest change number, whatever order the batches committed in.
-func testExceptionsConcurrent(t *testing.T, s hq.Storage) {
+func testExceptionsConcurrent(t *testing.T, s hqstore.Storage) {
 	const batches, keys = 4, 60
 	var wg sync.WaitGroup
 	errs := make([]error, batches)
 	for i := range batches {
-		xs := make([]hq.Exception, keys)
+		xs := make([]hqwire.Exception, keys)
 		for k := range xs {
 			xs[k] = Oversell(fmt.Sprintf("T%d", k%3), int64(k), "SKU-0001", D1, t0, int64(i+1), int64(i+1))
 		}

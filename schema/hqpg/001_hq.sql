@@ -17,12 +17,12 @@ CREATE TABLE batches (
     store        text COLLATE "C" NOT NULL,
     batch_id     text COLLATE "C" NOT NULL,
     content_hash text   NOT NULL,
-    receipt      text   NOT NULL, -- the hq.Receipt JSON answered the first time
+    receipt      text   NOT NULL, -- the hqwire.Receipt JSON answered the first time
     stored_ms    bigint NOT NULL,
     PRIMARY KEY (store, batch_id)
 );
 
--- When HQ last stored a batch of each store (hq.Storage LastBatches, hq-sync serve's
+-- When HQ last stored a batch of each store (hqstore.Storage LastBatches, hq-sync serve's
 -- posgate_hq_last_batch_timestamp_seconds): read from the database, not kept in the
 -- process, so it is right after a restart and across serve processes sharing a database.
 CREATE INDEX batches_by_time ON batches (store, stored_ms);
@@ -80,14 +80,14 @@ CREATE TABLE day_txns (
     PRIMARY KEY (business_date, store, i)
 );
 
--- A store's declaration of a day in parts (hq.StoreDay.Part of Parts), for a day larger
+-- A store's declaration of a day in parts (hqwire.StoreDay.Part of Parts), for a day larger
 -- than one batch may carry. HQ keeps the parts aside here, in order, until the last one
 -- arrives; only then does the revision become the day's (days, day_txns), and its draft
 -- is deleted. Reads of days never look here.
 --
 -- A store-day has at most one draft: part 1 of a revision replaces whatever was kept of the
 -- day before, and a whole declaration (or a completed one) deletes a draft of its revision
--- or lower. A part is added only to the parts of its own split (hq.StoreDay Split), so two
+-- or lower. A part is added only to the parts of its own split (hqwire.StoreDay Split), so two
 -- splits of one revision (the store split the day again after HQ dropped a part) never mix.
 -- A transaction that writes a day's draft_txns first locks its day_drafts row.
 CREATE TABLE day_drafts (
@@ -125,7 +125,7 @@ CREATE TABLE draft_txns (
     PRIMARY KEY (business_date, store, i)
 );
 
--- The exceptions each store's ledger flagged (hq.Exception): an oversell, a refund its
+-- The exceptions each store's ledger flagged (hqwire.Exception): an oversell, a refund its
 -- records of the sale do not cover, a parked event or a seq gap. HQ keeps one row per
 -- (store, kind, terminal, seq, sku): the state with the highest change number the store
 -- sent; a state with the same or a lower change number changes nothing. A withdrawn
@@ -136,7 +136,7 @@ CREATE TABLE exceptions (
     kind          text COLLATE "C" NOT NULL, -- oversell, refund, parked or seq_gap
     terminal      text COLLATE "C" NOT NULL,
     seq           bigint  NOT NULL, -- the sale's (oversell), the refund's, the parked event's or the gap's first
-    -- oversell: the SKU taken below zero (hq.EscapeSKU); parked: '' for a key's first
+    -- oversell: the SKU taken below zero (hqwire.EscapeSKU); parked: '' for a key's first
     -- content, the content's hash for each later one; refund and seq_gap: ''
     sku           text COLLATE "C" NOT NULL,
     change        bigint  NOT NULL, -- the store ledger's change number of this state

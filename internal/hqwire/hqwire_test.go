@@ -1,10 +1,10 @@
-package hq_test
+package hqwire_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/posgate/posgate/hq-sync/hq"
+	"github.com/posgate/posgate/internal/hqwire"
 )
 
 // TestEscapeSKU: an exception's SKU holds no NUL, fits MaxExceptionSKU whatever the wire's
@@ -14,11 +14,11 @@ func TestEscapeSKU(t *testing.T) {
 		strings.Repeat("\x00", 128), strings.Repeat("\x1a", 128)}
 	seen := map[string]string{}
 	for _, sku := range skus {
-		e := hq.EscapeSKU(sku)
+		e := hqwire.EscapeSKU(sku)
 		switch {
 		case strings.ContainsRune(e, 0):
 			t.Errorf("EscapeSKU(%q) = %q holds a NUL", sku, e)
-		case len(e) > hq.MaxExceptionSKU:
+		case len(e) > hqwire.MaxExceptionSKU:
 			t.Errorf("EscapeSKU(%q) is %d bytes", sku, len(e))
 		}
 		if other, ok := seen[e]; ok {
@@ -26,7 +26,7 @@ func TestEscapeSKU(t *testing.T) {
 		}
 		seen[e] = sku
 	}
-	if got := hq.EscapeSKU("MILK-1L"); got != "MILK-1L" {
+	if got := hqwire.EscapeSKU("MILK-1L"); got != "MILK-1L" {
 		t.Errorf("EscapeSKU changed a plain SKU: %q", got)
 	}
 }

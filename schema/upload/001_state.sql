@@ -58,7 +58,7 @@ CREATE INDEX batches_sent ON batches (sent_at) WHERE state = 'sent';
 -- Per business date: rows HQ has acknowledged, and the store's declarations of the day.
 -- A day is declared (again) when it is over and sent_rows > declared_rows.
 --
--- A day whose declaration would take more parts than HQ takes (hq.MaxDayParts) cannot be
+-- A day whose declaration would take more parts than HQ takes (hqwire.MaxDayParts) cannot be
 -- declared: it is left undeclared (HQ's reconcile shows it as no_store_day) instead of
 -- blocking every later batch behind one HQ must refuse. skipped_rows is sent_rows when that
 -- was last found; a late row of the day (sent_rows grows) makes it due again.
@@ -71,11 +71,11 @@ CREATE TABLE days (
     skipped_rows  INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
--- A declaration larger than one batch may carry goes in parts (hq.StoreDay Part/Parts). When
+-- A declaration larger than one batch may carry goes in parts (hqwire.StoreDay Part/Parts). When
 -- such a day is due, its list is taken from the ledger once and split, and the parts wait
 -- here, so that every part comes from the same snapshot; each batch takes the next part of
 -- the day, and a part leaves once HQ acknowledged it. Each split of a day has an id of its
--- own (hq.StoreDay Split), sent with every part: HQ adds a part only to the parts of its
+-- own (hqwire.StoreDay Split), sent with every part: HQ adds a part only to the parts of its
 -- split. covered_rows is the day's sent_rows when the list was taken: the last part's
 -- receipt makes it declared_rows, so a late row sent while the parts go is declared by the
 -- next revision.
@@ -87,6 +87,6 @@ CREATE TABLE day_parts (
     covered_rows  INTEGER NOT NULL,
     closed_at     TEXT    NOT NULL,
     split         TEXT    NOT NULL,
-    txns          BLOB    NOT NULL, -- the part's transactions, the JSON of a []hq.Txn
+    txns          BLOB    NOT NULL, -- the part's transactions, the JSON of a []hqwire.Txn
     PRIMARY KEY (business_date, part)
 ) WITHOUT ROWID;

@@ -1,13 +1,15 @@
-// Package hq is the contract between a store's uploader and headquarters: the batch a store
-// uploads (its ledger's sales, refunds and day closes, its own declaration of each closed
-// business day, and the state of the exceptions its ledger flagged), how a request is signed with the store's secret, the receipt HQ
-// answers, and the Storage interface that HQ's engines (SQLite, PostgreSQL) implement.
+// Package hqwire is the contract between a store's uploader (hq-sync upload, at the store)
+// and headquarters (hq-sync serve): the batch a store uploads (its ledger's sales, refunds
+// and day closes, its own declaration of each closed business day, and the state of the
+// exceptions its ledger flagged), the limits on it, how a request is signed with the store's
+// secret, the receipt HQ answers, and the error codes of HQ's refusals. Both sides import it,
+// the store's ledger too (it writes the rows the uploader sends), so that the two ends of the
+// protocol cannot drift apart.
 //
 // Money is int64 fen throughout; the package does no I/O.
-package hq
+package hqwire
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,6 +37,15 @@ const (
 
 // MaxBatchExceptions bounds the exceptions in one batch.
 const MaxBatchExceptions = 5000
+
+// MaxHashLen bounds a row's hash (internal/wire writes 64 hex digits).
+const MaxHashLen = 128
+
+// Limits on an exception's text.
+const (
+	MaxCodeLen       = 64   // an exception's code, characters [a-z0-9_]
+	MaxExceptionText = 1000 // an exception's detail, and its resolution, in bytes
+)
 
 // Row kinds.
 const (
@@ -162,8 +173,8 @@ type Txn struct {
 // A declaration larger than one batch may carry goes in parts: part k of n (1 ≤ k ≤ n ≤
 // MaxDayParts) carries the k-th slice of the list, in the list's order, and the parts of a
 // revision go in order, each in a later batch than the one before. HQ keeps the parts aside
-// until the last one arrives; only then does the revision stand (Storage.Days never returns
-// a declaration in part). Part 1 starts a revision's parts over, whatever HQ kept aside of
+// until the last one arrives; only then does the revision stand (HQ's storage never reads
+// back a declaration in part). Part 1 starts a revision's parts over, whatever HQ kept aside of
 // the day before. Every part of a split has the same Revision, ClosedAt, Parts and Split,
 // an id the store gives each split of a list: HQ adds a part only to the parts of its own
 // split, so two splits of one revision (the store split the day again, after HQ dropped a
@@ -255,64 +266,33 @@ func Verify(secret []byte, sig, method, path, store, timestamp, idemKey string, 
 	return hmac.Equal([]byte(want), []byte(sig))
 }
 
-// StoredRow is a row as HQ holds it, for reconciliation.
-type StoredRow struct {
-	Store, Terminal string
-	Seq             int64
-	Kind            string
-	BusinessDate    string
-	FlowNo          int64
-	Amount          money.Fen
-	ByMethod        map[string]money.Fen
-	ReceivedAt      time.Time
-	Payload         json.RawMessage // day_close rows only (the declared totals); nil otherwise
-}
-
-// StoredDay is a store's latest declaration of a day as HQ holds it.
-type StoredDay struct {
-	Store      string
-	Day        StoreDay
-	ReceivedAt time.Time // when HQ received this revision
-	FirstAt    time.Time // when HQ received the first declaration of the day ("closed"; in parts: its part 1)
-}
-
-// StoredException is an exception as HQ holds it: its latest state from the store.
-type StoredException struct {
-	Store string
-	Exception
-	ReceivedAt time.Time // when HQ received this state
-}
-
-// Storage is HQ's database. Both engines (SQLite, PostgreSQL) pass the same test suite.
-type Storage interface {
-	// PutBatch stores a batch in one transaction. A batch ID seen before with the same
-	// content hash returns the original receipt with Duplicate set and changes nothing; with
-	// another hash it is a *perr.Error of kind perr.Conflict, code "batch_id_reused", and
-	// changes nothing. A row whose (store, terminal, seq) HQ already holds is not stored again
-	// (with the same hash it counts as old; with another hash the whole batch is refused with
-	// perr.Conflict "row_conflict").
-	PutBatch(ctx context.Context, b *Batch, contentHash string, at time.Time) (Receipt, error)
-	// Rows returns every stored sale, refund and day-close row of a business date (of one
-	// store, or of all stores when store is "").
-	Rows(ctx context.Context, date, store string) ([]StoredRow, error)
-	// Days returns the latest declaration of a business date of each store (or one store).
-	Days(ctx context.Context, date, store string) ([]StoredDay, error)
-	// Exceptions returns the exceptions of a business date that are not withdrawn, of each
-	// store (or one store), by store, kind, terminal, seq and SKU.
-	Exceptions(ctx context.Context, date, store string) ([]StoredException, error)
-	// OpenExceptions returns the exceptions of every business date that are neither
-	// withdrawn nor resolved, of each store (or one store), by business date, store, kind,
-	// terminal, seq and SKU.
-	OpenExceptions(ctx context.Context, store string) ([]StoredException, error)
-	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
-	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
-	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)
-	// DropDrafts deletes the parts of declarations kept aside whose part 1 came before
-	// before, of every store, with their transactions, and returns how many store-days'
-	// parts it deleted. A store that never sends the rest (retired, or its state lost) would
-	// have them kept for good. One that sends the next part after all has it dropped
-	// (Receipt.PartsDropped) and declares the day anew from part 1, as after any draft lost.
-	DropDrafts(ctx context.Context, before time.Time) (int64, error)
-	// Close closes the database.
-	Close() error
-}
+// Stable error codes of HQ's answers: the "code" member of the problem document (RFC 9457)
+// HQ answers a request it refuses with, and the code of the error HQ's storage returns for
+// a batch it cannot store. Each is listed with the HTTP status HQ answers it with. An
+// uploader retries 5xx, 408 and 429 as they are; any other 4xx is a refusal that sending the
+// batch again as it is would meet again.
+const (
+	CodeUnauthorized           = "unauthorized"             // 401: a required header is missing or malformed
+	CodeSignatureInvalid       = "signature_invalid"        // 401: the signature is not the store's over this request
+	CodeStoreUnknown           = "store_unknown"            // 401: no secret for the X-Posgate-Store store
+	CodeTimestampSkew          = "timestamp_skew"           // 401: X-Posgate-Timestamp is too far from HQ's clock
+	CodeStoreMismatch          = "store_mismatch"           // 403: the body's store is not the signing store
+	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch" // 400: Idempotency-Key is not the body's batch_id
+	CodeBodyTooLarge           = "body_too_large"           // 413: the body is over MaxBatchBytes
+	CodeJSONInvalid            = "json_invalid"             // 400: not one strict JSON Batch
+	CodeBodyIncomplete         = "body_incomplete"          // 408: the body did not arrive whole; send it again
+	// CodeBatchInvalid (400, perr.Invalid): a rule of the batch is broken, or the batch
+	// cannot be stored as it is (no store or id, an unknown payment method, ...); the
+	// detail names the row.
+	CodeBatchInvalid = "batch_invalid"
+	// CodeBatchIDReused (422, perr.Conflict): the batch id was stored before with other
+	// content; the original stands. An uploader that meets it for a batch it recorded
+	// itself shares its batch ids with another state (restored from a backup).
+	CodeBatchIDReused = "batch_id_reused"
+	// CodeRowConflict (409, perr.Conflict): a row's (store, terminal, seq) is stored with
+	// another hash; nothing of the batch is stored.
+	CodeRowConflict      = "row_conflict"
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeNotFound         = "not_found"          // 404: no such path
+	CodeInternal         = "internal"           // 500: HQ failed; retry later
+)
