@@ -11,7 +11,6 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/store"
 )
 
 // Record is one event decided by the store, to be committed to the ledger.
@@ -103,10 +102,11 @@ type Outcome struct {
 //
 // The group is first decided in memory against what the ledger holds (read with a few
 // multi-key queries) and written table by table with multi-row statements: a dozen
-// statements per 64 records instead of about 16 per sale. If SQLite refuses any of those writes (a
-// constraint the staging did not foresee, an I/O error), that transaction is rolled back and
-// the group is stored again record by record, each in its own savepoint, which tells a bad
-// record (Outcome.Err) from a failed commit.
+// statements per 64 records instead of about a dozen per sale. If SQLite refuses any of
+// those writes (a constraint the staging did not foresee, an I/O error), that transaction is
+// rolled back and the group is stored again record by record, each in its own savepoint,
+// which tells a bad record (Outcome.Err) from a failed commit. Both ways decide a record with
+// the same rules (settled, decide and the rules they call), against a different state.
 //
 // The error is non-nil only when the transaction as a whole failed; then nothing committed.
 func (l *Ledger) Commit(ctx context.Context, recs []Record) ([]Outcome, error) {
@@ -166,65 +166,6 @@ func (l *Ledger) transact(ctx context.Context, fn func(w *writer) error) (fnErr,
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return nil, nil
-}
-
-// commitEach stores the records one by one, each inside its own savepoint, then flags the
-// refunds the ledger does not cover (checkRefunds).
-func (l *Ledger) commitEach(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
-	for i := range recs {
-		r := recs[i] // a copy: checkRecord may fill in its payload
-		o, err := l.commitOne(ctx, w, &r, nowMs)
-		if err != nil {
-			return fmt.Errorf("commit %s: %w", wire.Key(recs[i].Terminal, recs[i].Seq), err)
-		}
-		out[i] = o
-	}
-	return w.checkRefunds(ctx, recs, out)
-}
-
-// commitOne stores one record inside a savepoint. A *perr.Error from apply rolls the record
-// back and becomes its Outcome.Err; any other error fails the whole commit.
-func (l *Ledger) commitOne(ctx context.Context, w *writer, r *Record, nowMs int64) (Outcome, error) {
-	if err := checkRecord(r); err != nil {
-		return Outcome{Err: err}, nil
-	}
-	prior, found, err := w.lookup(ctx, r.Terminal, r.Seq)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if found && prior.Final {
-		if prior.Hash != r.Hash {
-			o, args := l.conflict(r, nowMs)
-			return o, w.exec(ctx, parkConflict, args...)
-		}
-		o := prior.outcome()
-		o.Duplicate = true
-		return o, nil
-	}
-	if r.OtherContent {
-		return Outcome{Undecided: true}, nil
-	}
-	if err := w.exec(ctx, `SAVEPOINT record`); err != nil {
-		return Outcome{}, err
-	}
-	o, err := l.apply(ctx, w, r, found, nowMs)
-	if err != nil {
-		var pe *perr.Error
-		if !errors.As(err, &pe) {
-			return Outcome{}, err
-		}
-		if err := w.exec(ctx, `ROLLBACK TO record`); err != nil {
-			return Outcome{}, err
-		}
-		if err := w.exec(ctx, `RELEASE record`); err != nil {
-			return Outcome{}, err
-		}
-		return Outcome{Err: pe}, nil
-	}
-	if err := w.exec(ctx, `RELEASE record`); err != nil {
-		return Outcome{}, err
-	}
-	return o, nil
 }
 
 // conflict answers a record whose key the ledger holds final with other content: the
@@ -289,6 +230,52 @@ func checkRecord(r *Record) error {
 	return nil
 }
 
+// entry is one record on its way through a commit, either way: a copy of it (checkRecord may
+// fill in its payload), checked, with the payload of an accepted sale, refund or day close
+// decoded and validated.
+type entry struct {
+	r        Record
+	err      error // from checkRecord: the record cannot be stored
+	sale     *wire.SalePayload
+	refund   *wire.RefundPayload
+	dayClose *wire.DayClosePayload
+	perr     error // from payloadOf: the accepted record cannot be stored
+}
+
+// init makes e the entry of r.
+func (e *entry) init(r Record) {
+	*e = entry{r: r}
+	if e.err = checkRecord(&e.r); e.err != nil || e.r.Status != wire.AckAccepted {
+		return
+	}
+	switch e.r.Kind {
+	case wire.KindSale:
+		e.sale, e.perr = payloadOf(e.r.Sale, &e.r)
+	case wire.KindRefund:
+		e.refund, e.perr = payloadOf(e.r.Refund, &e.r)
+	case wire.KindDayClose:
+		e.dayClose, e.perr = payloadOf(e.r.DayClose, &e.r)
+	}
+}
+
+// eventKey is an idempotency key.
+type eventKey struct {
+	terminal string
+	seq      int64
+}
+
+// flowKey is a flow number of a business date.
+type flowKey struct {
+	date string
+	flow int64
+}
+
+// known is what the ledger holds for a key, as a commit sees it.
+type known struct {
+	Stored
+	row int // index of its staged events row (stage), or -1 when it is in the ledger already
+}
+
 // decision is what the ledger writes to the events row and answers.
 type decision struct {
 	status   wire.AckStatus
@@ -306,13 +293,34 @@ func (d *decision) outcome() Outcome {
 		BusinessDate: d.date, Oversold: d.oversold}
 }
 
-// apply writes one record; a *perr.Error means the record cannot be stored.
-func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, nowMs int64) (Outcome, error) {
-	if replace {
-		if err := w.exec(ctx, deleteNonFinal, r.Terminal, r.Seq); err != nil {
-			return Outcome{}, err
+// settled answers a record without applying any rule when its key decides it: a key
+// stored final answers a replay (Duplicate) or, for other content, a conflict whose content is
+// parked; an OtherContent record behind a key not stored final is Undecided. prior is what
+// the key holds (nil: nothing). done is false when the record is to be decided (decide).
+func (l *Ledger) settled(st state, e *entry, prior *known, nowMs int64) (o Outcome, done bool) {
+	r := &e.r
+	if prior != nil && prior.Final {
+		if prior.Hash != r.Hash {
+			o, args := l.conflict(r, nowMs)
+			st.rows().one(parkConflict, args...)
+			return o, true
 		}
+		o := prior.outcome()
+		o.Duplicate = true
+		return o, true
 	}
+	if r.OtherContent {
+		return Outcome{Undecided: true}, true
+	}
+	return Outcome{}, false
+}
+
+// decide applies the ledger's rules to a record that settled left to decide, in st: the
+// rules of its kind if it is accepted (sale, refund, dayClose), its parking if it is a final
+// refusal, and its events row, which replaces prior (a non-final record) if there is one. A
+// *perr.Error means the record cannot be stored; the rules return it before they change st.
+func (l *Ledger) decide(ctx context.Context, st state, e *entry, prior *known, nowMs int64) (Outcome, error) {
+	r := &e.r
 	d := decision{status: r.Status, final: r.Final, code: r.Code, message: r.Message}
 	switch r.Status {
 	case wire.AckAccepted:
@@ -328,30 +336,31 @@ func (l *Ledger) apply(ctx context.Context, w *writer, r *Record, replace bool, 
 	if payload == nil {
 		payload = []byte{}
 	}
-	var err error
 	if r.Status == wire.AckAccepted {
+		var err error
 		switch r.Kind {
 		case wire.KindSale:
-			err = w.sale(ctx, r, &d)
+			err = sale(ctx, st, e, &d)
 		case wire.KindRefund:
-			err = w.refund(ctx, r, &d)
+			err = refund(ctx, st, e, &d)
 		case wire.KindDayClose:
-			err = w.dayClose(ctx, r, &d)
+			err = dayClose(st, e, &d)
 		case wire.KindScan, wire.KindHeartbeat:
 		}
+		if err != nil {
+			return Outcome{}, err
+		}
 	} else if d.final {
-		err = w.exec(ctx, upsertParked, r.Terminal, r.Seq, r.Hash, string(r.Kind), d.code, d.message, payload, d.at,
+		st.rows().one(upsertParked, r.Terminal, r.Seq, r.Hash, string(r.Kind), d.code, d.message, payload, d.at,
 			nowMs, l.parkedDate(r.At, nowMs))
 	}
+	err := st.record(ctx, eventKey{r.Terminal, r.Seq}, prior,
+		Stored{Kind: r.Kind, Hash: r.Hash, Status: d.status, Final: d.final, Code: d.code, Message: d.message,
+			FlowNo: d.flowNo, BusinessDate: d.date, Oversold: d.oversold},
+		[]any{r.Terminal, r.Seq, string(r.Kind), r.Hash, d.at, d.date, r.Offline, string(d.status), d.final,
+			d.code, d.message, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0}, d.oversold, nowMs, payload})
 	if err != nil {
-		return Outcome{}, constraint(err)
-	}
-	err = w.exec(ctx, `INSERT INTO events (terminal, seq, kind, hash, at, business_date, offline, status, final,
-		code, message, flow_no, oversold, received_ms, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.Terminal, r.Seq, string(r.Kind), r.Hash, d.at, d.date, r.Offline, string(d.status), d.final,
-		d.code, d.message, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0}, d.oversold, nowMs, payload)
-	if err != nil {
-		return Outcome{}, constraint(err)
+		return Outcome{}, err
 	}
 	return d.outcome(), nil
 }
@@ -387,20 +396,4 @@ func payloadOf[T any, P interface {
 			perr.As(err).Message)
 	}
 	return p, nil
-}
-
-// sumBySKU adds up quantities per SKU, in the order the SKUs first appear.
-func sumBySKU(n int, line func(i int) (string, int64)) []store.Line {
-	out := make([]store.Line, 0, n)
-	at := make(map[string]int, n)
-	for i := 0; i < n; i++ {
-		sku, qty := line(i)
-		if j, ok := at[sku]; ok {
-			out[j].Qty += qty
-			continue
-		}
-		at[sku] = len(out)
-		out = append(out, store.Line{SKU: sku, Qty: qty})
-	}
-	return out
 }

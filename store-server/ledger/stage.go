@@ -4,53 +4,23 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
-	"github.com/posgate/posgate/internal/wire"
 )
 
 // The staged group commit (Commit's fast path). It reads what the group needs to know from the
 // ledger with a few multi-key queries (the events of its keys, the stock of its SKUs, the flow
-// numbers it names), decides every record in order in memory exactly as commitOne would
-// against the database, and writes the rows table by table, in record order, with multi-row
-// statements. Whatever commitOne answers from a statement that fails (a flow number taken, an
-// unreadable payload) the staging answers before it writes anything of the record; any other
-// failure makes Commit start over with commitEach.
+// numbers it names), decides every record in order in memory with the same rules as
+// commitOne (settled, decide: the stage is their state), and writes the rows table by table,
+// in record order, with multi-row statements. Whatever commitOne answers from a statement
+// that fails (a flow number taken, an unreadable payload) the rules answer before anything of
+// the record is staged; any other failure makes Commit start over with commitEach.
 
 // stagedFallbacks counts staged commits that had to start over record by record (for tests).
 var stagedFallbacks atomic.Int64
-
-// eventKey is an idempotency key.
-type eventKey struct {
-	terminal string
-	seq      int64
-}
-
-// flowKey is a flow number of a business date.
-type flowKey struct {
-	date string
-	flow int64
-}
-
-// known is what the ledger holds for a key, as the staging sees it.
-type known struct {
-	Stored
-	row int // index of its staged events row, or -1 when it is in the ledger already
-}
-
-// staged is one record on its way through the staged commit.
-type staged struct {
-	r        Record // a copy: checkRecord may fill in its payload
-	err      error  // from checkRecord
-	sale     *wire.SalePayload
-	refund   *wire.RefundPayload
-	dayClose *wire.DayClosePayload
-	perr     error // from decoding and validating the payload (payloadOf)
-}
 
 // stage is a group commit decided in memory.
 type stage struct {
@@ -64,18 +34,11 @@ type stage struct {
 	delta   map[string]int64    // SKU → Σ staged moves
 	flows   map[flowKey]bool    // flow numbers taken: those of the group's in the ledger, and staged
 	maxFlow map[string]int64    // business date → highest flow number in the ledger (when asked)
-	topFlow map[string]int64    // business date → highest flow number staged
+	top     map[string]int64    // business date → highest flow number staged
 
 	events  [][]any // rows of insEvents; nil when replaced within the group
 	deletes [][]any // non-final events of the ledger replaced by the group
-	singles []single
-	rows    map[*multi][]any // rows of the multi-row INSERTs, flattened
-}
-
-// single is one statement run on its own.
-type single struct {
-	query string
-	args  []any
+	rs      rowSet  // the rows the rules put
 }
 
 // commitStaged decides recs in memory, writes them, flags the refunds the ledger does not
@@ -84,32 +47,21 @@ type single struct {
 func (l *Ledger) commitStaged(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
 	s := &stage{l: l, w: w, nowMs: nowMs, keys: map[eventKey]*known{}, stock: map[string]int64{},
 		delta: map[string]int64{}, flows: map[flowKey]bool{}, maxFlow: map[string]int64{},
-		topFlow: map[string]int64{}, rows: map[*multi][]any{}}
-	items := make([]staged, len(recs))
+		top: map[string]int64{}, rs: rowSet{by: map[*multi][]any{}}}
+	entries := make([]entry, len(recs))
 	for i := range recs {
-		x := &items[i]
-		x.r = recs[i]
-		if x.err = checkRecord(&x.r); x.err == nil && x.r.Status == wire.AckAccepted {
-			switch x.r.Kind {
-			case wire.KindSale:
-				x.sale, x.perr = payloadOf(x.r.Sale, &x.r)
-			case wire.KindRefund:
-				x.refund, x.perr = payloadOf(x.r.Refund, &x.r)
-			case wire.KindDayClose:
-				x.dayClose, x.perr = payloadOf(x.r.DayClose, &x.r)
-			}
-		}
+		entries[i].init(recs[i])
 	}
-	if err := s.load(ctx, items); err != nil {
+	if err := s.load(ctx, entries); err != nil {
 		stagedFallbacks.Add(1)
 		return err
 	}
-	for i := range items {
-		out[i] = s.add(ctx, &items[i])
+	for i := range entries {
+		out[i] = s.add(ctx, &entries[i])
 		if out[i].Err != nil {
 			if pe := (*perr.Error)(nil); !errors.As(out[i].Err, &pe) {
 				stagedFallbacks.Add(1)
-				return out[i].Err // a read failed (maxFlow): not the record's fault
+				return out[i].Err // a read failed (topFlow): not the record's fault
 			}
 		}
 	}
@@ -126,7 +78,7 @@ func (l *Ledger) commitStaged(ctx context.Context, w *writer, recs []Record, out
 
 // load reads what the ledger holds for the group: the events of its keys, the stock of the
 // SKUs its sales and restocking refunds move, and which of the flow numbers it names are taken.
-func (s *stage) load(ctx context.Context, items []staged) error {
+func (s *stage) load(ctx context.Context, entries []entry) error {
 	var keys []any // terminal, seq, terminal, seq, …
 	flows := map[string][]any{}
 	var dates []string
@@ -137,8 +89,8 @@ func (s *stage) load(ctx context.Context, items []staged) error {
 			skus = append(skus, k)
 		}
 	}
-	for i := range items {
-		x := &items[i]
+	for i := range entries {
+		x := &entries[i]
 		if x.err != nil {
 			continue
 		}
@@ -220,242 +172,112 @@ func (s *stage) query(ctx context.Context, m *multi, fixed, keys []any, fn func(
 }
 
 // add decides one record as commitOne does, and stages its rows.
-func (s *stage) add(ctx context.Context, x *staged) Outcome {
-	if x.err != nil {
-		return Outcome{Err: x.err}
+func (s *stage) add(ctx context.Context, e *entry) Outcome {
+	if e.err != nil {
+		return Outcome{Err: e.err}
 	}
-	r := &x.r
-	k := eventKey{r.Terminal, r.Seq}
-	prior := s.keys[k]
-	if prior != nil && prior.Final {
-		if prior.Hash != r.Hash {
-			o, args := s.l.conflict(r, s.nowMs)
-			s.singles = append(s.singles, single{parkConflict, args})
-			return o
-		}
-		o := prior.outcome()
-		o.Duplicate = true
+	prior := s.keys[eventKey{e.r.Terminal, e.r.Seq}]
+	if o, done := s.l.settled(s, e, prior, s.nowMs); done {
 		return o
 	}
-	if r.OtherContent {
-		return Outcome{Undecided: true}
+	o, err := s.l.decide(ctx, s, e, prior, s.nowMs)
+	if err != nil {
+		return Outcome{Err: err}
 	}
-	d := decision{status: r.Status, final: r.Final, code: r.Code, message: r.Message}
-	switch r.Status {
-	case wire.AckAccepted:
-		d.final = true
-	case wire.AckRateLimited:
-		d.final = false
-	}
-	if !r.At.IsZero() {
-		d.date = s.l.BusinessDate(r.At)
-		d.at = r.At.UTC().Format(timeFormat)
-	}
-	payload := r.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	if r.Status == wire.AckAccepted {
-		var err error
-		switch r.Kind {
-		case wire.KindSale:
-			err = s.sale(ctx, x, &d)
-		case wire.KindRefund:
-			err = s.refund(ctx, x, &d)
-		case wire.KindDayClose:
-			err = s.dayCloseOf(x, &d)
-		}
-		if err != nil {
-			return Outcome{Err: err}
-		}
-	} else if d.final {
-		s.singles = append(s.singles, single{upsertParked,
-			[]any{r.Terminal, r.Seq, r.Hash, string(r.Kind), d.code, d.message, payload, d.at, s.nowMs,
-				s.l.parkedDate(r.At, s.nowMs)}})
-	}
-	// Written: replace what the key held (a non-final record), as commitOne's DELETE does.
-	if prior != nil {
-		if prior.row >= 0 {
-			s.events[prior.row] = nil
-		} else {
-			s.deletes = append(s.deletes, []any{r.Terminal, r.Seq})
-		}
-	}
-	s.keys[k] = &known{row: len(s.events), Stored: Stored{Kind: r.Kind, Hash: r.Hash, Status: d.status,
-		Final: d.final, Code: d.code, Message: d.message, FlowNo: d.flowNo, BusinessDate: d.date, Oversold: d.oversold}}
-	s.events = append(s.events, []any{r.Terminal, r.Seq, string(r.Kind), r.Hash, d.at, d.date, r.Offline,
-		string(d.status), d.final, d.code, d.message, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0},
-		d.oversold, s.nowMs, payload})
-	return d.outcome()
+	return o
 }
 
-// sale stages an accepted sale as writer.sale writes it. Everything that can refuse the
-// record comes before anything is staged.
-func (s *stage) sale(ctx context.Context, x *staged, d *decision) error {
-	if x.perr != nil {
-		return x.perr
-	}
-	r, p := &x.r, x.sale
-	need := sumBySKU(len(p.Lines), func(i int) (string, int64) { return p.Lines[i].SKU, p.Lines[i].Qty })
-	if r.CheckStock && !r.Offline {
-		for _, ln := range need {
-			if have := s.stock[ln.SKU]; have < ln.Qty {
-				d.status, d.final, d.code = wire.AckRejected, false, CodeOutOfStock
-				d.message = fmt.Sprintf("sku %q: %d in stock, the sale needs %d", ln.SKU, have, ln.Qty)
-				return nil
-			}
-		}
-	}
-	if err := s.takeFlow(ctx, r, d); err != nil {
-		return err
-	}
-	for _, ln := range need { // the sale's lines are its stock movement (view stock_flow)
-		if after := s.take(ln.SKU, -ln.Qty); after < 0 {
-			d.oversold = true
-			s.add1(insOversells, r.Terminal, r.Seq, ln.SKU, min(ln.Qty, -after), d.at, d.date)
-		}
-	}
-	d.oversold = d.oversold || r.Oversold
-	s.add1(insSales, r.Terminal, r.Seq, p.SaleID, d.at, d.date, d.flowNo, int64(p.Total), int64(p.Change),
-		r.Offline, d.oversold)
-	for i, ln := range p.Lines {
-		s.add1(insSaleLines, r.Terminal, r.Seq, i+1, ln.Line, ln.SKU, ln.Name, ln.Qty, int64(ln.UnitPrice),
-			int64(ln.Amount))
-	}
-	for i, pm := range p.Payments {
-		s.add1(insPayments, d.date, d.flowNo, i+1, r.Terminal, r.Seq, pm.Method, int64(pm.Amount), pm.Reference)
-	}
-	s.outbox(r, d, d.date)
-	return nil
-}
+// The stage as the rules' state: the ledger as load read it, changed by the records staged
+// before.
 
-// refund stages an accepted refund as writer.refund writes it.
-func (s *stage) refund(ctx context.Context, x *staged, d *decision) error {
-	if x.perr != nil {
-		return x.perr
-	}
-	r, p := &x.r, x.refund
-	if err := s.takeFlow(ctx, r, d); err != nil {
-		return err
-	}
-	s.add1(insRefunds, r.Terminal, r.Seq, p.RefundID, p.SaleID, p.SaleSeq, d.at, d.date, d.flowNo,
-		int64(p.Amount), p.Method, p.Reference, p.Restock)
-	for i, ln := range p.Lines {
-		s.add1(insRefundLines, r.Terminal, r.Seq, i+1, ln.Line, ln.SKU, ln.Qty, int64(ln.Amount))
-	}
-	if p.Restock {
-		ref := wire.Key(r.Terminal, r.Seq)
-		back := sumBySKU(len(p.Lines), func(i int) (string, int64) { return p.Lines[i].SKU, p.Lines[i].Qty })
-		for _, ln := range back {
-			s.move(ln.SKU, ln.Qty, ReasonRefund, ref, d.at)
-		}
-	}
-	s.outbox(r, d, d.date)
-	return nil
-}
+func (s *stage) stockOf(_ context.Context, sku string) (int64, error) { return s.stock[sku], nil }
 
-// dayCloseOf stages an accepted day close as writer.dayClose writes it.
-func (s *stage) dayCloseOf(x *staged, d *decision) error {
-	if x.perr != nil {
-		return x.perr
-	}
-	r, p := &x.r, x.dayClose
-	s.singles = append(s.singles, single{upsertDayClose, []any{r.Terminal, p.BusinessDate, r.Seq, r.Payload}})
-	s.outbox(r, d, p.BusinessDate)
-	return nil
-}
-
-// takeFlow takes the record's flow number (the date's highest + 1 when it brings none), or
-// refuses the record as writer.takeFlow does when the number is taken.
-func (s *stage) takeFlow(ctx context.Context, r *Record, d *decision) error {
-	flow := r.FlowNo
-	if flow == 0 {
-		top, ok := s.maxFlow[d.date]
-		if !ok {
-			st, err := s.w.stmt(ctx, selMaxFlow)
-			if err != nil {
-				return err
-			}
-			if err := st.QueryRowContext(ctx, d.date).Scan(&top); err != nil {
-				return err
-			}
-			s.maxFlow[d.date] = top
-		}
-		flow = max(top, s.topFlow[d.date]) + 1
-	}
-	k := flowKey{d.date, flow}
-	if s.flows[k] {
-		return perr.New(perr.Conflict, CodeFlowClash, "flow number %d of %s is already taken", flow, d.date)
-	}
-	s.flows[k] = true
-	s.topFlow[d.date] = max(s.topFlow[d.date], flow)
-	d.flowNo = flow
-	return nil
-}
-
-// take stages a change of a SKU's stock and returns the SKU's quantity after it.
-func (s *stage) take(sku string, delta int64) int64 {
+// take stages a change of a SKU's stock.
+func (s *stage) take(_ context.Context, sku string, delta int64) (int64, error) {
 	if _, ok := s.delta[sku]; !ok {
 		s.skus = append(s.skus, sku)
 	}
 	s.delta[sku] += delta
 	s.stock[sku] += delta
-	return s.stock[sku]
+	return s.stock[sku], nil
 }
 
-// move stages a stock move (not a sale's) and returns the SKU's quantity after it.
-func (s *stage) move(sku string, delta int64, reason, ref, at string) int64 {
-	s.add1(insMoves, sku, delta, reason, ref, at)
-	return s.take(sku, delta)
+// topFlow reads a date's highest flow number in the ledger once, and counts those staged.
+func (s *stage) topFlow(ctx context.Context, date string) (int64, error) {
+	top, ok := s.maxFlow[date]
+	if !ok {
+		st, err := s.w.stmt(ctx, selMaxFlow)
+		if err != nil {
+			return 0, err
+		}
+		if err := st.QueryRowContext(ctx, date).Scan(&top); err != nil {
+			return 0, err
+		}
+		s.maxFlow[date] = top
+	}
+	return max(top, s.top[date]), nil
 }
 
-// outbox stages the record's hq_outbox row.
-func (s *stage) outbox(r *Record, d *decision, date string) {
-	s.add1(insOutbox, string(r.Kind), r.Terminal, r.Seq, date, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0})
+// flowTaken knows the ledger's flow numbers that the group's records name (load), and those
+// staged. A number topFlow gave is above the ledger's.
+func (s *stage) flowTaken(_ context.Context, f flowKey) (bool, error) { return s.flows[f], nil }
+
+func (s *stage) claimFlow(f flowKey) {
+	s.flows[f] = true
+	s.top[f.date] = max(s.top[f.date], f.flow)
 }
 
-// add1 stages one row of m.
-func (s *stage) add1(m *multi, args ...any) { s.rows[m] = append(s.rows[m], args...) }
+func (s *stage) rows() *rowSet { return &s.rs }
 
-// flush writes the staged rows: first the replaced events out, then each table in record
-// order (so AUTOINCREMENT ids follow the records, as hq_outbox's order must), the stock last.
+// record stages the events row, in place of prior: a row staged before is dropped, a row of
+// the ledger deleted when the group is written.
+func (s *stage) record(_ context.Context, k eventKey, prior *known, st Stored, row []any) error {
+	if prior != nil {
+		if prior.row >= 0 {
+			s.events[prior.row] = nil
+		} else {
+			s.deletes = append(s.deletes, []any{k.terminal, k.seq})
+		}
+	}
+	s.keys[k] = &known{Stored: st, row: len(s.events)}
+	s.events = append(s.events, row)
+	return nil
+}
+
+// flush writes the staged rows: first the replaced events out, then the rules' rows
+// (rowSet.write), the events and the stock last, as Σ deltas per SKU.
 func (s *stage) flush(ctx context.Context) error {
 	for _, a := range s.deletes {
 		if err := s.w.exec(ctx, deleteNonFinal, a...); err != nil {
 			return err
 		}
 	}
-	for _, m := range []*multi{insMoves, insOversells, insSales, insSaleLines, insPayments,
-		insRefunds, insRefundLines} {
-		if err := s.insert(ctx, m, s.rows[m]); err != nil {
-			return err
-		}
-	}
-	for _, x := range s.singles {
-		if err := s.w.exec(ctx, x.query, x.args...); err != nil {
-			return err
-		}
-	}
-	if err := s.insert(ctx, insOutbox, s.rows[insOutbox]); err != nil {
+	if err := s.rs.write(ctx, s.w); err != nil {
 		return err
 	}
 	var events []any
 	for _, e := range s.events {
 		events = append(events, e...) // nil: replaced within the group
 	}
-	if err := s.insert(ctx, insEvents, events); err != nil {
+	if err := s.w.insert(ctx, insEvents, events); err != nil {
 		return err
 	}
 	stock := make([]any, 0, 2*len(s.skus))
 	for _, sku := range s.skus {
 		stock = append(stock, sku, s.delta[sku])
 	}
-	return s.insert(ctx, upsStock, stock)
+	return s.w.insert(ctx, upsStock, stock)
 }
 
-// insert writes the flattened rows of m.
-func (s *stage) insert(ctx context.Context, m *multi, rows []any) error {
-	return m.chunks(len(rows)/m.width, func(query string, from, to int) error {
-		return s.w.exec(ctx, query, rows[from*m.width:to*m.width]...)
-	})
-}
+// The statements only the stage runs.
+var (
+	// Σ deltas per SKU, as commitOne's one upsert per stock change adds them up.
+	upsStock = newInsert("stock", "sku, qty", " ON CONFLICT (sku) DO UPDATE SET qty = qty + excluded.qty")
+
+	selEvents = newMulti(`SELECT terminal, seq, kind, hash, status, final, code, message, coalesce(flow_no, 0),
+		business_date, oversold FROM events WHERE (terminal, seq) IN (VALUES `, "(?, ?)", ")")
+	selStock = newMulti(`SELECT sku, qty FROM stock WHERE sku IN (`, "?", ")")
+	// flow_no IN (…) and flow_no = ? imply flow_no IS NOT NULL: SQLite then seeks in the
+	// partial index events_flow (spelled out, the term turned the seeks into a range scan).
+	selFlows = newMulti(`SELECT flow_no FROM events WHERE business_date = ? AND flow_no IN (`, "?", ")")
+)

@@ -9,151 +9,65 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/store"
 )
 
-// sale writes an accepted sale, or turns d into an out-of-stock refusal (CheckStock).
-func (w *writer) sale(ctx context.Context, r *Record, d *decision) error {
-	p, err := payloadOf(r.Sale, r)
-	if err != nil {
-		return err
-	}
-	need := sumBySKU(len(p.Lines), func(i int) (string, int64) { return p.Lines[i].SKU, p.Lines[i].Qty })
-	if r.CheckStock && !r.Offline {
-		sku, have, want, err := w.shortage(ctx, need)
+// commitEach stores the records one by one, each inside its own savepoint, then flags the
+// refunds the ledger does not cover (checkRefunds). It is Commit's fallback when a staged
+// write fails: a savepoint per record tells a record SQLite refuses (its Outcome.Err) from a
+// commit that fails.
+func (l *Ledger) commitEach(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
+	var e entry
+	for i := range recs {
+		e.init(recs[i])
+		o, err := l.commitOne(ctx, w, &e, nowMs)
 		if err != nil {
-			return err
+			return fmt.Errorf("commit %s: %w", wire.Key(recs[i].Terminal, recs[i].Seq), err)
 		}
-		if sku != "" {
-			d.status, d.final, d.code = wire.AckRejected, false, CodeOutOfStock
-			d.message = fmt.Sprintf("sku %q: %d in stock, the sale needs %d", sku, have, want)
-			return nil
-		}
+		out[i] = o
 	}
-	if err := w.takeFlow(ctx, r, d); err != nil {
-		return err
-	}
-	for _, ln := range need { // the sale's lines are its stock movement (view stock_flow)
-		after, err := w.stock(ctx, ln.SKU, -ln.Qty)
-		if err != nil {
-			return err
-		}
-		if after < 0 {
-			d.oversold = true
-			if err := w.exec(ctx, `INSERT INTO oversells (terminal, seq, sku, qty_short, at, business_date)
-				VALUES (?, ?, ?, ?, ?, ?)`, r.Terminal, r.Seq, ln.SKU, min(ln.Qty, -after), d.at, d.date); err != nil {
-				return err
-			}
-		}
-	}
-	d.oversold = d.oversold || r.Oversold
-	if err := w.exec(ctx, `INSERT INTO sales (terminal, seq, sale_id, at, business_date, flow_no, total, change,
-		offline, oversold) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Terminal, r.Seq, p.SaleID, d.at, d.date,
-		d.flowNo, int64(p.Total), int64(p.Change), r.Offline, d.oversold); err != nil {
-		return err
-	}
-	for i, ln := range p.Lines {
-		if err := w.exec(ctx, `INSERT INTO sale_lines (terminal, seq, n, line, sku, name, qty, unit_price, amount)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Terminal, r.Seq, i+1, ln.Line, ln.SKU, ln.Name, ln.Qty,
-			int64(ln.UnitPrice), int64(ln.Amount)); err != nil {
-			return err
-		}
-	}
-	for i, pm := range p.Payments {
-		if err := w.exec(ctx, `INSERT INTO payments (business_date, flow_no, n, terminal, seq, method, amount, reference)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, d.date, d.flowNo, i+1, r.Terminal, r.Seq, pm.Method, int64(pm.Amount),
-			pm.Reference); err != nil {
-			return err
-		}
-	}
-	return w.outbox(ctx, r, d, d.date)
+	return w.checkRefunds(ctx, recs, out)
 }
 
-// shortage returns the first SKU of need that the stock does not cover ("" if all are).
-func (w *writer) shortage(ctx context.Context, need []store.Line) (sku string, have, want int64, err error) {
-	for _, ln := range need {
-		var qty int64
-		err := w.scan(ctx, `SELECT qty FROM stock WHERE sku = ?`, []any{ln.SKU}, &qty)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return "", 0, 0, err
-		}
-		if qty < ln.Qty {
-			return ln.SKU, qty, ln.Qty, nil
-		}
+// commitOne stores one record: settled or decided, and its rows written at once (flush),
+// the decision inside a savepoint. A *perr.Error from deciding or writing it (a SQLite
+// constraint becomes one) rolls the record back and becomes its Outcome.Err; any other error
+// fails the whole commit.
+func (l *Ledger) commitOne(ctx context.Context, w *writer, e *entry, nowMs int64) (Outcome, error) {
+	if e.err != nil {
+		return Outcome{Err: e.err}, nil
 	}
-	return "", 0, 0, nil
-}
-
-// takeFlow records the record's flow number on its business date, allocating the date's
-// highest + 1 when the record brings none.
-func (w *writer) takeFlow(ctx context.Context, r *Record, d *decision) error {
-	flow := r.FlowNo
-	if flow == 0 {
-		if err := w.scan(ctx, selMaxFlow, []any{d.date}, &flow); err != nil {
-			return err
-		}
-		flow++
-	}
-	var taken int
-	if err := w.scan(ctx, selFlowTaken, []any{d.date, flow}, &taken); err != nil {
-		return err
-	}
-	if taken > 0 {
-		return perr.New(perr.Conflict, CodeFlowClash, "flow number %d of %s is already taken", flow, d.date)
-	}
-	d.flowNo = flow // unique through the record's events row (index events_flow)
-	return nil
-}
-
-// refund writes an accepted refund and, if it restocks, its stock moves.
-func (w *writer) refund(ctx context.Context, r *Record, d *decision) error {
-	p, err := payloadOf(r.Refund, r)
+	prior, err := w.prior(ctx, e.r.Terminal, e.r.Seq)
 	if err != nil {
-		return err
+		return Outcome{}, err
 	}
-	if err := w.takeFlow(ctx, r, d); err != nil {
-		return err
+	if o, done := l.settled(w, e, prior, nowMs); done {
+		return o, w.flush(ctx) // a conflict's parking
 	}
-	if err := w.exec(ctx, `INSERT INTO refunds (terminal, seq, refund_id, sale_id, sale_seq, at, business_date,
-		flow_no, amount, method, reference, restock) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.Terminal, r.Seq, p.RefundID, p.SaleID, p.SaleSeq, d.at, d.date, d.flowNo, int64(p.Amount), p.Method,
-		p.Reference, p.Restock); err != nil {
-		return err
+	if err := w.exec(ctx, `SAVEPOINT record`); err != nil {
+		return Outcome{}, err
 	}
-	for i, ln := range p.Lines {
-		if err := w.exec(ctx, `INSERT INTO refund_lines (terminal, seq, n, line, sku, qty, amount)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, r.Terminal, r.Seq, i+1, ln.Line, ln.SKU, ln.Qty, int64(ln.Amount)); err != nil {
-			return err
-		}
+	o, err := l.decide(ctx, w, e, prior, nowMs)
+	if err == nil {
+		err = w.flush(ctx)
 	}
-	if p.Restock {
-		ref := wire.Key(r.Terminal, r.Seq)
-		back := sumBySKU(len(p.Lines), func(i int) (string, int64) { return p.Lines[i].SKU, p.Lines[i].Qty })
-		for _, ln := range back {
-			if _, err := w.move(ctx, ln.SKU, ln.Qty, ReasonRefund, ref, d.at); err != nil {
-				return err
-			}
-		}
-	}
-	return w.outbox(ctx, r, d, d.date)
-}
-
-// dayClose records a terminal's declared totals for the day its payload names.
-func (w *writer) dayClose(ctx context.Context, r *Record, d *decision) error {
-	p, err := payloadOf(r.DayClose, r)
 	if err != nil {
-		return err
+		w.discard()
+		var pe *perr.Error
+		if !errors.As(constraint(err), &pe) {
+			return Outcome{}, err
+		}
+		if err := w.exec(ctx, `ROLLBACK TO record`); err != nil {
+			return Outcome{}, err
+		}
+		if err := w.exec(ctx, `RELEASE record`); err != nil {
+			return Outcome{}, err
+		}
+		return Outcome{Err: pe}, nil
 	}
-	if err := w.exec(ctx, upsertDayClose, r.Terminal, p.BusinessDate, r.Seq, r.Payload); err != nil {
-		return err
+	if err := w.exec(ctx, `RELEASE record`); err != nil {
+		return Outcome{}, err
 	}
-	return w.outbox(ctx, r, d, p.BusinessDate)
-}
-
-// outbox queues an accepted event for headquarters.
-func (w *writer) outbox(ctx context.Context, r *Record, d *decision, date string) error {
-	return w.exec(ctx, `INSERT INTO hq_outbox (kind, terminal, seq, business_date, flow_no) VALUES (?, ?, ?, ?, ?)`,
-		string(r.Kind), r.Terminal, r.Seq, date, sql.NullInt64{Int64: d.flowNo, Valid: d.flowNo > 0})
+	return o, nil
 }
 
 // writer runs the statements of one write transaction. A group commit runs the same few
@@ -164,6 +78,10 @@ type writer struct {
 	tx     *sql.Tx
 	stmts  map[string]*sql.Stmt
 	missed []string // statements prepared inside tx, to prepare on the connection afterwards
+
+	// The record commitOne decides (as state): the rows its rules put, and its events row.
+	rs    rowSet
+	event []any
 }
 
 func (l *Ledger) newWriter(tx *sql.Tx) *writer {
@@ -223,12 +141,17 @@ func (w *writer) each(ctx context.Context, query string, args []any, fn func(*sq
 	return sqlitedb.EachRow(s.QueryContext(ctx, args...))(fn)
 }
 
-func (w *writer) lookup(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
+// prior returns what the ledger holds under a key, nil if nothing.
+func (w *writer) prior(ctx context.Context, terminal string, seq int64) (*known, error) {
 	s, err := w.stmt(ctx, lookupQuery)
 	if err != nil {
-		return Stored{}, false, err
+		return nil, err
 	}
-	return scanStored(s.QueryRowContext(ctx, terminal, seq))
+	st, found, err := scanStored(s.QueryRowContext(ctx, terminal, seq))
+	if err != nil || !found {
+		return nil, err
+	}
+	return &known{Stored: st, row: -1}, nil
 }
 
 // stock changes a SKU's stock by delta and returns the new quantity.
@@ -249,4 +172,73 @@ func (w *writer) move(ctx context.Context, sku string, delta int64, reason, ref,
 	err = w.exec(ctx, `INSERT INTO stock_moves (sku, delta, reason, ref, at) VALUES (?, ?, ?, ?, ?)`,
 		sku, delta, reason, ref, at)
 	return qty, err
+}
+
+// insert writes the flattened rows of m.
+func (w *writer) insert(ctx context.Context, m *multi, rows []any) error {
+	return m.chunks(len(rows)/m.width, func(query string, from, to int) error {
+		return w.exec(ctx, query, rows[from*m.width:to*m.width]...)
+	})
+}
+
+// The writer as the rules' state: the ledger as the transaction holds it, each read and
+// stock change one statement, the rows of a record written once it is decided (flush).
+
+func (w *writer) stockOf(ctx context.Context, sku string) (int64, error) { return w.qty(ctx, sku) }
+
+func (w *writer) take(ctx context.Context, sku string, delta int64) (int64, error) {
+	return w.stock(ctx, sku, delta)
+}
+
+func (w *writer) topFlow(ctx context.Context, date string) (int64, error) {
+	var top int64
+	err := w.scan(ctx, selMaxFlow, []any{date}, &top)
+	return top, err
+}
+
+func (w *writer) flowTaken(ctx context.Context, f flowKey) (bool, error) {
+	var taken int
+	err := w.scan(ctx, selFlowTaken, []any{f.date, f.flow}, &taken)
+	return taken > 0, err
+}
+
+// claimFlow takes nothing yet: the record's events row takes its flow number when written,
+// unique through the index events_flow.
+func (w *writer) claimFlow(flowKey) {}
+
+func (w *writer) rows() *rowSet {
+	if w.rs.by == nil {
+		w.rs.by = map[*multi][]any{}
+	}
+	return &w.rs
+}
+
+// record deletes prior at once and keeps the events row for flush.
+func (w *writer) record(ctx context.Context, k eventKey, prior *known, _ Stored, row []any) error {
+	if prior != nil {
+		if err := w.exec(ctx, deleteNonFinal, k.terminal, k.seq); err != nil {
+			return err
+		}
+	}
+	w.event = row
+	return nil
+}
+
+// flush writes the rows the rules put for the record, then its events row (if it has one).
+func (w *writer) flush(ctx context.Context) error {
+	if err := w.rs.write(ctx, w); err != nil {
+		return err
+	}
+	if w.event == nil {
+		return nil
+	}
+	row := w.event
+	w.event = nil
+	return w.exec(ctx, insEvents.shape(1), row...)
+}
+
+// discard drops what the record put and flush did not write.
+func (w *writer) discard() {
+	w.rs.reset()
+	w.event = nil
 }
