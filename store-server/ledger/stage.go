@@ -85,7 +85,7 @@ func (s *stage) load(ctx context.Context, entries []entry) error {
 	var skus []any
 	sku := func(k string) {
 		if _, ok := s.stock[k]; !ok {
-			s.stock[k] = 0 // no row: quantity 0, as commitOne's shortage reads it
+			s.stock[k] = 0 // no row: quantity 0, as the writer's stockOf reads it
 			skus = append(skus, k)
 		}
 	}
