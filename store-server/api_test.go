@@ -13,7 +13,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
@@ -70,10 +70,10 @@ func TestManagerAPI(t *testing.T) {
 	t.Run("healthz needs no token", func(t *testing.T) {
 		var h struct {
 			OK   bool        `json:"ok"`
-			Mode ingest.Mode `json:"mode"`
+			Mode client.Mode `json:"mode"`
 		}
 		status, _, b := srv.do(t, "GET", "/healthz", "", "", nil)
-		if err := json.Unmarshal(b, &h); status != http.StatusOK || err != nil || !h.OK || h.Mode != ingest.ModeRedis {
+		if err := json.Unmarshal(b, &h); status != http.StatusOK || err != nil || !h.OK || h.Mode != client.ModeRedis {
 			t.Fatalf("healthz: %d %s", status, b)
 		}
 	})
@@ -171,9 +171,9 @@ func TestManagerAPI(t *testing.T) {
 	})
 
 	t.Run("mode", func(t *testing.T) {
-		var m api.ModeAnswer
+		var m client.ModeAnswer
 		srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
-		if m.Mode != ingest.ModeRedis {
+		if m.Mode != client.ModeRedis {
 			t.Fatalf("mode %q, want redis", m.Mode)
 		}
 	})
@@ -292,20 +292,20 @@ func TestManagerAPI(t *testing.T) {
 			status int
 			code   string
 		}{
-			{"same id other delta", adjust(api.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 101, Reason: "opening"}),
+			{"same id other delta", adjust(client.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 101, Reason: "opening"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"same id other sku", adjust(api.AdjustRequest{ID: "open-A1", SKU: "B2", Delta: 100, Reason: "opening"}),
+			{"same id other sku", adjust(client.AdjustRequest{ID: "open-A1", SKU: "B2", Delta: 100, Reason: "opening"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"same id other reason", adjust(api.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 100, Reason: "adjust"}),
+			{"same id other reason", adjust(client.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 100, Reason: "adjust"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"unknown sku", adjust(api.AdjustRequest{ID: "x-1", SKU: "ZZ", Delta: 1}), http.StatusNotFound, ingest.CodeUnknownSKU},
-			{"zero delta", adjust(api.AdjustRequest{ID: "x-2", SKU: "A1", Delta: 0}), http.StatusBadRequest, "delta_zero"},
-			{"missing id", adjust(api.AdjustRequest{SKU: "A1", Delta: 1}), http.StatusBadRequest, "adjustment_id_required"},
-			{"id too long", adjust(api.AdjustRequest{ID: strings.Repeat("i", 129), SKU: "A1", Delta: 1}),
+			{"unknown sku", adjust(client.AdjustRequest{ID: "x-1", SKU: "ZZ", Delta: 1}), http.StatusNotFound, ingest.CodeUnknownSKU},
+			{"zero delta", adjust(client.AdjustRequest{ID: "x-2", SKU: "A1", Delta: 0}), http.StatusBadRequest, "delta_zero"},
+			{"missing id", adjust(client.AdjustRequest{SKU: "A1", Delta: 1}), http.StatusBadRequest, "adjustment_id_required"},
+			{"id too long", adjust(client.AdjustRequest{ID: strings.Repeat("i", 129), SKU: "A1", Delta: 1}),
 				http.StatusBadRequest, "adjustment_id_required"},
-			{"bad reason", adjust(api.AdjustRequest{ID: "x-3", SKU: "A1", Delta: 1, Reason: "theft"}),
+			{"bad reason", adjust(client.AdjustRequest{ID: "x-3", SKU: "A1", Delta: 1, Reason: "theft"}),
 				http.StatusBadRequest, "reason_invalid"},
-			{"delta beyond the bound", adjust(api.AdjustRequest{ID: "x-4", SKU: "A1", Delta: ledger.MaxAdjust + 1}),
+			{"delta beyond the bound", adjust(client.AdjustRequest{ID: "x-4", SKU: "A1", Delta: ledger.MaxAdjust + 1}),
 				http.StatusBadRequest, ledger.CodeAdjustmentInvalid},
 			{"unknown field", []byte(`{"id":"x-5","sku":"A1","delta":1,"note":"hi"}`), http.StatusBadRequest, "json_invalid"},
 			{"delta as a string", []byte(`{"id":"x-6","sku":"A1","delta":"1"}`), http.StatusBadRequest, "json_invalid"},
@@ -315,7 +315,7 @@ func TestManagerAPI(t *testing.T) {
 			srv.problem(t, tc.name, "POST", "/v1/stock/adjust", biToken, "application/json", tc.body, tc.status, tc.code)
 		}
 		srv.problem(t, "adjust without token", "POST", "/v1/stock/adjust", "", "application/json",
-			adjust(api.AdjustRequest{ID: "x-7", SKU: "A1", Delta: 1000}), http.StatusUnauthorized, "unauthorized")
+			adjust(client.AdjustRequest{ID: "x-7", SKU: "A1", Delta: 1000}), http.StatusUnauthorized, "unauthorized")
 
 		rows := srv.stock(t)
 		want := map[string]int64{"A1": 93, "B2": 50, "C3": 8}
@@ -447,7 +447,7 @@ func TestManagerAPI(t *testing.T) {
 		}
 
 		start := time.Now()
-		srv.mustJSON(t, "POST", "/v1/promo", api.PromoRequest{Percent: 200, For: "1s"}, &l)
+		srv.mustJSON(t, "POST", "/v1/promo", client.PromoRequest{Percent: 200, For: "1s"}, &l)
 		if l.PromoPercent != 200 || l.PromoExpiresInMs <= 0 || l.PromoExpiresInMs > 1000 {
 			t.Fatalf("promo 200%% for 1s answered %+v", l)
 		}
@@ -475,12 +475,12 @@ func TestManagerAPI(t *testing.T) {
 			srv.problem(t, "date "+d, "GET", "/v1/totals?date="+d, biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
 		}
 		var out struct {
-			BusinessDate string               `json:"business_date"`
-			Mode         ingest.Mode          `json:"mode"`
-			Terminals    []api.TerminalTotals `json:"terminals"`
+			BusinessDate string                  `json:"business_date"`
+			Mode         client.Mode             `json:"mode"`
+			Terminals    []client.TerminalTotals `json:"terminals"`
 		}
 		srv.mustJSON(t, "GET", "/v1/totals?date=2026-03-01", nil, &out)
-		if out.BusinessDate != "2026-03-01" || out.Mode != ingest.ModeRedis || out.Terminals == nil || len(out.Terminals) != 0 {
+		if out.BusinessDate != "2026-03-01" || out.Mode != client.ModeRedis || out.Terminals == nil || len(out.Terminals) != 0 {
 			t.Fatalf("totals of a quiet day: %+v", out)
 		}
 		loc, err := time.LoadLocation(biTZ)
@@ -521,7 +521,7 @@ func TestManagerAPI(t *testing.T) {
 		}
 		// proof=0 (the dashboard's poll) leaves out the proof from the whole history.
 		var quick struct {
-			Stock []api.StockRow `json:"stock"`
+			Stock []client.StockRow `json:"stock"`
 		}
 		srv.mustJSON(t, "GET", "/v1/stock?proof=0", nil, &quick)
 		if len(quick.Stock) != len(rows) {

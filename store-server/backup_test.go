@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -37,7 +37,7 @@ func TestBackupRestores(t *testing.T) {
 	// compared here).
 	b2Now := func() int64 {
 		var out struct {
-			Stock []api.StockRow `json:"stock"`
+			Stock []client.StockRow `json:"stock"`
 		}
 		srv.mustJSON(t, "GET", "/v1/stock?proof=0", nil, &out)
 		for _, r := range out.Stock {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
@@ -147,12 +147,12 @@ type biRun struct {
 	date string
 
 	mu       sync.Mutex
-	counters map[string]*store.Counters // terminal → expected day totals
-	moved    map[string]int64           // sku → expected stock change by events
-	flows    map[string]int64           // key → flow number of an accepted sale or refund
-	flowKey  map[int64]string           // flow number → key (flow numbers never repeat)
-	parked   map[string]string          // key → code of an expected parked event
-	counted  map[string]bool            // keys whose sale or refund is in the expectations
+	counters map[string]*client.Counters // terminal → expected day totals
+	moved    map[string]int64            // sku → expected stock change by events
+	flows    map[string]int64            // key → flow number of an accepted sale or refund
+	flowKey  map[int64]string            // flow number → key (flow numbers never repeat)
+	parked   map[string]string           // key → code of an expected parked event
+	counted  map[string]bool             // keys whose sale or refund is in the expectations
 }
 
 // openStore imports biCatalogCSV and books each SKU's opening stock (biOpening).
@@ -178,7 +178,7 @@ func biStartRun(t *testing.T, srv *biServer) *biRun {
 	at := time.Now().In(loc).Add(-time.Minute).Truncate(time.Millisecond)
 	r := &biRun{
 		srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
-		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
+		counters: map[string]*client.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
 		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{},
 	}
 	r.warmUp(t)
@@ -345,7 +345,7 @@ func (r *biRun) expect(wants []biWant, terminal string) {
 			r.counted[key] = true
 			c := r.counters[terminal]
 			if c == nil {
-				c = &store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+				c = &client.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 				r.counters[terminal] = c
 			}
 			if p := w.sale; p != nil {
@@ -949,19 +949,19 @@ func (r *biRun) checkLedger(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var totals struct {
-		BusinessDate string               `json:"business_date"`
-		Store        store.Counters       `json:"store"`
-		Terminals    []api.TerminalTotals `json:"terminals"`
+		BusinessDate string                  `json:"business_date"`
+		Store        client.Counters         `json:"store"`
+		Terminals    []client.TerminalTotals `json:"terminals"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/totals?date="+r.date, nil, &totals)
-	var whole store.Counters
+	var whole client.Counters
 	for _, c := range r.counters {
 		whole.Add(*c)
 	}
 	if whole.Sales == 0 || !totals.Store.Equal(whole) {
 		t.Errorf("totals of the store %+v, want %+v", totals.Store, whole)
 	}
-	got := map[string]api.TerminalTotals{}
+	got := map[string]client.TerminalTotals{}
 	for _, tt := range totals.Terminals {
 		got[tt.Terminal] = tt
 	}
@@ -996,7 +996,7 @@ func (r *biRun) checkLedger(t *testing.T) {
 	}
 
 	var parked struct {
-		Parked []ledger.Parked `json:"parked"`
+		Parked []client.Parked `json:"parked"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &parked)
 	gotParked := map[string]string{}
@@ -1018,7 +1018,7 @@ func (r *biRun) checkLedger(t *testing.T) {
 	// The manager resolves the first: it leaves the open list, and stays in all=1.
 	first := parked.Parked[0]
 	var resolved struct {
-		Parked  ledger.Parked `json:"parked"`
+		Parked  client.Parked `json:"parked"`
 		Applied bool          `json:"applied"`
 	}
 	r.srv.mustJSON(t, "POST", "/v1/parked/resolve", map[string]any{"terminal": first.Terminal, "seq": first.Seq,
@@ -1033,7 +1033,7 @@ func (r *biRun) checkLedger(t *testing.T) {
 	r.srv.problem(t, "no such parked event", "POST", "/v1/parked/resolve", biToken, "application/json",
 		[]byte(`{"terminal":"T404","seq":1,"note":"x"}`), http.StatusNotFound, ledger.CodeParkedNotFound)
 	var open, all struct {
-		Parked []ledger.Parked `json:"parked"`
+		Parked []client.Parked `json:"parked"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
 	r.srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
@@ -1043,23 +1043,23 @@ func (r *biRun) checkLedger(t *testing.T) {
 	}
 
 	var overs struct {
-		Oversells []ledger.Oversell `json:"oversells"`
+		Oversells []client.Oversell `json:"oversells"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/oversells", nil, &overs)
 	if len(overs.Oversells) != 0 {
 		t.Errorf("oversells: %+v, want none", overs.Oversells)
 	}
 	var refunds struct {
-		RefundExceptions []ledger.RefundException `json:"refund_exceptions"`
+		RefundExceptions []client.RefundException `json:"refund_exceptions"`
 	}
 	r.srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &refunds)
 	if len(refunds.RefundExceptions) != 0 {
 		t.Errorf("refund exceptions: %+v, want none (every refund sent is covered by its sale)", refunds.RefundExceptions)
 	}
 
-	var mode api.ModeAnswer
+	var mode client.ModeAnswer
 	r.srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
-	if mode.Mode != ingest.ModeRedis || mode.Stats.GateErrors != 0 || mode.Stats.CommitError != 0 {
+	if mode.Mode != client.ModeRedis || mode.Stats.GateErrors != 0 || mode.Stats.CommitError != 0 {
 		t.Errorf("mode %q stats %+v: want redis without gate or commit errors", mode.Mode, mode.Stats)
 	}
 	t.Logf("ingest stats: %+v; %d parked, %d flow numbers", mode.Stats, len(gotParked), len(r.flowKey))

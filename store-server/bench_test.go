@@ -31,8 +31,7 @@ import (
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
@@ -158,7 +157,7 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var m api.ModeAnswer
+		var m client.ModeAnswer
 		if err := e.call("GET", "/v1/mode", nil, &m); err == nil && m.Mode == "redis" {
 			break
 		}
@@ -288,9 +287,9 @@ func (e *benchEnv) call(method, path string, in, out any) error {
 }
 
 // stats returns ingest's counters.
-func (e *benchEnv) stats(b *testing.B) api.ModeAnswer {
+func (e *benchEnv) stats(b *testing.B) client.ModeAnswer {
 	b.Helper()
-	var m api.ModeAnswer
+	var m client.ModeAnswer
 	if err := e.call("GET", "/v1/mode", nil, &m); err != nil {
 		b.Fatal(err)
 	}
@@ -301,9 +300,9 @@ func (e *benchEnv) stats(b *testing.B) api.ModeAnswer {
 // would not be the Redis path's) or failed a ledger commit during a run, and reports gate
 // calls that failed or took longer than ingest's BreakerSlow (the breaker counts them; their
 // events were resent) as "gate-errors".
-func (e *benchEnv) checkRun(b *testing.B, s0 ingest.Stats, s1 api.ModeAnswer) {
+func (e *benchEnv) checkRun(b *testing.B, s0 client.Stats, s1 client.ModeAnswer) {
 	b.Helper()
-	if s1.Mode != ingest.ModeRedis || s1.Stats.Rebuilds != s0.Rebuilds || s1.Stats.CommitError != s0.CommitError {
+	if s1.Mode != client.ModeRedis || s1.Stats.Rebuilds != s0.Rebuilds || s1.Stats.CommitError != s0.CommitError {
 		b.Errorf("the store left the Redis gate or failed a commit during the run: %+v", s1)
 	}
 	if n := s1.Stats.GateErrors - s0.GateErrors; n > 0 {
@@ -317,7 +316,7 @@ func (e *benchEnv) checkRun(b *testing.B, s0 ingest.Stats, s1 api.ModeAnswer) {
 func (e *benchEnv) ledgerTotals(b *testing.B, date string) (sales map[string]int64, differs map[string]bool) {
 	b.Helper()
 	var totals struct {
-		Terminals []api.TerminalTotals `json:"terminals"`
+		Terminals []client.TerminalTotals `json:"terminals"`
 	}
 	if err := e.call("GET", "/v1/totals?date="+date, nil, &totals); err != nil {
 		b.Fatal(err)
@@ -928,10 +927,10 @@ func pct(lats []time.Duration, p float64) float64 {
 
 // liveRun is one run of BenchmarkE2ELiveAckLatency; its terminals are prefix-0 … prefix-19.
 func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []string) {
-	var s0 ingest.Stats
+	var s0 client.Stats
 	var cpu *cpuMeter
 	var serverCPU time.Duration
-	var s1 api.ModeAnswer
+	var s1 client.ModeAnswer
 	run := runLiveLoad(b, e.broker, prefix, rate,
 		func() { s0, cpu = e.stats(b).Stats, e.meter() },
 		func() { serverCPU, s1 = cpu.report(b), e.stats(b) })

@@ -17,8 +17,8 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -39,13 +39,13 @@ func TestDelistedSKUCorrected(t *testing.T) {
 	sellD4Offline(t, r, "offline sale of a delisted SKU")
 	// The store's stock of D4 is -3; the three came from the back room. Adjust, as the docs say.
 	status, _, b := srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
-		biMarshal(t, api.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: "adjust"}))
+		biMarshal(t, client.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: "adjust"}))
 	if status != http.StatusOK {
 		t.Errorf("adjust of the oversold, delisted D4: %d %s", status, b)
 	}
 	zero := int64(0)
 	status, _, b = srv.do(t, "POST", "/v1/stock/count", biToken, "application/json",
-		biMarshal(t, api.CountRequest{ID: "count-D4", SKU: "D4", Counted: &zero}))
+		biMarshal(t, client.CountRequest{ID: "count-D4", SKU: "D4", Counted: &zero}))
 	if status != http.StatusOK {
 		t.Errorf("shelf count of the oversold, delisted D4: %d %s", status, b)
 	}
@@ -53,7 +53,7 @@ func TestDelistedSKUCorrected(t *testing.T) {
 		t.Errorf("D4 after the adjustment and the count of 0: ledger %d, want 0", row.Ledger)
 	}
 	status, _, b = srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
-		biMarshal(t, api.AdjustRequest{ID: "never", SKU: "Z9", Delta: 3, Reason: "adjust"}))
+		biMarshal(t, client.AdjustRequest{ID: "never", SKU: "Z9", Delta: 3, Reason: "adjust"}))
 	if status != http.StatusNotFound {
 		t.Errorf("adjust of a SKU never in the catalog: %d %s, want 404 unknown_sku", status, b)
 	}
@@ -101,9 +101,9 @@ func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
 	r := biStartRun(t, srv)
 	catalogHeartbeat(t, r, 1, 7)
-	var terms api.TerminalsAnswer
+	var terms client.TerminalsAnswer
 	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
-	i := slices.IndexFunc(terms.Terminals, func(r api.TerminalRow) bool { return r.Terminal == "T1" })
+	i := slices.IndexFunc(terms.Terminals, func(r client.TerminalRow) bool { return r.Terminal == "T1" })
 	if i < 0 || !terms.Terminals[i].CatalogAhead || terms.Terminals[i].CatalogBehind {
 		t.Fatalf("a terminal holding version 7 of a store at version %d: %+v", terms.CatalogVersion, terms.Terminals)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestClockOnlyOfTerminalIDs: up messages on topics whose terminal is no terminal id (too
@@ -36,7 +36,7 @@ func TestClockOnlyOfTerminalIDs(t *testing.T) {
 	e1, w1 := r.good(t, "T1", 1)
 	r.step(t, "a sale", "T1", e1, w1)
 
-	var terms api.TerminalsAnswer
+	var terms client.TerminalsAnswer
 	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
 	for _, row := range terms.Terminals {
 		if !wire.ValidID(row.Terminal) && row.ClockSkewMs != nil {
@@ -81,7 +81,7 @@ func TestUpTopicOfNoTerminalID(t *testing.T) {
 	e1, w1 := r.good(t, "T1", 1)
 	r.step(t, "a sale", "T1", e1, w1)
 
-	var terms api.TerminalsAnswer
+	var terms client.TerminalsAnswer
 	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
 	for _, row := range terms.Terminals {
 		if !wire.ValidID(row.Terminal) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -79,7 +79,7 @@ func ledgerQty(t *testing.T, srv *biServer, sku string) int64 {
 	t.Helper()
 	status, _, body := srv.do(t, "GET", "/v1/stock?proof=0", biToken, "", nil)
 	var out struct {
-		Stock []api.StockRow `json:"stock"`
+		Stock []client.StockRow `json:"stock"`
 	}
 	if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil {
 		t.Fatalf("GET /v1/stock: %d %s (%v)", status, body, err)

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/stack"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // Shared by badinput_test.go and api_test.go: an in-process store-server (the same Main
@@ -84,19 +83,19 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 		srv.Base = "https://" + addrs.API
 		srv.Client = tlsClient(t, m.APITLSCert)
 	}
-	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv
 }
 
 // waitMode polls /v1/mode until the gate is in mode.
-func (s *biServer) waitMode(t testing.TB, mode ingest.Mode, within time.Duration) {
+func (s *biServer) waitMode(t testing.TB, mode client.Mode, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	var last api.ModeAnswer
+	var last client.ModeAnswer
 	for {
 		status, _, body := s.do(t, "GET", "/v1/mode", biToken, "", nil)
 		if status == http.StatusOK {
-			last = api.ModeAnswer{}
+			last = client.ModeAnswer{}
 			if err := json.Unmarshal(body, &last); err == nil && last.Mode == mode {
 				return
 			}
@@ -180,7 +179,7 @@ func biWantProblem(t testing.TB, what string, status int, h http.Header, body []
 	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
 	}
-	var p api.Problem
+	var p client.Problem
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Errorf("%s: problem body %q: %v", what, body, err)
 		return
@@ -206,7 +205,7 @@ func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason stri
 		Qty     int64  `json:"qty"`
 		Applied bool   `json:"applied"`
 	}
-	s.mustJSON(t, "POST", "/v1/stock/adjust", api.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}, &out)
+	s.mustJSON(t, "POST", "/v1/stock/adjust", client.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}, &out)
 	if out.SKU != sku {
 		t.Fatalf("adjust %s: answer names sku %q", id, out.SKU)
 	}
@@ -223,7 +222,7 @@ func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qt
 		Qty     int64  `json:"qty"`
 		Applied bool   `json:"applied"`
 	}
-	s.mustJSON(t, "POST", "/v1/stock/count", api.CountRequest{ID: id, SKU: sku, Counted: &counted}, &out)
+	s.mustJSON(t, "POST", "/v1/stock/count", client.CountRequest{ID: id, SKU: sku, Counted: &counted}, &out)
 	if out.SKU != sku {
 		t.Fatalf("count %s: answer names sku %q", id, out.SKU)
 	}
@@ -231,17 +230,17 @@ func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qt
 }
 
 // stock returns /v1/stock's rows by SKU, checking that ledger, proven and Redis agree.
-func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
+func (s *biServer) stock(t testing.TB) map[string]client.StockRow {
 	t.Helper()
 	var out struct {
-		Mode  ingest.Mode    `json:"mode"`
-		Stock []api.StockRow `json:"stock"`
+		Mode  client.Mode       `json:"mode"`
+		Stock []client.StockRow `json:"stock"`
 	}
 	s.mustJSON(t, "GET", "/v1/stock", nil, &out)
-	if out.Mode != ingest.ModeRedis {
+	if out.Mode != client.ModeRedis {
 		t.Errorf("/v1/stock: mode %q, want redis", out.Mode)
 	}
-	rows := map[string]api.StockRow{}
+	rows := map[string]client.StockRow{}
 	for _, r := range out.Stock {
 		rows[r.SKU] = r
 		if r.Redis == nil || r.Proven == nil || r.Ledger != *r.Proven || *r.Redis != r.Ledger || r.Diff != 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -26,7 +27,7 @@ func TestOversellResolution(t *testing.T) {
 	// Five of D4 sold offline with two in stock: recorded, flagged, three short.
 	sellD4Offline(t, r, "offline sale beyond stock")
 	type list struct {
-		Oversells []ledger.Oversell `json:"oversells"`
+		Oversells []client.Oversell `json:"oversells"`
 	}
 	var open list
 	srv.mustJSON(t, "GET", "/v1/oversells", nil, &open)
@@ -78,7 +79,7 @@ func TestOversellResolution(t *testing.T) {
 	b.waitText("#oversells tbody", "None.")
 
 	type answer struct {
-		Oversell ledger.Oversell `json:"oversell"`
+		Oversell client.Oversell `json:"oversell"`
 		Applied  bool            `json:"applied"`
 	}
 	var again answer

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -29,7 +30,7 @@ func TestParkedResolution(t *testing.T) {
 	r.step(t, "the third sale again", "T1", biMarshal(t, third), biConflict(1))
 
 	type list struct {
-		Parked []ledger.Parked `json:"parked"`
+		Parked []client.Parked `json:"parked"`
 	}
 	var open list
 	srv.mustJSON(t, "GET", "/v1/parked", nil, &open)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestParkedOfTheLastYearShown: a till whose clock says 9999-12-31T20:00Z sends a sale.
@@ -42,23 +41,23 @@ func TestParkedOfTheLastYearShown(t *testing.T) {
 		}
 	}
 	var open struct {
-		Parked []ledger.Parked `json:"parked"`
+		Parked []client.Parked `json:"parked"`
 	}
 	get("/v1/parked", &open)
 	if len(open.Parked) != 1 || open.Parked[0].Seq != 2 || open.Parked[0].Code != wire.CodeTime {
 		t.Fatalf("parked %+v", open.Parked)
 	}
-	var terms api.TerminalsAnswer
+	var terms client.TerminalsAnswer
 	get("/v1/terminals", &terms)
-	i := slices.IndexFunc(terms.Terminals, func(row api.TerminalRow) bool { return row.Terminal == term })
+	i := slices.IndexFunc(terms.Terminals, func(row client.TerminalRow) bool { return row.Terminal == term })
 	if i < 0 || terms.Terminals[i].Parked != 1 || terms.Terminals[i].LastSeq != 2 {
 		t.Fatalf("terminals %+v", terms.Terminals)
 	}
 
-	body := biMarshal(t, api.ResolveParkedRequest{Terminal: term, Seq: 2, Note: "the till's clock was reset; sale entered again"})
+	body := biMarshal(t, client.ResolveParkedRequest{Terminal: term, Seq: 2, Note: "the till's clock was reset; sale entered again"})
 	status, _, got := srv.do(t, "POST", "/v1/parked/resolve", biToken, "application/json", body)
 	var res struct {
-		Parked  ledger.Parked `json:"parked"`
+		Parked  client.Parked `json:"parked"`
 		Applied bool          `json:"applied"`
 	}
 	if err := json.Unmarshal(got, &res); status != http.StatusOK || err != nil || !res.Applied || !res.Parked.Resolved {

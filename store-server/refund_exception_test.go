@@ -8,6 +8,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -44,7 +45,7 @@ func TestRefundExceptionResolution(t *testing.T) {
 		}
 	}
 	type list struct {
-		RefundExceptions []ledger.RefundException `json:"refund_exceptions"`
+		RefundExceptions []client.RefundException `json:"refund_exceptions"`
 	}
 	var open list
 	srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &open)
@@ -77,7 +78,7 @@ func TestRefundExceptionResolution(t *testing.T) {
 	b.waitText("#refund-exceptions tbody", "None.")
 
 	type answer struct {
-		RefundException ledger.RefundException `json:"refund_exception"`
+		RefundException client.RefundException `json:"refund_exception"`
 		Applied         bool                   `json:"applied"`
 	}
 	var again answer

@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/posgate/posgate/store-server/store"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // Report is the outcome of Verify: one line per check, and whether all held.
@@ -49,7 +47,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		// ledger's do not.
 		rep.add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
 	}
-	var mode api.ModeAnswer
+	var mode client.ModeAnswer
 	if err := s.Call(ctx, "GET", "/v1/mode", "", nil, &mode); err != nil {
 		rep.add(false, "store mode: %v", err)
 		return rep
@@ -63,13 +61,13 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	var refunds int64 // the ledger's, over the dates
 	for _, date := range dates {
 		var tot struct {
-			Terminals []api.TerminalTotals `json:"terminals"`
+			Terminals []client.TerminalTotals `json:"terminals"`
 		}
 		if err := s.Call(ctx, "GET", "/v1/totals?date="+date, "", nil, &tot); err != nil {
 			rep.add(false, "store totals %s: %v", date, err)
 			continue
 		}
-		byTerm := map[string]api.TerminalTotals{}
+		byTerm := map[string]client.TerminalTotals{}
 		for _, t := range tot.Terminals {
 			byTerm[t.Terminal] = t
 		}
@@ -79,10 +77,10 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 				rep.add(false, "%s %s agent totals: %v", term, date, err)
 				continue
 			}
-			agent := api.DeclaredCounters(own)
+			agent := client.DeclaredCounters(own)
 			led := byTerm[term].Ledger
 			refunds += led.Refunds
-			var red store.Counters
+			var red client.Counters
 			if r := byTerm[term].Redis; r != nil {
 				red = *r
 			}
@@ -99,7 +97,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	// The agents refund only what their own sales leave to refund; the ledger, which holds
 	// each refund to its sale as well, must agree on every one.
 	var rx struct {
-		Exceptions []ledger.RefundException `json:"refund_exceptions"`
+		Exceptions []client.RefundException `json:"refund_exceptions"`
 	}
 	if err := s.Call(ctx, "GET", "/v1/refund-exceptions?all=1", "", nil, &rx); err != nil {
 		rep.add(false, "store refund exceptions: %v", err)
@@ -108,7 +106,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 			refunds, len(rx.Exceptions), firstException(rx.Exceptions))
 	}
 	var stock struct {
-		Stock []api.StockRow `json:"stock"`
+		Stock []client.StockRow `json:"stock"`
 	}
 	if err := s.Call(ctx, "GET", "/v1/stock", "", nil, &stock); err != nil {
 		rep.add(false, "store stock: %v", err)
@@ -129,7 +127,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	return rep
 }
 
-func firstException(x []ledger.RefundException) string {
+func firstException(x []client.RefundException) string {
 	if len(x) == 0 {
 		return ""
 	}
