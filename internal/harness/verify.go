@@ -47,8 +47,9 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		// ledger's do not.
 		rep.add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
 	}
-	var mode client.ModeAnswer
-	if err := s.Call(ctx, "GET", "/v1/mode", "", nil, &mode); err != nil {
+	m := s.Manager()
+	mode, err := m.Mode(ctx)
+	if err != nil {
 		rep.add(false, "store mode: %v", err)
 		return rep
 	}
@@ -60,10 +61,8 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	sort.Strings(terms)
 	var refunds int64 // the ledger's, over the dates
 	for _, date := range dates {
-		var tot struct {
-			Terminals []client.TerminalTotals `json:"terminals"`
-		}
-		if err := s.Call(ctx, "GET", "/v1/totals?date="+date, "", nil, &tot); err != nil {
+		tot, err := m.Totals(ctx, date)
+		if err != nil {
 			rep.add(false, "store totals %s: %v", date, err)
 			continue
 		}
@@ -96,19 +95,15 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	}
 	// The agents refund only what their own sales leave to refund; the ledger, which holds
 	// each refund to its sale as well, must agree on every one.
-	var rx struct {
-		Exceptions []client.RefundException `json:"refund_exceptions"`
-	}
-	if err := s.Call(ctx, "GET", "/v1/refund-exceptions?all=1", "", nil, &rx); err != nil {
+	if rx, err := m.RefundExceptions(ctx, "", true); err != nil {
 		rep.add(false, "store refund exceptions: %v", err)
 	} else {
-		rep.add(len(rx.Exceptions) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
-			refunds, len(rx.Exceptions), firstException(rx.Exceptions))
+		x := rx.RefundExceptions
+		rep.add(len(x) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
+			refunds, len(x), firstException(x))
 	}
-	var stock struct {
-		Stock []client.StockRow `json:"stock"`
-	}
-	if err := s.Call(ctx, "GET", "/v1/stock", "", nil, &stock); err != nil {
+	stock, err := m.Stock(ctx, true)
+	if err != nil {
 		rep.add(false, "store stock: %v", err)
 		return rep
 	}
