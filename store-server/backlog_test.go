@@ -127,10 +127,7 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 // terminalRow is terminal's row of GET /v1/terminals (its zero value if none).
 func terminalRow(t *testing.T, e *env, terminal string) client.TerminalRow {
 	t.Helper()
-	var ans client.TerminalsAnswer
-	if err := e.store.Call(context.Background(), "GET", "/v1/terminals", "", nil, &ans); err != nil {
-		t.Fatal(err)
-	}
+	ans := must[client.TerminalsAnswer](t, "terminals")(e.store.Manager().Terminals(context.Background()))
 	for _, r := range ans.Terminals {
 		if r.Terminal == terminal {
 			return r

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -158,8 +159,7 @@ type biRun struct {
 // openStore imports biCatalogCSV and books each SKU's opening stock (biOpening).
 func (s *biServer) openStore(t *testing.T) {
 	t.Helper()
-	var imp apiImport
-	s.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	s.importCSV(t, []byte(biCatalogCSV))
 	for _, sku := range slices.Sorted(maps.Keys(biOpening)) {
 		if qty, applied := s.adjust(t, "opening-"+sku, sku, biOpening[sku], ledger.ReasonOpening); !applied || qty != biOpening[sku] {
 			t.Fatalf("opening stock %s: qty %d applied %v", sku, qty, applied)
@@ -948,12 +948,8 @@ func (r *biRun) checkNoStrayAcks(t *testing.T) {
 func (r *biRun) checkLedger(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var totals struct {
-		BusinessDate string                  `json:"business_date"`
-		Store        client.Counters         `json:"store"`
-		Terminals    []client.TerminalTotals `json:"terminals"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/totals?date="+r.date, nil, &totals)
+	c, ctx := r.srv.manager(), context.Background()
+	totals := must[client.TotalsAnswer](t, "totals")(c.Totals(ctx, r.date))
 	var whole client.Counters
 	for _, c := range r.counters {
 		whole.Add(*c)
@@ -995,10 +991,7 @@ func (r *biRun) checkLedger(t *testing.T) {
 		t.Errorf("stock has %d SKUs, want %d: %+v", len(rows), len(biOpening), rows)
 	}
 
-	var parked struct {
-		Parked []client.Parked `json:"parked"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &parked)
+	parked := must[client.ParkedAnswer](t, "parked")(c.Parked(ctx, false))
 	gotParked := map[string]string{}
 	for _, p := range parked.Parked {
 		gotParked[wire.Key(p.Terminal, p.Seq)] = p.Code
@@ -1017,12 +1010,8 @@ func (r *biRun) checkLedger(t *testing.T) {
 
 	// The manager resolves the first: it leaves the open list, and stays in all=1.
 	first := parked.Parked[0]
-	var resolved struct {
-		Parked  client.Parked `json:"parked"`
-		Applied bool          `json:"applied"`
-	}
-	r.srv.mustJSON(t, "POST", "/v1/parked/resolve", map[string]any{"terminal": first.Terminal, "seq": first.Seq,
-		"note": "voided with the customer"}, &resolved)
+	resolved := must[client.ResolveParkedAnswer](t, "resolve")(c.ResolveParked(ctx, client.ResolveParkedRequest{
+		Terminal: first.Terminal, Seq: first.Seq, Note: "voided with the customer"}))
 	if !resolved.Applied || !resolved.Parked.Resolved || resolved.Parked.Resolution != "voided with the customer" ||
 		resolved.Parked.BusinessDate == "" {
 		t.Errorf("resolving %s: %+v", wire.Key(first.Terminal, first.Seq), resolved)
@@ -1032,33 +1021,23 @@ func (r *biRun) checkLedger(t *testing.T) {
 		ledger.CodeParkedResolutionRequired)
 	r.srv.problem(t, "no such parked event", "POST", "/v1/parked/resolve", biToken, "application/json",
 		[]byte(`{"terminal":"T404","seq":1,"note":"x"}`), http.StatusNotFound, ledger.CodeParkedNotFound)
-	var open, all struct {
-		Parked []client.Parked `json:"parked"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
-	r.srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
+	open := must[client.ParkedAnswer](t, "open parked")(c.Parked(ctx, false))
+	all := must[client.ParkedAnswer](t, "all parked")(c.Parked(ctx, true))
 	if len(open.Parked) != len(parked.Parked)-1 || len(all.Parked) != len(parked.Parked) {
 		t.Errorf("after one resolution: %d open and %d in all, of %d", len(open.Parked), len(all.Parked),
 			len(parked.Parked))
 	}
 
-	var overs struct {
-		Oversells []client.Oversell `json:"oversells"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/oversells", nil, &overs)
+	overs := must[client.OversellsAnswer](t, "oversells")(c.Oversells(ctx, "", false))
 	if len(overs.Oversells) != 0 {
 		t.Errorf("oversells: %+v, want none", overs.Oversells)
 	}
-	var refunds struct {
-		RefundExceptions []client.RefundException `json:"refund_exceptions"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &refunds)
+	refunds := must[client.RefundExceptionsAnswer](t, "refund exceptions")(c.RefundExceptions(ctx, "", false))
 	if len(refunds.RefundExceptions) != 0 {
 		t.Errorf("refund exceptions: %+v, want none (every refund sent is covered by its sale)", refunds.RefundExceptions)
 	}
 
-	var mode client.ModeAnswer
-	r.srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
+	mode := must[client.ModeAnswer](t, "mode")(c.Mode(ctx))
 	if mode.Mode != client.ModeRedis || mode.Stats.GateErrors != 0 || mode.Stats.CommitError != 0 {
 		t.Errorf("mode %q stats %+v: want redis without gate or commit errors", mode.Mode, mode.Stats)
 	}

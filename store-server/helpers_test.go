@@ -87,21 +87,40 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 	return srv
 }
 
+// manager returns a client of the manager API, with the manager token, for requests that
+// drive a flow; the tests of the wire itself (status codes, headers, bodies) use do.
+func (s *biServer) manager() *client.Client {
+	return &client.Client{BaseURL: s.Base, HTTPClient: s.Client, Token: biToken}
+}
+
+// must fails t on err, and returns the answer: must[T](t, what)(call(...)).
+func must[T any](t testing.TB, what string) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+}
+
+// importCSV imports a CSV catalog through the client and returns the answer.
+func (s *biServer) importCSV(t testing.TB, csv []byte) client.ImportAnswer {
+	t.Helper()
+	return must[client.ImportAnswer](t, "import a catalog")(s.manager().ImportCatalogCSV(context.Background(), bytes.NewReader(csv)))
+}
+
 // waitMode polls /v1/mode until the gate is in mode.
 func (s *biServer) waitMode(t testing.TB, mode client.Mode, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	var last client.ModeAnswer
 	for {
-		status, _, body := s.do(t, "GET", "/v1/mode", biToken, "", nil)
-		if status == http.StatusOK {
-			last = client.ModeAnswer{}
-			if err := json.Unmarshal(body, &last); err == nil && last.Mode == mode {
-				return
-			}
+		m, err := s.manager().Mode(context.Background())
+		if err == nil && m.Mode == mode {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gate mode is %q (last answer %d %s), want %q", last.Mode, status, body, mode)
+			t.Fatalf("gate mode is %q (%v), want %q", m.Mode, err, mode)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -200,12 +219,8 @@ func (s *biServer) problem(t testing.TB, what, method, path, token, ctype string
 // adjust sets stock through the manager API and returns the SKU's stock after it.
 func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason string) (qty int64, applied bool) {
 	t.Helper()
-	var out struct {
-		SKU     string `json:"sku"`
-		Qty     int64  `json:"qty"`
-		Applied bool   `json:"applied"`
-	}
-	s.mustJSON(t, "POST", "/v1/stock/adjust", client.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}, &out)
+	out := must[client.AdjustAnswer](t, "adjust "+id)(s.manager().Adjust(context.Background(),
+		client.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}))
 	if out.SKU != sku {
 		t.Fatalf("adjust %s: answer names sku %q", id, out.SKU)
 	}
@@ -216,13 +231,8 @@ func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason stri
 // booked and the SKU's stock after it.
 func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qty int64, applied bool) {
 	t.Helper()
-	var out struct {
-		SKU     string `json:"sku"`
-		Delta   int64  `json:"delta"`
-		Qty     int64  `json:"qty"`
-		Applied bool   `json:"applied"`
-	}
-	s.mustJSON(t, "POST", "/v1/stock/count", client.CountRequest{ID: id, SKU: sku, Counted: &counted}, &out)
+	out := must[client.CountAnswer](t, "count "+id)(s.manager().Count(context.Background(),
+		client.CountRequest{ID: id, SKU: sku, Counted: &counted}))
 	if out.SKU != sku {
 		t.Fatalf("count %s: answer names sku %q", id, out.SKU)
 	}
@@ -232,11 +242,7 @@ func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qt
 // stock returns /v1/stock's rows by SKU, checking that ledger, proven and Redis agree.
 func (s *biServer) stock(t testing.TB) map[string]client.StockRow {
 	t.Helper()
-	var out struct {
-		Mode  client.Mode       `json:"mode"`
-		Stock []client.StockRow `json:"stock"`
-	}
-	s.mustJSON(t, "GET", "/v1/stock", nil, &out)
+	out := must[client.StockAnswer](t, "stock")(s.manager().Stock(context.Background(), true))
 	if out.Mode != client.ModeRedis {
 		t.Errorf("/v1/stock: mode %q, want redis", out.Mode)
 	}

@@ -61,8 +61,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			var a client.TerminalsAnswer
-			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
+			a := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
 			if cond(a) {
 				return a
 			}
@@ -112,7 +111,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		// just after the terminal has them: T1's sale is the third message answered.
 		var mode client.ModeAnswer
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
+			mode = must[client.ModeAnswer](t, "mode")(srv.manager().Mode(context.Background()))
 			fams = srv.scrape(t)
 			acked, _ := value("posgate_store_ack_seconds")
 			dropped, _ := value("posgate_store_status_messages_dropped_total")
@@ -184,8 +183,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	})
 
 	// A newer catalog: T1's last heartbeat reported version 1.
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)
+	imp := srv.importCSV(t, []byte(biCatalogCSV+"E5,Eggs,9.90\n"))
 	a = waitFor("T1 behind", func(a client.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
 	if a.CatalogVersion != imp.Version {
 		t.Errorf("catalog version %d, want %d", a.CatalogVersion, imp.Version)
@@ -271,8 +269,7 @@ func TestTillClockSkew(t *testing.T) {
 	waitFor := func(what string, cond func(map[string]client.TerminalRow) bool) client.TerminalsAnswer {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			var a client.TerminalsAnswer
-			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
+			a := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
 			rows := map[string]client.TerminalRow{}
 			for _, r := range a.Terminals {
 				rows[r.Terminal] = r

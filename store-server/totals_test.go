@@ -34,10 +34,7 @@ func totalsServer(t *testing.T, dataDir string) (*biServer, func()) {
 }
 
 func totalsRedis(t *testing.T, srv *biServer, date string) string {
-	var tot struct {
-		Terminals []client.TerminalTotals `json:"terminals"`
-	}
-	srv.mustJSON(t, "GET", "/v1/totals?date="+date, nil, &tot)
+	tot := must[client.TotalsAnswer](t, "totals")(srv.manager().Totals(context.Background(), date))
 	out := ""
 	for _, tt := range tot.Terminals {
 		out += fmt.Sprintf("%s sales=%d redis=%v redis_differs=%v; ", tt.Terminal, tt.Ledger.Sales, tt.Redis != nil, tt.RedisDiff)
