@@ -22,6 +22,7 @@ import (
 
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 const demoCatalog = `sku,barcode,name,price
@@ -88,8 +89,8 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 	}
 	defer srv.Stop()
 	for sku, q := range opening {
-		body := fmt.Sprintf(`{"id":"opening-%s","sku":%q,"delta":%d,"reason":"opening"}`, sku, sku, q)
-		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+		req := client.AdjustRequest{ID: "opening-" + sku, SKU: sku, Delta: q, Reason: client.ReasonOpening}
+		if _, err := srv.Manager().Adjust(ctx, req); err != nil {
 			return false, err
 		}
 	}
@@ -204,8 +205,7 @@ func sell(ctx context.Context, c *harness.Cashier, seed int) {
 
 func waitRedisMode(ctx context.Context, s *harness.StoreServer) {
 	for ctx.Err() == nil {
-		var m struct{ Mode string }
-		if s.Call(ctx, "GET", "/v1/mode", "", nil, &m) == nil && m.Mode == "redis" {
+		if m, err := s.Manager().Mode(ctx); err == nil && m.Mode == client.ModeRedis {
 			return
 		}
 		sleep(ctx, 100*time.Millisecond)

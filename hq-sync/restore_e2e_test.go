@@ -21,7 +21,7 @@ import (
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	sclient "github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/terminal-agent/client"
 )
@@ -77,7 +77,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 	ledgerTotals := func() saleTotals {
 		t.Helper()
 		var tot struct {
-			Terminals []api.TerminalTotals `json:"terminals"`
+			Terminals []sclient.TerminalTotals `json:"terminals"`
 		}
 		if err := srv.Call(ctx, "GET", "/v1/totals?date="+date, "", nil, &tot); err != nil {
 			t.Fatal(err)
@@ -158,7 +158,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 		want = append(want, wire.Key(term, seq))
 	}
 	var storeParked struct {
-		Parked []ledger.Parked `json:"parked"`
+		Parked []sclient.Parked `json:"parked"`
 	}
 	if err := srv.Call(ctx, "GET", "/v1/parked?all=1", "", nil, &storeParked); err != nil {
 		t.Fatal(err)

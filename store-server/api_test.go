@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,20 +14,13 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
 )
 
-// apiLimitsAnswer is the answer of GET/PUT /v1/limits and POST /v1/promo.
-type apiLimitsAnswer struct {
-	Limits           store.Limits `json:"limits"`
-	PromoPercent     int64        `json:"promo_percent"`
-	PromoExpiresInMs int64        `json:"promo_expires_in_ms"`
-}
-
-// apiImport is the answer of POST /v1/catalog.
+// apiImport is the answer of POST /v1/catalog, as the wire tests decode it.
 type apiImport struct {
 	Version int64 `json:"version"`
 	Items   int   `json:"items"`
@@ -59,21 +53,20 @@ var apiRoutes = []struct{ method, path string }{
 func TestManagerAPI(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
+	c, ctx := srv.manager(), context.Background()
 
 	catalogNow := func(t *testing.T) wire.Catalog {
 		t.Helper()
-		var c wire.Catalog
-		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
-		return c
+		return must[wire.Catalog](t, "catalog")(c.Catalog(ctx))
 	}
 
 	t.Run("healthz needs no token", func(t *testing.T) {
 		var h struct {
 			OK   bool        `json:"ok"`
-			Mode ingest.Mode `json:"mode"`
+			Mode client.Mode `json:"mode"`
 		}
 		status, _, b := srv.do(t, "GET", "/healthz", "", "", nil)
-		if err := json.Unmarshal(b, &h); status != http.StatusOK || err != nil || !h.OK || h.Mode != ingest.ModeRedis {
+		if err := json.Unmarshal(b, &h); status != http.StatusOK || err != nil || !h.OK || h.Mode != client.ModeRedis {
 			t.Fatalf("healthz: %d %s", status, b)
 		}
 	})
@@ -171,9 +164,7 @@ func TestManagerAPI(t *testing.T) {
 	})
 
 	t.Run("mode", func(t *testing.T) {
-		var m api.ModeAnswer
-		srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
-		if m.Mode != ingest.ModeRedis {
+		if m := must[client.ModeAnswer](t, "mode")(c.Mode(ctx)); m.Mode != client.ModeRedis {
 			t.Fatalf("mode %q, want redis", m.Mode)
 		}
 	})
@@ -292,20 +283,20 @@ func TestManagerAPI(t *testing.T) {
 			status int
 			code   string
 		}{
-			{"same id other delta", adjust(api.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 101, Reason: "opening"}),
+			{"same id other delta", adjust(client.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 101, Reason: "opening"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"same id other sku", adjust(api.AdjustRequest{ID: "open-A1", SKU: "B2", Delta: 100, Reason: "opening"}),
+			{"same id other sku", adjust(client.AdjustRequest{ID: "open-A1", SKU: "B2", Delta: 100, Reason: "opening"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"same id other reason", adjust(api.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 100, Reason: "adjust"}),
+			{"same id other reason", adjust(client.AdjustRequest{ID: "open-A1", SKU: "A1", Delta: 100, Reason: "adjust"}),
 				http.StatusUnprocessableEntity, ledger.CodeAdjustmentConflict},
-			{"unknown sku", adjust(api.AdjustRequest{ID: "x-1", SKU: "ZZ", Delta: 1}), http.StatusNotFound, ingest.CodeUnknownSKU},
-			{"zero delta", adjust(api.AdjustRequest{ID: "x-2", SKU: "A1", Delta: 0}), http.StatusBadRequest, "delta_zero"},
-			{"missing id", adjust(api.AdjustRequest{SKU: "A1", Delta: 1}), http.StatusBadRequest, "adjustment_id_required"},
-			{"id too long", adjust(api.AdjustRequest{ID: strings.Repeat("i", 129), SKU: "A1", Delta: 1}),
+			{"unknown sku", adjust(client.AdjustRequest{ID: "x-1", SKU: "ZZ", Delta: 1}), http.StatusNotFound, ingest.CodeUnknownSKU},
+			{"zero delta", adjust(client.AdjustRequest{ID: "x-2", SKU: "A1", Delta: 0}), http.StatusBadRequest, "delta_zero"},
+			{"missing id", adjust(client.AdjustRequest{SKU: "A1", Delta: 1}), http.StatusBadRequest, "adjustment_id_required"},
+			{"id too long", adjust(client.AdjustRequest{ID: strings.Repeat("i", 129), SKU: "A1", Delta: 1}),
 				http.StatusBadRequest, "adjustment_id_required"},
-			{"bad reason", adjust(api.AdjustRequest{ID: "x-3", SKU: "A1", Delta: 1, Reason: "theft"}),
+			{"bad reason", adjust(client.AdjustRequest{ID: "x-3", SKU: "A1", Delta: 1, Reason: "theft"}),
 				http.StatusBadRequest, "reason_invalid"},
-			{"delta beyond the bound", adjust(api.AdjustRequest{ID: "x-4", SKU: "A1", Delta: ledger.MaxAdjust + 1}),
+			{"delta beyond the bound", adjust(client.AdjustRequest{ID: "x-4", SKU: "A1", Delta: ledger.MaxAdjust + 1}),
 				http.StatusBadRequest, ledger.CodeAdjustmentInvalid},
 			{"unknown field", []byte(`{"id":"x-5","sku":"A1","delta":1,"note":"hi"}`), http.StatusBadRequest, "json_invalid"},
 			{"delta as a string", []byte(`{"id":"x-6","sku":"A1","delta":"1"}`), http.StatusBadRequest, "json_invalid"},
@@ -315,7 +306,7 @@ func TestManagerAPI(t *testing.T) {
 			srv.problem(t, tc.name, "POST", "/v1/stock/adjust", biToken, "application/json", tc.body, tc.status, tc.code)
 		}
 		srv.problem(t, "adjust without token", "POST", "/v1/stock/adjust", "", "application/json",
-			adjust(api.AdjustRequest{ID: "x-7", SKU: "A1", Delta: 1000}), http.StatusUnauthorized, "unauthorized")
+			adjust(client.AdjustRequest{ID: "x-7", SKU: "A1", Delta: 1000}), http.StatusUnauthorized, "unauthorized")
 
 		rows := srv.stock(t)
 		want := map[string]int64{"A1": 93, "B2": 50, "C3": 8}
@@ -385,18 +376,15 @@ func TestManagerAPI(t *testing.T) {
 	})
 
 	t.Run("limits", func(t *testing.T) {
-		var l apiLimitsAnswer
-		srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
-		if l.Limits != store.DefaultLimits || l.PromoPercent != 100 || l.PromoExpiresInMs != 0 {
+		l := must[client.LimitsAnswer](t, "limits")(c.Limits(ctx))
+		if store.Limits(l.Limits) != store.DefaultLimits || l.PromoPercent != 100 || l.PromoExpiresInMs != 0 {
 			t.Fatalf("limits of a new store: %+v, want the defaults without promo", l)
 		}
-		set := store.Limits{WindowMs: 2000, Store: 500, Terminal: 50, Scan: 10, Pay: 4, Refund: 2}
-		srv.mustJSON(t, "PUT", "/v1/limits", set, &l)
-		if l.Limits != set || l.PromoPercent != 100 {
+		set := client.Limits{WindowMs: 2000, Store: 500, Terminal: 50, Scan: 10, Pay: 4, Refund: 2}
+		if l = must[client.LimitsAnswer](t, "set limits")(c.SetLimits(ctx, set)); l.Limits != set || l.PromoPercent != 100 {
 			t.Fatalf("PUT /v1/limits answered %+v, want %+v", l, set)
 		}
-		srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
-		if l.Limits != set {
+		if l = must[client.LimitsAnswer](t, "limits")(c.Limits(ctx)); l.Limits != set {
 			t.Fatalf("GET /v1/limits after PUT: %+v, want %+v", l.Limits, set)
 		}
 		invalid := []struct {
@@ -417,8 +405,7 @@ func TestManagerAPI(t *testing.T) {
 		for _, tc := range invalid {
 			srv.problem(t, tc.name, "PUT", "/v1/limits", biToken, "application/json", []byte(tc.body), http.StatusBadRequest, tc.code)
 		}
-		srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
-		if l.Limits != set {
+		if l = must[client.LimitsAnswer](t, "limits")(c.Limits(ctx)); l.Limits != set {
 			t.Fatalf("limits changed by refused PUTs: %+v, want %+v", l.Limits, set)
 		}
 	})
@@ -440,18 +427,17 @@ func TestManagerAPI(t *testing.T) {
 		for _, tc := range invalid {
 			srv.problem(t, tc.name, "POST", "/v1/promo", biToken, "application/json", []byte(tc.body), http.StatusBadRequest, tc.code)
 		}
-		var l apiLimitsAnswer
-		srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
+		l := must[client.LimitsAnswer](t, "limits")(c.Limits(ctx))
 		if l.PromoPercent != 100 {
 			t.Fatalf("refused promos started one: %+v", l)
 		}
 
 		start := time.Now()
-		srv.mustJSON(t, "POST", "/v1/promo", api.PromoRequest{Percent: 200, For: "1s"}, &l)
+		l = must[client.LimitsAnswer](t, "promo")(c.SetPromo(ctx, client.PromoRequest{Percent: 200, For: "1s"}))
 		if l.PromoPercent != 200 || l.PromoExpiresInMs <= 0 || l.PromoExpiresInMs > 1000 {
 			t.Fatalf("promo 200%% for 1s answered %+v", l)
 		}
-		srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
+		l = must[client.LimitsAnswer](t, "limits")(c.Limits(ctx))
 		if time.Since(start) < 700*time.Millisecond && l.PromoPercent != 200 {
 			t.Fatalf("promo gone right after it was set: %+v", l)
 		}
@@ -460,7 +446,7 @@ func TestManagerAPI(t *testing.T) {
 				t.Fatalf("promo still %d%% %v after it was set for 1s", l.PromoPercent, time.Since(start))
 			}
 			time.Sleep(50 * time.Millisecond)
-			srv.mustJSON(t, "GET", "/v1/limits", nil, &l)
+			l = must[client.LimitsAnswer](t, "limits")(c.Limits(ctx))
 		}
 		if el := time.Since(start); el < 900*time.Millisecond {
 			t.Fatalf("promo for 1s ended after %v", el)
@@ -474,13 +460,8 @@ func TestManagerAPI(t *testing.T) {
 		for _, d := range []string{"2026-13-01", "2026-02-30", "2026-3-1", "yesterday", "20260301", "2026-03-01T00:00:00Z"} {
 			srv.problem(t, "date "+d, "GET", "/v1/totals?date="+d, biToken, "", nil, http.StatusBadRequest, "business_date_invalid")
 		}
-		var out struct {
-			BusinessDate string               `json:"business_date"`
-			Mode         ingest.Mode          `json:"mode"`
-			Terminals    []api.TerminalTotals `json:"terminals"`
-		}
-		srv.mustJSON(t, "GET", "/v1/totals?date=2026-03-01", nil, &out)
-		if out.BusinessDate != "2026-03-01" || out.Mode != ingest.ModeRedis || out.Terminals == nil || len(out.Terminals) != 0 {
+		out := must[client.TotalsAnswer](t, "totals")(c.Totals(ctx, "2026-03-01"))
+		if out.BusinessDate != "2026-03-01" || out.Mode != client.ModeRedis || out.Terminals == nil || len(out.Terminals) != 0 {
 			t.Fatalf("totals of a quiet day: %+v", out)
 		}
 		loc, err := time.LoadLocation(biTZ)
@@ -488,7 +469,7 @@ func TestManagerAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := time.Now().In(loc).Format(wire.BusinessDate)
-		srv.mustJSON(t, "GET", "/v1/totals", nil, &out)
+		out = must[client.TotalsAnswer](t, "totals of today")(c.Totals(ctx, ""))
 		after := time.Now().In(loc).Format(wire.BusinessDate)
 		if out.BusinessDate != before && out.BusinessDate != after {
 			t.Fatalf("totals without a date are of %s, want today in %s (%s)", out.BusinessDate, biTZ, before)
@@ -520,10 +501,7 @@ func TestManagerAPI(t *testing.T) {
 			}
 		}
 		// proof=0 (the dashboard's poll) leaves out the proof from the whole history.
-		var quick struct {
-			Stock []api.StockRow `json:"stock"`
-		}
-		srv.mustJSON(t, "GET", "/v1/stock?proof=0", nil, &quick)
+		quick := must[client.StockAnswer](t, "stock without proof")(c.Stock(ctx, false))
 		if len(quick.Stock) != len(rows) {
 			t.Errorf("proof=0: %d rows, want %d", len(quick.Stock), len(rows))
 		}

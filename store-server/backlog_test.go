@@ -14,7 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestBacklogSeenWhileItDrains: a till back from offline reports what it holds beside its
@@ -62,11 +62,11 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 
-	poll := func(what string, within time.Duration, ok func(api.TerminalRow) bool) api.TerminalRow {
+	poll := func(what string, within time.Duration, ok func(client.TerminalRow) bool) client.TerminalRow {
 		t.Helper()
 		return pollTerminal(t, e, "T01", what, within, ok)
 	}
-	poll("T01 online with nothing to send", 15*time.Second, func(r api.TerminalRow) bool {
+	poll("T01 online with nothing to send", 15*time.Second, func(r client.TerminalRow) bool {
 		return r.Online != nil && *r.Online && r.Backlog != nil && r.Backlog.Events == 0
 	})
 
@@ -85,19 +85,19 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	offline := poll("T01 offline", 20*time.Second, func(r api.TerminalRow) bool { return r.Online != nil && !*r.Online })
+	offline := poll("T01 offline", 20*time.Second, func(r client.TerminalRow) bool { return r.Online != nil && !*r.Online })
 	if offline.Backlog == nil || offline.Backlog.Events != 0 {
 		t.Fatalf("offline T01's last report: %+v, want the 0 it sent while online", offline.Backlog)
 	}
 
 	e.proxies["T01"].Restore()
-	back := poll("T01's backlog on its return", 20*time.Second, func(r api.TerminalRow) bool {
+	back := poll("T01's backlog on its return", 20*time.Second, func(r client.TerminalRow) bool {
 		return r.Backlog != nil && r.Backlog.Events >= sales
 	})
 	if b := back.Backlog; b.OldestMs <= 0 || b.OldestNowMs < b.OldestMs || b.Heard.IsZero() {
 		t.Errorf("T01's backlog on its return: %+v, want the oldest sale's age", b)
 	}
-	done := poll("T01 sent everything", 30*time.Second, func(r api.TerminalRow) bool {
+	done := poll("T01 sent everything", 30*time.Second, func(r client.TerminalRow) bool {
 		return r.Backlog != nil && r.Backlog.Events == 0 && r.Online != nil && *r.Online
 	})
 	var last int64 // the last event the till answered its POS app for
@@ -125,22 +125,19 @@ func TestBacklogSeenWhileItDrains(t *testing.T) {
 }
 
 // terminalRow is terminal's row of GET /v1/terminals (its zero value if none).
-func terminalRow(t *testing.T, e *env, terminal string) api.TerminalRow {
+func terminalRow(t *testing.T, e *env, terminal string) client.TerminalRow {
 	t.Helper()
-	var ans api.TerminalsAnswer
-	if err := e.store.Call(context.Background(), "GET", "/v1/terminals", "", nil, &ans); err != nil {
-		t.Fatal(err)
-	}
+	ans := must[client.TerminalsAnswer](t, "terminals")(e.store.Manager().Terminals(context.Background()))
 	for _, r := range ans.Terminals {
 		if r.Terminal == terminal {
 			return r
 		}
 	}
-	return api.TerminalRow{}
+	return client.TerminalRow{}
 }
 
 // pollTerminal polls terminal's row until ok holds, for up to within.
-func pollTerminal(t *testing.T, e *env, terminal, what string, within time.Duration, ok func(api.TerminalRow) bool) api.TerminalRow {
+func pollTerminal(t *testing.T, e *env, terminal, what string, within time.Duration, ok func(client.TerminalRow) bool) client.TerminalRow {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -189,7 +186,7 @@ func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
 		t.Fatal(tok.Error())
 	}
 	c.Disconnect(100)
-	has := func(r api.TerminalRow) bool { return r.Backlog != nil }
+	has := func(r client.TerminalRow) bool { return r.Backlog != nil }
 	pollTerminal(t, e, "T09", "the report", 10*time.Second, has)
 	time.Sleep(3 * time.Second)
 	before := terminalRow(t, e, "T09").Backlog
@@ -261,7 +258,7 @@ func TestHeartbeatOverAnOlderReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	drained := time.Now()
-	r := pollTerminal(t, e, "T01", "a heartbeat after the drain", 20*time.Second, func(r api.TerminalRow) bool {
+	r := pollTerminal(t, e, "T01", "a heartbeat after the drain", 20*time.Second, func(r client.TerminalRow) bool {
 		return r.Heartbeat != nil && r.Heartbeat.Received.After(drained)
 	})
 	if r.Backlog != nil || r.Heartbeat.Backlog != 0 {

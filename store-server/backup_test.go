@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestBackupRestores(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte("sku,name,price\nA1,Apple,1.00\nB2,Bread,2.50\n"), nil)
+	srv.importCSV(t, []byte("sku,name,price\nA1,Apple,1.00\nB2,Bread,2.50\n"))
 	if _, applied := srv.adjust(t, "open-A1", "A1", 100, ledger.ReasonOpening); !applied {
 		t.Fatal("opening A1 not applied")
 	}
@@ -36,10 +37,7 @@ func TestBackupRestores(t *testing.T) {
 	// B2 in the ledger as the adjustments go on (Redis follows each a moment later: not
 	// compared here).
 	b2Now := func() int64 {
-		var out struct {
-			Stock []api.StockRow `json:"stock"`
-		}
-		srv.mustJSON(t, "GET", "/v1/stock?proof=0", nil, &out)
+		out := must[client.StockAnswer](t, "stock")(srv.manager().Stock(context.Background(), false))
 		for _, r := range out.Stock {
 			if r.SKU == "B2" {
 				return r.Ledger

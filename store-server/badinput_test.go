@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -16,7 +17,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
@@ -147,19 +148,18 @@ type biRun struct {
 	date string
 
 	mu       sync.Mutex
-	counters map[string]*store.Counters // terminal → expected day totals
-	moved    map[string]int64           // sku → expected stock change by events
-	flows    map[string]int64           // key → flow number of an accepted sale or refund
-	flowKey  map[int64]string           // flow number → key (flow numbers never repeat)
-	parked   map[string]string          // key → code of an expected parked event
-	counted  map[string]bool            // keys whose sale or refund is in the expectations
+	counters map[string]*client.Counters // terminal → expected day totals
+	moved    map[string]int64            // sku → expected stock change by events
+	flows    map[string]int64            // key → flow number of an accepted sale or refund
+	flowKey  map[int64]string            // flow number → key (flow numbers never repeat)
+	parked   map[string]string           // key → code of an expected parked event
+	counted  map[string]bool             // keys whose sale or refund is in the expectations
 }
 
 // openStore imports biCatalogCSV and books each SKU's opening stock (biOpening).
 func (s *biServer) openStore(t *testing.T) {
 	t.Helper()
-	var imp apiImport
-	s.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	s.importCSV(t, []byte(biCatalogCSV))
 	for _, sku := range slices.Sorted(maps.Keys(biOpening)) {
 		if qty, applied := s.adjust(t, "opening-"+sku, sku, biOpening[sku], ledger.ReasonOpening); !applied || qty != biOpening[sku] {
 			t.Fatalf("opening stock %s: qty %d applied %v", sku, qty, applied)
@@ -178,7 +178,7 @@ func biStartRun(t *testing.T, srv *biServer) *biRun {
 	at := time.Now().In(loc).Add(-time.Minute).Truncate(time.Millisecond)
 	r := &biRun{
 		srv: srv, bus: biConnect(t, srv.Broker), at: at, date: at.Format(wire.BusinessDate),
-		counters: map[string]*store.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
+		counters: map[string]*client.Counters{}, moved: map[string]int64{}, flows: map[string]int64{},
 		flowKey: map[int64]string{}, parked: map[string]string{}, counted: map[string]bool{},
 	}
 	r.warmUp(t)
@@ -345,7 +345,7 @@ func (r *biRun) expect(wants []biWant, terminal string) {
 			r.counted[key] = true
 			c := r.counters[terminal]
 			if c == nil {
-				c = &store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+				c = &client.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 				r.counters[terminal] = c
 			}
 			if p := w.sale; p != nil {
@@ -948,20 +948,16 @@ func (r *biRun) checkNoStrayAcks(t *testing.T) {
 func (r *biRun) checkLedger(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var totals struct {
-		BusinessDate string               `json:"business_date"`
-		Store        store.Counters       `json:"store"`
-		Terminals    []api.TerminalTotals `json:"terminals"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/totals?date="+r.date, nil, &totals)
-	var whole store.Counters
+	c, ctx := r.srv.manager(), context.Background()
+	totals := must[client.TotalsAnswer](t, "totals")(c.Totals(ctx, r.date))
+	var whole client.Counters
 	for _, c := range r.counters {
 		whole.Add(*c)
 	}
 	if whole.Sales == 0 || !totals.Store.Equal(whole) {
 		t.Errorf("totals of the store %+v, want %+v", totals.Store, whole)
 	}
-	got := map[string]api.TerminalTotals{}
+	got := map[string]client.TerminalTotals{}
 	for _, tt := range totals.Terminals {
 		got[tt.Terminal] = tt
 	}
@@ -995,10 +991,7 @@ func (r *biRun) checkLedger(t *testing.T) {
 		t.Errorf("stock has %d SKUs, want %d: %+v", len(rows), len(biOpening), rows)
 	}
 
-	var parked struct {
-		Parked []ledger.Parked `json:"parked"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &parked)
+	parked := must[client.ParkedAnswer](t, "parked")(c.Parked(ctx, false))
 	gotParked := map[string]string{}
 	for _, p := range parked.Parked {
 		gotParked[wire.Key(p.Terminal, p.Seq)] = p.Code
@@ -1017,12 +1010,8 @@ func (r *biRun) checkLedger(t *testing.T) {
 
 	// The manager resolves the first: it leaves the open list, and stays in all=1.
 	first := parked.Parked[0]
-	var resolved struct {
-		Parked  ledger.Parked `json:"parked"`
-		Applied bool          `json:"applied"`
-	}
-	r.srv.mustJSON(t, "POST", "/v1/parked/resolve", map[string]any{"terminal": first.Terminal, "seq": first.Seq,
-		"note": "voided with the customer"}, &resolved)
+	resolved := must[client.ResolveParkedAnswer](t, "resolve")(c.ResolveParked(ctx, client.ResolveParkedRequest{
+		Terminal: first.Terminal, Seq: first.Seq, Note: "voided with the customer"}))
 	if !resolved.Applied || !resolved.Parked.Resolved || resolved.Parked.Resolution != "voided with the customer" ||
 		resolved.Parked.BusinessDate == "" {
 		t.Errorf("resolving %s: %+v", wire.Key(first.Terminal, first.Seq), resolved)
@@ -1032,34 +1021,24 @@ func (r *biRun) checkLedger(t *testing.T) {
 		ledger.CodeParkedResolutionRequired)
 	r.srv.problem(t, "no such parked event", "POST", "/v1/parked/resolve", biToken, "application/json",
 		[]byte(`{"terminal":"T404","seq":1,"note":"x"}`), http.StatusNotFound, ledger.CodeParkedNotFound)
-	var open, all struct {
-		Parked []ledger.Parked `json:"parked"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
-	r.srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
+	open := must[client.ParkedAnswer](t, "open parked")(c.Parked(ctx, false))
+	all := must[client.ParkedAnswer](t, "all parked")(c.Parked(ctx, true))
 	if len(open.Parked) != len(parked.Parked)-1 || len(all.Parked) != len(parked.Parked) {
 		t.Errorf("after one resolution: %d open and %d in all, of %d", len(open.Parked), len(all.Parked),
 			len(parked.Parked))
 	}
 
-	var overs struct {
-		Oversells []ledger.Oversell `json:"oversells"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/oversells", nil, &overs)
+	overs := must[client.OversellsAnswer](t, "oversells")(c.Oversells(ctx, "", false))
 	if len(overs.Oversells) != 0 {
 		t.Errorf("oversells: %+v, want none", overs.Oversells)
 	}
-	var refunds struct {
-		RefundExceptions []ledger.RefundException `json:"refund_exceptions"`
-	}
-	r.srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &refunds)
+	refunds := must[client.RefundExceptionsAnswer](t, "refund exceptions")(c.RefundExceptions(ctx, "", false))
 	if len(refunds.RefundExceptions) != 0 {
 		t.Errorf("refund exceptions: %+v, want none (every refund sent is covered by its sale)", refunds.RefundExceptions)
 	}
 
-	var mode api.ModeAnswer
-	r.srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
-	if mode.Mode != ingest.ModeRedis || mode.Stats.GateErrors != 0 || mode.Stats.CommitError != 0 {
+	mode := must[client.ModeAnswer](t, "mode")(c.Mode(ctx))
+	if mode.Mode != client.ModeRedis || mode.Stats.GateErrors != 0 || mode.Stats.CommitError != 0 {
 		t.Errorf("mode %q stats %+v: want redis without gate or commit errors", mode.Mode, mode.Stats)
 	}
 	t.Logf("ingest stats: %+v; %d parked, %d flow numbers", mode.Stats, len(gotParked), len(r.flowKey))

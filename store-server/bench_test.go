@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +29,7 @@ import (
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
@@ -158,8 +155,7 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var m api.ModeAnswer
-		if err := e.call("GET", "/v1/mode", nil, &m); err == nil && m.Mode == "redis" {
+		if m, err := e.manager().Mode(context.Background()); err == nil && m.Mode == client.ModeRedis {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -168,13 +164,13 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 		time.Sleep(50 * time.Millisecond)
 	}
 	const top = 1_000_000_000 // gate.MaxLimit
-	if err := e.call("PUT", "/v1/limits", map[string]int64{"window_ms": 1000, "store": top, "terminal": top,
-		"scan": top, "pay": top, "refund": top}, nil); err != nil {
+	if _, err := e.manager().SetLimits(context.Background(), client.Limits{WindowMs: 1000, Store: top, Terminal: top,
+		Scan: top, Pay: top, Refund: top}); err != nil {
 		b.Fatal(err)
 	}
 	for _, it := range benchSKUs {
-		if err := e.call("POST", "/v1/stock/adjust", map[string]any{"id": "open-" + it.SKU, "sku": it.SKU,
-			"delta": 10_000_000, "reason": "opening"}, nil); err != nil {
+		if _, err := e.manager().Adjust(context.Background(), client.AdjustRequest{ID: "open-" + it.SKU, SKU: it.SKU,
+			Delta: 10_000_000, Reason: client.ReasonOpening}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -254,56 +250,24 @@ func (m *cpuMeter) report(b *testing.B) time.Duration {
 	return servers
 }
 
-// call calls the manager API; out, if not nil, receives the JSON answer.
-func (e *benchEnv) call(method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		j, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, "http://"+e.api+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+benchToken)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+// manager returns a client of the store-server's manager API.
+func (e *benchEnv) manager() *client.Client {
+	return &client.Client{BaseURL: "http://" + e.api, Token: benchToken}
 }
 
 // stats returns ingest's counters.
-func (e *benchEnv) stats(b *testing.B) api.ModeAnswer {
+func (e *benchEnv) stats(b *testing.B) client.ModeAnswer {
 	b.Helper()
-	var m api.ModeAnswer
-	if err := e.call("GET", "/v1/mode", nil, &m); err != nil {
-		b.Fatal(err)
-	}
-	return m
+	return must[client.ModeAnswer](b, "mode")(e.manager().Mode(context.Background()))
 }
 
 // checkRun fails the benchmark if the store left the Redis gate (degraded: the figures
 // would not be the Redis path's) or failed a ledger commit during a run, and reports gate
 // calls that failed or took longer than ingest's BreakerSlow (the breaker counts them; their
 // events were resent) as "gate-errors".
-func (e *benchEnv) checkRun(b *testing.B, s0 ingest.Stats, s1 api.ModeAnswer) {
+func (e *benchEnv) checkRun(b *testing.B, s0 client.Stats, s1 client.ModeAnswer) {
 	b.Helper()
-	if s1.Mode != ingest.ModeRedis || s1.Stats.Rebuilds != s0.Rebuilds || s1.Stats.CommitError != s0.CommitError {
+	if s1.Mode != client.ModeRedis || s1.Stats.Rebuilds != s0.Rebuilds || s1.Stats.CommitError != s0.CommitError {
 		b.Errorf("the store left the Redis gate or failed a commit during the run: %+v", s1)
 	}
 	if n := s1.Stats.GateErrors - s0.GateErrors; n > 0 {
@@ -316,12 +280,7 @@ func (e *benchEnv) checkRun(b *testing.B, s0 ingest.Stats, s1 api.ModeAnswer) {
 // whether Redis's counters differ from the ledger's.
 func (e *benchEnv) ledgerTotals(b *testing.B, date string) (sales map[string]int64, differs map[string]bool) {
 	b.Helper()
-	var totals struct {
-		Terminals []api.TerminalTotals `json:"terminals"`
-	}
-	if err := e.call("GET", "/v1/totals?date="+date, nil, &totals); err != nil {
-		b.Fatal(err)
-	}
+	totals := must[client.TotalsAnswer](b, "totals")(e.manager().Totals(context.Background(), date))
 	sales, differs = map[string]int64{}, map[string]bool{}
 	for _, t := range totals.Terminals {
 		sales[t.Terminal], differs[t.Terminal] = t.Ledger.Sales, t.RedisDiff
@@ -928,10 +887,10 @@ func pct(lats []time.Duration, p float64) float64 {
 
 // liveRun is one run of BenchmarkE2ELiveAckLatency; its terminals are prefix-0 … prefix-19.
 func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []string) {
-	var s0 ingest.Stats
+	var s0 client.Stats
 	var cpu *cpuMeter
 	var serverCPU time.Duration
-	var s1 api.ModeAnswer
+	var s1 client.ModeAnswer
 	run := runLiveLoad(b, e.broker, prefix, rate,
 		func() { s0, cpu = e.stats(b).Stats, e.meter() },
 		func() { serverCPU, s1 = cpu.report(b), e.stats(b) })

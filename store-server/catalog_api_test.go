@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -17,8 +18,9 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/client"
+	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -29,33 +31,28 @@ import (
 // oversold stock stayed negative for good.
 func TestDelistedSKUCorrected(t *testing.T) {
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
 	// The manager delists D4 (T1 is offline, it still has the old catalog).
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte("sku,name,price\nA1,Apple,3.50\nB2,Bread,12.00\nC3,Cola,2.75\n"), &imp)
+	srv.importCSV(t, []byte("sku,name,price\nA1,Apple,3.50\nB2,Bread,12.00\nC3,Cola,2.75\n"))
 	r := biStartRun(t, srv)
 	// T1 comes back: five of D4 sold offline, two in stock.
 	sellD4Offline(t, r, "offline sale of a delisted SKU")
 	// The store's stock of D4 is -3; the three came from the back room. Adjust, as the docs say.
-	status, _, b := srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
-		biMarshal(t, api.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: "adjust"}))
-	if status != http.StatusOK {
-		t.Errorf("adjust of the oversold, delisted D4: %d %s", status, b)
+	c, ctx := srv.manager(), context.Background()
+	if _, err := c.Adjust(ctx, client.AdjustRequest{ID: "found-D4", SKU: "D4", Delta: 3, Reason: client.ReasonAdjust}); err != nil {
+		t.Errorf("adjust of the oversold, delisted D4: %v", err)
 	}
 	zero := int64(0)
-	status, _, b = srv.do(t, "POST", "/v1/stock/count", biToken, "application/json",
-		biMarshal(t, api.CountRequest{ID: "count-D4", SKU: "D4", Counted: &zero}))
-	if status != http.StatusOK {
-		t.Errorf("shelf count of the oversold, delisted D4: %d %s", status, b)
+	if _, err := c.Count(ctx, client.CountRequest{ID: "count-D4", SKU: "D4", Counted: &zero}); err != nil {
+		t.Errorf("shelf count of the oversold, delisted D4: %v", err)
 	}
 	if row := srv.stock(t)["D4"]; row.Ledger != 0 {
 		t.Errorf("D4 after the adjustment and the count of 0: ledger %d, want 0", row.Ledger)
 	}
-	status, _, b = srv.do(t, "POST", "/v1/stock/adjust", biToken, "application/json",
-		biMarshal(t, api.AdjustRequest{ID: "never", SKU: "Z9", Delta: 3, Reason: "adjust"}))
-	if status != http.StatusNotFound {
-		t.Errorf("adjust of a SKU never in the catalog: %d %s, want 404 unknown_sku", status, b)
+	_, err := c.Adjust(ctx, client.AdjustRequest{ID: "never", SKU: "Z9", Delta: 3, Reason: client.ReasonAdjust})
+	if e := (*client.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusNotFound || e.Code != ingest.CodeUnknownSKU {
+		t.Errorf("adjust of a SKU never in the catalog: %v, want 404 unknown_sku", err)
 	}
 }
 
@@ -64,8 +61,7 @@ func TestDelistedSKUCorrected(t *testing.T) {
 // as /v1/totals does; they answered 200 with nothing, as if the day had no exceptions.
 func TestExceptionListsRefuseBadDate(t *testing.T) {
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
 	r := biStartRun(t, srv)
 	r.bus.publish(t, "T1", biMarshal(t, r.seal(wire.KindSale, "T1", 1, biMarshal(t, biGoodSale("T1-1", 2)))))
@@ -97,17 +93,16 @@ func catalogHeartbeat(t *testing.T, r *biRun, seq, held int64) {
 // terminal ignored (they keep the highest version they have seen), selling on at old prices.
 func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	imp := srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
 	catalogHeartbeat(t, r, 1, 7)
-	var terms api.TerminalsAnswer
+	var terms client.TerminalsAnswer
 	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
-	i := slices.IndexFunc(terms.Terminals, func(r api.TerminalRow) bool { return r.Terminal == "T1" })
+	i := slices.IndexFunc(terms.Terminals, func(r client.TerminalRow) bool { return r.Terminal == "T1" })
 	if i < 0 || !terms.Terminals[i].CatalogAhead || terms.Terminals[i].CatalogBehind {
 		t.Fatalf("a terminal holding version 7 of a store at version %d: %+v", terms.CatalogVersion, terms.Terminals)
 	}
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
+	imp = srv.importCSV(t, []byte(biCatalogCSV+"E5,Eggs,1.20\n"))
 	if imp.Version != 8 {
 		t.Fatalf("import after a terminal reported version 7: version %d, want 8", imp.Version)
 	}
@@ -195,11 +190,10 @@ func TestCatalogAfterABrokerRestart(t *testing.T) {
 // MaxInt64, and every import after it overflowed to a negative version and was refused.
 func TestCatalogFloorBogusHeartbeat(t *testing.T) {
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	imp := srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
 	catalogHeartbeat(t, r, 1, math.MaxInt64-1)
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,1.20\n"), &imp)
+	imp = srv.importCSV(t, []byte(biCatalogCSV+"E5,Eggs,1.20\n"))
 	if imp.Version != 2 {
 		t.Errorf("import after a heartbeat of MaxInt64-1: version %d, want 2", imp.Version)
 	}
@@ -220,8 +214,7 @@ func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
 	t.Cleanup(func() { catalogCheckEvery = was }) // after the server's cleanup: it has stopped
 	catalogCheckEvery = 100 * time.Millisecond
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
 	catalogHeartbeat(t, r, 1, 7)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -256,18 +249,13 @@ func TestCatchUpDuringAnImport(t *testing.T) {
 		}
 		return []byte(b.String())
 	}
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", csv(0), &imp)
+	srv.importCSV(t, csv(0))
 	r := biStartRun(t, srv)
 	for i := 1; i <= 10; i++ {
 		var c wire.Catalog
 		srv.mustJSON(t, "GET", "/v1/catalog", nil, &c)
-		done := make(chan apiImport, 1)
-		go func() {
-			var imp apiImport
-			srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", csv(i), &imp)
-			done <- imp
-		}()
+		done := make(chan client.ImportAnswer, 1)
+		go func() { done <- srv.importCSV(t, csv(i)) }()
 		time.Sleep(time.Duration(i%10) * 3 * time.Millisecond)
 		// A terminal reports a version above the store's (its data restored from a backup).
 		catalogHeartbeat(t, r, int64(i), c.Version+100)

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestClockOnlyOfTerminalIDs: up messages on topics whose terminal is no terminal id (too
@@ -36,8 +37,7 @@ func TestClockOnlyOfTerminalIDs(t *testing.T) {
 	e1, w1 := r.good(t, "T1", 1)
 	r.step(t, "a sale", "T1", e1, w1)
 
-	var terms api.TerminalsAnswer
-	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
+	terms := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
 	for _, row := range terms.Terminals {
 		if !wire.ValidID(row.Terminal) && row.ClockSkewMs != nil {
 			t.Errorf("/v1/terminals has a clock for %q, no terminal id (clock_skew_ms %d)", row.Terminal, *row.ClockSkewMs)
@@ -81,8 +81,7 @@ func TestUpTopicOfNoTerminalID(t *testing.T) {
 	e1, w1 := r.good(t, "T1", 1)
 	r.step(t, "a sale", "T1", e1, w1)
 
-	var terms api.TerminalsAnswer
-	srv.mustJSON(t, "GET", "/v1/terminals", nil, &terms)
+	terms := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
 	for _, row := range terms.Terminals {
 		if !wire.ValidID(row.Terminal) {
 			t.Errorf("/v1/terminals has a row for %q, no terminal id (last %s #%d %s)", row.Terminal,

@@ -1,14 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -22,8 +22,7 @@ import (
 func TestShelfCountDuringSale(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-A1", "A1", 12, ledger.ReasonOpening)
 	r := biStartRun(t, srv)
 
@@ -77,13 +76,7 @@ func TestShelfCountDuringSale(t *testing.T) {
 // ledgerQty reads the ledger's stock of a SKU from /v1/stock without the proof.
 func ledgerQty(t *testing.T, srv *biServer, sku string) int64 {
 	t.Helper()
-	status, _, body := srv.do(t, "GET", "/v1/stock?proof=0", biToken, "", nil)
-	var out struct {
-		Stock []api.StockRow `json:"stock"`
-	}
-	if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil {
-		t.Fatalf("GET /v1/stock: %d %s (%v)", status, body, err)
-	}
+	out := must[client.StockAnswer](t, "stock")(srv.manager().Stock(context.Background(), false))
 	for _, r := range out.Stock {
 		if r.SKU == sku {
 			return r.Ledger
@@ -100,8 +93,7 @@ func ledgerQty(t *testing.T, srv *biServer, sku string) int64 {
 func TestShelfCountWarnsOfOfflineTills(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-A1", "A1", 12, ledger.ReasonOpening)
 	t1 := dialTerminal(t, srv.Broker, "T1")
 	presence := func(online bool) {

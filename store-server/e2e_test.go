@@ -17,6 +17,7 @@ import (
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // The e2e tests run the real binaries: store-server against real mosquitto and a real Redis
@@ -103,8 +104,8 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		}
 	})
 	for sku, q := range e2eOpening {
-		body := fmt.Sprintf(`{"id":"opening-%s","sku":%q,"delta":%d,"reason":"opening"}`, sku, sku, q)
-		if err := srv.Call(ctx, "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+		req := client.AdjustRequest{ID: "opening-" + sku, SKU: sku, Delta: q, Reason: client.ReasonOpening}
+		if _, err := srv.Manager().Adjust(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,8 +298,7 @@ func TestRedisDown(t *testing.T) {
 	degraded := false
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
-		var m struct{ Mode string }
-		if e.store.Call(context.Background(), "GET", "/v1/mode", "", nil, &m) == nil && m.Mode == "degraded" {
+		if m, err := e.store.Manager().Mode(context.Background()); err == nil && m.Mode == client.ModeDegraded {
 			degraded = true
 		}
 		time.Sleep(100 * time.Millisecond)

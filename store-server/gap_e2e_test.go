@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/posgate/posgate/internal/harness"
 	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // gapEnv is a store-server with its embedded broker on a plain Redis, and real agents.
@@ -74,8 +74,8 @@ func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
 // opening books the opening stock (idempotent by id: prefix tells one opening from another).
 func (e *gapEnv) opening(prefix string) {
 	for sku, q := range e2eOpening {
-		body := fmt.Sprintf(`{"id":"%s-%s","sku":%q,"delta":%d,"reason":"opening"}`, prefix, sku, sku, q)
-		if err := e.store.Call(context.Background(), "POST", "/v1/stock/adjust", "application/json", strings.NewReader(body), nil); err != nil {
+		req := client.AdjustRequest{ID: prefix + "-" + sku, SKU: sku, Delta: q, Reason: client.ReasonOpening}
+		if _, err := e.store.Manager().Adjust(context.Background(), req); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -100,15 +100,7 @@ func (e *gapEnv) sell(term string, n int) {
 // lastSeqs returns each terminal's highest seq in the store's ledger (read from its file).
 func (e *gapEnv) lastSeqs() map[string]int64 {
 	e.t.Helper()
-	var out struct {
-		Terminals []struct {
-			Terminal string `json:"terminal"`
-			LastSeq  int64  `json:"last_seq"`
-		} `json:"terminals"`
-	}
-	if err := e.store.Call(context.Background(), "GET", "/v1/terminals", "", nil, &out); err != nil {
-		e.t.Fatal(err)
-	}
+	out := must[client.TerminalsAnswer](e.t, "terminals")(e.store.Manager().Terminals(context.Background()))
 	m := map[string]int64{}
 	for _, r := range out.Terminals {
 		m[r.Terminal] = r.LastSeq
@@ -116,25 +108,11 @@ func (e *gapEnv) lastSeqs() map[string]int64 {
 	return m
 }
 
-type gapRow struct {
-	From   int64  `json:"from_seq"`
-	To     int64  `json:"to_seq"`
-	Reason string `json:"reason"`
-}
-
 // gaps returns the seq gaps GET /v1/terminals shows, by terminal.
-func (e *gapEnv) gaps() map[string][]gapRow {
+func (e *gapEnv) gaps() map[string][]client.SeqGap {
 	e.t.Helper()
-	var out struct {
-		Terminals []struct {
-			Terminal string   `json:"terminal"`
-			SeqGaps  []gapRow `json:"seq_gaps"`
-		} `json:"terminals"`
-	}
-	if err := e.store.Call(context.Background(), "GET", "/v1/terminals", "", nil, &out); err != nil {
-		e.t.Fatal(err)
-	}
-	m := map[string][]gapRow{}
+	out := must[client.TerminalsAnswer](e.t, "terminals")(e.store.Manager().Terminals(context.Background()))
+	m := map[string][]client.SeqGap{}
 	for _, r := range out.Terminals {
 		if len(r.SeqGaps) > 0 {
 			m[r.Terminal] = r.SeqGaps
@@ -165,38 +143,16 @@ func (e *gapEnv) emptyDataDir() {
 func (e *gapEnv) checkAgrees(since map[string]map[string]bool) {
 	t := e.t
 	t.Helper()
-	ctx := context.Background()
-	var stock struct {
-		Stock []struct {
-			SKU    string `json:"sku"`
-			Ledger int64  `json:"ledger"`
-			Redis  *int64 `json:"redis"`
-		} `json:"stock"`
-	}
-	if err := e.store.Call(ctx, "GET", "/v1/stock", "", nil, &stock); err != nil {
-		t.Fatal(err)
-	}
+	ctx, m := context.Background(), e.store.Manager()
+	stock := must[client.StockAnswer](t, "stock")(m.Stock(ctx, true))
 	for _, r := range stock.Stock {
 		if r.Redis == nil || *r.Redis != r.Ledger {
 			t.Errorf("stock %s: ledger %d, redis %v", r.SKU, r.Ledger, biDeref(r.Redis))
 		}
 	}
-	type counters struct {
-		Sales  int64  `json:"sales"`
-		Amount string `json:"amount"`
-	}
-	var tot struct {
-		Terminals []struct {
-			Terminal string    `json:"terminal"`
-			Ledger   counters  `json:"ledger"`
-			Redis    *counters `json:"redis"`
-		} `json:"terminals"`
-	}
-	if err := e.store.Call(ctx, "GET", "/v1/totals?date="+today("Asia/Shanghai"), "", nil, &tot); err != nil {
-		t.Fatal(err)
-	}
+	tot := must[client.TotalsAnswer](t, "totals")(m.Totals(ctx, today("Asia/Shanghai")))
 	for _, r := range tot.Terminals {
-		if r.Redis == nil || *r.Redis != r.Ledger || r.Ledger.Sales == 0 {
+		if r.Redis == nil || r.Redis.Sales != r.Ledger.Sales || r.Redis.Amount != r.Ledger.Amount || r.Ledger.Sales == 0 {
 			t.Errorf("totals of %s: ledger %+v, redis %+v", r.Terminal, r.Ledger, biDeref(r.Redis))
 		}
 	}
@@ -241,16 +197,11 @@ func TestTillsResumeAfterRestore(t *testing.T) {
 	e.sell("T02", 1)
 	atBackup := e.lastSeqs()
 
-	req, _ := http.NewRequest("GET", "http://"+e.store.API+"/v1/backup", nil)
-	req.Header.Set("Authorization", "Bearer "+e.store.Opts.Token)
-	res, err := http.DefaultClient.Do(req)
+	backup := must[io.ReadCloser](t, "backup")(e.store.Manager().Backup(context.Background()))
+	body, err := io.ReadAll(backup)
+	backup.Close()
 	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("backup: %d %v", res.StatusCode, err)
+		t.Fatalf("backup: %v", err)
 	}
 
 	e.sell("T01", 3) // after the backup: lost with the store's disk

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/stack"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // Shared by badinput_test.go and api_test.go: an in-process store-server (the same Main
@@ -84,25 +83,44 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 		srv.Base = "https://" + addrs.API
 		srv.Client = tlsClient(t, m.APITLSCert)
 	}
-	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv
 }
 
+// manager returns a client of the manager API, with the manager token, for requests that
+// drive a flow; the tests of the wire itself (status codes, headers, bodies) use do.
+func (s *biServer) manager() *client.Client {
+	return &client.Client{BaseURL: s.Base, HTTPClient: s.Client, Token: biToken}
+}
+
+// must fails t on err, and returns the answer: must[T](t, what)(call(...)).
+func must[T any](t testing.TB, what string) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+}
+
+// importCSV imports a CSV catalog through the client and returns the answer.
+func (s *biServer) importCSV(t testing.TB, csv []byte) client.ImportAnswer {
+	t.Helper()
+	return must[client.ImportAnswer](t, "import a catalog")(s.manager().ImportCatalogCSV(context.Background(), bytes.NewReader(csv)))
+}
+
 // waitMode polls /v1/mode until the gate is in mode.
-func (s *biServer) waitMode(t testing.TB, mode ingest.Mode, within time.Duration) {
+func (s *biServer) waitMode(t testing.TB, mode client.Mode, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	var last api.ModeAnswer
 	for {
-		status, _, body := s.do(t, "GET", "/v1/mode", biToken, "", nil)
-		if status == http.StatusOK {
-			last = api.ModeAnswer{}
-			if err := json.Unmarshal(body, &last); err == nil && last.Mode == mode {
-				return
-			}
+		m, err := s.manager().Mode(context.Background())
+		if err == nil && m.Mode == mode {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gate mode is %q (last answer %d %s), want %q", last.Mode, status, body, mode)
+			t.Fatalf("gate mode is %q (%v), want %q", m.Mode, err, mode)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -180,7 +198,7 @@ func biWantProblem(t testing.TB, what string, status int, h http.Header, body []
 	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
 	}
-	var p api.Problem
+	var p client.Problem
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Errorf("%s: problem body %q: %v", what, body, err)
 		return
@@ -201,12 +219,8 @@ func (s *biServer) problem(t testing.TB, what, method, path, token, ctype string
 // adjust sets stock through the manager API and returns the SKU's stock after it.
 func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason string) (qty int64, applied bool) {
 	t.Helper()
-	var out struct {
-		SKU     string `json:"sku"`
-		Qty     int64  `json:"qty"`
-		Applied bool   `json:"applied"`
-	}
-	s.mustJSON(t, "POST", "/v1/stock/adjust", api.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}, &out)
+	out := must[client.AdjustAnswer](t, "adjust "+id)(s.manager().Adjust(context.Background(),
+		client.AdjustRequest{ID: id, SKU: sku, Delta: delta, Reason: reason}))
 	if out.SKU != sku {
 		t.Fatalf("adjust %s: answer names sku %q", id, out.SKU)
 	}
@@ -217,13 +231,8 @@ func (s *biServer) adjust(t testing.TB, id, sku string, delta int64, reason stri
 // booked and the SKU's stock after it.
 func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qty int64, applied bool) {
 	t.Helper()
-	var out struct {
-		SKU     string `json:"sku"`
-		Delta   int64  `json:"delta"`
-		Qty     int64  `json:"qty"`
-		Applied bool   `json:"applied"`
-	}
-	s.mustJSON(t, "POST", "/v1/stock/count", api.CountRequest{ID: id, SKU: sku, Counted: &counted}, &out)
+	out := must[client.CountAnswer](t, "count "+id)(s.manager().Count(context.Background(),
+		client.CountRequest{ID: id, SKU: sku, Counted: &counted}))
 	if out.SKU != sku {
 		t.Fatalf("count %s: answer names sku %q", id, out.SKU)
 	}
@@ -231,17 +240,13 @@ func (s *biServer) count(t testing.TB, id, sku string, counted int64) (delta, qt
 }
 
 // stock returns /v1/stock's rows by SKU, checking that ledger, proven and Redis agree.
-func (s *biServer) stock(t testing.TB) map[string]api.StockRow {
+func (s *biServer) stock(t testing.TB) map[string]client.StockRow {
 	t.Helper()
-	var out struct {
-		Mode  ingest.Mode    `json:"mode"`
-		Stock []api.StockRow `json:"stock"`
-	}
-	s.mustJSON(t, "GET", "/v1/stock", nil, &out)
-	if out.Mode != ingest.ModeRedis {
+	out := must[client.StockAnswer](t, "stock")(s.manager().Stock(context.Background(), true))
+	if out.Mode != client.ModeRedis {
 		t.Errorf("/v1/stock: mode %q, want redis", out.Mode)
 	}
-	rows := map[string]api.StockRow{}
+	rows := map[string]client.StockRow{}
 	for _, r := range out.Stock {
 		rows[r.SKU] = r
 		if r.Redis == nil || r.Proven == nil || r.Ledger != *r.Proven || *r.Redis != r.Ledger || r.Diff != 0 {

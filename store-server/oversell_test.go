@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -18,18 +20,14 @@ import (
 func TestOversellResolution(t *testing.T) {
 	t.Parallel()
 	srv := biRunServer(t)
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV), &imp)
+	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
 	r := biStartRun(t, srv)
 
 	// Five of D4 sold offline with two in stock: recorded, flagged, three short.
 	sellD4Offline(t, r, "offline sale beyond stock")
-	type list struct {
-		Oversells []ledger.Oversell `json:"oversells"`
-	}
-	var open list
-	srv.mustJSON(t, "GET", "/v1/oversells", nil, &open)
+	c, ctx := srv.manager(), context.Background()
+	open := must[client.OversellsAnswer](t, "oversells")(c.Oversells(ctx, "", false))
 	if len(open.Oversells) != 1 || open.Oversells[0].Terminal != "T1" || open.Oversells[0].Seq != 1 ||
 		open.Oversells[0].SKU != "D4" || open.Oversells[0].Short != 3 || open.Oversells[0].Resolved {
 		t.Fatalf("open oversells: %+v", open.Oversells)
@@ -77,21 +75,15 @@ func TestOversellResolution(t *testing.T) {
 	}
 	b.waitText("#oversells tbody", "None.")
 
-	type answer struct {
-		Oversell ledger.Oversell `json:"oversell"`
-		Applied  bool            `json:"applied"`
-	}
-	var again answer
-	srv.mustJSON(t, "POST", "/v1/oversells/resolve", map[string]any{"terminal": "T1", "seq": 1, "sku": "D4", "note": "again"}, &again)
+	again := must[client.ResolveOversellAnswer](t, "resolve again")(c.ResolveOversell(ctx,
+		client.ResolveOversellRequest{Terminal: "T1", Seq: 1, SKU: "D4", Note: "again"}))
 	if again.Applied || !again.Oversell.Resolved || again.Oversell.Resolution != note || again.Oversell.ResolvedAt.IsZero() {
 		t.Fatalf("resolving again: %+v, want the dashboard's resolution unchanged", again)
 	}
-	srv.mustJSON(t, "GET", "/v1/oversells", nil, &open)
-	if len(open.Oversells) != 0 {
+	if open = must[client.OversellsAnswer](t, "oversells")(c.Oversells(ctx, "", false)); len(open.Oversells) != 0 {
 		t.Fatalf("open oversells after resolving: %+v", open.Oversells)
 	}
-	var all list
-	srv.mustJSON(t, "GET", "/v1/oversells?all=1&date="+r.date, nil, &all)
+	all := must[client.OversellsAnswer](t, "all oversells")(c.Oversells(ctx, r.date, true))
 	if len(all.Oversells) != 1 || all.Oversells[0].Resolution != note {
 		t.Fatalf("all oversells of %s: %+v", r.date, all.Oversells)
 	}

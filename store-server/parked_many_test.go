@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestDashboardSaysParkedAreHidden: a till drains 55 events the store cannot read, and all
@@ -22,11 +24,7 @@ func TestDashboardSaysParkedAreHidden(t *testing.T) {
 		r.step(t, fmt.Sprintf("unreadable %d", seq), "T1", r.event(t, wire.KindSale, "T1", seq, `{"not":"a sale"}`),
 			biWant{seq: seq, status: wire.AckRejected, anyCode: true})
 	}
-	var open struct {
-		Open int64 `json:"open"`
-	}
-	srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
-	if open.Open != n {
+	if open := must[client.ParkedAnswer](t, "parked")(srv.manager().Parked(context.Background(), false)); open.Open != n {
 		t.Errorf("/v1/parked says %d open, want %d", open.Open, n)
 	}
 	b := startBrowser(t)

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -28,11 +30,8 @@ func TestParkedResolution(t *testing.T) {
 	r.step(t, "a third sale under its key", "T1", biMarshal(t, third), biConflict(1))
 	r.step(t, "the third sale again", "T1", biMarshal(t, third), biConflict(1))
 
-	type list struct {
-		Parked []ledger.Parked `json:"parked"`
-	}
-	var open list
-	srv.mustJSON(t, "GET", "/v1/parked", nil, &open)
+	c, ctx := srv.manager(), context.Background()
+	open := must[client.ParkedAnswer](t, "parked")(c.Parked(ctx, false))
 	if len(open.Parked) != 2 {
 		t.Fatalf("open parked events: %+v, want the second and the third content of T1:1", open.Parked)
 	}
@@ -78,8 +77,7 @@ func TestParkedResolution(t *testing.T) {
 	b.answerPrompt(note)
 	b.waitText("#parked tbody", "None.")
 	metric("0")
-	var all list
-	srv.mustJSON(t, "GET", "/v1/parked?all=1", nil, &all)
+	all := must[client.ParkedAnswer](t, "all parked")(c.Parked(ctx, true))
 	if len(all.Parked) != 2 || !all.Parked[0].Resolved || all.Parked[0].Resolution != note || !all.Parked[1].Resolved {
 		t.Fatalf("all parked events: %+v", all.Parked)
 	}

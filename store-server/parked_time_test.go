@@ -1,15 +1,13 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestParkedOfTheLastYearShown: a till whose clock says 9999-12-31T20:00Z sends a sale.
@@ -31,37 +29,21 @@ func TestParkedOfTheLastYearShown(t *testing.T) {
 	env.Offline = true
 	r.step(t, "a sale dated 9999-12-31T20:00Z", term, biMarshal(t, env), biRejected(2, wire.CodeTime))
 
-	get := func(path string, v any) {
-		t.Helper()
-		status, _, body := srv.do(t, "GET", path, biToken, "", nil)
-		if status != http.StatusOK {
-			t.Fatalf("GET %s: %d %s", path, status, body)
-		}
-		if err := json.Unmarshal(body, v); err != nil {
-			t.Fatalf("GET %s: %d, body %q: %v", path, status, body, err)
-		}
-	}
-	var open struct {
-		Parked []ledger.Parked `json:"parked"`
-	}
-	get("/v1/parked", &open)
+	// The client fails on an answer other than 200 and on one that is not whole JSON.
+	c, ctx := srv.manager(), context.Background()
+	open := must[client.ParkedAnswer](t, "parked")(c.Parked(ctx, false))
 	if len(open.Parked) != 1 || open.Parked[0].Seq != 2 || open.Parked[0].Code != wire.CodeTime {
 		t.Fatalf("parked %+v", open.Parked)
 	}
-	var terms api.TerminalsAnswer
-	get("/v1/terminals", &terms)
-	i := slices.IndexFunc(terms.Terminals, func(row api.TerminalRow) bool { return row.Terminal == term })
+	terms := must[client.TerminalsAnswer](t, "terminals")(c.Terminals(ctx))
+	i := slices.IndexFunc(terms.Terminals, func(row client.TerminalRow) bool { return row.Terminal == term })
 	if i < 0 || terms.Terminals[i].Parked != 1 || terms.Terminals[i].LastSeq != 2 {
 		t.Fatalf("terminals %+v", terms.Terminals)
 	}
 
-	body := biMarshal(t, api.ResolveParkedRequest{Terminal: term, Seq: 2, Note: "the till's clock was reset; sale entered again"})
-	status, _, got := srv.do(t, "POST", "/v1/parked/resolve", biToken, "application/json", body)
-	var res struct {
-		Parked  ledger.Parked `json:"parked"`
-		Applied bool          `json:"applied"`
-	}
-	if err := json.Unmarshal(got, &res); status != http.StatusOK || err != nil || !res.Applied || !res.Parked.Resolved {
-		t.Fatalf("resolve: %d %q (%v)", status, got, err)
+	res := must[client.ResolveParkedAnswer](t, "resolve")(c.ResolveParked(ctx, client.ResolveParkedRequest{
+		Terminal: term, Seq: 2, Note: "the till's clock was reset; sale entered again"}))
+	if !res.Applied || !res.Parked.Resolved {
+		t.Fatalf("resolve: %+v", res)
 	}
 }

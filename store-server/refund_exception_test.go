@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -43,11 +45,8 @@ func TestRefundExceptionResolution(t *testing.T) {
 			t.Fatalf("T1:%d answered %s (%v)", ev.seq, d.raw, d.err)
 		}
 	}
-	type list struct {
-		RefundExceptions []ledger.RefundException `json:"refund_exceptions"`
-	}
-	var open list
-	srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &open)
+	c, ctx := srv.manager(), context.Background()
+	open := must[client.RefundExceptionsAnswer](t, "refund exceptions")(c.RefundExceptions(ctx, "", false))
 	if len(open.RefundExceptions) != 1 || open.RefundExceptions[0].Terminal != "T1" || open.RefundExceptions[0].Seq != 3 ||
 		open.RefundExceptions[0].Code != ledger.CodeRefundExceedsSale || open.RefundExceptions[0].BusinessDate != r.date ||
 		open.RefundExceptions[0].Resolved {
@@ -76,22 +75,17 @@ func TestRefundExceptionResolution(t *testing.T) {
 	}
 	b.waitText("#refund-exceptions tbody", "None.")
 
-	type answer struct {
-		RefundException ledger.RefundException `json:"refund_exception"`
-		Applied         bool                   `json:"applied"`
-	}
-	var again answer
-	srv.mustJSON(t, "POST", "/v1/refund-exceptions/resolve", map[string]any{"terminal": "T1", "seq": 3, "note": "again"}, &again)
+	again := must[client.ResolveRefundAnswer](t, "resolve again")(c.ResolveRefundException(ctx,
+		client.ResolveRefundRequest{Terminal: "T1", Seq: 3, Note: "again"}))
 	if again.Applied || !again.RefundException.Resolved || again.RefundException.Resolution != note ||
 		again.RefundException.ResolvedAt.IsZero() {
 		t.Fatalf("resolving again: %+v, want the dashboard's resolution unchanged", again)
 	}
-	srv.mustJSON(t, "GET", "/v1/refund-exceptions", nil, &open)
+	open = must[client.RefundExceptionsAnswer](t, "refund exceptions")(c.RefundExceptions(ctx, "", false))
 	if len(open.RefundExceptions) != 0 {
 		t.Fatalf("open refund exceptions after resolving: %+v", open.RefundExceptions)
 	}
-	var all list
-	srv.mustJSON(t, "GET", "/v1/refund-exceptions?all=1&date="+r.date, nil, &all)
+	all := must[client.RefundExceptionsAnswer](t, "all refund exceptions")(c.RefundExceptions(ctx, r.date, true))
 	if len(all.RefundExceptions) != 1 || all.RefundExceptions[0].Resolution != note {
 		t.Fatalf("all refund exceptions of %s: %+v", r.date, all.RefundExceptions)
 	}

@@ -20,8 +20,7 @@ import (
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestTerminalsViewAndMetrics: GET /v1/terminals shows each terminal's presence from its
@@ -47,7 +46,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	sale, saleWant := r.good(t, "T1", 2)
 	r.step(t, "T1 sale", "T1", sale, saleWant)
 
-	row := func(a api.TerminalsAnswer, terminal string) api.TerminalRow {
+	row := func(a client.TerminalsAnswer, terminal string) client.TerminalRow {
 		t.Helper()
 		for _, row := range a.Terminals {
 			if row.Terminal == terminal {
@@ -55,15 +54,14 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 			}
 		}
 		t.Fatalf("no row for %s in %+v", terminal, a.Terminals)
-		return api.TerminalRow{}
+		return client.TerminalRow{}
 	}
 	// waitFor polls until cond holds for the answer.
-	waitFor := func(what string, cond func(api.TerminalsAnswer) bool) api.TerminalsAnswer {
+	waitFor := func(what string, cond func(client.TerminalsAnswer) bool) client.TerminalsAnswer {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			var a api.TerminalsAnswer
-			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
+			a := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
 			if cond(a) {
 				return a
 			}
@@ -73,9 +71,9 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	isOnline := func(row api.TerminalRow, want bool) bool { return row.Online != nil && *row.Online == want }
+	isOnline := func(row client.TerminalRow, want bool) bool { return row.Online != nil && *row.Online == want }
 
-	a := waitFor("T1 online", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), true) })
+	a := waitFor("T1 online", func(a client.TerminalsAnswer) bool { return isOnline(row(a, "T1"), true) })
 	got := row(a, "T1")
 	switch {
 	case got.LastSeq != 2 || got.LastKind != wire.KindSale || got.LastStatus != wire.AckAccepted || !got.LastAt.Equal(r.at):
@@ -111,9 +109,9 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 		}
 		// An up message is observed once its acks are handed to the broker, which may be
 		// just after the terminal has them: T1's sale is the third message answered.
-		var mode api.ModeAnswer
+		var mode client.ModeAnswer
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			srv.mustJSON(t, "GET", "/v1/mode", nil, &mode)
+			mode = must[client.ModeAnswer](t, "mode")(srv.manager().Mode(context.Background()))
 			fams = srv.scrape(t)
 			acked, _ := value("posgate_store_ack_seconds")
 			dropped, _ := value("posgate_store_status_messages_dropped_total")
@@ -185,9 +183,8 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	})
 
 	// A newer catalog: T1's last heartbeat reported version 1.
-	var imp apiImport
-	srv.mustRaw(t, "POST", "/v1/catalog", "text/csv", []byte(biCatalogCSV+"E5,Eggs,9.90\n"), &imp)
-	a = waitFor("T1 behind", func(a api.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
+	imp := srv.importCSV(t, []byte(biCatalogCSV+"E5,Eggs,9.90\n"))
+	a = waitFor("T1 behind", func(a client.TerminalsAnswer) bool { return row(a, "T1").CatalogBehind })
 	if a.CatalogVersion != imp.Version {
 		t.Errorf("catalog version %d, want %d", a.CatalogVersion, imp.Version)
 	}
@@ -198,7 +195,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	if tok := t2.c.Publish(wire.StatusTopic(biStoreID, "T2"), 1, true, online); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish presence: %v", tok.Error())
 	}
-	a = waitFor("T2 listed", func(a api.TerminalsAnswer) bool {
+	a = waitFor("T2 listed", func(a client.TerminalsAnswer) bool {
 		for _, row := range a.Terminals {
 			if row.Terminal == "T2" {
 				return isOnline(row, true)
@@ -216,7 +213,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 	if tok := t2.c.Publish(wire.BacklogTopic(biStoreID, "T2"), 0, true, report); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish backlog: %v", tok.Error())
 	}
-	a = waitFor("T2's backlog", func(a api.TerminalsAnswer) bool { return row(a, "T2").Backlog != nil })
+	a = waitFor("T2's backlog", func(a client.TerminalsAnswer) bool { return row(a, "T2").Backlog != nil })
 	if b := row(a, "T2").Backlog; b.Events != 7 || b.OldestMs != 90_000 || b.OldestNowMs < 90_000 || b.Heard.IsZero() {
 		t.Errorf("T2's backlog: %+v", b)
 	}
@@ -230,7 +227,7 @@ func TestTerminalsViewAndMetrics(t *testing.T) {
 
 	// T1's connection drops without a DISCONNECT: the broker publishes its will.
 	t1.drop()
-	waitFor("T1 offline", func(a api.TerminalsAnswer) bool { return isOnline(row(a, "T1"), false) })
+	waitFor("T1 offline", func(a client.TerminalsAnswer) bool { return isOnline(row(a, "T1"), false) })
 }
 
 // TestTillClockSkew: the store checks each till's clock against its own, from the messages
@@ -247,7 +244,7 @@ func TestTillClockSkew(t *testing.T) {
 		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
 		"--clock-behind-confirm", "1s", "--log-level", "error")
 	srv := &biServer{Base: "http://" + addrs.API, Broker: addrs.Broker, Client: &http.Client{Timeout: 10 * time.Second}}
-	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	const day = 24 * time.Hour
 	publish := func(tt *testTerminal, topic string, qos byte, v any) {
 		t.Helper()
@@ -269,12 +266,11 @@ func TestTillClockSkew(t *testing.T) {
 		env.Offline = offline
 		return env
 	}
-	waitFor := func(what string, cond func(map[string]api.TerminalRow) bool) api.TerminalsAnswer {
+	waitFor := func(what string, cond func(map[string]client.TerminalRow) bool) client.TerminalsAnswer {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			var a api.TerminalsAnswer
-			srv.mustJSON(t, "GET", "/v1/terminals", nil, &a)
-			rows := map[string]api.TerminalRow{}
+			a := must[client.TerminalsAnswer](t, "terminals")(srv.manager().Terminals(context.Background()))
+			rows := map[string]client.TerminalRow{}
 			for _, r := range a.Terminals {
 				rows[r.Terminal] = r
 			}
@@ -286,7 +282,7 @@ func TestTillClockSkew(t *testing.T) {
 			}
 		}
 	}
-	near := func(r api.TerminalRow, skew time.Duration) bool {
+	near := func(r client.TerminalRow, skew time.Duration) bool {
 		return r.ClockSkewMs != nil && time.Duration(*r.ClockSkewMs)*time.Millisecond > skew-5*time.Second &&
 			time.Duration(*r.ClockSkewMs)*time.Millisecond < skew+5*time.Second
 	}
@@ -295,7 +291,7 @@ func TestTillClockSkew(t *testing.T) {
 	// and again in the next. One report is not enough.
 	t1 := dialTerminal(t, srv.Broker, "T1")
 	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now().Add(-day)})
-	a := waitFor("T1's first report", func(rows map[string]api.TerminalRow) bool { return rows["T1"].ClockUnconfirmed })
+	a := waitFor("T1's first report", func(rows map[string]client.TerminalRow) bool { return rows["T1"].ClockUnconfirmed })
 	for _, r := range a.Terminals {
 		if r.Terminal == "T1" && (r.ClockSkewMs != nil || r.ClockOff || r.ClockChecked.IsZero()) {
 			t.Fatalf("T1 on one report a day behind: %+v, want unconfirmed, no figure, not off", r)
@@ -312,7 +308,7 @@ func TestTillClockSkew(t *testing.T) {
 	t3 := dialTerminal(t, srv.Broker, "T3")
 	publish(t3, wire.UpTopic(biStoreID, "T3"), 1, event(wire.KindSale, "T3", 1, time.Now().Add(-day), true,
 		biGoodSale("T3-1", 0)))
-	a = waitFor("T3's offline sale in the ledger", func(rows map[string]api.TerminalRow) bool { return rows["T3"].LastSeq == 1 })
+	a = waitFor("T3's offline sale in the ledger", func(rows map[string]client.TerminalRow) bool { return rows["T3"].LastSeq == 1 })
 	for _, r := range a.Terminals {
 		if r.Terminal == "T3" && (r.ClockSkewMs != nil || r.ClockOff) {
 			t.Fatalf("an offline sale of yesterday read as T3's clock: %+v", r)
@@ -325,7 +321,7 @@ func TestTillClockSkew(t *testing.T) {
 	t4 := dialTerminal(t, srv.Broker, "T4")
 	publish(t4, wire.BacklogTopic(biStoreID, "T4"), 0, wire.Backlog{V: wire.Version, Terminal: "T4", At: time.Now().Add(-day)})
 
-	a = waitFor("the clocks", func(rows map[string]api.TerminalRow) bool {
+	a = waitFor("the clocks", func(rows map[string]client.TerminalRow) bool {
 		return rows["T1"].ClockSkewMs != nil && rows["T2"].ClockSkewMs != nil && rows["T3"].ClockSkewMs != nil &&
 			rows["T4"].ClockUnconfirmed
 	})
@@ -403,7 +399,7 @@ func TestTillClockSkew(t *testing.T) {
 
 	// T1's clock is set: its next report reads right, and the flag clears.
 	publish(t1, wire.BacklogTopic(biStoreID, "T1"), 0, wire.Backlog{V: wire.Version, Terminal: "T1", At: time.Now()})
-	waitFor("T1 set right", func(rows map[string]api.TerminalRow) bool { return near(rows["T1"], 0) && !rows["T1"].ClockOff })
+	waitFor("T1 set right", func(rows map[string]client.TerminalRow) bool { return near(rows["T1"], 0) && !rows["T1"].ClockOff })
 }
 
 // inZone reports whether t, as the API gave it, is in the zone named tz at that time.

@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/certtest"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestAPIOverTLS: with --api-tls-cert and --api-tls-key the manager API and the dashboard
@@ -31,9 +30,9 @@ func TestAPIOverTLS(t *testing.T) {
 	if !strings.HasPrefix(srv.Base, "https://") {
 		t.Fatalf("base %s", srv.Base)
 	}
-	var m api.ModeAnswer
+	var m client.ModeAnswer
 	srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
-	if m.Mode != ingest.ModeRedis {
+	if m.Mode != client.ModeRedis {
 		t.Fatalf("mode over HTTPS: %+v", m)
 	}
 	if status, _, b := srv.do(t, "GET", "/", "", "", nil); status != http.StatusOK || !strings.Contains(string(b), "dashboard.js") {
@@ -128,9 +127,9 @@ func TestDiskRoom(t *testing.T) {
 		low    bool
 	}{{"1", false}, {"1000000000", true}} { // 1 MiB; a petabyte
 		srv := biRunServer(t, "--disk-warn-mb", c.warnMB)
-		var m api.ModeAnswer
+		var m client.ModeAnswer
 		srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
-		if d := m.Disk; d == nil || d.Free <= 0 || d.Total < d.Free || d.LedgerBytes <= 0 || d.Low != c.low {
+		if d := m.Disk; d == nil || d.FreeBytes <= 0 || d.TotalBytes < d.FreeBytes || d.LedgerBytes <= 0 || d.Low != c.low {
 			t.Fatalf("--disk-warn-mb %s: disk %+v, want low %v", c.warnMB, d, c.low)
 		}
 		fams := srv.scrape(t)
@@ -203,7 +202,7 @@ func TestAPICertRenewed(t *testing.T) {
 		if got := servedExpiry(t, addr, ca.Pool); !got.Equal(first) {
 			t.Fatalf("mid-rotation: served a certificate expiring %v, want the old one (%v)", got, first)
 		}
-		var m api.ModeAnswer
+		var m client.ModeAnswer
 		srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
 	}
 	if v := expiry(); v != float64(first.Unix()) {
@@ -222,6 +221,6 @@ func TestAPICertRenewed(t *testing.T) {
 	if v := expiry(); v != float64(second.Unix()) {
 		t.Errorf("expiry metric %v, want %d", v, second.Unix())
 	}
-	var m api.ModeAnswer
+	var m client.ModeAnswer
 	srv.mustJSON(t, "GET", "/v1/mode", nil, &m)
 }

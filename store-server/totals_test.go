@@ -9,8 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ingest"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // totalsServer starts a store-server on dataDir against a fresh Redis and mosquitto; stop
@@ -30,15 +29,12 @@ func totalsServer(t *testing.T, dataDir string) (*biServer, func()) {
 	addrs := <-m.Ready
 	srv := &biServer{Stack: s, Main: m, Base: "http://" + addrs.API, Broker: addrs.Broker,
 		Client: &http.Client{Timeout: 10 * time.Second}}
-	srv.waitMode(t, ingest.ModeRedis, 20*time.Second)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv, func() { cancel(); <-done }
 }
 
 func totalsRedis(t *testing.T, srv *biServer, date string) string {
-	var tot struct {
-		Terminals []api.TerminalTotals `json:"terminals"`
-	}
-	srv.mustJSON(t, "GET", "/v1/totals?date="+date, nil, &tot)
+	tot := must[client.TotalsAnswer](t, "totals")(srv.manager().Totals(context.Background(), date))
 	out := ""
 	for _, tt := range tot.Terminals {
 		out += fmt.Sprintf("%s sales=%d redis=%v redis_differs=%v; ", tt.Terminal, tt.Ledger.Sales, tt.Redis != nil, tt.RedisDiff)

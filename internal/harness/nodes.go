@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // StoreOptions configure a store-server process.
@@ -109,7 +111,13 @@ func (s *StoreServer) Restart(ctx context.Context) error {
 	return s.waitUp(ctx, addrs...)
 }
 
-// Call calls the manager API; out, if not nil, receives the JSON answer.
+// Manager returns a client of the store's manager API, with its token.
+func (s *StoreServer) Manager() *client.Client {
+	return &client.Client{BaseURL: "http://" + s.API, Token: s.Opts.Token}
+}
+
+// Call calls the manager API with a request as written, for what the client's methods do
+// not send (a raw body, say); out, if not nil, receives the JSON answer.
 func (s *StoreServer) Call(ctx context.Context, method, path, ctype string, body io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+s.API+path, body)
 	if err != nil {

@@ -27,8 +27,7 @@ func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
 	if srv.Opts.MQTTListen == taken || *calls != 4 {
 		t.Fatalf("broker on %s after %d picks; the taken port was %s", srv.Opts.MQTTListen, *calls, taken)
 	}
-	var status map[string]any
-	if err := srv.Call(context.Background(), "GET", "/v1/mode", "", nil, &status); err != nil {
+	if _, err := srv.Manager().Mode(context.Background()); err != nil {
 		t.Fatalf("the restarted store does not answer: %v", err)
 	}
 }

@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/posgate/posgate/store-server/store"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // Report is the outcome of Verify: one line per check, and whether all held.
@@ -49,8 +47,9 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		// ledger's do not.
 		rep.add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
 	}
-	var mode api.ModeAnswer
-	if err := s.Call(ctx, "GET", "/v1/mode", "", nil, &mode); err != nil {
+	m := s.Manager()
+	mode, err := m.Mode(ctx)
+	if err != nil {
 		rep.add(false, "store mode: %v", err)
 		return rep
 	}
@@ -62,14 +61,12 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	sort.Strings(terms)
 	var refunds int64 // the ledger's, over the dates
 	for _, date := range dates {
-		var tot struct {
-			Terminals []api.TerminalTotals `json:"terminals"`
-		}
-		if err := s.Call(ctx, "GET", "/v1/totals?date="+date, "", nil, &tot); err != nil {
+		tot, err := m.Totals(ctx, date)
+		if err != nil {
 			rep.add(false, "store totals %s: %v", date, err)
 			continue
 		}
-		byTerm := map[string]api.TerminalTotals{}
+		byTerm := map[string]client.TerminalTotals{}
 		for _, t := range tot.Terminals {
 			byTerm[t.Terminal] = t
 		}
@@ -79,10 +76,10 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 				rep.add(false, "%s %s agent totals: %v", term, date, err)
 				continue
 			}
-			agent := api.DeclaredCounters(own)
+			agent := client.DeclaredCounters(own)
 			led := byTerm[term].Ledger
 			refunds += led.Refunds
-			var red store.Counters
+			var red client.Counters
 			if r := byTerm[term].Redis; r != nil {
 				red = *r
 			}
@@ -98,19 +95,15 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	}
 	// The agents refund only what their own sales leave to refund; the ledger, which holds
 	// each refund to its sale as well, must agree on every one.
-	var rx struct {
-		Exceptions []ledger.RefundException `json:"refund_exceptions"`
-	}
-	if err := s.Call(ctx, "GET", "/v1/refund-exceptions?all=1", "", nil, &rx); err != nil {
+	if rx, err := m.RefundExceptions(ctx, "", true); err != nil {
 		rep.add(false, "store refund exceptions: %v", err)
 	} else {
-		rep.add(len(rx.Exceptions) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
-			refunds, len(rx.Exceptions), firstException(rx.Exceptions))
+		x := rx.RefundExceptions
+		rep.add(len(x) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
+			refunds, len(x), firstException(x))
 	}
-	var stock struct {
-		Stock []api.StockRow `json:"stock"`
-	}
-	if err := s.Call(ctx, "GET", "/v1/stock", "", nil, &stock); err != nil {
+	stock, err := m.Stock(ctx, true)
+	if err != nil {
 		rep.add(false, "store stock: %v", err)
 		return rep
 	}
@@ -129,7 +122,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	return rep
 }
 
-func firstException(x []ledger.RefundException) string {
+func firstException(x []client.RefundException) string {
 	if len(x) == 0 {
 		return ""
 	}

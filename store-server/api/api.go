@@ -7,6 +7,9 @@
 // metrics; and the web dashboard that reads them. Errors are application/problem+json with
 // a stable code. It never writes the ledger except through the ledger's own idempotent
 // methods.
+//
+// The requests and answers are store-server/client's types, which Go programs call the API
+// with; only GET /v1/hq's answer is still this package's (HQAnswer).
 package api
 
 import (
@@ -29,6 +32,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
@@ -78,7 +82,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Ingest.Mode()})
+		writeJSON(w, http.StatusOK, client.HealthAnswer{OK: true, Mode: s.Ingest.Mode()})
 	})
 	s.route("GET /v1/mode", s.mode)
 	s.route("GET /v1/stock", s.stock)
@@ -169,15 +173,6 @@ func bearer(r *http.Request, token string) bool {
 		subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
-// Problem is an RFC 9457 problem+json body with posgate's stable code.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Detail string `json:"detail"`
-}
-
 func writeError(w http.ResponseWriter, err error) {
 	e := perr.As(err)
 	status := perr.HTTPStatus(e.Kind)
@@ -185,7 +180,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if e.Kind == perr.Internal {
 		detail = "internal error"
 	}
-	body, _ := json.Marshal(Problem{Type: "https://posgate.dev/errors/" + e.Code, Title: http.StatusText(status),
+	body, _ := json.Marshal(client.Problem{Type: "https://posgate.dev/errors/" + e.Code, Title: http.StatusText(status),
 		Status: status, Code: e.Code, Detail: detail})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
@@ -216,39 +211,13 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-// ModeAnswer is the store, the gate's mode, ingest's counters and the ledger's disk.
-type ModeAnswer struct {
-	Store string       `json:"store"`
-	Mode  ingest.Mode  `json:"mode"`
-	Stats ingest.Stats `json:"stats"`
-	Disk  *DiskAnswer  `json:"disk,omitempty"` // absent where the system gives no figure
-}
-
-// DiskAnswer is the room on the ledger's file system: when it is full, no commit succeeds
-// and nothing is acknowledged.
-type DiskAnswer struct {
-	disk.Space
-	LedgerBytes int64 `json:"ledger_bytes"`
-	Low         bool  `json:"low"` // under the store's warning level (--disk-warn-mb)
-}
-
 func (s *Server) mode(r *http.Request) (any, error) {
-	a := ModeAnswer{Store: s.Store, Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}
+	a := client.ModeAnswer{Store: s.Store, Mode: s.Ingest.Mode(), Stats: s.Ingest.Stats()}
 	if sp, err := disk.Of(s.Ledger.Dir()); err == nil {
-		a.Disk = &DiskAnswer{Space: sp, LedgerBytes: s.Ledger.FileBytes(), Low: sp.Free < s.DiskWarnBytes}
+		a.Disk = &client.DiskAnswer{TotalBytes: sp.Total, FreeBytes: sp.Free, LedgerBytes: s.Ledger.FileBytes(),
+			Low: sp.Free < s.DiskWarnBytes}
 	}
 	return a, nil
-}
-
-// StockRow is one SKU's stock in the ledger (the truth) and in Redis.
-type StockRow struct {
-	SKU    string `json:"sku"`
-	Ledger int64  `json:"ledger"`
-	// Proven is opening + adjustments − sold + restocked, from every stock move the ledger
-	// holds (absent with proof=0: it reads the store's whole history).
-	Proven *int64 `json:"proven,omitempty"`
-	Redis  *int64 `json:"redis,omitempty"`
-	Diff   int64  `json:"diff"` // redis − ledger
 }
 
 func (s *Server) stock(r *http.Request) (any, error) {
@@ -268,9 +237,9 @@ func (s *Server) stock(r *http.Request) (any, error) {
 		return nil, perr.New(perr.Invalid, "proof_invalid", "proof is 1 (default: prove each SKU from its stock moves) or 0")
 	}
 	red, rerr := s.redisStock(ctx)
-	rows := []StockRow{}
+	rows := []client.StockRow{}
 	for sku, q := range led {
-		row := StockRow{SKU: sku, Ledger: q}
+		row := client.StockRow{SKU: sku, Ledger: q}
 		if proven != nil {
 			p := proven[sku]
 			row.Proven = &p
@@ -283,15 +252,15 @@ func (s *Server) stock(r *http.Request) (any, error) {
 	}
 	for sku, v := range red {
 		if _, ok := led[sku]; !ok {
-			rows = append(rows, StockRow{SKU: sku, Redis: &v, Diff: v})
+			rows = append(rows, client.StockRow{SKU: sku, Redis: &v, Diff: v})
 		}
 	}
-	slices.SortFunc(rows, func(a, b StockRow) int { return strings.Compare(a.SKU, b.SKU) })
-	return map[string]any{"mode": s.Ingest.Mode(), "stock": rows}, nil
+	slices.SortFunc(rows, func(a, b client.StockRow) int { return strings.Compare(a.SKU, b.SKU) })
+	return client.StockAnswer{Mode: s.Ingest.Mode(), Stock: rows}, nil
 }
 
 func (s *Server) redisStock(ctx context.Context) (map[string]int64, error) {
-	if s.Ingest.Mode() != ingest.ModeRedis {
+	if s.Ingest.Mode() != client.ModeRedis {
 		return nil, errors.New("redis not in use")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -299,16 +268,8 @@ func (s *Server) redisStock(ctx context.Context) (map[string]int64, error) {
 	return s.Gate.Stock(ctx)
 }
 
-// AdjustRequest changes a SKU's stock; ID makes it idempotent.
-type AdjustRequest struct {
-	ID     string `json:"id"`
-	SKU    string `json:"sku"`
-	Delta  int64  `json:"delta"`
-	Reason string `json:"reason,omitempty"` // "adjust" (default) or "opening"
-}
-
 func (s *Server) adjust(r *http.Request) (any, error) {
-	var req AdjustRequest
+	var req client.AdjustRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -321,29 +282,20 @@ func (s *Server) adjust(r *http.Request) (any, error) {
 		return nil, perr.New(perr.Invalid, "delta_zero", "an adjustment must change the stock")
 	}
 	if req.Reason == "" {
-		req.Reason = "adjust"
+		req.Reason = client.ReasonAdjust
 	}
-	if req.Reason != "adjust" && req.Reason != "opening" {
+	if req.Reason != client.ReasonAdjust && req.Reason != client.ReasonOpening {
 		return nil, perr.New(perr.Invalid, "reason_invalid", "reason is adjust or opening")
 	}
 	qty, applied, err := s.Ingest.AdjustStock(r.Context(), req.ID, req.SKU, req.Delta, req.Reason)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied}, nil
-}
-
-// CountRequest books a shelf count: Counted units of SKU are on the shelf. The ledger books
-// the difference from its own quantity when it books it, so sales and refunds during the
-// count are not counted twice. ID makes it idempotent.
-type CountRequest struct {
-	ID      string `json:"id"`
-	SKU     string `json:"sku"`
-	Counted *int64 `json:"counted"` // required: 0 is a count (an empty shelf)
+	return client.AdjustAnswer{SKU: req.SKU, Qty: qty, Applied: applied}, nil
 }
 
 func (s *Server) count(r *http.Request) (any, error) {
-	var req CountRequest
+	var req client.CountRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -359,7 +311,7 @@ func (s *Server) count(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"sku": req.SKU, "qty": qty, "applied": applied, "delta": delta}, nil
+	return client.CountAnswer{SKU: req.SKU, Qty: qty, Applied: applied, Delta: delta}, nil
 }
 
 func (s *Server) getCatalog(r *http.Request) (any, error) { return s.Catalog.Current(), nil }
@@ -376,33 +328,12 @@ func (s *Server) importCatalog(r *http.Request) (any, error) {
 		// Installed: the terminals get it once the broker takes it. Answered as done, so
 		// that the import is not sent again as another version.
 		s.Logger.Warn("catalog installed, not yet published", "version", c.Version, "err", np.Err)
-		return map[string]any{"version": c.Version, "items": len(c.Items), "published": false,
-			"detail": "installed; the broker has not taken it yet, and the terminals get it once it does"}, nil
+		return client.ImportAnswer{Version: c.Version, Items: len(c.Items), Published: false,
+			Detail: "installed; the broker has not taken it yet, and the terminals get it once it does"}, nil
 	case err != nil:
 		return nil, err
 	}
-	return map[string]any{"version": c.Version, "items": len(c.Items), "published": true}, nil
-}
-
-// TerminalTotals compares one terminal's day in the ledger, in Redis and as declared.
-type TerminalTotals struct {
-	Terminal   string          `json:"terminal"`
-	Ledger     store.Counters  `json:"ledger"`
-	Redis      *store.Counters `json:"redis,omitempty"`
-	Declared   *store.Counters `json:"declared,omitempty"`
-	RedisDiff  bool            `json:"redis_differs"`
-	DeclaredOK *bool           `json:"declared_matches,omitempty"`
-}
-
-// DeclaredCounters turns a terminal's day close into Counters.
-func DeclaredCounters(p wire.DayClosePayload) store.Counters {
-	c := store.Counters{Sales: p.SaleCount, Amount: p.SaleAmount, Refunds: p.RefundCount, RefundAmount: p.RefundAmount,
-		ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
-	for _, m := range p.Methods {
-		c.ByMethod[m.Method] = m.SaleAmount
-		c.RefundByMethod[m.Method] = m.RefundAmount
-	}
-	return c
+	return client.ImportAnswer{Version: c.Version, Items: len(c.Items), Published: true}, nil
 }
 
 func (s *Server) totals(r *http.Request) (any, error) {
@@ -426,8 +357,8 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	// not kept equal to the ledger's: after a rebuild on an empty Redis they are gone, and
 	// every terminal would show as differing. They are compared within the window only.
 	oldest := s.Ledger.BusinessDate(s.Now().AddDate(0, 0, -ledger.SnapshotDays))
-	var red map[string]store.Counters
-	if s.Ingest.Mode() == ingest.ModeRedis && date >= oldest {
+	var red map[string]client.Counters
+	if s.Ingest.Mode() == client.ModeRedis && date >= oldest {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		red, err = s.Gate.Counters(rctx, date)
 		cancel()
@@ -445,24 +376,24 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	for t := range closes {
 		terms[t] = true
 	}
-	out := []TerminalTotals{}
-	whole := store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+	out := []client.TerminalTotals{}
+	whole := client.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 	for t := range terms {
 		whole.Add(led[t])
-		tt := TerminalTotals{Terminal: t, Ledger: led[t]}
+		tt := client.TerminalTotals{Terminal: t, Ledger: led[t]}
 		if red != nil {
 			rc := red[t]
 			tt.Redis, tt.RedisDiff = &rc, !rc.Equal(led[t])
 		}
 		if dc, ok := closes[t]; ok {
-			d := DeclaredCounters(dc)
+			d := client.DeclaredCounters(dc)
 			match := d.Equal(led[t])
 			tt.Declared, tt.DeclaredOK = &d, &match
 		}
 		out = append(out, tt)
 	}
-	slices.SortFunc(out, func(a, b TerminalTotals) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return map[string]any{"business_date": date, "mode": s.Ingest.Mode(), "store": whole, "terminals": out}, nil
+	slices.SortFunc(out, func(a, b client.TerminalTotals) int { return strings.Compare(a.Terminal, b.Terminal) })
+	return client.TotalsAnswer{BusinessDate: date, Mode: s.Ingest.Mode(), Store: whole, Terminals: out}, nil
 }
 
 // checkDate refuses a date query parameter that is given and is not a business date: a list
@@ -488,21 +419,13 @@ func (s *Server) oversells(r *http.Request) (any, error) {
 	}
 	o, err := s.Ledger.Oversells(r.Context(), q.Get("date"), all == "1")
 	if o == nil {
-		o = []ledger.Oversell{}
+		o = []client.Oversell{}
 	}
-	return map[string]any{"oversells": o}, err
-}
-
-// ResolveRequest resolves one oversell exception with what explained it.
-type ResolveRequest struct {
-	Terminal string `json:"terminal"`
-	Seq      int64  `json:"seq"`
-	SKU      string `json:"sku"`
-	Note     string `json:"note"`
+	return client.OversellsAnswer{Oversells: o}, err
 }
 
 func (s *Server) resolveOversell(r *http.Request) (any, error) {
-	var req ResolveRequest
+	var req client.ResolveOversellRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -510,7 +433,7 @@ func (s *Server) resolveOversell(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"oversell": o, "applied": applied}, nil
+	return client.ResolveOversellAnswer{Oversell: o, Applied: applied}, nil
 }
 
 func (s *Server) refundExceptions(r *http.Request) (any, error) {
@@ -524,21 +447,13 @@ func (s *Server) refundExceptions(r *http.Request) (any, error) {
 	}
 	x, err := s.Ledger.RefundExceptions(r.Context(), q.Get("date"), all == "1")
 	if x == nil {
-		x = []ledger.RefundException{}
+		x = []client.RefundException{}
 	}
-	return map[string]any{"refund_exceptions": x}, err
-}
-
-// ResolveRefundRequest resolves the refund exception of one refund (its event) with what
-// explained it.
-type ResolveRefundRequest struct {
-	Terminal string `json:"terminal"`
-	Seq      int64  `json:"seq"`
-	Note     string `json:"note"`
+	return client.RefundExceptionsAnswer{RefundExceptions: x}, err
 }
 
 func (s *Server) resolveRefundException(r *http.Request) (any, error) {
-	var req ResolveRefundRequest
+	var req client.ResolveRefundRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -546,7 +461,7 @@ func (s *Server) resolveRefundException(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"refund_exception": x, "applied": applied}, nil
+	return client.ResolveRefundAnswer{RefundException: x, Applied: applied}, nil
 }
 
 func (s *Server) parked(r *http.Request) (any, error) {
@@ -564,24 +479,14 @@ func (s *Server) parked(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"parked": p, "open": open}, nil
+	return client.ParkedAnswer{Parked: p, Open: open}, nil
 }
 
 // parkedListed is how many parked events GET /v1/parked lists, the most recently parked.
 const parkedListed = 1000
 
-// ResolveParkedRequest resolves one parked event with what explained it.
-type ResolveParkedRequest struct {
-	Terminal string `json:"terminal"`
-	Seq      int64  `json:"seq"`
-	// Hash names the parked content (ledger.Parked.Hash); it may be left out when the key is
-	// parked with one content only.
-	Hash string `json:"hash,omitempty"`
-	Note string `json:"note"`
-}
-
 func (s *Server) resolveParked(r *http.Request) (any, error) {
-	var req ResolveParkedRequest
+	var req client.ResolveParkedRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -589,64 +494,7 @@ func (s *Server) resolveParked(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"parked": p, "applied": applied}, nil
-}
-
-// TerminalRow is one terminal as the store knows it: connected or not (its status topic),
-// what the ledger last recorded from it and the backlog it last reported.
-type TerminalRow struct {
-	ledger.TerminalSeen
-	// Online is nil when no status message was heard since the store-server started.
-	Online      *bool     `json:"online,omitempty"`
-	OnlineSince time.Time `json:"online_since,omitzero"`
-	StatusHeard time.Time `json:"status_heard,omitzero"`
-	// Backlog is the backlog report the terminal last published beside its events (nil
-	// when none was heard since the store-server started, or when its heartbeats say it
-	// stopped reporting (presence.Backlog.Supersedes): an agent with reports turned off
-	// reports its backlog only in its heartbeats).
-	Backlog *BacklogRow `json:"backlog,omitempty"`
-	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
-	CatalogBehind bool `json:"catalog_behind"`
-	// CatalogAhead: the last heartbeat reported a catalog newer than the store's (its data
-	// directory was restored or made anew): the terminal ignores the store's until the next
-	// import, which takes a version above it.
-	CatalogAhead bool `json:"catalog_ahead,omitempty"`
-	// ClockSkewMs is the till's clock minus the store's, in ms (positive: the till is
-	// ahead), as presence.Board measured it from the messages it heard from the till in the
-	// last 5 minutes; nil while the store has heard none (the till quiet, or the store just
-	// started), and while ClockUnconfirmed.
-	ClockSkewMs *int64 `json:"clock_skew_ms,omitempty"`
-	// ClockOff: |ClockSkewMs| is over the store's limit (TerminalsAnswer.ClockSkewLimitMs):
-	// the till dates its sales by a clock the store does not agree with, and they may go
-	// to the wrong business day.
-	ClockOff bool `json:"clock_off"`
-	// ClockUnconfirmed: what the store heard says the till is behind by more than the limit,
-	// but over less than --clock-behind-confirm: they may be messages held on their way (a
-	// broker handing over what it kept while the store was away). The store says nothing of
-	// the clock until its readings span that long.
-	ClockUnconfirmed bool `json:"clock_unconfirmed,omitempty"`
-	// ClockChecked is when the store last heard a message it measured the clock by, while
-	// it has a figure or ClockUnconfirmed.
-	ClockChecked time.Time `json:"clock_checked,omitzero"`
-}
-
-// BacklogRow is a terminal's last backlog report, with its oldest event's age now.
-type BacklogRow struct {
-	presence.Backlog
-	OldestNowMs int64 `json:"oldest_now_ms"` // presence.Backlog.OldestAge at the answer's time
-}
-
-// TerminalsAnswer is the answer of GET /v1/terminals.
-type TerminalsAnswer struct {
-	Now            time.Time `json:"now"`
-	CatalogVersion int64     `json:"catalog_version"`
-	// ClockSkewLimitMs is how far a till's clock may be from the store's before its row says
-	// clock_off (--clock-skew-warn; 0: never).
-	ClockSkewLimitMs int64 `json:"clock_skew_limit_ms"`
-	// ClockBehindConfirmMs is how long a till's readings must span before its row says
-	// clock_off for a clock behind (--clock-behind-confirm): until then, clock_unconfirmed.
-	ClockBehindConfirmMs int64         `json:"clock_behind_confirm_ms"`
-	Terminals            []TerminalRow `json:"terminals"`
+	return client.ResolveParkedAnswer{Parked: p, Applied: applied}, nil
 }
 
 func (s *Server) terminals(r *http.Request) (any, error) {
@@ -664,15 +512,16 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	}
 	now := s.Now()
 	version := s.Catalog.Current().Version
-	rows := make([]TerminalRow, 0, len(seen)+len(live))
-	add := func(row TerminalRow) {
+	rows := make([]client.TerminalRow, 0, len(seen)+len(live))
+	add := func(row client.TerminalRow) {
 		if p, ok := live[row.Terminal]; ok {
 			row.Online, row.OnlineSince, row.StatusHeard = &p.Online, p.Since, p.Heard
 			delete(live, row.Terminal)
 		}
 		if r, ok := reports[row.Terminal]; ok {
 			if row.Heartbeat == nil || r.Supersedes(row.Heartbeat.Seq, row.Heartbeat.At) {
-				row.Backlog = &BacklogRow{Backlog: r, OldestNowMs: r.OldestAge(now).Milliseconds()}
+				// The board's report has the answer's fields, and the board's rules beside.
+				row.Backlog = &client.BacklogRow{Backlog: client.Backlog(r), OldestNowMs: r.OldestAge(now).Milliseconds()}
 			}
 			delete(reports, row.Terminal)
 		}
@@ -698,19 +547,19 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		rows = append(rows, row)
 	}
 	for _, ts := range seen {
-		add(TerminalRow{TerminalSeen: ts})
+		add(client.TerminalRow{TerminalSeen: ts})
 	}
 	for t := range live { // connected, nothing recorded yet
-		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+		add(client.TerminalRow{TerminalSeen: client.TerminalSeen{Terminal: t}})
 	}
 	for t := range reports { // a backlog reported, nothing else heard yet
-		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+		add(client.TerminalRow{TerminalSeen: client.TerminalSeen{Terminal: t}})
 	}
 	for t := range clocks { // a live event heard, not yet in the ledger
-		add(TerminalRow{TerminalSeen: ledger.TerminalSeen{Terminal: t}})
+		add(client.TerminalRow{TerminalSeen: client.TerminalSeen{Terminal: t}})
 	}
-	slices.SortFunc(rows, func(a, b TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
+	slices.SortFunc(rows, func(a, b client.TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
+	return client.TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
 		ClockBehindConfirmMs: behindConfirm.Milliseconds(), Terminals: rows}, nil
 }
 
@@ -758,34 +607,29 @@ func (s *Server) limits(r *http.Request) (any, error) {
 
 // limitsAnswer is what GET /v1/limits answers: the limits the manager set (the defaults for
 // those not set) and the promo running at now.
-func limitsAnswer(p store.Policy, now time.Time) map[string]any {
+func limitsAnswer(p store.Policy, now time.Time) client.LimitsAnswer {
 	pct, left := p.Promo(now)
-	return map[string]any{"limits": p.Limits.OrDefault(), "promo_percent": pct, "promo_expires_in_ms": left.Milliseconds()}
+	return client.LimitsAnswer{Limits: client.Limits(p.Limits.OrDefault()), PromoPercent: pct,
+		PromoExpiresInMs: left.Milliseconds()}
 }
 
 func (s *Server) setLimits(r *http.Request) (any, error) {
-	var l store.Limits
+	var l client.Limits
 	if err := decode(r, &l); err != nil {
 		return nil, err
 	}
 	if l.WindowMs <= 0 || l.Store <= 0 || l.Terminal <= 0 || l.Scan <= 0 || l.Pay <= 0 || l.Refund <= 0 {
 		return nil, perr.New(perr.Invalid, "limits_invalid", "every limit and the window must be positive")
 	}
-	p, err := s.Ingest.SetLimits(r.Context(), l)
+	p, err := s.Ingest.SetLimits(r.Context(), store.Limits(l))
 	if err != nil {
 		return nil, policyError(err, "limits_invalid")
 	}
 	return limitsAnswer(p, s.Now()), nil
 }
 
-// PromoRequest sets the promo coefficient for a while; it falls back to 100% by itself.
-type PromoRequest struct {
-	Percent int64  `json:"percent"`
-	For     string `json:"for,omitempty"` // a Go duration, default 2h
-}
-
 func (s *Server) setPromo(r *http.Request) (any, error) {
-	var req PromoRequest
+	var req client.PromoRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

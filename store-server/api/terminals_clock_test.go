@@ -15,6 +15,7 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
 )
@@ -53,7 +54,7 @@ func newTerminalsFixture(t *testing.T) *terminalsFixture {
 }
 
 // get returns the answer, decoded and as sent.
-func (f *terminalsFixture) get() (api.TerminalsAnswer, map[string]any) {
+func (f *terminalsFixture) get() (client.TerminalsAnswer, map[string]any) {
 	f.t.Helper()
 	req := httptest.NewRequest("GET", "/v1/terminals", nil)
 	req.Header.Set("Authorization", "Bearer tok")
@@ -62,7 +63,7 @@ func (f *terminalsFixture) get() (api.TerminalsAnswer, map[string]any) {
 	if rec.Code != http.StatusOK {
 		f.t.Fatalf("GET /v1/terminals: %d %s", rec.Code, rec.Body)
 	}
-	var a api.TerminalsAnswer
+	var a client.TerminalsAnswer
 	var raw map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
 		f.t.Fatal(err)
@@ -73,7 +74,7 @@ func (f *terminalsFixture) get() (api.TerminalsAnswer, map[string]any) {
 	return a, raw
 }
 
-func (f *terminalsFixture) row(a api.TerminalsAnswer, terminal string) api.TerminalRow {
+func (f *terminalsFixture) row(a client.TerminalsAnswer, terminal string) client.TerminalRow {
 	f.t.Helper()
 	for _, r := range a.Terminals {
 		if r.Terminal == terminal {
@@ -81,7 +82,7 @@ func (f *terminalsFixture) row(a api.TerminalsAnswer, terminal string) api.Termi
 		}
 	}
 	f.t.Fatalf("no row for %s: %+v", terminal, a.Terminals)
-	return api.TerminalRow{}
+	return client.TerminalRow{}
 }
 
 func (f *terminalsFixture) report(terminal string, at time.Time) {

@@ -80,10 +80,6 @@ func LoadUsers(path string) ([]User, error) {
 	return users, nil
 }
 
-// MaxPacketBytes bounds an MQTT packet the broker reads: the largest up message a terminal may
-// send (wire.MaxMessageBytes) with room for the packet's header and topic.
-const MaxPacketBytes = wire.MaxMessageBytes + 64<<10
-
 // ConnectWithin is how long a new connection has to send its CONNECT packet: mochi sets no
 // deadline before it, and a connection that never sent one was kept for good.
 const ConnectWithin = 10 * time.Second
@@ -120,8 +116,9 @@ func Start(cfg Config) (*Broker, error) {
 	caps.MaximumClientWritesPending = 16 << 10
 	caps.MaximumMessageExpiryInterval = 0
 	// mochi reads a packet whole into a buffer of the length its header announces, before the
-	// client has logged in: without a bound, five bytes made it take 256 MiB.
-	caps.MaximumPacketSize = MaxPacketBytes
+	// client has logged in: without a bound, five bytes made it take 256 MiB. The bound is
+	// the one the terminals keep their messages under (wire.MaxPacketBytes).
+	caps.MaximumPacketSize = wire.MaxPacketBytes
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

@@ -41,6 +41,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -234,7 +235,7 @@ func (g *Gate) Flow(ctx context.Context, date string) (int64, error) {
 // Counters returns the counters of every terminal with sales or refunds on a business
 // date. The terminals are read first and their counters next, in one more round trip;
 // a terminal's first event in between may be missing from the answer.
-func (g *Gate) Counters(ctx context.Context, date string) (map[string]store.Counters, error) {
+func (g *Gate) Counters(ctx context.Context, date string) (map[string]client.Counters, error) {
 	if err := checkDate(date); err != nil {
 		return nil, err
 	}
@@ -242,7 +243,7 @@ func (g *Gate) Counters(ctx context.Context, date string) (map[string]store.Coun
 	if err != nil {
 		return nil, g.fail("read counter index", err)
 	}
-	out := make(map[string]store.Counters, len(terms))
+	out := make(map[string]client.Counters, len(terms))
 	if len(terms) == 0 {
 		return out, nil
 	}
@@ -274,8 +275,8 @@ const (
 	prefixRefund      = "rm:"
 )
 
-func (g *Gate) parseCounters(key string, m map[string]string) (store.Counters, error) {
-	c := store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+func (g *Gate) parseCounters(key string, m map[string]string) (client.Counters, error) {
+	c := client.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 	for f, v := range m {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -303,7 +304,7 @@ func (g *Gate) parseCounters(key string, m map[string]string) (store.Counters, e
 
 // counterFields is the inverse of parseCounters: the fields of c that are not zero, as
 // (field, value) pairs of decimal text.
-func counterFields(c store.Counters) []any {
+func counterFields(c client.Counters) []any {
 	var out []any
 	add := func(f string, n int64) {
 		if n != 0 {

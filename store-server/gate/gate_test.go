@@ -16,6 +16,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -571,7 +572,7 @@ func TestRefund(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Counters{Sales: 1, Amount: 500, ByMethod: map[string]money.Fen{"cash": 500},
+	want := client.Counters{Sales: 1, Amount: 500, ByMethod: map[string]money.Fen{"cash": 500},
 		Refunds: 3, RefundAmount: 400, RefundByMethod: map[string]money.Fen{"cash": 200, "card": 150, "qr": 50}}
 	if !c["T1"].Equal(want) {
 		t.Errorf("counters %+v, want %+v", c["T1"], want)
@@ -602,7 +603,7 @@ func TestCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]store.Counters{
+	want := map[string]client.Counters{
 		"T1": {Sales: 2, Amount: 900_000_000_123_46, ByMethod: map[string]money.Fen{"cash": 45, "card": 900_000_000_120_01, "qr": 300}},
 		"T2": {Sales: 1, Amount: 7, ByMethod: map[string]money.Fen{"cash": 7}, Refunds: 1, RefundAmount: 7, RefundByMethod: map[string]money.Fen{"cash": 7}},
 	}
@@ -642,7 +643,7 @@ func TestRebuild(t *testing.T) {
 	// Flow is now 2 on day1, 1 on day2, 2 on day3.
 	snap := store.Snapshot{
 		Stock: map[string]int64{"A": 7, "B": -2, "C": 0},
-		Counters: map[string]map[string]store.Counters{
+		Counters: map[string]map[string]client.Counters{
 			day1: {
 				"T1": {Sales: 5, Amount: 5000, ByMethod: map[string]money.Fen{"card": 5000}, Refunds: 1, RefundAmount: 10, RefundByMethod: map[string]money.Fen{"card": 10}},
 				"T3": {Sales: 1, Amount: 1, ByMethod: map[string]money.Fen{"qr": 1}},
@@ -705,7 +706,7 @@ func TestRebuild(t *testing.T) {
 			{MaxFlow: map[string]int64{"yesterday": 1}},
 			{MaxFlow: map[string]int64{day1: -1}},
 			{Stock: map[string]int64{"": 1}},
-			{Counters: map[string]map[string]store.Counters{day1: {"T 1": {}}}},
+			{Counters: map[string]map[string]client.Counters{day1: {"T 1": {}}}},
 		} {
 			if err := g.Rebuild(ctx, snap); perr.KindOf(err) != perr.Invalid {
 				t.Errorf("Rebuild(%+v) = %v, want invalid", snap, err)
@@ -886,7 +887,7 @@ func TestKeysCarryTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := g.Rebuild(ctx, store.Snapshot{Stock: map[string]int64{"A": 1},
-		Counters: map[string]map[string]store.Counters{day1: {"T1": {Sales: 1}}}, MaxFlow: map[string]int64{day1: 9}}); err != nil {
+		Counters: map[string]map[string]client.Counters{day1: {"T1": {Sales: 1}}}, MaxFlow: map[string]int64{day1: 9}}); err != nil {
 		t.Fatal(err)
 	}
 	// Scripts refusing, duplicates, conflicts, and a pipeline re-sent after NOSCRIPT.

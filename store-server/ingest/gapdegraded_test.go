@@ -7,6 +7,7 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -34,7 +35,7 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 	if a.Status != wire.AckAccepted || a.Result == nil || a.Result.FlowNo == 0 {
 		t.Fatalf("live jump with Redis down: %+v", a)
 	}
-	if r.in.Mode() != ModeDegraded {
+	if r.in.Mode() != client.ModeDegraded {
 		t.Fatalf("mode %s, want degraded", r.in.Mode())
 	}
 	wantAck(t, r.send(t, "T1", 6), wire.AckAccepted, 0)
@@ -45,7 +46,7 @@ func TestJumpWhileRedisIsDown(t *testing.T) {
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitMode(t, r.in, ModeRedis)
+	waitMode(t, r.in, client.ModeRedis)
 	wantStockA(t, r, restored, 997)
 }
 

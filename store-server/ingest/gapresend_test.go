@@ -11,6 +11,7 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -48,7 +49,7 @@ func TestJumpNotStoredCarriesItsGapAgain(t *testing.T) {
 	if _, err := raw.Exec(`DELETE FROM meta WHERE k = 'test_fail'`); err != nil {
 		t.Fatal(err)
 	}
-	waitMode(t, r.in, ModeRedis)
+	waitMode(t, r.in, client.ModeRedis)
 	wantAck(t, r.send(t, "T2", 5), wire.AckAccepted, 0)
 	if g := gapsOf(t, led, "T2"); len(g) != 1 || g[0].From != 1 || g[0].To != 4 || g[0].Reason != ledger.GapNewLedger {
 		t.Fatalf("T2's gaps: %+v, want 1..4 new_ledger", g)

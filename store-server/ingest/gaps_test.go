@@ -9,6 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/redis/go-redis/v9"
@@ -50,7 +51,7 @@ func startGapRun(t *testing.T, s *stack.Stack, led *ledger.Ledger) *gapRun {
 		rdb.Close()
 	}
 	t.Cleanup(stop)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	return &gapRun{in: in, out: out, stop: stop}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
@@ -45,17 +46,6 @@ type Catalog interface {
 	Has(sku string) bool
 	Known(sku string) bool
 }
-
-// Mode is the gate's mode, as the manager sees it.
-type Mode string
-
-// The modes.
-const (
-	ModeStarting   Mode = "starting"   // rebuilding the projection before the first event
-	ModeRedis      Mode = "redis"      // the Redis gate decides live limits and stock
-	ModeDegraded   Mode = "degraded"   // Redis unreachable: ledger-only stock, local limiter
-	ModeRebuilding Mode = "rebuilding" // Redis back or failed over: rebuilding from the ledger
-)
 
 // Config configures an Ingest.
 type Config struct {
@@ -107,7 +97,7 @@ type Ingest struct {
 	policyMu sync.Mutex // orders the manager's changes of the live limits and promo
 
 	mu   sync.Mutex
-	mode Mode
+	mode client.Mode
 	next map[string]int64 // terminal → next expected seq; owned by the loop
 	// restoredAt is when the ledger was restored from a backup (zero if it never was); heard
 	// holds the terminals the ledger has, or this process gave, an event of since then, and
@@ -115,7 +105,7 @@ type Ingest struct {
 	restoredAt time.Time
 	heard      map[string]bool
 	jumps      map[string]*ledger.SeqGap
-	stats      Stats
+	stats      client.Stats
 	limiter    *localLimiter
 
 	failures int
@@ -130,27 +120,6 @@ type Ingest struct {
 
 	stopped  chan struct{} // closed by Stop: Handle no longer waits for room in the queue
 	stopOnce sync.Once
-}
-
-// Stats counts what ingest has done.
-type Stats struct {
-	Messages    int64 `json:"messages"`
-	Bad         int64 `json:"bad_messages"`
-	Events      int64 `json:"events"`
-	Accepted    int64 `json:"accepted"`
-	Replays     int64 `json:"replays"`
-	Rejected    int64 `json:"rejected"`
-	Refused     int64 `json:"refused_live"`
-	OutOfOrder  int64 `json:"out_of_order"`
-	SeqGaps     int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
-	Groups      int64 `json:"groups"`
-	Rebuilds    int64 `json:"rebuilds"`
-	GateErrors  int64 `json:"gate_errors"`
-	CommitError int64 `json:"commit_errors"`
-	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
-	// when. While commits fail nothing is acked; the terminals keep their events and resend.
-	LastCommitError   string    `json:"last_commit_error,omitempty"`
-	LastCommitErrorAt time.Time `json:"last_commit_error_at,omitzero"`
 }
 
 // upMsg is an up message decoded by Handle, off the ingest loop: decoding needs no state,
@@ -189,7 +158,7 @@ func New(cfg Config) *Ingest {
 	}
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
-		kick: make(chan struct{}, 1), mode: ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
+		kick: make(chan struct{}, 1), mode: client.ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
 		heard: map[string]bool{}, jumps: map[string]*ledger.SeqGap{},
 		limiter: newLocalLimiter(store.Policy{PromoPercent: 100}), stopped: make(chan struct{}),
 	}
@@ -236,20 +205,20 @@ func (in *Ingest) Rebuild() {
 }
 
 // Mode returns the current gate mode.
-func (in *Ingest) Mode() Mode {
+func (in *Ingest) Mode() client.Mode {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.mode
 }
 
 // Stats returns counters.
-func (in *Ingest) Stats() Stats {
+func (in *Ingest) Stats() client.Stats {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.stats
 }
 
-func (in *Ingest) setMode(m Mode) {
+func (in *Ingest) setMode(m client.Mode) {
 	in.mu.Lock()
 	old := in.mode
 	in.mode = m
@@ -259,7 +228,7 @@ func (in *Ingest) setMode(m Mode) {
 	}
 }
 
-func (in *Ingest) count(f func(*Stats)) {
+func (in *Ingest) count(f func(*client.Stats)) {
 	in.mu.Lock()
 	f(&in.stats)
 	in.mu.Unlock()
@@ -322,11 +291,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-in.kick:
-			in.setMode(ModeRebuilding)
+			in.setMode(client.ModeRebuilding)
 			in.tryRebuild(ctx)
 			continue
 		case <-probe.C:
-			if in.Mode() == ModeDegraded {
+			if in.Mode() == client.ModeDegraded {
 				in.tryRebuild(ctx)
 			}
 			continue
@@ -362,7 +331,7 @@ func (in *Ingest) tryRebuild(ctx context.Context) {
 		return
 	}
 	in.failures = 0
-	in.count(func(s *Stats) { s.Rebuilds++ })
+	in.count(func(s *client.Stats) { s.Rebuilds++ })
 }
 
 // rebuild rebuilds the projection and sets the mode it leaves (redis, or degraded on
@@ -371,7 +340,7 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := in.cfg.Gate.Ping(rctx); err != nil { // unreachable: adjustments need not wait
-		in.setMode(ModeDegraded)
+		in.setMode(client.ModeDegraded)
 		return err
 	}
 	in.proj.Lock()
@@ -384,10 +353,10 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 		err = in.restorePolicy(rctx)
 	}
 	if err != nil {
-		in.setMode(ModeDegraded)
+		in.setMode(client.ModeDegraded)
 		return err
 	}
-	in.setMode(ModeRedis)
+	in.setMode(client.ModeRedis)
 	return nil
 }
 
@@ -460,7 +429,7 @@ func (in *Ingest) setPolicy(ctx context.Context, change func(*store.Policy)) (st
 		return p, err
 	}
 	in.limiter.set(p)
-	if in.Mode() == ModeRedis {
+	if in.Mode() == client.ModeRedis {
 		if err := in.cfg.Gate.SetPolicy(ctx, p, in.cfg.Now()); err != nil {
 			in.log.Warn("redis limits not set; rebuilding", "err", err)
 			in.Rebuild()
@@ -487,7 +456,7 @@ func (in *Ingest) AdjustStock(ctx context.Context, id, sku string, delta int64, 
 // otherwise, or if Redis fails it, the rebuild to come brings it. The caller holds proj
 // from before its ledger write.
 func (in *Ingest) follow(ctx context.Context, id, sku string, delta int64) {
-	if in.Mode() != ModeRedis {
+	if in.Mode() != client.ModeRedis {
 		return
 	}
 	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
@@ -554,7 +523,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 		return 1, false
 	}
 	first := map[string]*item{} // key → the item that carries it in this group
-	in.count(func(s *Stats) { s.Messages += int64(len(group)); s.Groups++ })
+	in.count(func(s *client.Stats) { s.Messages += int64(len(group)); s.Groups++ })
 	for i, m := range group {
 		gm := &msgs[i]
 		_, topicTerminal, ok := wire.ParseUpTopic(m.topic)
@@ -567,7 +536,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 		}
 		if !ok || err != nil {
 			gm.skip = true
-			in.count(func(s *Stats) { s.Bad++ })
+			in.count(func(s *client.Stats) { s.Bad++ })
 			in.log.Warn("undecodable up message", "topic", m.topic, "err", err)
 			continue
 		}
@@ -577,7 +546,7 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 			x.ack = wire.Ack{Seq: it.Seq, Key: wire.Key(topicTerminal, it.Seq)}
 			gm.items = append(gm.items, x)
 			items = append(items, x)
-			in.count(func(s *Stats) { s.Events++ })
+			in.count(func(s *client.Stats) { s.Events++ })
 			if it.Seq <= 0 {
 				x.done = true // nothing to ack it by; counted as bad
 				continue
@@ -682,7 +651,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		x.ack.Status, x.ack.Expect = wire.AckOutOfOrder, next
 		x.ack.Message = "the store expects an earlier event first"
 		x.done = true
-		in.count(func(s *Stats) { s.OutOfOrder++ })
+		in.count(func(s *client.Stats) { s.OutOfOrder++ })
 		return nil
 	case it.Seq < next:
 		st, ok, err := in.cfg.Ledger.Lookup(ctx, terminal, it.Seq)
@@ -698,7 +667,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 			return nil
 		case ok && st.Final:
 			x.done = true
-			in.count(func(s *Stats) { s.Replays++ })
+			in.count(func(s *client.Stats) { s.Replays++ })
 			x.ack = replayAck(x.ack, st, it)
 			return nil
 		}
@@ -901,7 +870,7 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 	if len(ops) == 0 {
 		return
 	}
-	if in.Mode() == ModeRedis {
+	if in.Mode() == client.ModeRedis {
 		start := time.Now()
 		verdicts, err := in.cfg.Gate.Exec(ctx, ops)
 		took := time.Since(start)
@@ -924,9 +893,9 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 		if perr.KindOf(err) == perr.Unavailable {
 			// Redis cannot be reached (refused, timed out, failing over): no reason to wait
 			// for more failures; sell on the ledger until a rebuild brings Redis back.
-			in.setMode(ModeDegraded)
+			in.setMode(client.ModeDegraded)
 		}
-		if in.Mode() == ModeRedis {
+		if in.Mode() == client.ModeRedis {
 			// Not yet open: leave these events unacked; the terminals resend them.
 			for _, x := range opItems {
 				x.rec, x.done, x.ack.Status = nil, true, ""
@@ -943,10 +912,10 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 // gateFailed counts a gate failure; enough of them open the breaker.
 func (in *Ingest) gateFailed(err error) {
 	in.failures++
-	in.count(func(s *Stats) { s.GateErrors++ })
+	in.count(func(s *client.Stats) { s.GateErrors++ })
 	in.log.Warn("gate call failed", "err", err, "consecutive", in.failures)
 	if in.failures >= in.cfg.BreakerErrors {
-		in.setMode(ModeDegraded)
+		in.setMode(client.ModeDegraded)
 	}
 }
 
@@ -1024,7 +993,7 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 	}
 	if err != nil {
 		at := in.cfg.Now()
-		in.count(func(s *Stats) {
+		in.count(func(s *client.Stats) {
 			s.CommitError++
 			s.LastCommitError, s.LastCommitErrorAt = err.Error(), at.UTC()
 		})
@@ -1058,7 +1027,7 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 		}
 		x.ack.Status, x.ack.Code, x.ack.Message = o.Status, o.Code, o.Message
 		if g := x.rec.Gap; o.GapRecorded {
-			in.count(func(s *Stats) { s.SeqGaps++ })
+			in.count(func(s *client.Stats) { s.SeqGaps++ })
 			in.log.Warn("a till's events are missing from the ledger: its next event was taken past them",
 				"terminal", t, "from_seq", g.From, "to_seq", g.To, "reason", g.Reason)
 		}
@@ -1067,25 +1036,25 @@ func (in *Ingest) commit(ctx context.Context, items []*item) {
 			x.ack.Result = &wire.Result{FlowNo: o.FlowNo, BusinessDate: o.BusinessDate, Oversold: o.Oversold}
 			if o.Duplicate {
 				x.ack.Status = wire.AckDuplicate
-				in.count(func(s *Stats) { s.Replays++ })
+				in.count(func(s *client.Stats) { s.Replays++ })
 			} else {
-				in.count(func(s *Stats) { s.Accepted++ })
+				in.count(func(s *client.Stats) { s.Accepted++ })
 			}
 		case wire.AckRejected, wire.AckRateLimited:
 			// A live refusal is not final: the record said so (the gate's verdict, a live
 			// event's bad input), or the ledger refused a live sale for stock (degrade mode,
 			// CheckStock), which the record sent as final. Only a final rejection is parked.
 			if x.rec.Final && !(x.rec.CheckStock && o.Code == ledger.CodeOutOfStock) {
-				in.count(func(s *Stats) { s.Rejected++ })
+				in.count(func(s *client.Stats) { s.Rejected++ })
 			} else {
-				in.count(func(s *Stats) { s.Refused++ })
+				in.count(func(s *client.Stats) { s.Refused++ })
 			}
 		default:
-			in.count(func(s *Stats) { s.Rejected++ })
+			in.count(func(s *client.Stats) { s.Rejected++ })
 		}
 		x.done = true
 	}
-	if needRebuild && in.Mode() == ModeRedis {
+	if needRebuild && in.Mode() == client.ModeRedis {
 		in.Rebuild()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/lua"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/store"
@@ -141,9 +142,9 @@ func TestHandleAfterStop(t *testing.T) {
 func TestCommitFailureIsVisible(t *testing.T) {
 	in, led, out := newIngest(t)
 	runIngest(t, in)
-	for deadline := time.Now().Add(20 * time.Second); in.Mode() != ModeRedis; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); in.Mode() != client.ModeRedis; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("mode %s, want %s", in.Mode(), ModeRedis)
+			t.Fatalf("mode %s, want %s", in.Mode(), client.ModeRedis)
 		}
 	}
 	if err := led.Close(); err != nil {
@@ -310,7 +311,7 @@ func TestAdjustDuringRebuild(t *testing.T) {
 			in := New(Config{Store: testStore, Gate: g, Ledger: led, Out: &sent{got: make(chan struct{}, 100)},
 				ProbeEvery: 50 * time.Millisecond})
 			runIngest(t, in)
-			waitMode(t, in, ModeDegraded)
+			waitMode(t, in, client.ModeDegraded)
 			rdb.down.Store(false) // Redis is back: the next probe rebuilds
 			<-rdb.inside          // the snapshot is taken; the rebuild script waits
 			changed := make(chan error, 1)
@@ -320,7 +321,7 @@ func TestAdjustDuringRebuild(t *testing.T) {
 			if err := <-changed; err != nil {
 				t.Fatal(err)
 			}
-			waitMode(t, in, ModeRedis)
+			waitMode(t, in, client.ModeRedis)
 			rs, err := g.Stock(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -343,7 +344,7 @@ func TestAdjustDuringRebuild(t *testing.T) {
 func TestCountStock(t *testing.T) {
 	in, led, out := newIngest(t)
 	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	ctx := context.Background()
 	at := time.Now()
 	for seq := int64(1); seq <= 3; seq++ { // three live sales of one A
@@ -387,7 +388,7 @@ func TestCountStock(t *testing.T) {
 		}
 		same(t, c.counted)
 	}
-	if in.Mode() != ModeRedis || in.Stats().Rebuilds != rebuilds {
+	if in.Mode() != client.ModeRedis || in.Stats().Rebuilds != rebuilds {
 		t.Fatalf("mode %s, %d rebuilds after the counts (%d before)", in.Mode(), in.Stats().Rebuilds, rebuilds)
 	}
 }
@@ -435,7 +436,7 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 	in, led, out := newIngestOn(t, s)
 	in.cfg.ProbeEvery = 50 * time.Millisecond
 	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	p := s.Redis[0]
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
@@ -449,7 +450,7 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 	if a.Status != wire.AckAccepted {
 		t.Fatalf("live sale of 1 A with 1000 in the ledger: %s %s %s", a.Status, a.Code, a.Message)
 	}
-	waitMode(t, in, ModeRedis) // rebuilt
+	waitMode(t, in, client.ModeRedis) // rebuilt
 	rs, err := in.cfg.Gate.Stock(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +464,7 @@ func TestRedisRestartWhileQuiet(t *testing.T) {
 }
 
 // waitMode waits until in is in mode m.
-func waitMode(t *testing.T, in *Ingest, m Mode) {
+func waitMode(t *testing.T, in *Ingest, m client.Mode) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); in.Mode() != m; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/store"
 )
 
@@ -47,7 +48,7 @@ func TestLimitsSurviveRedisRestart(t *testing.T) {
 	in, _, out := newIngestOn(t, s)
 	in.cfg.ProbeEvery = 50 * time.Millisecond
 	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	ctx := context.Background()
 	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 2}); err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestLimitsSurviveRedisRestart(t *testing.T) {
 	}
 	// An offline sale (never limited) makes the gate meet the new server.
 	sendWait(t, in, out, testSale("T1", 1, time.Now(), true))
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	l, err := in.cfg.Gate.Limits(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestDegradedLimiterHoldsToStoreLimits(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true})
 	in, _, out := newIngestOn(t, s)
 	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	ctx := context.Background()
 	if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func TestLimitsSetWhileAPromoRunsOut(t *testing.T) {
 			in.cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 			in.cfg.ProbeEvery = 50 * time.Millisecond
 			runIngest(t, in)
-			waitMode(t, in, ModeRedis)
+			waitMode(t, in, client.ModeRedis)
 			ctx := context.Background()
 			if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 5}); err != nil {
 				t.Fatal(err)
@@ -138,13 +139,13 @@ func TestLimitsSetWhileAPromoRunsOut(t *testing.T) {
 			offset.Store(int64(step))
 			resume := hang(t, s.Redis[0])
 			in.Rebuild()
-			waitMode(t, in, ModeDegraded)
+			waitMode(t, in, client.ModeDegraded)
 			if _, err := in.SetLimits(ctx, store.Limits{WindowMs: 60_000, Pay: 1}); err != nil {
 				t.Fatalf("set limits while degraded: %v", err)
 			}
 			time.Sleep(2500 * time.Millisecond) // the promo runs out
 			resume()
-			waitMode(t, in, ModeRedis)
+			waitMode(t, in, client.ModeRedis)
 			l, err := in.cfg.Gate.Limits(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // TestDegradedOutOfStockCountedRefused: with Redis down the ledger refuses a live sale that
@@ -21,7 +22,7 @@ func TestDegradedOutOfStockCountedRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	runIngest(t, in)
-	waitMode(t, in, ModeRedis)
+	waitMode(t, in, client.ModeRedis)
 	if err := s.Redis[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestDegradedOutOfStockCountedRefused(t *testing.T) {
 		a := sendWait(t, in, out, testSale("T1", seq, time.Now(), false))[0]
 		codes = append(codes, fmt.Sprintf("%s/%s/live=%t", a.Status, a.Code, a.Live))
 	}
-	if in.Mode() != ModeDegraded {
+	if in.Mode() != client.ModeDegraded {
 		t.Fatalf("mode %s, want degraded", in.Mode())
 	}
 	if want := "[rejected/out_of_stock/live=true rejected/out_of_stock/live=true]"; fmt.Sprint(codes) != want {

@@ -14,6 +14,7 @@ import (
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/store"
 )
 
@@ -172,7 +173,7 @@ func TestDayManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := map[string]store.Counters{}
+	sum := map[string]client.Counters{}
 	for _, tx := range got {
 		c := sum[tx.Terminal]
 		if c.ByMethod == nil {

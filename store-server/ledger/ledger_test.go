@@ -16,7 +16,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/store"
+	"github.com/posgate/posgate/store-server/client"
 	"pgregory.net/rapid"
 )
 
@@ -576,7 +576,7 @@ func TestOfflineOversell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Oversell{
+	want := []client.Oversell{
 		{Terminal: "T1", Seq: 1, SKU: "A", Short: 2, At: day, BusinessDate: dayDate},
 		{Terminal: "T1", Seq: 2, SKU: "A", Short: 2, At: day.Add(time.Hour), BusinessDate: dayDate},
 		{Terminal: "T2", Seq: 1, SKU: "A", Short: 1, At: day.AddDate(0, 0, 1), BusinessDate: "2025-03-02"},
@@ -608,7 +608,7 @@ func TestOfflineOversell(t *testing.T) {
 	if got, _ := l.Oversells(ctx, "", false); !reflect.DeepEqual(got, want[1:]) {
 		t.Errorf("open oversells after resolving one: %+v", got)
 	}
-	if got, _ := l.Oversells(ctx, dayDate, true); !reflect.DeepEqual(got, []Oversell{resolved, want[1]}) {
+	if got, _ := l.Oversells(ctx, dayDate, true); !reflect.DeepEqual(got, []client.Oversell{resolved, want[1]}) {
 		t.Errorf("all oversells of %s: %+v", dayDate, got)
 	}
 	for _, tc := range []struct {
@@ -838,7 +838,7 @@ func TestTotalsMatchTheTerminalDefinitions(t *testing.T) {
 	}
 	// By hand: cash 2000 − 750 + 200 + 500 − 20 = 1930, card 3000 + 400 = 3400, qr 300:
 	// 1930 + 3400 + 300 = 5630 = 1250 + 3000 + 500 + 880.
-	want := map[string]store.Counters{
+	want := map[string]client.Counters{
 		"T1": {Sales: 4, Amount: 5630,
 			ByMethod: map[string]money.Fen{"cash": 1930, "card": 3400, "qr": 300},
 			Refunds:  2, RefundAmount: 1550, RefundByMethod: map[string]money.Fen{"cash": 1250, "qr": 300}},
@@ -906,7 +906,7 @@ func TestSnapshot(t *testing.T) {
 	if !reflect.DeepEqual(s.Counters[dayDate], totals) {
 		t.Errorf("snapshot counters %+v != totals %+v", s.Counters[dayDate], totals)
 	}
-	want := store.Counters{Sales: 1, Amount: 200, ByMethod: map[string]money.Fen{"card": 200}}
+	want := client.Counters{Sales: 1, Amount: 200, ByMethod: map[string]money.Fen{"card": 200}}
 	if c := s.Counters["2025-02-28"]["T1"]; !c.Equal(want) {
 		t.Errorf("counters of 2025-02-28 %+v, want %+v", c, want)
 	}
@@ -967,7 +967,7 @@ func TestParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Parked{
+	want := []client.Parked{
 		{ID: 2, Terminal: "T1", Seq: 3, Hash: r3.Hash, Kind: wire.KindSale, Code: "idempotency_conflict",
 			Message: "refused: idempotency_conflict", At: day, BusinessDate: dayDate},
 		{ID: 1, Terminal: "T1", Seq: 1, Hash: r1.Hash, Kind: wire.KindSale, Code: "payload_invalid",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // refundSale is the sale the refund tests return goods of: T1:1, two A at 100 and one B at
@@ -205,7 +206,7 @@ func TestRefundExceptionDetail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []RefundException{{Terminal: "T1", Seq: 3, Code: CodeRefundExceedsSale,
+	want := []client.RefundException{{Terminal: "T1", Seq: 3, Code: CodeRefundExceedsSale,
 		Detail: `line 1 of sale T1:1 ("A"): 3 returned in all, 2 sold`, At: next, BusinessDate: "2025-03-02"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("exceptions\n got %+v\nwant %+v", got, want)
@@ -254,7 +255,7 @@ func TestResolveRefundException(t *testing.T) {
 	if got, _ := l.RefundExceptions(ctx, "", false); !reflect.DeepEqual(got, all[1:]) {
 		t.Errorf("open exceptions after resolving one: %+v", got)
 	}
-	if got, _ := l.RefundExceptions(ctx, "", true); !reflect.DeepEqual(got, []RefundException{resolved, all[1]}) {
+	if got, _ := l.RefundExceptions(ctx, "", true); !reflect.DeepEqual(got, []client.RefundException{resolved, all[1]}) {
 		t.Errorf("all exceptions: %+v", got)
 	}
 	for _, tc := range []struct {
@@ -412,7 +413,7 @@ func TestResolvedUnknownReopensOnAnotherProblem(t *testing.T) {
 // decided as a new record. Also a sale refused live and resent offline in one group after its
 // refund. Once the sale is accepted, the refund is covered, both ways of committing.
 func TestSaleAcceptedAfterItsRefundAnew(t *testing.T) {
-	open := func(t *testing.T, l *Ledger) []RefundException {
+	open := func(t *testing.T, l *Ledger) []client.RefundException {
 		t.Helper()
 		xs, err := l.RefundExceptions(context.Background(), "", false)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/store"
 )
 
@@ -21,28 +22,28 @@ import (
 // their totals; ByMethod sums tenders per method with the change taken off cash, so that
 // Σ ByMethod = Amount; refunds count and sum per refund method. Terminals without a sale or
 // refund that date are absent.
-func (l *Ledger) Totals(ctx context.Context, date string) (map[string]store.Counters, error) {
+func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Counters, error) {
 	all, err := counters(ctx, l.db.R, "= ?", date)
 	if err != nil {
 		return nil, fmt.Errorf("totals %s: %w", date, err)
 	}
 	if all[date] == nil {
-		return map[string]store.Counters{}, nil
+		return map[string]client.Counters{}, nil
 	}
 	return all[date], nil
 }
 
 // counters computes counters per business date and terminal for the dates matching
 // "business_date <cond>" with arg.
-func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[string]map[string]store.Counters, error) {
-	out := map[string]map[string]*store.Counters{}
-	get := func(date, terminal string) *store.Counters {
+func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[string]map[string]client.Counters, error) {
+	out := map[string]map[string]*client.Counters{}
+	get := func(date, terminal string) *client.Counters {
 		if out[date] == nil {
-			out[date] = map[string]*store.Counters{}
+			out[date] = map[string]*client.Counters{}
 		}
 		c := out[date][terminal]
 		if c == nil {
-			c = &store.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+			c = &client.Counters{ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
 			out[date][terminal] = c
 		}
 		return c
@@ -96,9 +97,9 @@ func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[st
 	if err != nil {
 		return nil, err
 	}
-	res := make(map[string]map[string]store.Counters, len(out))
+	res := make(map[string]map[string]client.Counters, len(out))
 	for date, ts := range out {
-		res[date] = make(map[string]store.Counters, len(ts))
+		res[date] = make(map[string]client.Counters, len(ts))
 		for t, c := range ts {
 			res[date][t] = *c
 		}
@@ -133,7 +134,7 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	// and the rebuild must clear them, or the event's redelivery counts twice there.
 	for d := -SnapshotDays; d <= 1; d++ {
 		if date := l.BusinessDate(now.AddDate(0, 0, d)); s.Counters[date] == nil {
-			s.Counters[date] = map[string]store.Counters{}
+			s.Counters[date] = map[string]client.Counters{}
 		}
 	}
 	s.MaxFlow = map[string]int64{}
@@ -154,25 +155,11 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	return s, nil
 }
 
-// Oversell is a sale that took a SKU below zero: Short of its units were not in stock.
-type Oversell struct {
-	Terminal     string    `json:"terminal"`
-	Seq          int64     `json:"seq"`
-	SKU          string    `json:"sku"`
-	Short        int64     `json:"short"`
-	At           time.Time `json:"at"`
-	BusinessDate string    `json:"business_date"`
-	// Resolved says a manager explained the shortfall (ResolveOversell): when, and how.
-	Resolved   bool      `json:"resolved"`
-	ResolvedAt time.Time `json:"resolved_at,omitzero"`
-	Resolution string    `json:"resolution,omitempty"`
-}
-
 const selOversells = `SELECT terminal, seq, sku, qty_short, at, business_date, resolved, resolved_at, resolution
 	FROM oversells`
 
-func (l *Ledger) scanOversell(sc interface{ Scan(...any) error }) (Oversell, error) {
-	var o Oversell
+func (l *Ledger) scanOversell(sc interface{ Scan(...any) error }) (client.Oversell, error) {
+	var o client.Oversell
 	var at, resolvedAt string
 	err := sc.Scan(&o.Terminal, &o.Seq, &o.SKU, &o.Short, &at, &o.BusinessDate, &o.Resolved, &resolvedAt, &o.Resolution)
 	o.At, o.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
@@ -182,7 +169,7 @@ func (l *Ledger) scanOversell(sc interface{ Scan(...any) error }) (Oversell, err
 // Oversells returns the oversell exceptions of a business date ("" for every date), by
 // date, terminal, seq and SKU: the open ones, or with resolved also those a manager
 // resolved.
-func (l *Ledger) Oversells(ctx context.Context, date string, resolved bool) ([]Oversell, error) {
+func (l *Ledger) Oversells(ctx context.Context, date string, resolved bool) ([]client.Oversell, error) {
 	out, err := exceptions(ctx, l, selOversells, "terminal, seq, sku", date, resolved, l.scanOversell)
 	if err != nil {
 		return nil, fmt.Errorf("oversells: %w", err)
@@ -227,18 +214,18 @@ const (
 // manager's note of what explained it. Resolving a resolved exception changes nothing and
 // returns it with its first resolution (applied false): a retried request is harmless. The
 // stock itself is corrected by an adjustment (Adjust), never here.
-func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64, sku, note string) (Oversell, bool, error) {
+func (l *Ledger) ResolveOversell(ctx context.Context, terminal string, seq int64, sku, note string) (client.Oversell, bool, error) {
 	o, applied, err := resolve(ctx, l, "oversells", selOversells, "terminal = ? AND seq = ? AND sku = ?",
 		[]any{terminal, seq, sku}, note, l.scanOversell)
 	switch {
 	case errors.Is(err, errNoNote):
-		return Oversell{}, false, perr.New(perr.Invalid, CodeResolutionRequired,
+		return client.Oversell{}, false, perr.New(perr.Invalid, CodeResolutionRequired,
 			"say what explained the shortfall (1 to %d bytes of UTF-8)", wire.MaxTextLen)
 	case errors.Is(err, sql.ErrNoRows):
-		return Oversell{}, false, perr.New(perr.NotFound, CodeOversellNotFound,
+		return client.Oversell{}, false, perr.New(perr.NotFound, CodeOversellNotFound,
 			"no oversell of %s by event %s", sku, wire.Key(terminal, seq))
 	case err != nil:
-		return Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
+		return client.Oversell{}, false, fmt.Errorf("resolve oversell %s %s: %w", wire.Key(terminal, seq), sku, err)
 	}
 	return o, applied, nil
 }
@@ -269,27 +256,11 @@ func resolve[T any](ctx context.Context, l *Ledger, table, sel, key string, args
 	return x, n == 1, err
 }
 
-// RefundException is an accepted refund the ledger's records do not cover: Code is
-// CodeRefundSaleUnknown or CodeRefundExceedsSale, Detail says what was found (the first
-// problem of the refund).
-type RefundException struct {
-	Terminal     string    `json:"terminal"`
-	Seq          int64     `json:"seq"` // the refund's event
-	Code         string    `json:"code"`
-	Detail       string    `json:"detail"`
-	At           time.Time `json:"at"`
-	BusinessDate string    `json:"business_date"`
-	// Resolved says a manager explained the refund (ResolveRefundException): when, and how.
-	Resolved   bool      `json:"resolved"`
-	ResolvedAt time.Time `json:"resolved_at,omitzero"`
-	Resolution string    `json:"resolution,omitempty"`
-}
-
 const selRefundExceptions = `SELECT terminal, seq, code, detail || earlier, at, business_date, resolved, resolved_at, resolution
 	FROM refund_exceptions`
 
-func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (RefundException, error) {
-	var x RefundException
+func (l *Ledger) scanRefundException(sc interface{ Scan(...any) error }) (client.RefundException, error) {
+	var x client.RefundException
 	var at, resolvedAt string
 	err := sc.Scan(&x.Terminal, &x.Seq, &x.Code, &x.Detail, &at, &x.BusinessDate, &x.Resolved, &resolvedAt, &x.Resolution)
 	x.At, x.ResolvedAt = l.parseTime(at), l.parseTime(resolvedAt)
@@ -310,7 +281,7 @@ func (l *Ledger) OpenExceptions(ctx context.Context) (oversells, refunds, parked
 
 // RefundExceptions returns the refund exceptions of a business date ("" for every date),
 // by date, terminal and seq: the open ones, or with resolved also those a manager resolved.
-func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved bool) ([]RefundException, error) {
+func (l *Ledger) RefundExceptions(ctx context.Context, date string, resolved bool) ([]client.RefundException, error) {
 	out, err := exceptions(ctx, l, selRefundExceptions, "terminal, seq", date, resolved, l.scanRefundException)
 	if err != nil {
 		return nil, fmt.Errorf("refund exceptions: %w", err)
@@ -328,44 +299,20 @@ const (
 // with the manager's note of what explained it. Resolving a resolved exception changes
 // nothing and returns it with its first resolution (applied false): a retried request is
 // harmless. The refund itself stands in the ledger either way.
-func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, seq int64, note string) (RefundException, bool, error) {
+func (l *Ledger) ResolveRefundException(ctx context.Context, terminal string, seq int64, note string) (client.RefundException, bool, error) {
 	x, applied, err := resolve(ctx, l, "refund_exceptions", selRefundExceptions, "terminal = ? AND seq = ?",
 		[]any{terminal, seq}, note, l.scanRefundException)
 	switch {
 	case errors.Is(err, errNoNote):
-		return RefundException{}, false, perr.New(perr.Invalid, CodeRefundExceptionResolutionRequired,
+		return client.RefundException{}, false, perr.New(perr.Invalid, CodeRefundExceptionResolutionRequired,
 			"say what explained the refund (1 to %d bytes of UTF-8)", wire.MaxTextLen)
 	case errors.Is(err, sql.ErrNoRows):
-		return RefundException{}, false, perr.New(perr.NotFound, CodeRefundExceptionNotFound,
+		return client.RefundException{}, false, perr.New(perr.NotFound, CodeRefundExceptionNotFound,
 			"no refund exception for event %s", wire.Key(terminal, seq))
 	case err != nil:
-		return RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
+		return client.RefundException{}, false, fmt.Errorf("resolve refund exception %s: %w", wire.Key(terminal, seq), err)
 	}
 	return x, applied, nil
-}
-
-// Parked is an event the store refused for good (a final rejection or conflict). The till
-// kept its sale or refund: a parked event is an exception the manager resolves with what
-// explained it, and HQ gets each of its changes (hqwire.ExceptionParked).
-//
-// A key can be parked with several contents (a till restored from a backup twice, devices
-// sharing a terminal id): each distinct content (Hash) is a parked event of its own.
-type Parked struct {
-	ID       int64     `json:"id"` // the ledger's number of the parked content
-	Terminal string    `json:"terminal"`
-	Seq      int64     `json:"seq"`
-	Hash     string    `json:"hash"` // the content's hash, which tells a key's parked contents apart
-	Kind     wire.Kind `json:"kind"`
-	Code     string    `json:"code"`
-	Message  string    `json:"message"`
-	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
-	// BusinessDate is the event's, or the store's when it was parked if its time could not
-	// be read or is outside the years 1970-9998 (parkedDate).
-	BusinessDate string `json:"business_date"`
-	// Resolved says a manager explained it (ResolveParked): when, and how.
-	Resolved   bool      `json:"resolved"`
-	ResolvedAt time.Time `json:"resolved_at,omitzero"`
-	Resolution string    `json:"resolution,omitempty"`
 }
 
 // DefaultParkedLimit is how many parked events Parked returns for a limit ≤ 0.
@@ -374,8 +321,8 @@ const DefaultParkedLimit = 100
 const selParkedEvents = `SELECT id, terminal, seq, hash, kind, code, message, at, business_date, resolved,
 	resolved_at, resolution FROM parked`
 
-func (l *Ledger) scanParked(sc interface{ Scan(...any) error }) (Parked, error) {
-	var p Parked
+func (l *Ledger) scanParked(sc interface{ Scan(...any) error }) (client.Parked, error) {
+	var p client.Parked
 	var at, resolvedAt string
 	err := sc.Scan(&p.ID, &p.Terminal, &p.Seq, &p.Hash, &p.Kind, &p.Code, &p.Message, &at, &p.BusinessDate,
 		&p.Resolved, &resolvedAt, &p.Resolution)
@@ -385,11 +332,11 @@ func (l *Ledger) scanParked(sc interface{ Scan(...any) error }) (Parked, error) 
 
 // Parked returns up to limit parked events, the most recently parked first; open ones
 // only unless all.
-func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]Parked, error) {
+func (l *Ledger) Parked(ctx context.Context, limit int, all bool) ([]client.Parked, error) {
 	if limit <= 0 {
 		limit = DefaultParkedLimit
 	}
-	out := []Parked{}
+	out := []client.Parked{}
 	err := sqlitedb.Each(ctx, l.db.R, selParkedEvents+` WHERE resolved = 0 OR ?
 		ORDER BY parked_ms DESC, terminal, seq DESC, id DESC LIMIT ?`, []any{all, limit}, func(rows *sql.Rows) error {
 		p, err := l.scanParked(rows)
@@ -433,16 +380,16 @@ const (
 // content only; with several, it names the one (CodeParkedHashRequired otherwise).
 // Resolving a resolved event changes nothing and returns it with its first resolution
 // (applied false). The event stays refused either way.
-func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, hash, note string) (Parked, bool, error) {
+func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, hash, note string) (client.Parked, bool, error) {
 	if hash == "" {
 		var n int
 		var only string
 		if err := l.db.R.QueryRowContext(ctx, `SELECT count(*), coalesce(max(hash), '') FROM parked
 			WHERE terminal = ? AND seq = ?`, terminal, seq).Scan(&n, &only); err != nil {
-			return Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
+			return client.Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
 		}
 		if n > 1 {
-			return Parked{}, false, perr.New(perr.Invalid, CodeParkedHashRequired,
+			return client.Parked{}, false, perr.New(perr.Invalid, CodeParkedHashRequired,
 				"%s is parked with %d contents: say which one by its hash", wire.Key(terminal, seq), n)
 		}
 		hash = only
@@ -451,13 +398,13 @@ func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, 
 		[]any{terminal, seq, hash}, note, l.scanParked)
 	switch {
 	case errors.Is(err, errNoNote):
-		return Parked{}, false, perr.New(perr.Invalid, CodeParkedResolutionRequired,
+		return client.Parked{}, false, perr.New(perr.Invalid, CodeParkedResolutionRequired,
 			"say what explained the parked event (1 to %d bytes of UTF-8)", wire.MaxTextLen)
 	case errors.Is(err, sql.ErrNoRows):
-		return Parked{}, false, perr.New(perr.NotFound, CodeParkedNotFound,
+		return client.Parked{}, false, perr.New(perr.NotFound, CodeParkedNotFound,
 			"no parked event %s%s", wire.Key(terminal, seq), map[bool]string{true: " of content " + hash}[hash != ""])
 	case err != nil:
-		return Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
+		return client.Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
 	}
 	return p, applied, nil
 }

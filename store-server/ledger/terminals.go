@@ -9,37 +9,8 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/sqlitedb"
-	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
-
-// TerminalSeen is what the ledger last heard from one terminal.
-type TerminalSeen struct {
-	Terminal string `json:"terminal"`
-	// The last event recorded (by seq, final or not), its business time and when the store
-	// received it.
-	LastSeq      int64          `json:"last_seq"`
-	LastKind     wire.Kind      `json:"last_kind"`
-	LastStatus   wire.AckStatus `json:"last_status"`
-	LastAt       time.Time      `json:"last_at,omitzero"`
-	LastReceived time.Time      `json:"last_received,omitzero"`
-	// Heartbeat is the terminal's last accepted heartbeat, if any: its backlog as the
-	// terminal counted it then.
-	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
-	// Parked counts the terminal's parked events no manager has resolved.
-	Parked int64 `json:"parked"`
-	// SeqGaps are the gaps in its seq order the store took (seq_gaps: after a restore from
-	// a backup, or in a ledger that held none of its events), oldest first: events the till
-	// sent to a ledger this one is not.
-	SeqGaps []SeqGap `json:"seq_gaps,omitempty"`
-}
-
-// Heartbeat is a terminal's report of its own backlog.
-type Heartbeat struct {
-	Seq      int64     `json:"seq"`
-	At       time.Time `json:"at"`       // when the terminal took the figures
-	Received time.Time `json:"received"` // when the store received them
-	wire.HeartbeatPayload
-}
 
 // Terminals' queries; each seeks in an index keyed by terminal (TestTerminalsSeek).
 const (
@@ -60,7 +31,7 @@ const (
 // Terminals returns, for every terminal the ledger holds an event of, the last event, the
 // last heartbeat and the parked count, by terminal id. Each is one seek per terminal, so
 // the cost grows with the number of terminals, not of events.
-func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
+func (l *Ledger) Terminals(ctx context.Context) ([]client.TerminalSeen, error) {
 	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("terminals: %w", err)
@@ -68,9 +39,9 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 	defer tx.Rollback()
 
 	// The distinct terminals, one index seek each.
-	var out []TerminalSeen
+	var out []client.TerminalSeen
 	err = sqlitedb.Each(ctx, tx, selTerminals, nil, func(rows *sql.Rows) error {
-		var ts TerminalSeen
+		var ts client.TerminalSeen
 		if err := rows.Scan(&ts.Terminal); err != nil {
 			return err
 		}
@@ -86,12 +57,12 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 			return nil, fmt.Errorf("terminal %s parked: %w", ts.Terminal, err)
 		}
 		err = sqlitedb.Each(ctx, tx, selGaps, []any{ts.Terminal}, func(rows *sql.Rows) error {
-			var g SeqGap
+			var g client.SeqGap
 			var ms int64
 			if err := rows.Scan(&g.From, &g.To, &ms, &g.Reason); err != nil {
 				return err
 			}
-			g.Terminal, g.At = ts.Terminal, time.UnixMilli(ms).In(l.loc)
+			g.At = time.UnixMilli(ms).In(l.loc)
 			ts.SeqGaps = append(ts.SeqGaps, g)
 			return nil
 		})
@@ -107,7 +78,7 @@ func (l *Ledger) Terminals(ctx context.Context) ([]TerminalSeen, error) {
 		}
 		ts.LastAt, ts.LastReceived = l.parseTime(at), time.UnixMilli(recv).In(l.loc)
 
-		var hb Heartbeat
+		var hb client.Heartbeat
 		var payload []byte
 		err = tx.QueryRowContext(ctx, selLastHeartbeat, ts.Terminal).
 			Scan(&hb.Seq, &at, &recv, &payload)

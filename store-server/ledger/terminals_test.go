@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 func TestTerminals(t *testing.T) {
@@ -42,10 +43,10 @@ func TestTerminals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []TerminalSeen{
+	want := []client.TerminalSeen{
 		{Terminal: "T1", LastSeq: 3, LastKind: wire.KindSale, LastStatus: wire.AckAccepted,
 			LastAt: day.Add(2 * time.Minute), LastReceived: day,
-			Heartbeat: &Heartbeat{Seq: 2, At: day.Add(time.Minute), Received: day,
+			Heartbeat: &client.Heartbeat{Seq: 2, At: day.Add(time.Minute), Received: day,
 				HeartbeatPayload: wire.HeartbeatPayload{Backlog: 7, OldestAgeMs: 7000, CatalogVersion: 3}}},
 		{Terminal: "T2", LastSeq: 3, LastKind: wire.KindSale, LastStatus: wire.AckAccepted,
 			LastAt: day.Add(3 * time.Minute), LastReceived: later, Parked: 1},

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/posgate/posgate/internal/disk"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
@@ -116,26 +117,26 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // modes are the gate modes, each a series of posgate_store_gate_mode.
-var modes = []ingest.Mode{ingest.ModeStarting, ingest.ModeRedis, ingest.ModeRebuilding, ingest.ModeDegraded}
+var modes = []client.Mode{client.ModeStarting, client.ModeRedis, client.ModeRebuilding, client.ModeDegraded}
 
 // counters are ingest's counters, each a Prometheus counter.
 var counters = []struct {
 	name, help string
-	get        func(ingest.Stats) int64
+	get        func(client.Stats) int64
 }{
-	{"messages_total", "Up messages taken from the broker.", func(s ingest.Stats) int64 { return s.Messages }},
-	{"bad_messages_total", "Up messages that could not be read at all (no ack possible).", func(s ingest.Stats) int64 { return s.Bad }},
-	{"events_total", "Events received (batches count each event).", func(s ingest.Stats) int64 { return s.Events }},
-	{"accepted_total", "Events accepted.", func(s ingest.Stats) int64 { return s.Accepted }},
-	{"replays_total", "Events answered from the ledger as duplicates.", func(s ingest.Stats) int64 { return s.Replays }},
-	{"rejected_total", "Events rejected as bad input (parked).", func(s ingest.Stats) int64 { return s.Rejected }},
-	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s ingest.Stats) int64 { return s.Refused }},
-	{"out_of_order_total", "Events answered out_of_order.", func(s ingest.Stats) int64 { return s.OutOfOrder }},
-	{"seq_gaps_total", "Gaps in a till's seq order taken (its first event after a restore from a backup, or in a ledger without its events, skipping events the ledger lost).", func(s ingest.Stats) int64 { return s.SeqGaps }},
-	{"groups_total", "Groups decided and committed.", func(s ingest.Stats) int64 { return s.Groups }},
-	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s ingest.Stats) int64 { return s.Rebuilds }},
-	{"gate_errors_total", "Failed or slow gate calls.", func(s ingest.Stats) int64 { return s.GateErrors }},
-	{"commit_errors_total", "Failed ledger commits (nothing acked; the terminals resend).", func(s ingest.Stats) int64 { return s.CommitError }},
+	{"messages_total", "Up messages taken from the broker.", func(s client.Stats) int64 { return s.Messages }},
+	{"bad_messages_total", "Up messages that could not be read at all (no ack possible).", func(s client.Stats) int64 { return s.Bad }},
+	{"events_total", "Events received (batches count each event).", func(s client.Stats) int64 { return s.Events }},
+	{"accepted_total", "Events accepted.", func(s client.Stats) int64 { return s.Accepted }},
+	{"replays_total", "Events answered from the ledger as duplicates.", func(s client.Stats) int64 { return s.Replays }},
+	{"rejected_total", "Events rejected as bad input (parked).", func(s client.Stats) int64 { return s.Rejected }},
+	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s client.Stats) int64 { return s.Refused }},
+	{"out_of_order_total", "Events answered out_of_order.", func(s client.Stats) int64 { return s.OutOfOrder }},
+	{"seq_gaps_total", "Gaps in a till's seq order taken (its first event after a restore from a backup, or in a ledger without its events, skipping events the ledger lost).", func(s client.Stats) int64 { return s.SeqGaps }},
+	{"groups_total", "Groups decided and committed.", func(s client.Stats) int64 { return s.Groups }},
+	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s client.Stats) int64 { return s.Rebuilds }},
+	{"gate_errors_total", "Failed or slow gate calls.", func(s client.Stats) int64 { return s.GateErrors }},
+	{"commit_errors_total", "Failed ledger commits (nothing acked; the terminals resend).", func(s client.Stats) int64 { return s.CommitError }},
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {

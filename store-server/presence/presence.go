@@ -30,7 +30,9 @@ type Seen struct {
 	Heard time.Time `json:"heard"`
 }
 
-// Backlog is a terminal's backlog as it last reported it.
+// Backlog is a terminal's backlog as it last reported it. The manager API answers it as
+// client.Backlog, of the same fields; this one carries the board's rules (Supersedes,
+// OldestAge).
 type Backlog struct {
 	Events int64 `json:"events"`
 	// Seq is the highest seq the terminal had given an event when it counted.

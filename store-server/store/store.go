@@ -1,6 +1,7 @@
 // Package store holds the store-server's domain types shared by its adapters: the Redis gate
 // (package gate), the SQLite ledger (package ledger), ingest and the manager API. It has no
-// I/O and must not import any adapter.
+// I/O and must not import any adapter. The counters of a day, which the manager API answers,
+// are store-server/client's Counters.
 package store
 
 import (
@@ -8,6 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
 )
 
 // Actions of the layered rate limiter (the third layer, after store and terminal).
@@ -18,7 +20,9 @@ const (
 )
 
 // Limits are the live rate limits of a store: accepted live events per Window, per layer.
-// The promo coefficient (percent, 100 = ×1) multiplies every limit while it lasts.
+// The promo coefficient (percent, 100 = ×1) multiplies every limit while it lasts. The
+// manager API takes and answers them as client.Limits, of the same fields; these carry the
+// defaults and the lookup by action.
 type Limits struct {
 	WindowMs int64 `json:"window_ms"`
 	Store    int64 `json:"store"`
@@ -97,66 +101,12 @@ func (l Limits) Action(a string) int64 {
 	return 0
 }
 
-// Counters are one terminal's figures for one business date (or, summed with Add, a
-// store's), as Redis keeps them and as the ledger computes them. Sale amounts by method are
-// net of change (cash); Amount is the sum of sale totals.
-type Counters struct {
-	Sales          int64                `json:"sales"`
-	Amount         money.Fen            `json:"amount"`
-	ByMethod       map[string]money.Fen `json:"by_method"`
-	Refunds        int64                `json:"refunds"`
-	RefundAmount   money.Fen            `json:"refund_amount"`
-	RefundByMethod map[string]money.Fen `json:"refund_by_method"`
-}
-
-// Equal reports whether two Counters hold the same figures (a nil map equals an empty one,
-// and zero entries are ignored).
-func (c Counters) Equal(o Counters) bool {
-	return c.Sales == o.Sales && c.Amount == o.Amount && c.Refunds == o.Refunds &&
-		c.RefundAmount == o.RefundAmount && sameAmounts(c.ByMethod, o.ByMethod) &&
-		sameAmounts(c.RefundByMethod, o.RefundByMethod)
-}
-
-// Add adds o's figures to c.
-func (c *Counters) Add(o Counters) {
-	c.Sales += o.Sales
-	c.Amount += o.Amount
-	c.Refunds += o.Refunds
-	c.RefundAmount += o.RefundAmount
-	for _, a := range []struct {
-		to   *map[string]money.Fen
-		from map[string]money.Fen
-	}{
-		{&c.ByMethod, o.ByMethod}, {&c.RefundByMethod, o.RefundByMethod}} {
-		for m, f := range a.from {
-			if *a.to == nil {
-				*a.to = map[string]money.Fen{}
-			}
-			(*a.to)[m] += f
-		}
-	}
-}
-
-func sameAmounts(a, b map[string]money.Fen) bool {
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	for k, v := range b {
-		if a[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // Snapshot is what the ledger computes for rebuilding the Redis projection: stock per SKU,
 // counters per business date and terminal, and the highest flow number per business date.
 type Snapshot struct {
 	Stock    map[string]int64
-	Counters map[string]map[string]Counters // date → terminal → counters
-	MaxFlow  map[string]int64               // date → highest flow number in the ledger
+	Counters map[string]map[string]client.Counters // date → terminal → counters
+	MaxFlow  map[string]int64                      // date → highest flow number in the ledger
 }
 
 // Line is a quantity of a SKU.

@@ -1,0 +1,490 @@
+package client
+
+import (
+	"time"
+
+	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Problem is the body of every error answer: an RFC 9457 problem (application/problem+json)
+// with posgate's stable code. Detail is for the manager; Code is what a program switches on.
+type Problem struct {
+	Type   string `json:"type"` // https://posgate.dev/errors/<code>
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// Mode is the mode of the store's gate.
+type Mode string
+
+// The gate's modes.
+const (
+	ModeStarting   Mode = "starting"   // rebuilding the projection before the first event
+	ModeRedis      Mode = "redis"      // the Redis gate decides live limits and stock
+	ModeDegraded   Mode = "degraded"   // Redis unreachable: ledger-only stock, local limiter
+	ModeRebuilding Mode = "rebuilding" // Redis back or failed over: rebuilding from the ledger
+)
+
+// HealthAnswer is the answer of GET /healthz, which needs no token: the store-server is up,
+// and its gate's mode.
+type HealthAnswer struct {
+	OK   bool `json:"ok"`
+	Mode Mode `json:"mode"`
+}
+
+// Stats counts what the store's ingest has done since the store-server started.
+type Stats struct {
+	Messages    int64 `json:"messages"`
+	Bad         int64 `json:"bad_messages"`
+	Events      int64 `json:"events"`
+	Accepted    int64 `json:"accepted"`
+	Replays     int64 `json:"replays"`
+	Rejected    int64 `json:"rejected"`
+	Refused     int64 `json:"refused_live"`
+	OutOfOrder  int64 `json:"out_of_order"`
+	SeqGaps     int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
+	Groups      int64 `json:"groups"`
+	Rebuilds    int64 `json:"rebuilds"`
+	GateErrors  int64 `json:"gate_errors"`
+	CommitError int64 `json:"commit_errors"`
+	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
+	// when. While commits fail nothing is acked; the terminals keep their events and resend.
+	LastCommitError   string    `json:"last_commit_error,omitempty"`
+	LastCommitErrorAt time.Time `json:"last_commit_error_at,omitzero"`
+}
+
+// ModeAnswer is the answer of GET /v1/mode: the store, the gate's mode, ingest's counters and
+// the ledger's disk.
+type ModeAnswer struct {
+	Store string      `json:"store"`
+	Mode  Mode        `json:"mode"`
+	Stats Stats       `json:"stats"`
+	Disk  *DiskAnswer `json:"disk,omitempty"` // absent where the system gives no figure
+}
+
+// DiskAnswer is the room on the ledger's file system: when it is full, no commit succeeds
+// and nothing is acknowledged.
+type DiskAnswer struct {
+	TotalBytes  int64 `json:"total_bytes"`
+	FreeBytes   int64 `json:"free_bytes"`
+	LedgerBytes int64 `json:"ledger_bytes"`
+	Low         bool  `json:"low"` // under the store's warning level (--disk-warn-mb)
+}
+
+// StockRow is one SKU's stock in the ledger (the truth) and in Redis.
+type StockRow struct {
+	SKU    string `json:"sku"`
+	Ledger int64  `json:"ledger"`
+	// Proven is opening + adjustments − sold + restocked, from every stock move the ledger
+	// holds (absent when asked without the proof: it reads the store's whole history).
+	Proven *int64 `json:"proven,omitempty"`
+	Redis  *int64 `json:"redis,omitempty"` // absent while the gate is not in Redis mode
+	Diff   int64  `json:"diff"`            // redis − ledger
+}
+
+// StockAnswer is the answer of GET /v1/stock: every SKU's stock, by SKU.
+type StockAnswer struct {
+	Mode  Mode       `json:"mode"`
+	Stock []StockRow `json:"stock"`
+}
+
+// Reasons of a stock adjustment (AdjustRequest.Reason).
+const (
+	ReasonAdjust  = "adjust"  // a change of stock: goods found, damaged, delivered
+	ReasonOpening = "opening" // a SKU's opening stock
+)
+
+// AdjustRequest changes a SKU's stock by Delta (POST /v1/stock/adjust). ID makes it
+// idempotent: the same ID with the same content is answered again and applied once.
+type AdjustRequest struct {
+	ID     string `json:"id"`
+	SKU    string `json:"sku"`
+	Delta  int64  `json:"delta"`
+	Reason string `json:"reason,omitempty"` // ReasonAdjust (default) or ReasonOpening
+}
+
+// AdjustAnswer is the answer to an adjustment: the SKU's stock after it, and whether this
+// request applied it (false: an earlier request of the same ID did).
+type AdjustAnswer struct {
+	SKU     string `json:"sku"`
+	Qty     int64  `json:"qty"`
+	Applied bool   `json:"applied"`
+}
+
+// CountRequest books a shelf count (POST /v1/stock/count): Counted units of SKU are on the
+// shelf. The ledger books the difference from its own quantity when it books it, so sales
+// and refunds during the count are not counted twice. ID makes it idempotent.
+type CountRequest struct {
+	ID      string `json:"id"`
+	SKU     string `json:"sku"`
+	Counted *int64 `json:"counted"` // required: 0 is a count (an empty shelf)
+}
+
+// CountAnswer is the answer to a shelf count: the SKU's stock after it, the change the
+// ledger booked, and whether this request applied it (a retry answers the first Delta).
+type CountAnswer struct {
+	SKU     string `json:"sku"`
+	Qty     int64  `json:"qty"`
+	Applied bool   `json:"applied"`
+	Delta   int64  `json:"delta"`
+}
+
+// ImportAnswer is the answer to a catalog import (POST /v1/catalog): the version it became
+// and its number of items. Published is false when the catalog is installed and the broker
+// has not taken it yet (Detail says so): the terminals get it once it does, and the import
+// must not be sent again, which would make another version.
+type ImportAnswer struct {
+	Version   int64  `json:"version"`
+	Items     int    `json:"items"`
+	Published bool   `json:"published"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// Counters are one terminal's figures for one business date (or, summed with Add, a
+// store's), as Redis keeps them, as the ledger computes them and as a terminal declares
+// them. Sale amounts by method are net of change (cash); Amount is the sum of sale totals.
+type Counters struct {
+	Sales          int64                `json:"sales"`
+	Amount         money.Fen            `json:"amount"`
+	ByMethod       map[string]money.Fen `json:"by_method"`
+	Refunds        int64                `json:"refunds"`
+	RefundAmount   money.Fen            `json:"refund_amount"`
+	RefundByMethod map[string]money.Fen `json:"refund_by_method"`
+}
+
+// Equal reports whether two Counters hold the same figures (a nil map equals an empty one,
+// and zero entries are ignored).
+func (c Counters) Equal(o Counters) bool {
+	return c.Sales == o.Sales && c.Amount == o.Amount && c.Refunds == o.Refunds &&
+		c.RefundAmount == o.RefundAmount && sameAmounts(c.ByMethod, o.ByMethod) &&
+		sameAmounts(c.RefundByMethod, o.RefundByMethod)
+}
+
+// Add adds o's figures to c.
+func (c *Counters) Add(o Counters) {
+	c.Sales += o.Sales
+	c.Amount += o.Amount
+	c.Refunds += o.Refunds
+	c.RefundAmount += o.RefundAmount
+	for _, a := range []struct {
+		to   *map[string]money.Fen
+		from map[string]money.Fen
+	}{
+		{&c.ByMethod, o.ByMethod}, {&c.RefundByMethod, o.RefundByMethod}} {
+		for m, f := range a.from {
+			if *a.to == nil {
+				*a.to = map[string]money.Fen{}
+			}
+			(*a.to)[m] += f
+		}
+	}
+}
+
+func sameAmounts(a, b map[string]money.Fen) bool {
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// DeclaredCounters turns a terminal's day close (or its day totals) into Counters, as the
+// store compares them with the ledger's.
+func DeclaredCounters(p wire.DayClosePayload) Counters {
+	c := Counters{Sales: p.SaleCount, Amount: p.SaleAmount, Refunds: p.RefundCount, RefundAmount: p.RefundAmount,
+		ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+	for _, m := range p.Methods {
+		c.ByMethod[m.Method] = m.SaleAmount
+		c.RefundByMethod[m.Method] = m.RefundAmount
+	}
+	return c
+}
+
+// TerminalTotals compares one terminal's day in the ledger, in Redis and as declared.
+type TerminalTotals struct {
+	Terminal string   `json:"terminal"`
+	Ledger   Counters `json:"ledger"`
+	// Redis is absent while the gate is not in Redis mode, and for a date older than the
+	// dates a rebuild keeps exact.
+	Redis     *Counters `json:"redis,omitempty"`
+	Declared  *Counters `json:"declared,omitempty"` // the terminal's day close, if it closed the day
+	RedisDiff bool      `json:"redis_differs"`
+	// DeclaredOK says whether the day close matches the ledger (absent without a close).
+	DeclaredOK *bool `json:"declared_matches,omitempty"`
+}
+
+// TotalsAnswer is the answer of GET /v1/totals: a business day of the store (Store, from
+// the ledger) and of each terminal, by terminal.
+type TotalsAnswer struct {
+	BusinessDate string           `json:"business_date"`
+	Mode         Mode             `json:"mode"`
+	Store        Counters         `json:"store"`
+	Terminals    []TerminalTotals `json:"terminals"`
+}
+
+// Oversell is a sale that took a SKU below zero: Short of its units were not in stock.
+type Oversell struct {
+	Terminal     string    `json:"terminal"`
+	Seq          int64     `json:"seq"`
+	SKU          string    `json:"sku"`
+	Short        int64     `json:"short"`
+	At           time.Time `json:"at"`
+	BusinessDate string    `json:"business_date"`
+	// Resolved says a manager explained the shortfall: when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
+}
+
+// OversellsAnswer is the answer of GET /v1/oversells, by date, terminal, seq and SKU.
+type OversellsAnswer struct {
+	Oversells []Oversell `json:"oversells"`
+}
+
+// ResolveOversellRequest resolves one oversell exception with what explained it (POST
+// /v1/oversells/resolve). Stock itself is corrected with an adjustment, never here.
+type ResolveOversellRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	SKU      string `json:"sku"`
+	Note     string `json:"note"`
+}
+
+// ResolveOversellAnswer is the exception as resolved, and whether this request resolved it
+// (false: an earlier one did, and its resolution stands).
+type ResolveOversellAnswer struct {
+	Oversell Oversell `json:"oversell"`
+	Applied  bool     `json:"applied"`
+}
+
+// RefundException is an accepted refund the ledger's records do not cover: Code is
+// refund_sale_unknown or refund_exceeds_sale, Detail says what was found (the refund's first
+// problem).
+type RefundException struct {
+	Terminal     string    `json:"terminal"`
+	Seq          int64     `json:"seq"` // the refund's event
+	Code         string    `json:"code"`
+	Detail       string    `json:"detail"`
+	At           time.Time `json:"at"`
+	BusinessDate string    `json:"business_date"`
+	// Resolved says a manager explained the refund: when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
+}
+
+// RefundExceptionsAnswer is the answer of GET /v1/refund-exceptions, by date, terminal and
+// seq.
+type RefundExceptionsAnswer struct {
+	RefundExceptions []RefundException `json:"refund_exceptions"`
+}
+
+// ResolveRefundRequest resolves the refund exception of one refund (its event) with what
+// explained it (POST /v1/refund-exceptions/resolve). The refund itself stands.
+type ResolveRefundRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	Note     string `json:"note"`
+}
+
+// ResolveRefundAnswer is the exception as resolved, and whether this request resolved it.
+type ResolveRefundAnswer struct {
+	RefundException RefundException `json:"refund_exception"`
+	Applied         bool            `json:"applied"`
+}
+
+// Parked is an event the store refused for good (a final rejection, or a key used again
+// with other content). The till kept its sale or refund: a parked event is an exception the
+// manager resolves with what explained it, and HQ gets each of its changes.
+//
+// A key can be parked with several contents (a till restored from a backup twice, devices
+// sharing a terminal id): each distinct content (Hash) is a parked event of its own.
+type Parked struct {
+	ID       int64     `json:"id"` // the ledger's number of the parked content
+	Terminal string    `json:"terminal"`
+	Seq      int64     `json:"seq"`
+	Hash     string    `json:"hash"` // the content's hash, which tells a key's parked contents apart
+	Kind     wire.Kind `json:"kind"`
+	Code     string    `json:"code"`
+	Message  string    `json:"message"`
+	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
+	// BusinessDate is the event's, or the store's when it was parked if its time could not
+	// be read or is outside the years 1970-9998.
+	BusinessDate string `json:"business_date"`
+	// Resolved says a manager explained it: when, and how.
+	Resolved   bool      `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	Resolution string    `json:"resolution,omitempty"`
+}
+
+// ParkedAnswer is the answer of GET /v1/parked: the most recently parked events (at most
+// 1,000), and how many are open in all, so that a list cut short says so.
+type ParkedAnswer struct {
+	Parked []Parked `json:"parked"`
+	Open   int64    `json:"open"`
+}
+
+// ResolveParkedRequest resolves one parked event with what explained it (POST
+// /v1/parked/resolve). The event stays refused; the resolution goes to HQ.
+type ResolveParkedRequest struct {
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	// Hash names the parked content (Parked.Hash); it may be left out when the key is parked
+	// with one content only.
+	Hash string `json:"hash,omitempty"`
+	Note string `json:"note"`
+}
+
+// ResolveParkedAnswer is the parked event as resolved, and whether this request resolved it.
+type ResolveParkedAnswer struct {
+	Parked  Parked `json:"parked"`
+	Applied bool   `json:"applied"`
+}
+
+// TerminalSeen is what the store's ledger last recorded from one terminal.
+type TerminalSeen struct {
+	Terminal string `json:"terminal"`
+	// The last event recorded (by seq, final or not), its business time and when the store
+	// received it.
+	LastSeq      int64          `json:"last_seq"`
+	LastKind     wire.Kind      `json:"last_kind"`
+	LastStatus   wire.AckStatus `json:"last_status"`
+	LastAt       time.Time      `json:"last_at,omitzero"`
+	LastReceived time.Time      `json:"last_received,omitzero"`
+	// Heartbeat is the terminal's last accepted heartbeat, if any: its backlog as the
+	// terminal counted it then.
+	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
+	// Parked counts the terminal's parked events no manager has resolved.
+	Parked int64 `json:"parked"`
+	// SeqGaps are the gaps in its seq order the store took (after a restore from a backup,
+	// or in a ledger that held none of its events), oldest first: events the till sent to a
+	// ledger this one is not.
+	SeqGaps []SeqGap `json:"seq_gaps,omitempty"`
+}
+
+// Heartbeat is a terminal's report of its own backlog.
+type Heartbeat struct {
+	Seq      int64     `json:"seq"`
+	At       time.Time `json:"at"`       // when the terminal took the figures
+	Received time.Time `json:"received"` // when the store received them
+	wire.HeartbeatPayload
+}
+
+// SeqGap is a gap in a terminal's seq order the store took: the events From..To were sent
+// to a ledger this one is not (the till holds them, and HQ may), and the event To+1 was
+// accepted without them. Reason is restored or new_ledger.
+type SeqGap struct {
+	From   int64     `json:"from_seq"`
+	To     int64     `json:"to_seq"`
+	At     time.Time `json:"at,omitzero"` // when the store recorded it
+	Reason string    `json:"reason"`
+}
+
+// TerminalRow is one terminal as the store knows it: connected or not (its status topic),
+// what the ledger last recorded from it and the backlog it last reported.
+type TerminalRow struct {
+	TerminalSeen
+	// Online is nil when no status message was heard since the store-server started.
+	Online      *bool     `json:"online,omitempty"`
+	OnlineSince time.Time `json:"online_since,omitzero"`
+	StatusHeard time.Time `json:"status_heard,omitzero"`
+	// Backlog is the backlog report the terminal last published beside its events (nil
+	// when none was heard since the store-server started, or when its heartbeats say it
+	// stopped reporting: an agent with reports turned off reports its backlog only in its
+	// heartbeats).
+	Backlog *BacklogRow `json:"backlog,omitempty"`
+	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
+	CatalogBehind bool `json:"catalog_behind"`
+	// CatalogAhead: the last heartbeat reported a catalog newer than the store's (its data
+	// directory was restored or made anew): the terminal ignores the store's until the next
+	// import, which takes a version above it.
+	CatalogAhead bool `json:"catalog_ahead,omitempty"`
+	// ClockSkewMs is the till's clock minus the store's, in ms (positive: the till is
+	// ahead), as the store measured it from the messages it heard from the till in the last
+	// 5 minutes; nil while the store has heard none (the till quiet, or the store just
+	// started), and while ClockUnconfirmed.
+	ClockSkewMs *int64 `json:"clock_skew_ms,omitempty"`
+	// ClockOff: |ClockSkewMs| is over the store's limit (TerminalsAnswer.ClockSkewLimitMs):
+	// the till dates its sales by a clock the store does not agree with, and they may go
+	// to the wrong business day.
+	ClockOff bool `json:"clock_off"`
+	// ClockUnconfirmed: what the store heard says the till is behind by more than the limit,
+	// but over less than --clock-behind-confirm: they may be messages held on their way (a
+	// broker handing over what it kept while the store was away). The store says nothing of
+	// the clock until its readings span that long.
+	ClockUnconfirmed bool `json:"clock_unconfirmed,omitempty"`
+	// ClockChecked is when the store last heard a message it measured the clock by, while
+	// it has a figure or ClockUnconfirmed.
+	ClockChecked time.Time `json:"clock_checked,omitzero"`
+}
+
+// Backlog is a terminal's backlog as it last reported it.
+type Backlog struct {
+	Events int64 `json:"events"`
+	// Seq is the highest seq the terminal had given an event when it counted.
+	Seq int64 `json:"seq"`
+	// OldestMs is the age of the oldest event it holds, when it counted (At, its clock).
+	OldestMs int64     `json:"oldest_age_ms"`
+	At       time.Time `json:"at"`
+	// Heard is when the store received the report; for a retained report the broker sent
+	// again, when it first received it, or, new to it, the report's At.
+	Heard time.Time `json:"heard"`
+}
+
+// BacklogRow is a terminal's last backlog report, with its oldest event's age now.
+type BacklogRow struct {
+	Backlog
+	// OldestNowMs is the age of the oldest event the report counted at the answer's time: it
+	// keeps growing from when the report was heard while the terminal reported a backlog.
+	OldestNowMs int64 `json:"oldest_now_ms"`
+}
+
+// TerminalsAnswer is the answer of GET /v1/terminals, by terminal. Its times are in the
+// store's zone.
+type TerminalsAnswer struct {
+	Now            time.Time `json:"now"`
+	CatalogVersion int64     `json:"catalog_version"`
+	// ClockSkewLimitMs is how far a till's clock may be from the store's before its row says
+	// clock_off (--clock-skew-warn; 0: never).
+	ClockSkewLimitMs int64 `json:"clock_skew_limit_ms"`
+	// ClockBehindConfirmMs is how long a till's readings must span before its row says
+	// clock_off for a clock behind (--clock-behind-confirm): until then, clock_unconfirmed.
+	ClockBehindConfirmMs int64         `json:"clock_behind_confirm_ms"`
+	Terminals            []TerminalRow `json:"terminals"`
+}
+
+// Limits are the store's live rate limits: accepted live events per window, per layer (the
+// store, each terminal, and each terminal's scans, payments and refunds). PUT /v1/limits
+// takes every field, each positive.
+type Limits struct {
+	WindowMs int64 `json:"window_ms"`
+	Store    int64 `json:"store"`
+	Terminal int64 `json:"terminal"`
+	Scan     int64 `json:"scan"`
+	Pay      int64 `json:"pay"`
+	Refund   int64 `json:"refund"`
+}
+
+// LimitsAnswer is the answer of GET and PUT /v1/limits and POST /v1/promo: the limits the
+// manager set (the defaults for those never set) and the promo running now (100: none).
+type LimitsAnswer struct {
+	Limits           Limits `json:"limits"`
+	PromoPercent     int64  `json:"promo_percent"`
+	PromoExpiresInMs int64  `json:"promo_expires_in_ms"`
+}
+
+// PromoRequest multiplies every limit by Percent/100 for a while (POST /v1/promo); it falls
+// back to 100% by itself.
+type PromoRequest struct {
+	Percent int64  `json:"percent"`       // 100 (no promo) to 1000
+	For     string `json:"for,omitempty"` // a Go duration up to 168h, default 2h
+}
