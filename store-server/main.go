@@ -192,9 +192,75 @@ func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) r
 		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1, OnConnect: onConnect})
 }
 
-// Run runs the store-server until ctx ends.
+// Run runs the store-server until ctx ends, or until the API or ingest fails. It starts its
+// parts in order, each on those before it, and stops them in the reverse order: ingest
+// commits and acks the group it holds before the broker and the ledger close.
 func (m *Main) Run(ctx context.Context) error {
-	log := cli.Logger(m.LogLevel).With("store", m.Store)
+	s := &server{log: cli.Logger(m.LogLevel).With("store", m.Store)}
+	if err := m.openLedger(ctx, s); err != nil {
+		return err
+	}
+	defer s.led.Close()
+	if err := m.openCatalog(ctx, s); err != nil {
+		return err
+	}
+	rdb := m.connectGate(s)
+	defer rdb.Close()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	onUp := m.newIngest(s)
+	stopMQTT, err := m.startMQTT(runCtx, s, onUp)
+	if err != nil {
+		return err
+	}
+	defer stopMQTT()
+	if err := m.publishCatalog(s); err != nil {
+		return err
+	}
+	// Run returns once the catching up has: it uses the ledger, the catalog and the broker
+	// Run closes. The Sentinel watcher is not waited for: it uses nothing Run closes, and a
+	// Sentinel that does not answer held a shutdown back by its read timeout.
+	var background sync.WaitGroup
+	defer background.Wait()
+	defer cancel() // before the wait (deferred calls run last first)
+	m.startBackground(runCtx, s, &background)
+
+	ln, err := m.listenAPI(s)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	srv := m.serveAPI(s, ln, errc)
+	ingested := make(chan struct{})
+	go func() { defer close(ingested); errc <- s.in.Run(runCtx) }()
+	m.Ready <- Addrs{API: ln.Addr().String(), Broker: s.brokerURL}
+	s.log.Info("store-server running", "api", ln.Addr().String(), "broker", s.brokerURL)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shutdown(srv, ingested)
+	return err
+}
+
+// server is what Run has started so far, for its later steps.
+type server struct {
+	log       *slog.Logger
+	led       *ledger.Ledger
+	cat       *catalog.Catalog
+	gate      *gate.Gate
+	out       *lateOut
+	met       *metrics.Metrics
+	in        *ingest.Ingest
+	seen      *presence.Board
+	pub       publisher // the embedded broker or the client of an external one
+	brokerURL string    // where the terminals reach the broker
+}
+
+// openLedger opens the ledger in --data-dir, which it makes if need be.
+func (m *Main) openLedger(ctx context.Context, s *server) error {
 	loc, _ := wire.LoadLocation(m.TZ)
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return err
@@ -203,18 +269,30 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer led.Close()
+	s.led = led
+	return nil
+}
+
+// openCatalog opens the catalog in --data-dir, whose versions start above those the
+// terminals hold.
+func (m *Main) openCatalog(ctx context.Context, s *server) error {
 	cat, err := catalog.Open(catalog.DefaultPath(m.DataDir), m.Store)
 	if err != nil {
 		return err
 	}
 	cat.SetVersionFloor(func() int64 {
-		v, err := led.CatalogVersionHeld(ctx)
+		v, err := s.led.CatalogVersionHeld(ctx)
 		if err != nil {
-			log.Warn("catalog versions the terminals hold", "err", err)
+			s.log.Warn("catalog versions the terminals hold", "err", err)
 		}
 		return v
 	})
+	s.cat = cat
+	return nil
+}
+
+// connectGate makes the Redis client and the gate on it, and returns the client to close.
+func (m *Main) connectGate(s *server) redis.UniversalClient {
 	// A new connection to another Redis server than the projection's (a restart between two
 	// calls, which go-redis hides) makes the gate stale until a rebuild.
 	var gateOf atomic.Pointer[gate.Gate]
@@ -224,140 +302,170 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	defer rdb.Close()
-	g := gate.New(rdb, m.Store, gate.Options{})
-	gateOf.Store(g)
+	s.gate = gate.New(rdb, m.Store, gate.Options{})
+	gateOf.Store(s.gate)
+	return rdb
+}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := &lateOut{}
-	met := metrics.New()
-	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
-	seen := presence.New(m.Store, nil, log)
-	seen.SetSkewLimit(m.ClockSkewWarn)
-	seen.SetBehindConfirm(m.ClockBehindConfirm)
+// newIngest makes ingest, the board of the terminals' presence and the metrics that follow
+// them, and returns what takes the up messages. Ingest publishes through s.out, which
+// startMQTT fills in.
+func (m *Main) newIngest(s *server) (onUp func(topic string, payload []byte)) {
+	s.out = &lateOut{}
+	s.met = metrics.New()
+	s.in = ingest.New(ingest.Config{Store: m.Store, Gate: s.gate, Ledger: s.led, Catalog: s.cat, Out: s.out, Logger: s.log, Observer: s.met})
+	s.seen = presence.New(m.Store, nil, s.log)
+	s.seen.SetSkewLimit(m.ClockSkewWarn)
+	s.seen.SetBehindConfirm(m.ClockBehindConfirm)
 	// Each up message reads its till's clock as it arrives (the board takes only those the
 	// till sent as it stamped them), before ingest, which may wait for room in its queue.
-	onUp := func(topic string, payload []byte) {
-		seen.HandleUp(topic, payload)
-		in.Handle(topic, payload)
+	onUp = func(topic string, payload []byte) {
+		s.seen.HandleUp(topic, payload)
+		s.in.Handle(topic, payload)
 	}
-	met.Follow(in, led, seen, log)
-	met.FollowUpload(m.uploadState(), led, log)
-	// The embedded broker hands up messages to ingest inside the process; an external broker
-	// is reached over a client connection.
-	var pub publisher
-	brokerURL := m.MQTTURL
-	if brokerURL == "" {
-		var users []broker.User
-		if m.MQTTUsers != "" {
-			if users, err = broker.LoadUsers(m.MQTTUsers); err != nil {
-				return err
-			}
-		}
-		var tlsCfg *tls.Config
-		if m.MQTTTLSCert != "" {
-			// Loaded before serving: a wrong file stops the start instead of every handshake.
-			// A renewal replacing the files later is taken without a restart.
-			pair, err := certfile.Load(m.MQTTTLSCert, m.MQTTTLSKey, certfile.Options{Every: certCheckEvery, Name: "mqtt", Logger: log})
-			if err != nil {
-				return fmt.Errorf("--mqtt-tls-cert: %w", err)
-			}
-			tlsCfg = pair.TLSConfig()
-			met.FollowCert("mqtt", pair.NotAfter)
-		}
-		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
-			OnUp: onUp, OnStatus: seen.Handle, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		defer in.Stop() // before b.Close: a connection blocked in Handle must be let go
-		pub = b
-		brokerURL = "tcp://" + loopback(b.Addr())
-		if tlsCfg != nil {
-			brokerURL = "tls://" + loopback(b.Addr())
-		}
-		log.Info("embedded MQTT broker", "addr", b.Addr())
+	s.met.Follow(s.in, s.led, s.seen, s.log)
+	s.met.FollowUpload(m.uploadState(), s.led, s.log)
+	return onUp
+}
+
+// startMQTT starts the embedded broker, which hands up messages to onUp inside the process,
+// or connects to the external broker of --mqtt-url over a client connection. It returns
+// what stops it.
+func (m *Main) startMQTT(ctx context.Context, s *server, onUp func(topic string, payload []byte)) (stop func(), err error) {
+	if m.MQTTURL == "" {
+		stop, err = m.startBroker(s, onUp)
 	} else {
-		var connected atomic.Pointer[bus.Client]
-		republish := func() { // the catalog again on each reconnection (not the first: below)
-			if c := connected.Load(); c != nil {
-				if err := cat.Publish(c); err != nil {
-					log.Warn("publish catalog", "err", err)
-				}
+		stop, err = m.connectBus(ctx, s, onUp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.out.p = s.pub // before in.Run: only Run publishes
+	return stop, nil
+}
+
+// startBroker starts the embedded broker. What it returns stops ingest's Handle and then
+// closes the broker.
+func (m *Main) startBroker(s *server, onUp func(topic string, payload []byte)) (stop func(), err error) {
+	var users []broker.User
+	if m.MQTTUsers != "" {
+		if users, err = broker.LoadUsers(m.MQTTUsers); err != nil {
+			return nil, err
+		}
+	}
+	var tlsCfg *tls.Config
+	if m.MQTTTLSCert != "" {
+		// Loaded before serving: a wrong file stops the start instead of every handshake.
+		// A renewal replacing the files later is taken without a restart.
+		pair, err := certfile.Load(m.MQTTTLSCert, m.MQTTTLSKey, certfile.Options{Every: certCheckEvery, Name: "mqtt", Logger: s.log})
+		if err != nil {
+			return nil, fmt.Errorf("--mqtt-tls-cert: %w", err)
+		}
+		tlsCfg = pair.TLSConfig()
+		s.met.FollowCert("mqtt", pair.NotAfter)
+	}
+	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
+		OnUp: onUp, OnStatus: s.seen.Handle, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.pub = b
+	s.brokerURL = "tcp://" + loopback(b.Addr())
+	if tlsCfg != nil {
+		s.brokerURL = "tls://" + loopback(b.Addr())
+	}
+	s.log.Info("embedded MQTT broker", "addr", b.Addr())
+	return func() {
+		s.in.Stop() // before b.Close: a connection blocked in Handle must be let go
+		b.Close()
+	}, nil
+}
+
+// connectBus connects to the external broker of --mqtt-url. What it returns closes the
+// connection.
+func (m *Main) connectBus(ctx context.Context, s *server, onUp func(topic string, payload []byte)) (stop func(), err error) {
+	var connected atomic.Pointer[bus.Client]
+	republish := func() { // the catalog again on each reconnection (not the first: publishCatalog)
+		if c := connected.Load(); c != nil {
+			if err := s.cat.Publish(c); err != nil {
+				s.log.Warn("publish catalog", "err", err)
 			}
 		}
-		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
-			Password: m.MQTTPassword, OnUp: onUp, OnStatus: seen.Handle, OnConnected: republish, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer client.Close()
-		connected.Store(client)
-		pub = client
 	}
-	out.p = pub // before in.Run: only Run publishes
+	client, err := bus.Connect(ctx, bus.Config{URL: m.MQTTURL, Store: m.Store, Username: m.MQTTUsername,
+		Password: m.MQTTPassword, OnUp: onUp, OnStatus: s.seen.Handle, OnConnected: republish, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	connected.Store(client)
+	s.pub, s.brokerURL = client, m.MQTTURL
+	return func() { client.Close() }, nil
+}
 
+// publishCatalog imports --catalog, if given, and sends the store's catalog to the terminals.
+func (m *Main) publishCatalog(s *server) error {
 	if m.CatalogFile != "" {
-		if err := m.importCatalog(cat, pub, log); err != nil {
+		if err := m.importCatalog(s.cat, s.pub, s.log); err != nil {
 			return err
 		}
 	}
-	if err := cat.Publish(pub); err != nil {
-		log.Warn("publish catalog", "err", err)
+	if err := s.cat.Publish(s.pub); err != nil {
+		s.log.Warn("publish catalog", "err", err)
 	}
-	// Run returns once the catching up has: it uses the ledger, the catalog and the broker
-	// Run closes. The Sentinel watcher is not waited for: it uses nothing Run closes, and a
-	// Sentinel that does not answer held a shutdown back by its read timeout.
-	var background sync.WaitGroup
-	defer background.Wait()
-	defer cancel() // before the wait (deferred calls run last first)
-	background.Go(func() { m.catchUpCatalog(runCtx, cat, led, pub, log) })
-	if m.Sentinels != "" {
-		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
-	}
+	return nil
+}
 
+// startBackground starts the catalog's catching up with the terminals, which background
+// waits for, and the watch of the Sentinels for failovers, which nothing waits for.
+func (m *Main) startBackground(ctx context.Context, s *server, background *sync.WaitGroup) {
+	background.Go(func() { m.catchUpCatalog(ctx, s.cat, s.led, s.pub, s.log) })
+	if m.Sentinels != "" {
+		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, s.in.Rebuild, s.log)
+	}
+}
+
+// listenAPI opens the manager API's listener, over TLS with --api-tls-cert.
+func (m *Main) listenAPI(s *server) (net.Listener, error) {
 	ln, err := net.Listen("tcp", m.APIListen)
 	if err != nil {
-		return fmt.Errorf("api listen: %w", err)
+		return nil, fmt.Errorf("api listen: %w", err)
 	}
 	if m.APITLSCert != "" {
 		// Loaded before serving: a wrong file stops the start instead of every handshake.
 		// A renewal replacing the files later is taken without a restart.
-		pair, err := certfile.Load(m.APITLSCert, m.APITLSKey, certfile.Options{Every: certCheckEvery, Name: "api", Logger: log})
+		pair, err := certfile.Load(m.APITLSCert, m.APITLSKey, certfile.Options{Every: certCheckEvery, Name: "api", Logger: s.log})
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("api tls: %w", err)
+			return nil, fmt.Errorf("api tls: %w", err)
 		}
 		ln = tls.NewListener(ln, pair.TLSConfig())
-		met.FollowCert("api", pair.NotAfter)
+		s.met.FollowCert("api", pair.NotAfter)
 	}
-	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 2)
+	return ln, nil
+}
+
+// serveAPI serves the manager API, dashboard and metrics on ln; a failure of the server goes
+// to errc.
+func (m *Main) serveAPI(s *server, ln net.Listener, errc chan<- error) *http.Server {
+	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
+		Catalog: s.cat, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: s.log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
-	ingested := make(chan struct{})
-	go func() { defer close(ingested); errc <- in.Run(runCtx) }()
-	m.Ready <- Addrs{API: ln.Addr().String(), Broker: brokerURL}
-	log.Info("store-server running", "api", ln.Addr().String(), "broker", brokerURL)
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	cancel()
+	return srv
+}
+
+// shutdown shuts the API down, then waits for ingest to return. Ingest commits and acks the
+// group it holds before the broker and the ledger close (Run's deferred calls): stopping
+// with a group half-way logged commit errors, and its acks were lost (the terminals sent
+// the events again).
+func shutdown(srv *http.Server, ingested <-chan struct{}) {
 	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	srv.Shutdown(shut)
-	// Ingest commits and acks the group it holds before the broker and the ledger close
-	// (deferred above): stopping with a group half-way logged commit errors, and its acks
-	// were lost (the terminals sent the events again).
 	<-ingested
-	return err
 }
 
 func validMB(s string) bool {
