@@ -4,35 +4,17 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
-	"github.com/posgate/posgate/store-server/broker"
-	"github.com/posgate/posgate/store-server/bus"
-	"github.com/posgate/posgate/store-server/catalog"
-	"github.com/posgate/posgate/store-server/gate"
-	"github.com/posgate/posgate/store-server/ingest"
-	"github.com/posgate/posgate/store-server/ledger"
-	"github.com/posgate/posgate/store-server/metrics"
 	"github.com/posgate/posgate/store-server/presence"
 )
 
@@ -175,191 +157,6 @@ func (m *Main) Validate() error {
 	return nil
 }
 
-// redisClient fails fast: a gate call that cannot reach Redis should open the breaker in
-// well under a second, not retry its way past the terminals' verdict deadline.
-// redisClient returns the client of the store's Redis; onConnect runs on each new
-// connection (gate.Gate.Connected).
-func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
-	const dial, rw = 500 * time.Millisecond, time.Second
-	if m.Sentinels != "" {
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
-			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
-			OnConnect: onConnect,
-		})
-	}
-	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
-		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1, OnConnect: onConnect})
-}
-
-// Run runs the store-server until ctx ends.
-func (m *Main) Run(ctx context.Context) error {
-	log := cli.Logger(m.LogLevel).With("store", m.Store)
-	loc, _ := wire.LoadLocation(m.TZ)
-	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
-		return err
-	}
-	led, err := ledger.Open(ctx, filepath.Join(m.DataDir, ledger.FileName), m.Store, loc)
-	if err != nil {
-		return err
-	}
-	defer led.Close()
-	cat, err := catalog.Open(catalog.DefaultPath(m.DataDir), m.Store)
-	if err != nil {
-		return err
-	}
-	cat.SetVersionFloor(func() int64 {
-		v, err := led.CatalogVersionHeld(ctx)
-		if err != nil {
-			log.Warn("catalog versions the terminals hold", "err", err)
-		}
-		return v
-	})
-	// A new connection to another Redis server than the projection's (a restart between two
-	// calls, which go-redis hides) makes the gate stale until a rebuild.
-	var gateOf atomic.Pointer[gate.Gate]
-	rdb := m.redisClient(func(ctx context.Context, cn *redis.Conn) error {
-		if g := gateOf.Load(); g != nil {
-			return g.Connected(ctx, cn)
-		}
-		return nil
-	})
-	defer rdb.Close()
-	g := gate.New(rdb, m.Store, gate.Options{})
-	gateOf.Store(g)
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := &lateOut{}
-	met := metrics.New()
-	in := ingest.New(ingest.Config{Store: m.Store, Gate: g, Ledger: led, Catalog: cat, Out: out, Logger: log, Observer: met})
-	seen := presence.New(m.Store, nil, log)
-	seen.SetSkewLimit(m.ClockSkewWarn)
-	seen.SetBehindConfirm(m.ClockBehindConfirm)
-	// Each up message reads its till's clock as it arrives (the board takes only those the
-	// till sent as it stamped them), before ingest, which may wait for room in its queue.
-	onUp := func(topic string, payload []byte) {
-		seen.HandleUp(topic, payload)
-		in.Handle(topic, payload)
-	}
-	met.Follow(in, led, seen, log)
-	met.FollowUpload(m.uploadState(), led, log)
-	// The embedded broker hands up messages to ingest inside the process; an external broker
-	// is reached over a client connection.
-	var pub publisher
-	brokerURL := m.MQTTURL
-	if brokerURL == "" {
-		var users []broker.User
-		if m.MQTTUsers != "" {
-			if users, err = broker.LoadUsers(m.MQTTUsers); err != nil {
-				return err
-			}
-		}
-		var tlsCfg *tls.Config
-		if m.MQTTTLSCert != "" {
-			// Loaded before serving: a wrong file stops the start instead of every handshake.
-			// A renewal replacing the files later is taken without a restart.
-			pair, err := certfile.Load(m.MQTTTLSCert, m.MQTTTLSKey, certfile.Options{Every: certCheckEvery, Name: "mqtt", Logger: log})
-			if err != nil {
-				return fmt.Errorf("--mqtt-tls-cert: %w", err)
-			}
-			tlsCfg = pair.TLSConfig()
-			met.FollowCert("mqtt", pair.NotAfter)
-		}
-		b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
-			OnUp: onUp, OnStatus: seen.Handle, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		defer in.Stop() // before b.Close: a connection blocked in Handle must be let go
-		pub = b
-		brokerURL = "tcp://" + loopback(b.Addr())
-		if tlsCfg != nil {
-			brokerURL = "tls://" + loopback(b.Addr())
-		}
-		log.Info("embedded MQTT broker", "addr", b.Addr())
-	} else {
-		var connected atomic.Pointer[bus.Client]
-		republish := func() { // the catalog again on each reconnection (not the first: below)
-			if c := connected.Load(); c != nil {
-				if err := cat.Publish(c); err != nil {
-					log.Warn("publish catalog", "err", err)
-				}
-			}
-		}
-		client, err := bus.Connect(runCtx, bus.Config{URL: brokerURL, Store: m.Store, Username: m.MQTTUsername,
-			Password: m.MQTTPassword, OnUp: onUp, OnStatus: seen.Handle, OnConnected: republish, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer client.Close()
-		connected.Store(client)
-		pub = client
-	}
-	out.p = pub // before in.Run: only Run publishes
-
-	if m.CatalogFile != "" {
-		if err := m.importCatalog(cat, pub, log); err != nil {
-			return err
-		}
-	}
-	if err := cat.Publish(pub); err != nil {
-		log.Warn("publish catalog", "err", err)
-	}
-	// Run returns once the catching up has: it uses the ledger, the catalog and the broker
-	// Run closes. The Sentinel watcher is not waited for: it uses nothing Run closes, and a
-	// Sentinel that does not answer held a shutdown back by its read timeout.
-	var background sync.WaitGroup
-	defer background.Wait()
-	defer cancel() // before the wait (deferred calls run last first)
-	background.Go(func() { m.catchUpCatalog(runCtx, cat, led, pub, log) })
-	if m.Sentinels != "" {
-		go watchFailover(runCtx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, in.Rebuild, log)
-	}
-
-	ln, err := net.Listen("tcp", m.APIListen)
-	if err != nil {
-		return fmt.Errorf("api listen: %w", err)
-	}
-	if m.APITLSCert != "" {
-		// Loaded before serving: a wrong file stops the start instead of every handshake.
-		// A renewal replacing the files later is taken without a restart.
-		pair, err := certfile.Load(m.APITLSCert, m.APITLSKey, certfile.Options{Every: certCheckEvery, Name: "api", Logger: log})
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("api tls: %w", err)
-		}
-		ln = tls.NewListener(ln, pair.TLSConfig())
-		met.FollowCert("api", pair.NotAfter)
-	}
-	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: led, Gate: g, Ingest: in,
-		Catalog: cat, Pub: pub, Presence: seen, Metrics: met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 2)
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
-	ingested := make(chan struct{})
-	go func() { defer close(ingested); errc <- in.Run(runCtx) }()
-	m.Ready <- Addrs{API: ln.Addr().String(), Broker: brokerURL}
-	log.Info("store-server running", "api", ln.Addr().String(), "broker", brokerURL)
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	cancel()
-	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	srv.Shutdown(shut)
-	// Ingest commits and acks the group it holds before the broker and the ledger close
-	// (deferred above): stopping with a group half-way logged commit errors, and its acks
-	// were lost (the terminals sent the events again).
-	<-ingested
-	return err
-}
-
 func validMB(s string) bool {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return err == nil && n >= 0 && n < 1<<40
@@ -379,82 +176,6 @@ func (m *Main) uploadState() string {
 	return filepath.Join(m.DataDir, "upload.db")
 }
 
-// importCatalog imports --catalog when the file has changed since it was last imported. A
-// file that cannot be imported stops the start only while the store has no catalog at all:
-// otherwise the store goes on selling on the one it has, and says so.
-func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *slog.Logger) error {
-	result, err := cat.ImportSource(m.CatalogFile, pub)
-	cur := cat.Current()
-	switch {
-	case err != nil && cur.Version == 0:
-		return fmt.Errorf("catalog %s: %w", m.CatalogFile, err)
-	case err != nil:
-		log.Error("the --catalog file cannot be imported; the store keeps its catalog", "file", m.CatalogFile,
-			"version", cur.Version, "err", err)
-	case result == catalog.SourceImported:
-		log.Info("catalog imported", "file", m.CatalogFile, "version", cur.Version, "items", len(cur.Items))
-	case result == catalog.SourceKept:
-		log.Warn("the --catalog file differs from the store's catalog, which may hold imports made through the API "+
-			"since; the store keeps its catalog, and imports the file once it changes", "file", m.CatalogFile,
-			"version", cur.Version)
-	}
-	return nil
-}
-
-// certCheckEvery is the least time between two looks at the files of a listener's TLS
-// certificate, on a handshake or a metrics scrape: a renewal is served within it.
-var certCheckEvery = certfile.DefaultEvery
-
-// catalogCheckEvery is how often the store looks for terminals holding a catalog version
-// above its own.
-var catalogCheckEvery = 30 * time.Second
-
-// catalogCatchUpGap is the least time between two issues of the catalog catching up with the
-// terminals.
-var catalogCatchUpGap = 10 * time.Minute
-
-// catchUpCatalog issues the store's catalog again, under a version above theirs, when
-// terminals report holding a higher version than the store's: its data directory was
-// restored from an older backup, or made anew, and the terminals ignore every version at or
-// below the one they hold. Without it they sold at the old prices until the manager noticed
-// (catalog_ahead) and imported again.
-func (m *Main) catchUpCatalog(ctx context.Context, cat *catalog.Catalog, led *ledger.Ledger, pub catalog.Publisher, log *slog.Logger) {
-	tick := time.NewTicker(catalogCheckEvery)
-	defer tick.Stop()
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		// At most one catching up per catalogCatchUpGap: a terminal that keeps reporting a
-		// higher version (faulty, or hostile) would have the store send its whole catalog to
-		// every till each time.
-		if !last.IsZero() && time.Since(last) < catalogCatchUpGap {
-			continue
-		}
-		held, err := led.CatalogVersionHeld(ctx)
-		if err != nil {
-			continue
-		}
-		was := cat.Current().Version
-		next, issued, err := cat.Reissue(held, pub)
-		var np *catalog.NotPublishedError
-		switch {
-		case !issued:
-			continue
-		case err != nil && !errors.As(err, &np):
-			log.Error("terminals hold a newer catalog version than the store; issuing the store's again failed",
-				"store_version", was, "held", held, "err", err)
-			continue
-		}
-		last = time.Now()
-		log.Warn("terminals held a newer catalog version than the store (its data restored or made anew); "+
-			"the store's catalog is issued again above it", "was", was, "held", held, "now", next.Version)
-	}
-}
-
 // isLoopback reports whether a listen address takes connections from this machine alone.
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
@@ -467,24 +188,3 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// loopback turns a wildcard listen address into one a local client can dial.
-func loopback(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
-		return "127.0.0.1:" + port
-	}
-	return addr
-}
-
-// publisher is what the store-server sends through: the embedded broker or a client of an
-// external one.
-type publisher interface {
-	ingest.Publisher
-	catalog.Publisher
-}
-
-// lateOut lets ingest exist (and queue messages) before what it publishes through.
-type lateOut struct{ p publisher }
-
-func (o *lateOut) Publish(topic string, payload []byte) error { return o.p.Publish(topic, payload) }
