@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	sclient "github.com/posgate/posgate/store-server/client"
+
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
@@ -23,7 +25,6 @@ import (
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 const (
@@ -206,7 +207,7 @@ func TestChainReconciles(t *testing.T) {
 		// The status command reads the state the uploader holds; a second uploader may not.
 		code, out, errs := runCmd(ctx, "upload", "--status", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
 			"--state", state, "--tz", e2eTZ)
-		var st uploadstate.Status
+		var st sclient.UploadStatus
 		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 			t.Fatalf("%s: upload --status exited %d (%v): %s%s", name, code, err, out, errs)
 		}

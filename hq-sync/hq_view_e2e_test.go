@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	sclient "github.com/posgate/posgate/store-server/client"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/posgate/posgate/hq-sync/serve"
@@ -21,7 +23,6 @@ import (
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/api"
 )
 
 // TestHQUploadView: a running store-server shows its managers how far headquarters has the
@@ -64,10 +65,10 @@ func TestHQUploadView(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hqView := func() api.HQAnswer {
+	hqView := func() sclient.HQAnswer {
 		t.Helper()
-		var a api.HQAnswer
-		if err := srv.Call(ctx, "GET", "/v1/hq", "", nil, &a); err != nil {
+		a, err := srv.Manager().HQ(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return a

@@ -155,6 +155,9 @@ func TestClient(t *testing.T) {
 	}
 
 	terms := must[client.TerminalsAnswer](t, "terminals")(c.Terminals(ctx))
+	if hq := must[client.HQAnswer](t, "hq")(c.HQ(ctx)); hq.Found || hq.State == "" {
+		t.Errorf("GET /v1/hq before any upload: %+v, want the state file named and not found", hq)
+	}
 	var t1 *client.TerminalRow
 	for i := range terms.Terminals {
 		if terms.Terminals[i].Terminal == "T1" {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	sclient "github.com/posgate/posgate/store-server/client"
+
 	sqlite3 "github.com/mattn/go-sqlite3"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -590,7 +592,7 @@ func TestBacklogWhileLedgerBehindHQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for via, got := range map[string]uploadstate.Status{"--status": fromPath, "Status": st} {
+	for via, got := range map[string]sclient.UploadStatus{"--status": fromPath, "Status": st} {
 		if !got.LedgerBehindHQ || got.Backlog != 4 || got.SentThrough != 8 {
 			t.Errorf("%s: ledger behind HQ %v, backlog %d, sent through %d; want true, the 4 sales since the restore, 8",
 				via, got.LedgerBehindHQ, got.Backlog, got.SentThrough)

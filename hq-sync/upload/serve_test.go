@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	sclient "github.com/posgate/posgate/store-server/client"
+
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/reconcile"
@@ -325,7 +327,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 	u.dayLimit = limit
 
 	held := func(date string) (rev int64, txns int) { return heldAt(t, st, date) }
-	inParts := func(want map[string]uploadstate.PartsSent) {
+	inParts := func(want map[string]sclient.UploadParts) {
 		t.Helper()
 		st, err := u.Status(ctx)
 		if err != nil {
@@ -409,7 +411,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			if rev, n := held(date0); rev != 1 || n != 60 {
 				t.Errorf("with part 1 of revision 2 sent, HQ holds %s at revision %d with %d txns; want 1 with 60", date0, rev, n)
 			}
-			inParts(map[string]uploadstate.PartsSent{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
+			inParts(map[string]sclient.UploadParts{date0: {Revision: 2, Sent: 0, Parts: 3}}) // not yet marked sent
 			s.Sales(1, day0.Add(6*time.Hour))
 		}
 		return nil
@@ -457,7 +459,7 @@ func TestDayDeclaredInParts(t *testing.T) {
 			t.Fatalf("want the crash, got %v", err)
 		}
 	}
-	inParts(map[string]uploadstate.PartsSent{date0: {Revision: 4, Sent: 0, Parts: 3}})
+	inParts(map[string]sclient.UploadParts{date0: {Revision: 4, Sent: 0, Parts: 3}})
 	u.Close()
 	u = MustNew(t, cfg)
 	u.dayLimit = limit

@@ -33,6 +33,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	sclient "github.com/posgate/posgate/store-server/client"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/internal/hqwire"
@@ -1373,7 +1375,7 @@ func short(b []byte) string {
 }
 
 // Status reads the uploader's progress; it may be called while Run runs.
-func (u *Uploader) Status(ctx context.Context) (uploadstate.Status, error) {
+func (u *Uploader) Status(ctx context.Context) (sclient.UploadStatus, error) {
 	u.ledgerMu.RLock()
 	defer u.ledgerMu.RUnlock()
 	s, _, err := u.status(ctx)
@@ -1382,10 +1384,10 @@ func (u *Uploader) Status(ctx context.Context) (uploadstate.Status, error) {
 
 // status is Status with ledgerMu held; it also returns the hq_outbox id the backlog counts
 // after.
-func (u *Uploader) status(ctx context.Context) (uploadstate.Status, int64, error) {
+func (u *Uploader) status(ctx context.Context) (sclient.UploadStatus, int64, error) {
 	kv, err := u.kv(ctx)
 	if err != nil {
-		return uploadstate.Status{}, 0, err
+		return sclient.UploadStatus{}, 0, err
 	}
 	return uploadstate.Read(ctx, u.state.R, kv, u.ledger)
 }

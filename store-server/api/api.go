@@ -9,7 +9,7 @@
 // methods.
 //
 // The requests and answers are store-server/client's types, which Go programs call the API
-// with; only GET /v1/hq's answer is still this package's (HQAnswer).
+// with.
 package api
 
 import (
@@ -572,16 +572,8 @@ func (s *Server) inStore(t time.Time) time.Time {
 	return t
 }
 
-// HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows.
-type HQAnswer struct {
-	State string `json:"state"`
-	// Found is false while no uploader has run with State: nothing has gone to HQ.
-	Found  bool                `json:"found"`
-	Upload *uploadstate.Status `json:"upload,omitempty"`
-}
-
 func (s *Server) hq(r *http.Request) (any, error) {
-	a := HQAnswer{State: s.UploadState}
+	a := client.HQAnswer{State: s.UploadState}
 	if s.UploadState == "" {
 		return a, nil
 	}

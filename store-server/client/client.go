@@ -194,6 +194,13 @@ func (c *Client) Terminals(ctx context.Context) (TerminalsAnswer, error) {
 	return a, c.do(ctx, http.MethodGet, "/v1/terminals", nil, &a)
 }
 
+// HQ returns how far headquarters has the store's rows, from the state of the store's
+// uploader (GET /v1/hq).
+func (c *Client) HQ(ctx context.Context) (HQAnswer, error) {
+	var a HQAnswer
+	return a, c.do(ctx, http.MethodGet, "/v1/hq", nil, &a)
+}
+
 // Limits returns the live limits and the promo running now (GET /v1/limits).
 func (c *Client) Limits(ctx context.Context) (LimitsAnswer, error) {
 	var a LimitsAnswer

@@ -488,3 +488,51 @@ type PromoRequest struct {
 	Percent int64  `json:"percent"`       // 100 (no promo) to 1000
 	For     string `json:"for,omitempty"` // a Go duration up to 168h, default 2h
 }
+
+// UploadStatus is what the state of the store's uploader (hq-sync upload) says: how far HQ
+// has the store's rows, for operators.
+type UploadStatus struct {
+	SentThrough int64 `json:"sent_through"` // highest hq_outbox id HQ acknowledged
+	// Backlog is the ledger rows not yet acknowledged: those after SentThrough; while
+	// LedgerBehindHQ, those after the last row of a sent batch the ledger still holds, all
+	// of its rows when there is none (see backlogFrom).
+	Backlog int64 `json:"backlog"`
+	// LedgerBehindHQ: the ledger does not hold the last row HQ acknowledged (restored from an
+	// older backup, or another ledger; hq-sync upload's ledger_behind_hq): nothing is sent from
+	// it with this state.
+	LedgerBehindHQ bool      `json:"ledger_behind_hq,omitempty"`
+	Pending        string    `json:"pending,omitempty"`
+	Attempts       int       `json:"attempts,omitempty"` // failed sends of the pending batch
+	LastError      string    `json:"last_error,omitempty"`
+	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
+	// Batches is how many batches HQ acknowledged to this state, across its batch series
+	// (kv batches_sent).
+	Batches int64 `json:"batches"`
+	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
+	// acknowledged (after kv exceptions_through).
+	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
+	// Declared is the last revision HQ acknowledged per business date.
+	Declared map[string]int64 `json:"declared"`
+	// TooLarge lists the business dates left undeclared because their declaration would
+	// take more than hqwire.MaxDayParts parts.
+	TooLarge []string `json:"too_large_to_declare,omitempty"`
+	// InParts lists the days being declared in parts, by business date: HQ takes the
+	// revision only once it has every part.
+	InParts map[string]UploadParts `json:"declaring_in_parts,omitempty"`
+}
+
+// UploadParts is how far a declaration in parts has gone.
+type UploadParts struct {
+	Revision int64 `json:"revision"`
+	Sent     int   `json:"sent"` // parts HQ acknowledged
+	Parts    int   `json:"parts"`
+}
+
+// HQAnswer is the answer of GET /v1/hq: how far headquarters has the store's rows, from the
+// state of the store's uploader.
+type HQAnswer struct {
+	State string `json:"state"` // the uploader's state file
+	// Found is false while no uploader has run with State: nothing has gone to HQ.
+	Found  bool          `json:"found"`
+	Upload *UploadStatus `json:"upload,omitempty"`
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/schema"
+	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
@@ -30,51 +31,13 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 	return sqlitedb.OpenExclusive(ctx, path, schema.Upload())
 }
 
-// Status is what the uploader's state says, for operators.
-type Status struct {
-	SentThrough int64 `json:"sent_through"` // highest hq_outbox id HQ acknowledged
-	// Backlog is the ledger rows not yet acknowledged: those after SentThrough; while
-	// LedgerBehindHQ, those after the last row of a sent batch the ledger still holds, all
-	// of its rows when there is none (see backlogFrom).
-	Backlog int64 `json:"backlog"`
-	// LedgerBehindHQ: the ledger does not hold the last row HQ acknowledged (restored from an
-	// older backup, or another ledger; hq-sync upload's ledger_behind_hq): nothing is sent from
-	// it with this state.
-	LedgerBehindHQ bool      `json:"ledger_behind_hq,omitempty"`
-	Pending        string    `json:"pending,omitempty"`
-	Attempts       int       `json:"attempts,omitempty"` // failed sends of the pending batch
-	LastError      string    `json:"last_error,omitempty"`
-	LastSentAt     time.Time `json:"last_sent_at,omitzero"`
-	// Batches is how many batches HQ acknowledged to this state, across its batch series
-	// (kv batches_sent).
-	Batches int64 `json:"batches"`
-	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
-	// acknowledged (after kv exceptions_through).
-	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
-	// Declared is the last revision HQ acknowledged per business date.
-	Declared map[string]int64 `json:"declared"`
-	// TooLarge lists the business dates left undeclared because their declaration would
-	// take more than hqwire.MaxDayParts parts.
-	TooLarge []string `json:"too_large_to_declare,omitempty"`
-	// InParts lists the days being declared in parts, by business date: HQ takes the
-	// revision only once it has every part.
-	InParts map[string]PartsSent `json:"declaring_in_parts,omitempty"`
-}
-
-// PartsSent is how far a declaration in parts has gone.
-type PartsSent struct {
-	Revision int64 `json:"revision"`
-	Sent     int   `json:"sent"` // parts HQ acknowledged
-	Parts    int   `json:"parts"`
-}
-
 // ReadStatus reads the progress of the uploader of store whose state is at statePath, with
 // its ledger at ledgerPath, while that uploader may be running: both are opened read-only
 // and the state is not taken.
-func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (Status, error) {
+func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *time.Location) (client.UploadStatus, error) {
 	l, err := ledger.OpenReader(ctx, ledgerPath, store, loc)
 	if err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
+		return client.UploadStatus{}, fmt.Errorf("upload status: %w", err)
 	}
 	defer l.Close()
 	return ReadStatusOf(ctx, statePath, l)
@@ -83,18 +46,18 @@ func ReadStatus(ctx context.Context, ledgerPath, statePath, store string, loc *t
 // ReadStatusOf is ReadStatus for a process that has the store's ledger open already (the
 // store-server showing its managers how far HQ has the store's rows). A missing state file
 // is an error wrapping fs.ErrNotExist: no uploader has run with it.
-func ReadStatusOf(ctx context.Context, statePath string, l *ledger.Ledger) (Status, error) {
+func ReadStatusOf(ctx context.Context, statePath string, l *ledger.Ledger) (client.UploadStatus, error) {
 	state, err := sqlitedb.OpenQueryOnly(ctx, statePath, 1)
 	if err != nil {
-		return Status{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
+		return client.UploadStatus{}, fmt.Errorf("upload status: open state %s: %w", statePath, err)
 	}
 	defer state.Close()
 	kv, err := ReadKV(ctx, state)
 	if err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
+		return client.UploadStatus{}, fmt.Errorf("upload status: %w", err)
 	}
 	if err := CheckStore(kv, statePath, l.StoreID()); err != nil {
-		return Status{}, fmt.Errorf("upload status: %w", err)
+		return client.UploadStatus{}, fmt.Errorf("upload status: %w", err)
 	}
 	s, _, err := Read(ctx, state, kv, l)
 	return s, err
@@ -111,7 +74,7 @@ func CheckStore(kv map[string]string, path, store string) error {
 // Read reads the progress held in state (whose kv is kv, ReadKV) and in l, the store's
 // ledger, and the hq_outbox id the backlog counts after (its oldest row is the one after it).
 // ReadStatusOf is Read for a reader of the file; the uploader calls Read on the state it holds.
-func Read(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s Status, after int64, _ error) {
+func Read(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Ledger) (s client.UploadStatus, after int64, _ error) {
 	s.SentThrough = atoi(kv["sent_through"])
 	s.Batches = atoi(kv["batches_sent"])
 	err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
@@ -236,22 +199,22 @@ func backlogFrom(ctx context.Context, state *sql.DB, r *ledger.HQReader, through
 }
 
 // readInParts reads how far each declaration in parts has gone (nil: none).
-func readInParts(ctx context.Context, state *sql.DB) (map[string]PartsSent, error) {
+func readInParts(ctx context.Context, state *sql.DB) (map[string]client.UploadParts, error) {
 	rows, err := state.QueryContext(ctx, `SELECT business_date, revision, min(part) - 1, parts FROM day_parts
 		GROUP BY business_date`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out map[string]PartsSent
+	var out map[string]client.UploadParts
 	for rows.Next() {
 		var d string
-		var p PartsSent
+		var p client.UploadParts
 		if err := rows.Scan(&d, &p.Revision, &p.Sent, &p.Parts); err != nil {
 			return nil, err
 		}
 		if out == nil {
-			out = map[string]PartsSent{}
+			out = map[string]client.UploadParts{}
 		}
 		out[d] = p
 	}
