@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/client"
 )
@@ -57,7 +57,7 @@ func say(format string, args ...any) {
 }
 
 func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool, error) {
-	bins := harness.Binaries{StoreServer: filepath.Join(binDir, "store-server"), TerminalAgent: filepath.Join(binDir, "terminal-agent")}
+	bins := e2e.Binaries{StoreServer: filepath.Join(binDir, "store-server"), TerminalAgent: filepath.Join(binDir, "terminal-agent")}
 	dir, err := os.MkdirTemp("", "posgate-demo-")
 	if err != nil {
 		return false, err
@@ -82,7 +82,7 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 	storeDir := filepath.Join(dir, "store")
 	os.MkdirAll(storeDir, 0o700)
 	say("starting store-server S001 on its embedded MQTT broker")
-	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: "S001", DataDir: storeDir,
+	srv, err := e2e.StartStore(ctx, bins.StoreServer, e2e.StoreOptions{Store: "S001", DataDir: storeDir,
 		Sentinels: st.SentinelAddrs(), MasterName: st.MasterName, Catalog: catFile})
 	if err != nil {
 		return false, err
@@ -97,12 +97,12 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 	say("opening stock set: %v", opening)
 
 	terminals := []string{"T01", "T02", "T03"}
-	cashiers := map[string]*harness.Cashier{}
-	var proxy *harness.Proxy
+	cashiers := map[string]*e2e.Cashier{}
+	var proxy *e2e.Proxy
 	for _, term := range terminals {
 		broker := srv.Broker
 		if term == "T02" { // T02 reaches the store through a link the demo can cut
-			if proxy, err = harness.NewProxy(strings.TrimPrefix(srv.Broker, "tcp://")); err != nil {
+			if proxy, err = e2e.NewProxy(strings.TrimPrefix(srv.Broker, "tcp://")); err != nil {
 				return false, err
 			}
 			defer proxy.Close()
@@ -110,13 +110,13 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 		}
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
-		a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: "S001", Terminal: term,
+		a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S001", Terminal: term,
 			Broker: broker, DataDir: adir, Extra: []string{"--offline-refunds"}})
 		if err != nil {
 			return false, err
 		}
 		defer a.Stop()
-		c := harness.NewCashier(a.API)
+		c := e2e.NewCashier(a.API)
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err = c.WaitCatalog(wctx)
 		cancel()
@@ -184,14 +184,14 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 	vctx, vcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer vcancel()
 	waitRedisMode(vctx, srv)
-	rep := harness.Verify(vctx, srv, cashiers, dates)
+	rep := e2e.Verify(vctx, srv, cashiers, dates)
 	fmt.Println()
 	fmt.Print(rep.String())
 	return rep.OK, nil
 }
 
 // sell runs one cashier's script: mixed baskets and tenders, and a refund now and then.
-func sell(ctx context.Context, c *harness.Cashier, seed int) {
+func sell(ctx context.Context, c *e2e.Cashier, seed int) {
 	baskets := [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"RICE", "MILK", "TEA"}, {"TEA"}, {"EGGS", "EGGS"}}
 	methods := []string{"cash", "card", "qr"}
 	for i := seed; ctx.Err() == nil; i++ {
@@ -203,7 +203,7 @@ func sell(ctx context.Context, c *harness.Cashier, seed int) {
 	}
 }
 
-func waitRedisMode(ctx context.Context, s *harness.StoreServer) {
+func waitRedisMode(ctx context.Context, s *e2e.StoreServer) {
 	for ctx.Err() == nil {
 		if m, err := s.Manager().Mode(ctx); err == nil && m.Mode == client.ModeRedis {
 			return

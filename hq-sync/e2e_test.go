@@ -21,7 +21,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
@@ -35,7 +35,7 @@ const (
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	addr, err := harness.FreeAddr()
+	addr, err := e2e.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func startServe(t *testing.T, db, stores string, extra ...string) (batches, metr
 		}()
 		wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 		listening := make(chan error, 1)
-		go func() { listening <- harness.WaitListening(wctx, addr) }()
+		go func() { listening <- e2e.WaitListening(wctx, addr) }()
 		var msg string
 		select {
 		case err := <-listening:
@@ -106,17 +106,17 @@ func TestChainReconciles(t *testing.T) {
 	dir := t.TempDir()
 	bins, st, srv, sdir := startE2EStore(ctx, t, stack.Options{Redis: true, MQTT: true, Postgres: true}, dir,
 		"sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\nTEA,Green tea,0.30\n")
-	cashiers := map[string]*harness.Cashier{}
+	cashiers := map[string]*e2e.Cashier{}
 	for _, term := range []string{"T01", "T02"} {
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
-		a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: e2eStore, Terminal: term,
+		a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: e2eStore, Terminal: term,
 			Broker: st.MQTTURL(), DataDir: adir, TZ: e2eTZ, Extra: []string{"--offline-refunds"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Kill() })
-		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,13 +346,13 @@ func declareNextMorning(ctx context.Context, t *testing.T, db, ledgerPath, state
 // it (data in dir/store) with the catalog catalogCSV, and books 500 of each of its SKUs as
 // opening stock. It returns the binaries, the stack, the store-server and its data dir.
 func startE2EStore(ctx context.Context, t *testing.T, o stack.Options, dir, catalogCSV string) (
-	harness.Binaries, *stack.Stack, *harness.StoreServer, string) {
+	e2e.Binaries, *stack.Stack, *e2e.StoreServer, string) {
 	t.Helper()
-	root, err := harness.ModuleRoot()
+	root, err := e2e.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, err := harness.Build(ctx, root, t.TempDir(), false)
+	bins, err := e2e.Build(ctx, root, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func startE2EStore(ctx context.Context, t *testing.T, o stack.Options, dir, cata
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := harness.StartStore(ctx, bins.StoreServer, harness.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
+	srv, err := e2e.StartStore(ctx, bins.StoreServer, e2e.StoreOptions{Store: e2eStore, DataDir: sdir, TZ: e2eTZ,
 		RedisAddr: st.Redis[0].Addr(), MQTTURL: st.MQTTURL(), Catalog: cat})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
@@ -43,13 +43,13 @@ func TestHQUploadView(t *testing.T) {
 	if err := os.MkdirAll(adir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: e2eStore, Terminal: "T01",
+	agent, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: e2eStore, Terminal: "T01",
 		Broker: srv.Broker, DataDir: adir, TZ: e2eTZ})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Kill() })
-	c, err := harness.ReadyCashier(ctx, agent.API, 20*time.Second)
+	c, err := e2e.ReadyCashier(ctx, agent.API, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestHQUploadView(t *testing.T) {
 }
 
 // scrapeStore reads the store-server's GET /metrics with the manager token.
-func scrapeStore(t *testing.T, srv *harness.StoreServer) []*dto.MetricFamily {
+func scrapeStore(t *testing.T, srv *e2e.StoreServer) []*dto.MetricFamily {
 	t.Helper()
 	req, err := http.NewRequest("GET", "http://"+srv.API+"/metrics", nil)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/reconcile"
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"
@@ -46,13 +46,13 @@ func TestRestoredTillReconciles(t *testing.T) {
 	const term = "T01"
 	adir := filepath.Join(dir, "agent-"+term)
 	os.MkdirAll(adir, 0o700)
-	agent, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: e2eStore, Terminal: term,
+	agent, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: e2eStore, Terminal: term,
 		Broker: st.MQTTURL(), DataDir: adir, TZ: e2eTZ})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Kill() })
-	c := harness.NewCashier(agent.API)
+	c := e2e.NewCashier(agent.API)
 	wait := func(what string, f func(context.Context) error) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -39,7 +39,7 @@ func TestUploadMetricsListen(t *testing.T) {
 		}()
 		wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 		listening := make(chan error, 1)
-		go func() { listening <- harness.WaitListening(wctx, addr) }()
+		go func() { listening <- e2e.WaitListening(wctx, addr) }()
 		var msg string
 		select {
 		case err := <-listening:

@@ -23,7 +23,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/mqttconn"
 	"github.com/posgate/posgate/internal/stack"
@@ -35,7 +35,7 @@ import (
 // End-to-end benchmarks: terminals (paho clients speaking the wire protocol, as the agent
 // does; the live benchmark's are leaner, see leanTerm) → the broker (mosquitto, or the
 // store-server's embedded one where a benchmark says broker=embedded) → the store-server
-// binary (built by internal/harness; with POSGATE_BENCH_INPROC=1 it runs in this process
+// binary (built by e2e.Build; with POSGATE_BENCH_INPROC=1 it runs in this process
 // instead, for -cpuprofile) → Redis gate → SQLite ledger → acks back. Redis is a standalone redis-server (no Sentinel: the failover
 // client adds nothing to the steady state). Every benchmark also runs redis-benchmark on
 // EVALSHA of the gate script (lua/exec.lua) for one sale, with the keys and arguments the
@@ -92,7 +92,7 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 	e := &benchEnv{stack: s, loc: loc}
 	mqttURL, mqttListen := "", ""
 	if embedded {
-		addr, err := harness.FreeAddr()
+		addr, err := e2e.FreeAddr()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -126,18 +126,18 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 		}
 		e.pid = os.Getpid()
 	} else {
-		root, err := harness.ModuleRoot()
+		root, err := e2e.ModuleRoot()
 		if err != nil {
 			b.Fatal(err)
 		}
-		bins, err := harness.Build(context.Background(), root, b.TempDir(), false) // cached: seconds
+		bins, err := e2e.Build(context.Background(), root, b.TempDir(), false) // cached: seconds
 		if err != nil {
 			b.Fatal(err)
 		}
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		srv, err := harness.StartStore(context.Background(), bins.StoreServer, harness.StoreOptions{
+		srv, err := e2e.StartStore(context.Background(), bins.StoreServer, e2e.StoreOptions{
 			Store: benchStoreID, DataDir: data, TZ: benchTZ, RedisAddr: s.Redis[0].Addr(), MQTTURL: mqttURL,
 			MQTTListen: mqttListen, Token: benchToken, Catalog: catalog, LogLevel: "warn"})
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/broker"
 )
@@ -76,7 +76,7 @@ func runEcho(addr string) int {
 func BenchmarkE2ELiveAckFloor(b *testing.B) {
 	for _, rate := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			addr, err := harness.FreeAddr()
+			addr, err := e2e.FreeAddr()
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
@@ -25,14 +25,14 @@ import (
 
 var (
 	buildOnce sync.Once
-	bins      harness.Binaries
+	bins      e2e.Binaries
 	buildErr  error
 )
 
-func binaries(t *testing.T) harness.Binaries {
+func binaries(t *testing.T) e2e.Binaries {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := harness.ModuleRoot()
+		root, err := e2e.ModuleRoot()
 		if err != nil {
 			buildErr = err
 			return
@@ -42,7 +42,7 @@ func binaries(t *testing.T) harness.Binaries {
 			buildErr = err
 			return
 		}
-		bins, buildErr = harness.Build(context.Background(), root, dir, false)
+		bins, buildErr = e2e.Build(context.Background(), root, dir, false)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -63,10 +63,10 @@ var e2eOpening = map[string]int64{"MILK": 2000, "BREAD": 2000, "EGGS": 2000, "TE
 type env struct {
 	t        *testing.T
 	stack    *stack.Stack
-	store    *harness.StoreServer
-	agents   map[string]*harness.Agent
-	cashiers map[string]*harness.Cashier
-	proxies  map[string]*harness.Proxy
+	store    *e2e.StoreServer
+	agents   map[string]*e2e.Agent
+	cashiers map[string]*e2e.Cashier
+	proxies  map[string]*e2e.Proxy
 	tz       string
 }
 
@@ -84,13 +84,13 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 	sdir := filepath.Join(dir, "store")
 	os.MkdirAll(sdir, 0o700)
 	ctx := context.Background()
-	srv, err := harness.StartStore(ctx, b.StoreServer, harness.StoreOptions{Store: "S1", DataDir: sdir, TZ: tz,
+	srv, err := e2e.StartStore(ctx, b.StoreServer, e2e.StoreOptions{Store: "S1", DataDir: sdir, TZ: tz,
 		Sentinels: st.SentinelAddrs(), MasterName: st.MasterName, MQTTURL: st.MQTTURL(), Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, stack: st, store: srv, agents: map[string]*harness.Agent{}, cashiers: map[string]*harness.Cashier{},
-		proxies: map[string]*harness.Proxy{}, tz: tz}
+	e := &env{t: t, stack: st, store: srv, agents: map[string]*e2e.Agent{}, cashiers: map[string]*e2e.Cashier{},
+		proxies: map[string]*e2e.Proxy{}, tz: tz}
 	t.Cleanup(func() {
 		for _, a := range e.agents {
 			a.Kill()
@@ -113,7 +113,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		broker := st.MQTTURL()
 		for _, o := range offline {
 			if o == term {
-				p, err := harness.NewProxy(strings.TrimPrefix(st.MQTTURL(), "tcp://"))
+				p, err := e2e.NewProxy(strings.TrimPrefix(st.MQTTURL(), "tcp://"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -123,13 +123,13 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		}
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
-		a, err := harness.StartAgent(ctx, b.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
+		a, err := e2e.StartAgent(ctx, b.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
 			DataDir: adir, TZ: tz, Extra: []string{"--offline-refunds"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.agents[term] = a
-		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func (e *env) load(ctx context.Context) *sync.WaitGroup {
 	for _, c := range e.cashiers {
 		n++
 		wg.Add(1)
-		go func(c *harness.Cashier, seed int) {
+		go func(c *e2e.Cashier, seed int) {
 			defer wg.Done()
 			for i := seed; ctx.Err() == nil; i++ {
 				c.Sale(baskets[i%len(baskets)], methods[i%len(methods)])
@@ -178,7 +178,7 @@ func (e *env) verify(dates ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	rep := harness.Verify(ctx, e.store, e.cashiers, dates)
+	rep := e2e.Verify(ctx, e.store, e.cashiers, dates)
 	t.Logf("invariant report:\n%s", rep)
 	if !rep.OK {
 		t.Error("invariants 3/4 do not hold")

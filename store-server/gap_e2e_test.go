@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/client"
 )
@@ -20,8 +20,8 @@ import (
 // gapEnv is a store-server with its embedded broker on a plain Redis, and real agents.
 type gapEnv struct {
 	t        *testing.T
-	store    *harness.StoreServer
-	cashiers map[string]*harness.Cashier
+	store    *e2e.StoreServer
+	cashiers map[string]*e2e.Cashier
 }
 
 func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
@@ -36,13 +36,13 @@ func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
 	sdir := filepath.Join(dir, "store")
 	os.MkdirAll(sdir, 0o700)
 	ctx := context.Background()
-	srv, err := harness.StartStore(ctx, b.StoreServer, harness.StoreOptions{Store: "S1", DataDir: sdir,
+	srv, err := e2e.StartStore(ctx, b.StoreServer, e2e.StoreOptions{Store: "S1", DataDir: sdir,
 		RedisAddr: st.Redis[0].Addr(), Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &gapEnv{t: t, store: srv, cashiers: map[string]*harness.Cashier{}}
-	var agents []*harness.Agent
+	e := &gapEnv{t: t, store: srv, cashiers: map[string]*e2e.Cashier{}}
+	var agents []*e2e.Agent
 	t.Cleanup(func() {
 		for _, a := range agents {
 			a.Kill()
@@ -56,13 +56,13 @@ func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
 	for _, term := range terminals {
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
-		a, err := harness.StartAgent(ctx, b.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: term,
+		a, err := e2e.StartAgent(ctx, b.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: term,
 			Broker: srv.Broker, DataDir: adir})
 		if err != nil {
 			t.Fatal(err)
 		}
 		agents = append(agents, a)
-		c, err := harness.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/posgate/posgate/internal/certtest"
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/broker"
 )
@@ -39,14 +39,14 @@ func TestTerminalOverTLS(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "T01"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: "T01",
+	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: addrs.Broker, DataDir: filepath.Join(dir, "T01"),
 		Extra: []string{"--broker-ca", cert, "--username", "t01", "--password", "t01-pass"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Kill()
-	c := harness.NewCashier(a.API)
+	c := e2e.NewCashier(a.API)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	if err := c.WaitCatalog(wctx); err != nil {
@@ -112,7 +112,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 		return served.Load().NotAfter
 	}
 
-	proxy, err := harness.NewProxy(brokerAddr)
+	proxy, err := e2e.NewProxy(brokerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +121,14 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "T01"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	a, err := harness.StartAgent(ctx, bins.TerminalAgent, harness.AgentOptions{Store: "S1", Terminal: "T01",
+	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: "tls://" + proxy.Addr(), DataDir: filepath.Join(dir, "T01"),
 		Extra: []string{"--broker-ca", ca.Path, "--username", "t01", "--password", "t01-pass"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Kill()
-	c := harness.NewCashier(a.API)
+	c := e2e.NewCashier(a.API)
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
 	if err := c.WaitCatalog(wctx); err != nil {

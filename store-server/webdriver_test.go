@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 )
 
 // browser is a headless Chromium driven through chromedriver's WebDriver HTTP API, for the
@@ -33,7 +33,7 @@ func startBrowser(t *testing.T) *browser {
 	if err != nil {
 		t.Fatalf("chromedriver is needed for the dashboard's click tests (make deps installs chromium-driver): %v", err)
 	}
-	addr, err := harness.FreeAddr()
+	addr, err := e2e.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/internal/harness"
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/storesim"
 	"github.com/posgate/posgate/internal/wire"
@@ -33,7 +33,7 @@ var testCatalog = wire.Catalog{V: 1, Store: "S1", Version: 1, Items: []wire.Cata
 // freeAddr returns a free loopback address.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	addr, err := harness.FreeAddr()
+	addr, err := e2e.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func freeAddr(t testing.TB) string {
 }
 
 // waitDrained waits until the agent has no backlog left.
-func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) client.StatusAnswer {
+func waitDrained(t testing.TB, c *e2e.Cashier, d time.Duration) client.StatusAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -52,7 +52,7 @@ func waitDrained(t testing.TB, c *harness.Cashier, d time.Duration) client.Statu
 	return st
 }
 
-func status(t testing.TB, c *harness.Cashier) client.StatusAnswer {
+func status(t testing.TB, c *e2e.Cashier) client.StatusAnswer {
 	t.Helper()
 	st, err := c.Status()
 	if err != nil {
@@ -64,7 +64,7 @@ func status(t testing.TB, c *harness.Cashier) client.StatusAnswer {
 // checkExactlyOnce asserts that every event answered 2xx reached the store exactly once (or
 // is parked with the store's reason), that the store accepted nothing else, and that it
 // accepted each terminal's events in seq order.
-func checkExactlyOnce(t *testing.T, c *harness.Cashier, r *storesim.Responder, terminal string, parked map[string]bool) {
+func checkExactlyOnce(t *testing.T, c *e2e.Cashier, r *storesim.Responder, terminal string, parked map[string]bool) {
 	t.Helper()
 	accepted := r.Accepted(terminal)
 	seen := map[string]int{}
@@ -136,7 +136,7 @@ func runAgent(t *testing.T, broker, dataDir string, extra ...string) string {
 	return ""
 }
 
-func waitCatalog(t *testing.T, c *harness.Cashier) {
+func waitCatalog(t *testing.T, c *e2e.Cashier) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -167,7 +167,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 		}
 		return nil
 	})
-	c := harness.NewCashier(runAgent(t, s.MQTTURL(), t.TempDir()))
+	c := e2e.NewCashier(runAgent(t, s.MQTTURL(), t.TempDir()))
 	waitCatalog(t, c)
 	basket := func(i int) []string { return [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"MILK", "MILK", "BREAD"}}[i%3] }
 	method := func(i int) string { return []string{"cash", "card", "qr"}[i%3] }
@@ -280,7 +280,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal("agent did not start listening")
 		return nil
 	}
-	c := harness.NewCashier(addr)
+	c := e2e.NewCashier(addr)
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	cmd := start()
 	waitCatalog(t, c)

@@ -13,7 +13,8 @@ const Module = "github.com/posgate/posgate"
 // flows: what the till holds reaches the store, what the store holds reaches HQ, and the
 // top runs them all. A package may import packages of its own room and of rooms before it,
 // never after: the store may read the till's contracts, the HQ command may read the store's
-// ledger (its uploader runs at the store), and nothing below the top imports the harness.
+// ledger (its uploader runs at the store), and no code below the top imports the harness
+// (tests may: AllowedInTest).
 type Room int
 
 // The rooms, in order.
@@ -59,4 +60,15 @@ func RoomOf(path string) Room {
 func Allowed(from, to string) bool {
 	rt := RoomOf(to)
 	return rt == Outside || rt <= RoomOf(from)
+}
+
+// Harness is the end-to-end harness, the one package of the top that tests below it may
+// import: a binary's end-to-end tests live beside its code and run the real binaries
+// through it.
+const Harness = Module + "/e2e"
+
+// AllowedInTest reports whether a test of package from may import package to: what its code
+// may, and the harness.
+func AllowedInTest(from, to string) bool {
+	return Allowed(from, to) || to == Harness
 }

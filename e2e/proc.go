@@ -1,8 +1,11 @@
-// Package harness runs posgate's own binaries — store-server and terminal-agents — as real
-// processes for end-to-end tests, benchmarks and the demo, drives a cashier load through the
-// agents' local API, and checks the invariants of DESIGN.md across agents, ledger and Redis.
-// It starts only loopback services and never talks to anything else.
-package harness
+// Package e2e is posgate's end-to-end harness: it builds and runs posgate's own binaries —
+// store-server and terminal-agents — as real processes for end-to-end tests, benchmarks and
+// the demo, drives a cashier load through the agents' local API (terminal-agent/client),
+// and checks the invariants of docs/architecture.md across agents, ledger and Redis through
+// the store's manager API (store-server/client). It starts only loopback services and never
+// talks to anything else. It is the top of the tree: it may import anything, and only tests
+// and the demo import it.
+package e2e
 
 import (
 	"context"

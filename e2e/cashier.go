@@ -1,4 +1,4 @@
-package harness
+package e2e
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package harness
+package e2e
 
 import "syscall"
 
