@@ -56,77 +56,125 @@ func say(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
+// demo is one run: what it started, to stop at its end.
+type demo struct {
+	dir      string
+	bins     e2e.Binaries
+	stack    *stack.Stack
+	store    *e2e.StoreServer
+	agents   []*e2e.Agent
+	cashiers map[string]*e2e.Cashier
+	proxy    *e2e.Proxy // T02's link to the store, which the demo cuts
+}
+
+// close stops what the demo started, the tills first.
+func (d *demo) close() {
+	for _, a := range d.agents {
+		a.Stop()
+	}
+	if d.proxy != nil {
+		d.proxy.Close()
+	}
+	if d.store != nil {
+		d.store.Stop()
+	}
+	if d.stack != nil {
+		d.stack.Close()
+	}
+}
+
+var terminals = []string{"T01", "T02", "T03"}
+
 func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool, error) {
-	bins := e2e.Binaries{StoreServer: filepath.Join(binDir, "store-server"), TerminalAgent: filepath.Join(binDir, "terminal-agent")}
-	dir, err := os.MkdirTemp("", "posgate-demo-")
-	if err != nil {
+	d := &demo{bins: e2e.Binaries{StoreServer: filepath.Join(binDir, "store-server"),
+		TerminalAgent: filepath.Join(binDir, "terminal-agent")}, cashiers: map[string]*e2e.Cashier{}}
+	var err error
+	if d.dir, err = os.MkdirTemp("", "posgate-demo-"); err != nil {
 		return false, err
 	}
 	if keep {
-		say("working directory %s (kept)", dir)
+		say("working directory %s (kept)", d.dir)
 	} else {
-		defer os.RemoveAll(dir)
+		defer os.RemoveAll(d.dir)
 	}
+	defer d.close()
+	if err := d.startStore(ctx); err != nil {
+		return false, err
+	}
+	if err := d.startTills(ctx); err != nil {
+		return false, err
+	}
+	d.sell(ctx, dur)
+	return d.verify(ctx, dur), nil
+}
 
+// startStore starts Redis behind Sentinels and the store-server, and sets the opening stock.
+func (d *demo) startStore(ctx context.Context) error {
 	say("starting Redis: 1 master, 2 replicas, 3 Sentinels")
-	st, err := stack.Start(ctx, stack.Options{Dir: filepath.Join(dir, "stack"), Redis: true, Replicas: 2, Sentinels: 3})
+	var err error
+	d.stack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(d.dir, "stack"), Redis: true, Replicas: 2, Sentinels: 3})
 	if err != nil {
-		return false, err
+		return err
 	}
-	defer st.Close()
-
-	catFile := filepath.Join(dir, "catalog.csv")
+	catFile := filepath.Join(d.dir, "catalog.csv")
 	if err := os.WriteFile(catFile, []byte(demoCatalog), 0o600); err != nil {
-		return false, err
+		return err
 	}
-	storeDir := filepath.Join(dir, "store")
-	os.MkdirAll(storeDir, 0o700)
+	storeDir := filepath.Join(d.dir, "store")
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return err
+	}
 	say("starting store-server S001 on its embedded MQTT broker")
-	srv, err := e2e.StartStore(ctx, bins.StoreServer, e2e.StoreOptions{Store: "S001", DataDir: storeDir,
-		Sentinels: st.SentinelAddrs(), MasterName: st.MasterName, Catalog: catFile})
+	d.store, err = e2e.StartStore(ctx, d.bins.StoreServer, e2e.StoreOptions{Store: "S001", DataDir: storeDir,
+		Sentinels: d.stack.SentinelAddrs(), MasterName: d.stack.MasterName, Catalog: catFile})
 	if err != nil {
-		return false, err
+		return err
 	}
-	defer srv.Stop()
 	for sku, q := range opening {
 		req := client.AdjustRequest{ID: "opening-" + sku, SKU: sku, Delta: q, Reason: client.ReasonOpening}
-		if _, err := srv.Manager().Adjust(ctx, req); err != nil {
-			return false, err
+		if _, err := d.store.Manager().Adjust(ctx, req); err != nil {
+			return err
 		}
 	}
 	say("opening stock set: %v", opening)
+	return nil
+}
 
-	terminals := []string{"T01", "T02", "T03"}
-	cashiers := map[string]*e2e.Cashier{}
-	var proxy *e2e.Proxy
+// startTills starts a terminal-agent per till, T02 behind a link the demo can cut, and a
+// cashier for each once its agent holds the catalog.
+func (d *demo) startTills(ctx context.Context) error {
 	for _, term := range terminals {
-		broker := srv.Broker
-		if term == "T02" { // T02 reaches the store through a link the demo can cut
-			if proxy, err = e2e.NewProxy(strings.TrimPrefix(srv.Broker, "tcp://")); err != nil {
-				return false, err
+		broker := d.store.Broker
+		if term == "T02" {
+			var err error
+			if d.proxy, err = e2e.NewProxy(strings.TrimPrefix(d.store.Broker, "tcp://")); err != nil {
+				return err
 			}
-			defer proxy.Close()
-			broker = "tcp://" + proxy.Addr()
+			broker = "tcp://" + d.proxy.Addr()
 		}
-		adir := filepath.Join(dir, "agent-"+term)
-		os.MkdirAll(adir, 0o700)
-		a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S001", Terminal: term,
+		adir := filepath.Join(d.dir, "agent-"+term)
+		if err := os.MkdirAll(adir, 0o700); err != nil {
+			return err
+		}
+		a, err := e2e.StartAgent(ctx, d.bins.TerminalAgent, e2e.AgentOptions{Store: "S001", Terminal: term,
 			Broker: broker, DataDir: adir, Extra: []string{"--offline-refunds"}})
 		if err != nil {
-			return false, err
+			return err
 		}
-		defer a.Stop()
-		c := e2e.NewCashier(a.API)
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = c.WaitCatalog(wctx)
-		cancel()
+		d.agents = append(d.agents, a)
+		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
 		if err != nil {
-			return false, err
+			return err
 		}
-		cashiers[term] = c
+		d.cashiers[term] = c
 		say("terminal-agent %s up (API %s)", term, a.API)
 	}
+	return nil
+}
 
+// sell runs the cashiers for dur, with T02 offline for a while and the Redis master killed
+// midway.
+func (d *demo) sell(ctx context.Context, dur time.Duration) {
 	say("cashiers selling for %v", dur)
 	lctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
@@ -135,47 +183,57 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sell(lctx, cashiers[term], i)
+			sell(lctx, d.cashiers[term], i)
 		}()
 	}
-	go func() {
-		sleep(lctx, dur/5)
-		say("T02 loses its network")
-		proxy.Cut()
-		sleep(lctx, dur/4)
-		st2, _ := cashiers["T02"].Status()
-		say("T02 offline: %d events waiting, oldest %d ms", st2.Backlog, st2.OldestAgeMs)
-		proxy.Restore()
-		say("T02 back on the network")
-	}()
-	go func() {
-		sleep(lctx, dur/2)
-		master, err := st.MasterAddr(ctx)
-		if err != nil {
-			say("cannot find the Redis master: %v", err)
-			return
-		}
-		for _, r := range st.Redis {
-			if r.Addr() == master {
-				say("killing the Redis master %s", master)
-				r.Kill()
-			}
-		}
-		if nm, err := st.WaitFailover(ctx, master); err == nil {
-			say("Sentinels promoted %s", nm)
-		}
-	}()
+	go d.cutT02(lctx, dur)
+	go d.killMaster(lctx, ctx, dur)
 	wg.Wait()
-	proxy.Restore()
+	d.proxy.Restore()
 	counts := map[int]int{}
-	for _, c := range cashiers {
+	for _, c := range d.cashiers {
 		for k, v := range c.Counts() {
 			counts[k] += v
 		}
 	}
 	say("load done; answers by HTTP status: %v", counts)
+}
 
-	// The business dates the cashiers sold on (the demo may cross midnight).
+// cutT02 takes T02 off the network for a quarter of the load, from a fifth of it in.
+func (d *demo) cutT02(lctx context.Context, dur time.Duration) {
+	sleep(lctx, dur/5)
+	say("T02 loses its network")
+	d.proxy.Cut()
+	sleep(lctx, dur/4)
+	st, _ := d.cashiers["T02"].Status()
+	say("T02 offline: %d events waiting, oldest %d ms", st.Backlog, st.OldestAgeMs)
+	d.proxy.Restore()
+	say("T02 back on the network")
+}
+
+// killMaster kills the Redis master halfway through the load and waits for the Sentinels'
+// failover.
+func (d *demo) killMaster(lctx, ctx context.Context, dur time.Duration) {
+	sleep(lctx, dur/2)
+	master, err := d.stack.MasterAddr(ctx)
+	if err != nil {
+		say("cannot find the Redis master: %v", err)
+		return
+	}
+	for _, r := range d.stack.Redis {
+		if r.Addr() == master {
+			say("killing the Redis master %s", master)
+			r.Kill()
+		}
+	}
+	if nm, err := d.stack.WaitFailover(ctx, master); err == nil {
+		say("Sentinels promoted %s", nm)
+	}
+}
+
+// verify waits for the store to leave its rebuild and checks the invariants over the
+// business dates the cashiers sold on (the demo may cross midnight).
+func (d *demo) verify(ctx context.Context, dur time.Duration) bool {
 	now := time.Now().In(mustLoc("Asia/Shanghai"))
 	dates := []string{now.Format("2006-01-02")}
 	if y := now.Add(-dur - time.Minute).Format("2006-01-02"); y != dates[0] {
@@ -183,11 +241,11 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep bool) (bool
 	}
 	vctx, vcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer vcancel()
-	waitRedisMode(vctx, srv)
-	rep := e2e.Verify(vctx, srv, cashiers, dates)
+	waitRedisMode(vctx, d.store)
+	rep := e2e.Verify(vctx, d.store, d.cashiers, dates)
 	fmt.Println()
 	fmt.Print(rep.String())
-	return rep.OK, nil
+	return rep.OK
 }
 
 // sell runs one cashier's script: mixed baskets and tenders, and a refund now and then.
