@@ -46,7 +46,7 @@ vet:
 test: deps vet
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-test-short: deps
+test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
 # bench runs the benchmarks (real servers, minutes); results go to docs/benchmarks.md by hand.

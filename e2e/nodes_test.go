@@ -16,6 +16,7 @@ import (
 // something else took meanwhile: the store-server exits on the bind, and StartStore must
 // start it again on other ports instead of failing or waiting 30 s.
 func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
+	stack.SkipShort(t)
 	s := stack.Run(t, stack.Options{Redis: true})
 	bins, taken, calls := takenOnPick(t, 2) // the first start's broker port
 	srv, err := StartStore(context.Background(), bins.StoreServer, StoreOptions{Store: "S1", DataDir: t.TempDir(),
@@ -36,6 +37,7 @@ func TestStoreStartsAgainWhenItsPortWasTaken(t *testing.T) {
 // on: a connection to it is answered, but not by the agent, which exits on its bind. The
 // agent must be started again on another port, and be the one that answers.
 func TestAgentStartsAgainWhenItsPortWasTaken(t *testing.T) {
+	stack.SkipShort(t)
 	bins, taken, calls := takenOnPick(t, 1)
 	a, err := StartAgent(context.Background(), bins.TerminalAgent, AgentOptions{Store: "S1", Terminal: "T1",
 		Broker: "tcp://127.0.0.1:1", DataDir: t.TempDir()})
@@ -57,6 +59,7 @@ func TestAgentStartsAgainWhenItsPortWasTaken(t *testing.T) {
 // entry) while another server answers on its port: waitListening says errExited, so that
 // StartAgent and StartStore start again on another port instead of failing.
 func TestExitedProcessWhosePortAnotherHolds(t *testing.T) {
+	stack.SkipShort(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,10 @@ import (
 
 	sclient "github.com/posgate/posgate/store-server/client"
 
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
-	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
@@ -348,6 +348,7 @@ func declareNextMorning(ctx context.Context, t *testing.T, db, ledgerPath, state
 func startE2EStore(ctx context.Context, t *testing.T, o stack.Options, dir, catalogCSV string) (
 	e2e.Binaries, *stack.Stack, *e2e.StoreServer, string) {
 	t.Helper()
+	stack.SkipShort(t) // before the build
 	root, err := e2e.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ var (
 
 func binaries(t *testing.T) e2e.Binaries {
 	t.Helper()
+	stack.SkipShort(t) // before the build
 	buildOnce.Do(func() {
 		root, err := e2e.ModuleRoot()
 		if err != nil {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -25,6 +26,11 @@ var pgURL string
 // TestMain starts one real PostgreSQL server for every test and benchmark of the package
 // (each gets its own schema). A missing postgres fails the package; it never skips.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("-short: every test here needs the PostgreSQL server; none runs")
+		os.Exit(0)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	st, err := stack.Start(ctx, stack.Options{Postgres: true})
 	cancel()
