@@ -17,9 +17,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/hq-sync/upload"
-	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"

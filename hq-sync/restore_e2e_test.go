@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/sqlitedb"

@@ -15,8 +15,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/posgate/posgate/internal/certtest"
 	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/internal/certtest"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/broker"
 )

@@ -432,6 +432,8 @@ func sameDeclarations(a, b []hqstore.StoredDay) bool {
 	})
 }
 
+// reconcile compares a date's declarations (days) with HQ's rows of it: each transaction,
+// then each terminal's totals, then the declarations missing.
 func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.StoredDay, expect ...string) Report {
 	r := Report{Date: date, Store: store, Txns: []TxnDiff{}, Totals: []TotalsDiff{},
 		Missing: []MissingDeclaration{}, Counts: map[string]int{}, Exceptions: []StoreException{}}
@@ -442,9 +444,23 @@ func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.Stor
 			rc.store(name) // a store HQ has nothing of is missing its declaration
 		}
 	}
+	rc.indexRows()
+	rc.declarations(days)
+	rc.unlisted()
+	rc.dayCloses()
+	rc.compareTotals()
+	rc.noStoreDays()
+	r.Stores = len(rc.stores)
+	r.Terminals = len(rc.terms)
+	r.sort()
+	r.Counts[KindTotals] = len(r.Totals)
+	return r
+}
 
-	// HQ's rows: find each row's terminal and size each terminal's index, then index the
-	// transactions, count them and find each terminal's latest day close.
+// indexRows reads HQ's rows: it finds each row's terminal and sizes each terminal's index,
+// then indexes the transactions, counts them and finds each terminal's latest day close.
+func (rc *reconciler) indexRows() {
+	rows := rc.rows
 	rowTerm := make([]int32, len(rows))
 	for i := range rows {
 		t := rc.term(rows[i].Store, rows[i].Terminal)
@@ -469,15 +485,17 @@ func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.Stor
 			tm.acct[srcHQ].add(row.Kind, row.Amount, row.ByMethod, &rc.split[i])
 			tm.txns++
 			cur.txns++
-			r.HQTxns++
+			rc.report.HQTxns++
 		case hqwire.KindDayClose:
 			if tm.closeRow < 0 || row.Seq > tm.closeSeq {
 				tm.closeRow, tm.closeSeq = i, row.Seq
 			}
 		}
 	}
+}
 
-	// The stores' declarations against HQ's rows.
+// declarations compares the stores' declarations with HQ's rows.
+func (rc *reconciler) declarations(days []hqstore.StoredDay) {
 	for d := range days {
 		day := &days[d]
 		s := rc.store(day.Store)
@@ -487,11 +505,15 @@ func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.Stor
 			rc.declaredTxn(day, &day.Day.Txns[j])
 		}
 	}
+}
 
-	// HQ's rows the declarations do not list, and rows received after the first declaration.
-	cur, curName = nil, ""
-	for i := range rows {
-		row := &rows[i]
+// unlisted reports HQ's rows the declarations do not list, and rows received after the
+// first declaration.
+func (rc *reconciler) unlisted() {
+	var cur *storeState
+	curName := ""
+	for i := range rc.rows {
+		row := &rc.rows[i]
 		if row.Kind != hqwire.KindSale && row.Kind != hqwire.KindRefund {
 			continue
 		}
@@ -513,10 +535,11 @@ func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.Stor
 				HQ: rowAmounts(row), Detail: "HQ has the row; the store's declaration does not list it"})
 		}
 	}
+}
 
-	rc.dayCloses()
-	rc.compareTotals()
-
+// noStoreDays lists the stores without a declaration of the date, by name.
+func (rc *reconciler) noStoreDays() {
+	r := rc.report
 	names := make([]string, 0, len(rc.stores))
 	for name := range rc.stores {
 		names = append(names, name)
@@ -528,11 +551,6 @@ func reconcile(date, store string, rows []hqstore.StoredRow, days []hqstore.Stor
 			r.Counts[NoStoreDay]++
 		}
 	}
-	r.Stores = len(rc.stores)
-	r.Terminals = len(rc.terms)
-	r.sort()
-	r.Counts[KindTotals] = len(r.Totals)
-	return r
 }
 
 func (rc *reconciler) diff(d TxnDiff) {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/reconcile"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// errDiffers is reconcile's verdict that the day does not reconcile (or, with --open, that
+// open exceptions remain): exit status 1, the report having said how.
+var errDiffers = errors.New("the day does not reconcile")
+
+// errOpenFlags refuses the flags --open does not take.
+var errOpenFlags = usageError{errors.New("--open lists every date's open exceptions: no --date, no --stores, --format table or json")}
+
+// Reconcile is the reconcile command: at HQ, a business date reconciled transaction by
+// transaction, or the open exceptions listed.
+type Reconcile struct {
+	DB     string
+	Stores string
+	Date   string
+	Store  string
+	Format string
+	Open   bool
+
+	stdout, stderr io.Writer
+	expect         []string // the stores of Stores, read by Validate
+}
+
+func newReconcile(stdout, stderr io.Writer) *Reconcile {
+	return &Reconcile{stdout: stdout, stderr: stderr}
+}
+
+// ParseFlags reads the flags, falling back to POSGATE_* environment variables, then
+// defaults, and validates them.
+func (c *Reconcile) ParseFlags(args []string) error {
+	fs := newFlags("reconcile", "reconcile a business date: terminal totals vs store ledger vs HQ rows, by transaction; exit 0 if it reconciles, 1 if not", c.stderr)
+	fs.String(&c.DB, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL")
+	fs.String(&c.Stores, "stores", "POSGATE_HQ_STORES", "", "serve's stores file: each store in it HQ holds nothing of for the date is no_store_day (default: only stores with rows or a declaration)")
+	fs.StringVar(&c.Date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
+	fs.StringVar(&c.Store, "store", "", "one store (default: every store)")
+	fs.StringVar(&c.Format, "format", "table", "table, json or csv")
+	fs.BoolVar(&c.Open, "open", false, "instead, list the exceptions no store manager has resolved, of every business date (table or json); exit 0 if there are none, 1 if there are")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Open {
+		// --stores may come from POSGATE_HQ_STORES, which serve and reconcile share: only a
+		// flag given here conflicts.
+		if fs.Given("date") || fs.Given("stores") {
+			return errOpenFlags
+		}
+		c.Stores = ""
+	}
+	if c.Date == "" {
+		c.Date = time.Now().AddDate(0, 0, -1).Format(wire.BusinessDate)
+	}
+	return c.Validate()
+}
+
+// Validate checks the settings, and reads the stores of Stores for Run.
+func (c *Reconcile) Validate() error {
+	if c.Open && c.Format != "table" && c.Format != "json" {
+		return errOpenFlags
+	}
+	if _, err := time.Parse(wire.BusinessDate, c.Date); err != nil {
+		return usageError{fmt.Errorf("--date %q is not YYYY-MM-DD", c.Date)}
+	}
+	if c.Format != "table" && c.Format != "json" && c.Format != "csv" {
+		return usageError{fmt.Errorf("--format %q: want table, json or csv", c.Format)}
+	}
+	if c.Stores != "" {
+		secrets, err := loadSecrets(c.Stores)
+		if err != nil {
+			return usageError{err}
+		}
+		c.expect = slices.Sorted(maps.Keys(secrets))
+	}
+	if !strings.Contains(c.DB, "://") {
+		// Opening creates a missing SQLite file: a mistyped path would reconcile an empty
+		// HQ as OK.
+		if _, err := os.Stat(strings.TrimPrefix(c.DB, "sqlite:")); err != nil {
+			return usageError{fmt.Errorf("--db %s: %w", c.DB, err)}
+		}
+	}
+	return nil
+}
+
+// Run writes the date's report (or, with --open, the open exceptions) and returns
+// errDiffers unless the date reconciles (or no exception is open).
+func (c *Reconcile) Run(ctx context.Context) error {
+	st, err := openStorage(ctx, c.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var ok bool
+	if c.Open {
+		ok, err = c.listOpen(ctx, st)
+	} else {
+		ok, err = c.report(ctx, st)
+	}
+	if err == nil && !ok {
+		return errDiffers
+	}
+	return err
+}
+
+// listOpen writes the open exceptions; it reports whether there are none.
+func (c *Reconcile) listOpen(ctx context.Context, st hqstore.Storage) (bool, error) {
+	list, err := reconcile.RunOpen(ctx, st, c.Store)
+	if err != nil {
+		return false, err
+	}
+	if c.Format == "json" {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(list)
+	} else {
+		err = list.WriteTable(c.stdout)
+	}
+	return len(list.Exceptions) == 0, err
+}
+
+// report writes the date's report; it reports whether the date reconciles.
+func (c *Reconcile) report(ctx context.Context, st hqstore.Storage) (bool, error) {
+	rep, err := reconcile.Run(ctx, st, c.Date, c.Store, c.expect...)
+	if err != nil {
+		return false, err
+	}
+	switch c.Format {
+	case "json":
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	case "csv":
+		err = rep.WriteCSV(c.stdout)
+	default:
+		err = rep.WriteTable(c.stdout)
+	}
+	return rep.OK(), err
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/certfile"
+	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// Serve is the serve command: at HQ, the stores' batches received into HQ's database.
+type Serve struct {
+	Listen         string
+	DropPartsAfter time.Duration
+	MetricsListen  string
+	DB             string
+	Stores         string
+	LogLevel       string
+	TLSCert        string
+	TLSKey         string
+
+	stderr  io.Writer
+	secrets map[string][]byte // the stores' secrets from Stores, read by Validate
+}
+
+func newServe(stderr io.Writer) *Serve { return &Serve{stderr: stderr} }
+
+// ParseFlags reads the flags, falling back to POSGATE_* environment variables, then
+// defaults, and validates them.
+func (c *Serve) ParseFlags(args []string) error {
+	fs := newFlags("serve", "receive store batches at HQ", c.stderr)
+	fs.String(&c.Listen, "listen", "POSGATE_HQ_LISTEN", "127.0.0.1:8383", "listen address")
+	fs.Duration(&c.DropPartsAfter, "drop-parts-after", "POSGATE_HQ_DROP_PARTS_AFTER", 7*24*time.Hour, "delete a declaration's parts kept aside this long after its part 1 came without its last part (0: keep them)")
+	fs.String(&c.MetricsListen, "metrics-listen", "POSGATE_HQ_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, apart from the stores' (empty: off)")
+	fs.String(&c.DB, "db", "POSGATE_HQ_DB", "./hq.db", "a SQLite path, or a postgres:// URL for a chain")
+	fs.String(&c.Stores, "stores", "POSGATE_HQ_STORES", "", `JSON file of the stores and their secrets: [{"store":"S001","secret":"…"}] (required)`)
+	fs.String(&c.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.String(&c.TLSCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
+	fs.String(&c.TLSKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+// Validate checks the settings, and reads the stores' secrets for Run.
+func (c *Serve) Validate() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	if c.Stores == "" {
+		return usageError{errors.New("--stores is required")}
+	}
+	secrets, err := loadSecrets(c.Stores)
+	if err != nil {
+		return usageError{err}
+	}
+	c.secrets = secrets
+	return nil
+}
+
+// StoreSecret is one line of the serve command's --stores file.
+type StoreSecret struct {
+	Store  string `json:"store"`
+	Secret string `json:"secret"`
+}
+
+func loadSecrets(path string) (map[string][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var list []StoreSecret
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := make(map[string][]byte, len(list))
+	for _, s := range list {
+		if !wire.ValidID(s.Store) || len(s.Secret) < 16 {
+			return nil, fmt.Errorf("%s: store %q needs a valid id and a secret of at least 16 characters", path, s.Store)
+		}
+		out[s.Store] = []byte(s.Secret)
+	}
+	return out, nil
+}
+
+// Run serves the stores' batches until ctx ends, then shuts the server down.
+func (c *Serve) Run(ctx context.Context) error {
+	st, err := openStorage(ctx, c.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log := cli.Logger(c.LogLevel)
+	ln, pair, err := c.listen(log)
+	if err != nil {
+		return err
+	}
+	opts := serve.Options{Logger: log}
+	errc := make(chan error, 2)
+	if c.MetricsListen != "" {
+		reg := newRegistry()
+		opts.Metrics = reg
+		msrv, addr, err := serveMetrics(c.MetricsListen, reg, errc)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer msrv.Close()
+		log.Info("hq-sync serve metrics", "addr", addr)
+	}
+	if pair != nil && opts.Metrics != nil {
+		opts.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "posgate", Subsystem: "hq",
+			Name: "tls_cert_expiry_timestamp_seconds", Help: "When the TLS certificate serve serves (its leaf) expires."},
+			func() float64 { return float64(pair.NotAfter().Unix()) }))
+	}
+	srv := &http.Server{Handler: serve.New(st, c.secrets, opts), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
+	log.Info("hq-sync serve", "addr", ln.Addr().String(), "tls", pair != nil, "stores", len(c.secrets))
+	go func() { errc <- srv.Serve(ln) }()
+	if c.DropPartsAfter > 0 {
+		sweep, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); dropAbandonedParts(sweep, st, c.DropPartsAfter, time.Hour, log) }()
+		defer func() { stop(); <-done }() // before st.Close
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shut)
+}
+
+// listen listens on Listen, with TLS when there is a certificate, and returns the
+// certificate's pair too (nil: plain HTTP).
+func (c *Serve) listen(log *slog.Logger) (net.Listener, *certfile.Pair, error) {
+	var pair *certfile.Pair
+	if c.TLSCert != "" {
+		// Loaded before serving: a wrong file stops the start instead of every handshake.
+		var err error
+		if pair, err = certfile.Load(c.TLSCert, c.TLSKey, certfile.Options{Name: "hq", Logger: log}); err != nil {
+			return nil, nil, fmt.Errorf("--tls-cert: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pair != nil {
+		ln = tls.NewListener(ln, pair.TLSConfig())
+	} else if !loopback(ln.Addr()) {
+		log.Warn("serving plain HTTP beyond this host: the stores' sales cross the network in clear unless a TLS proxy is in front (--tls-cert)",
+			"addr", ln.Addr().String())
+	}
+	return ln, pair, nil
+}
+
+// dropAbandonedParts deletes, now and then every, the parts of declarations kept aside
+// longer than keep without their last part (hqstore.Storage.DropDrafts), until ctx is done.
+func dropAbandonedParts(ctx context.Context, st hqstore.Storage, keep, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n, err := st.DropDrafts(ctx, time.Now().Add(-keep))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("drop parts kept aside", "err", err)
+		case n > 0:
+			log.Info("dropped parts kept aside without their last part", "store_days", n, "kept_for", keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// loopback reports whether addr is a loopback address (only this host reaches it).
+func loopback(addr net.Addr) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
+}
