@@ -85,8 +85,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	err := cmd.ParseFlags(args[1:])
-	if err == nil {
+	switch {
+	case err == nil:
 		err = cmd.Run(ctx)
+	case !errors.Is(err, flag.ErrHelp) && !errors.As(err, new(usageError)):
+		// The flag set refused an argument or an environment variable: a usage error as
+		// much as the commands' own checks, never a day that does not reconcile (exit 1).
+		err = usageError{err}
 	}
 	switch {
 	case err == nil:

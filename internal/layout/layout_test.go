@@ -3,7 +3,6 @@ package layout
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -22,32 +21,6 @@ const (
 	// text: its lines do not count towards its function's size.
 	literalLines = 5
 )
-
-// pending lists the violations the tree still holds while it is moved into the rule's shape;
-// each entry is one line the checks print. A violation not listed fails, and so does an
-// entry that no longer occurs: the list only shrinks, to nothing.
-var pending = map[string]bool{}
-
-// report fails t for msg (with detail, which varies) unless it is pending; seen records the
-// pending entries met.
-func report(t *testing.T, seen map[string]bool, msg string, detail ...string) {
-	t.Helper()
-	if pending[msg] {
-		seen[msg] = true
-		return
-	}
-	t.Error(msg + strings.Join(detail, ""))
-}
-
-// checkPending fails t for each pending entry of kind (a prefix) that did not occur.
-func checkPending(t *testing.T, seen map[string]bool, kind string) {
-	t.Helper()
-	for msg := range pending {
-		if strings.HasPrefix(msg, kind) && !seen[msg] {
-			t.Errorf("pending entry no longer occurs, delete it: %s", msg)
-		}
-	}
-}
 
 type listed struct {
 	ImportPath   string
@@ -86,8 +59,6 @@ func packages(t *testing.T) []listed {
 // (the store's of HQ's, the till's of the store's), or anything below the top that imports
 // e2e/ or demo/.
 func TestImportRule(t *testing.T) {
-	seen := map[string]bool{}
-	defer checkPending(t, seen, "import ")
 	for _, p := range packages(t) {
 		if RoomOf(p.ImportPath) == Outside {
 			t.Errorf("%s is in no room of the rule: add its top directory to RoomOf", p.ImportPath)
@@ -95,9 +66,9 @@ func TestImportRule(t *testing.T) {
 		check := func(imps []string, allowed func(from, to string) bool, what string) {
 			for _, imp := range imps {
 				if imp != p.ImportPath && !allowed(p.ImportPath, imp) {
-					report(t, seen, fmt.Sprintf("import %s -> %s%s: a %s package may not import a %s one",
+					t.Errorf("import %s -> %s%s: a %s package may not import a %s one",
 						strings.TrimPrefix(p.ImportPath, Module+"/"), strings.TrimPrefix(imp, Module+"/"), what,
-						RoomOf(p.ImportPath), RoomOf(imp)))
+						RoomOf(p.ImportPath), RoomOf(imp))
 				}
 			}
 		}
@@ -156,8 +127,6 @@ func TestAllowed(t *testing.T) {
 // over maxFuncLines lines, tables and SQL texts aside: a file or function that large holds
 // several jobs.
 func TestSizes(t *testing.T) {
-	seen := map[string]bool{}
-	defer checkPending(t, seen, "size ")
 	for _, p := range packages(t) {
 		for _, name := range p.GoFiles {
 			path := filepath.Join(p.Dir, name)
@@ -167,7 +136,7 @@ func TestSizes(t *testing.T) {
 			}
 			rel := strings.TrimPrefix(p.ImportPath+"/"+name, Module+"/")
 			if n := bytes.Count(src, []byte("\n")); n > maxFileLines {
-				report(t, seen, fmt.Sprintf("size %s: over %d lines", rel, maxFileLines), fmt.Sprintf(" (%d)", n))
+				t.Errorf("size %s: %d lines, over %d", rel, n, maxFileLines)
 			}
 			fset := token.NewFileSet()
 			f, err := parser.ParseFile(fset, path, src, 0)
@@ -180,8 +149,7 @@ func TestSizes(t *testing.T) {
 					continue
 				}
 				if n := codeLines(fset, fn); n > maxFuncLines {
-					report(t, seen, fmt.Sprintf("size %s: func %s: over %d lines of code", rel, funcName(fn), maxFuncLines),
-						fmt.Sprintf(" (%d)", n))
+					t.Errorf("size %s: func %s: %d lines of code, over %d", rel, funcName(fn), n, maxFuncLines)
 				}
 			}
 		}
