@@ -55,7 +55,7 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.Fatalf("HQ holds the day as %d declarations (%v); want one of %d transactions", len(days), err, backlog)
 		}
 		var created string
-		if err := u.state.R.QueryRow(`SELECT min(created) FROM batches WHERE days <> '{}'`).Scan(&created); err != nil {
+		if err := u.state.R.QueryRow(`SELECT min(created) FROM batches WHERE days <> '{}' OR parts <> '{}'`).Scan(&created); err != nil {
 			b.Fatal(err)
 		}
 		first, err := time.Parse(time.RFC3339Nano, created)
