@@ -421,7 +421,7 @@ function drawHQ(a, now, alerts) {
   $("hq").replaceChildren(...figs);
   if (u.last_error) alerts.push(["Upload to headquarters failing: " + u.last_error + ". The rows wait in the ledger.", ""]);
   for (const d of u.too_large_to_declare || []) {
-    alerts.push(["Business date " + d + " is left undeclared to headquarters: too large for one batch, and HQ does not take declarations in parts (upgrade hq-sync serve) or it would take more than 1,000 parts. HQ cannot reconcile it.", ""]);
+    alerts.push(["Business date " + d + " is left undeclared to headquarters: its declaration would take more than 1,000 parts of one batch each. HQ cannot reconcile it.", ""]);
   }
   const hour = 3600 * 1000;
   if (u.backlog > 0 && !u.last_error && (!u.last_sent_at || now - Date.parse(u.last_sent_at) > hour)) {
