@@ -31,6 +31,9 @@ func walFrames(t *testing.T, db *DB, n int) int {
 // TestCheckpointsInTheBackground: no commit checkpoints the log (which would stall it), and
 // the background checkpointer copies the log so that it starts over.
 func TestCheckpointsInTheBackground(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a steady stream of commits for seconds")
+	}
 	ctx := context.Background()
 	for _, every := range []time.Duration{time.Hour, 10 * time.Millisecond} {
 		CheckpointEvery = every
@@ -67,6 +70,9 @@ func TestCheckpointsInTheBackground(t *testing.T) {
 // which a background checkpoint could find the log whole, keeps the log short by calling
 // FinishCheckpoint after each commit.
 func TestLogStartsOverUnderASteadyStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a steady stream of commits for seconds")
+	}
 	ctx := context.Background()
 	CheckpointEvery, RestartFrames = 2*time.Millisecond, 200
 	path := filepath.Join(t.TempDir(), "x.db")
