@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/private"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -43,6 +45,7 @@ run "hq-sync COMMAND --help" for its flags
 `
 
 func main() {
+	private.Umask() // every file hq-sync creates is its user's alone
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
@@ -129,7 +132,11 @@ func openStorage(ctx context.Context, db string) (hqstore.Storage, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
 		return postgres.Open(ctx, db)
 	}
-	return sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
+	path := strings.TrimPrefix(db, "sqlite:")
+	if err := private.Files(slog.Default(), path); err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, path)
 }
 
 // newRegistry returns a registry with the Go and process collectors.

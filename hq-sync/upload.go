@@ -16,6 +16,7 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/upload"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/uploadstate"
 )
@@ -113,6 +114,9 @@ func (c *Upload) Run(ctx context.Context) error {
 		return enc.Encode(st)
 	}
 	log := cli.Logger(c.LogLevel)
+	if err := private.Files(log, c.State); err != nil {
+		return err
+	}
 	cfg := c.config(log)
 	var reg *prometheus.Registry
 	if c.MetricsListen != "" {

@@ -83,7 +83,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "store")
-	os.MkdirAll(sdir, 0o700)
+	os.MkdirAll(sdir, 0o755) // as an operator makes it: the store-server makes it private
 	ctx := context.Background()
 	srv, err := e2e.StartStore(ctx, b.StoreServer, e2e.StoreOptions{Store: "S1", DataDir: sdir, TZ: tz,
 		Sentinels: st.SentinelAddrs(), MasterName: st.MasterName, MQTTURL: st.MQTTURL(), Catalog: cat})
@@ -123,7 +123,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 			}
 		}
 		adir := filepath.Join(dir, "agent-"+term)
-		os.MkdirAll(adir, 0o700)
+		os.MkdirAll(adir, 0o755) // the agent makes it private
 		a, err := e2e.StartAgent(ctx, b.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
 			DataDir: adir, TZ: tz, Extra: []string{"--offline-refunds"}})
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
@@ -101,7 +101,7 @@ type server struct {
 // openLedger opens the ledger in --data-dir, which it makes if need be.
 func (m *Main) openLedger(ctx context.Context, s *server) error {
 	loc, _ := wire.LoadLocation(m.TZ)
-	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+	if err := private.Dir(m.DataDir, slog.Default()); err != nil {
 		return err
 	}
 	led, err := ledger.Open(ctx, filepath.Join(m.DataDir, ledger.FileName), m.Store, loc)

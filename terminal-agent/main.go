@@ -19,6 +19,7 @@ import (
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
 	"github.com/posgate/posgate/terminal-agent/outbox"
@@ -146,7 +147,7 @@ func (m *Main) Run(ctx context.Context) error {
 	loc, _ := wire.LoadLocation(m.TZ)
 	payCap, _ := money.ParseNonNegative(m.CardPaymentCap)
 	totalCap, _ := money.ParseNonNegative(m.CardTotalCap)
-	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+	if err := private.Dir(m.DataDir, log); err != nil {
 		return err
 	}
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{

@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/posgate/posgate/internal/private"
 )
 
 // Program is a daemon built the posgate way: ParseFlags, then Run until ctx ends.
@@ -22,8 +24,10 @@ type Program interface {
 	Run(ctx context.Context) error
 }
 
-// Main runs p with the process's arguments and exits.
+// Main runs p with the process's arguments and exits. Every file the program creates is
+// private to its user (private.Umask).
 func Main(name string, p Program) {
+	private.Umask()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, name, p)
 	stop()

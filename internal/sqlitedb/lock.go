@@ -23,7 +23,7 @@ var errLocked = errors.New("locked")
 // fcntl locks, which a process loses when it closes any descriptor of that file.
 func lockFile(path string) (*os.File, error) {
 	name := path + ".lock"
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
