@@ -21,7 +21,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,6 +30,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/private"
 )
 
@@ -155,12 +155,5 @@ func serveMetrics(addr string, reg *prometheus.Registry, errc chan<- error) (*ht
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		err := srv.Serve(ln)
-		if errc != nil {
-			errc <- err
-		}
-	}()
-	return srv, ln.Addr().String(), nil
+	return httpserve.Serve(ln, mux, httpserve.Default, errc), ln.Addr().String(), nil
 }

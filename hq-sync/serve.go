@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -98,6 +98,12 @@ func loadSecrets(path string) (map[string][]byte, error) {
 	return out, nil
 }
 
+// hqLimits bound what one store's connection may hold of serve: a batch of up to
+// hqwire.MaxBatchBytes may take a slow store link two minutes, and a chain's evening burst
+// brings many stores at once.
+var hqLimits = httpserve.Limits{ReadHeader: 10 * time.Second, Read: 2 * time.Minute, Write: 2 * time.Minute,
+	Idle: 90 * time.Second, MaxHeaderBytes: 16 << 10, MaxConns: 2048}
+
 // Run serves the stores' batches until ctx ends, then shuts the server down.
 func (c *Serve) Run(ctx context.Context) error {
 	st, err := openStorage(ctx, c.DB)
@@ -128,10 +134,8 @@ func (c *Serve) Run(ctx context.Context) error {
 			Name: "tls_cert_expiry_timestamp_seconds", Help: "When the TLS certificate serve serves (its leaf) expires."},
 			func() float64 { return float64(pair.NotAfter().Unix()) }))
 	}
-	srv := &http.Server{Handler: serve.New(st, c.secrets, opts), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute}
 	log.Info("hq-sync serve", "addr", ln.Addr().String(), "tls", pair != nil, "stores", len(c.secrets))
-	go func() { errc <- srv.Serve(ln) }()
+	srv := httpserve.Serve(ln, serve.New(st, c.secrets, opts), hqLimits, errc)
 	if c.DropPartsAfter > 0 {
 		sweep, stop := context.WithCancel(ctx)
 		done := make(chan struct{})

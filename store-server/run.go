@@ -18,6 +18,7 @@ import (
 
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
@@ -388,13 +389,11 @@ var certCheckEvery = certfile.DefaultEvery
 // serveAPI serves the manager API, dashboard and metrics on ln; a failure of the server goes
 // to errc.
 func (m *Main) serveAPI(s *server, ln net.Listener, errc chan<- error) *http.Server {
-	srv := &http.Server{Handler: (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
-		Catalog: s.cat, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken, DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: s.log}).Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
+	h := (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
+		Catalog: s.cat, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
+		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: s.log}).Handler()
+	// A backup download sets its own write deadline as it goes (api's progressWriter).
+	srv := httpserve.Serve(ln, h, httpserve.Default, errc)
 	return srv
 }
 
