@@ -56,6 +56,9 @@ type Config struct {
 	// whether it is a retained message sent on subscribing.
 	OnStatus func(topic string, payload []byte, retained bool)
 	Logger   *slog.Logger
+	// MaxConns bounds the connections served at once (DefaultMaxConns when 0); a further
+	// one waits in the kernel's queue until one closes.
+	MaxConns int
 }
 
 // LoadUsers reads a JSON array of User from path.
@@ -90,18 +93,6 @@ type Broker struct {
 	ln   net.Listener
 	tls  bool
 	done chan error
-}
-
-// deadlineListener gives each connection it accepts a deadline for its CONNECT packet; mochi
-// replaces it with the keepalive's once the client is in.
-type deadlineListener struct{ net.Listener }
-
-func (l deadlineListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		_ = c.SetDeadline(time.Now().Add(ConnectWithin))
-	}
-	return c, err
 }
 
 // Start starts the broker.
@@ -159,12 +150,13 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
-	var accept net.Listener = deadlineListener{ln} // the deadline covers a TLS handshake too
-	if cfg.TLS != nil {
-		accept = tls.NewListener(accept, cfg.TLS)
+	maxConns := cfg.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
 	}
+	accept := newConnectListener(ln, cfg.TLS, maxConns, log)
 	if err := srv.AddListener(listeners.NewNet("posgate", accept)); err != nil {
-		ln.Close()
+		accept.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
 	b := &Broker{srv: srv, ln: ln, tls: cfg.TLS != nil, done: make(chan error, 1)}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,11 +16,13 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 )
 
-// TestPacketSizeBeforeLogin: a client that has not logged in (nothing but a TCP connection)
-// cannot make the broker reserve memory for a packet of any size, and a connection that
-// sends no CONNECT is closed. mochi's MaximumPacketSize 0 means no limit: the 5-byte header
-// of a CONNECT announcing 268,435,455 bytes made it allocate that much (256 MiB) before a
-// byte of the user name or password was read.
+// TestPacketSizeBeforeLogin: clients that have not logged in (nothing but TCP connections)
+// cannot make the broker reserve memory for their packets, and a connection that sends no
+// CONNECT is closed. mochi reads a packet whole into a buffer of the length its header
+// announces: with only MaximumPacketSize (4 MiB) as the bound, 40 five-byte headers took the
+// heap from 4.5 MB to 175 MB. 200 half-open connections, half announcing a 4 MiB CONNECT
+// (closed at once) and half one of MaxConnectBytes (held, up to 16 KiB each), move the heap
+// by a few MB at most.
 func TestPacketSizeBeforeLogin(t *testing.T) {
 	stack.SkipShort(t) // it waits out the broker's 10 s deadline for a CONNECT
 	// Not closed at the end: mochi's Close races (a data race, under -race) with the
@@ -32,26 +35,53 @@ func TestPacketSizeBeforeLogin(t *testing.T) {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	const conns = 4
+	const conns = 200
+	header := func(n int) []byte { // CONNECT with remaining length n, then nothing
+		h := []byte{0x10}
+		for {
+			d := byte(n & 0x7f)
+			n >>= 7
+			if n > 0 {
+				d |= 0x80
+			}
+			h = append(h, d)
+			if n == 0 {
+				return h
+			}
+		}
+	}
+	closed := 0
 	for i := 0; i < conns; i++ {
 		c, err := net.Dial("tcp", b.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		// CONNECT, remaining length 268435455 (the MQTT maximum), then nothing.
-		if _, err := c.Write([]byte{0x10, 0xff, 0xff, 0xff, 0x7f}); err != nil {
+		n := wire.MaxPacketBytes
+		if i%2 == 1 {
+			n = MaxConnectBytes
+		}
+		if _, err := c.Write(header(n)); err != nil {
 			t.Fatal(err)
+		}
+		if n > MaxConnectBytes {
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+				closed++
+			}
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
+	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("heap grew by %d MiB for %d unauthenticated 5-byte headers", grew>>20, conns)
-	if grew > 64<<20 {
-		t.Fatalf("%d unauthenticated connections made the broker allocate %d MiB (%d MiB each); "+
-			"the broker sets no MaximumPacketSize", conns, grew>>20, grew>>20/conns)
+	t.Logf("heap grew by %.1f MiB for %d unauthenticated connections", float64(grew)/(1<<20), conns)
+	if grew > 8<<20 {
+		t.Fatalf("%d unauthenticated connections made the broker hold %.1f MiB", conns, float64(grew)/(1<<20))
+	}
+	if closed != conns/2 {
+		t.Errorf("%d of the %d connections announcing a 4 MiB CONNECT were closed; want all", closed, conns/2)
 	}
 
 	// Silent after connecting: closed once its time for a CONNECT is up.
@@ -64,6 +94,49 @@ func TestPacketSizeBeforeLogin(t *testing.T) {
 	start := time.Now()
 	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > ConnectWithin+2*time.Second {
 		t.Fatalf("a connection that sent nothing: read %v after %v, want it closed within %v", err, time.Since(start), ConnectWithin)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestConnectionsCapped: with MaxConns connections held, a further client waits; once one
+// goes, it logs in.
+func TestConnectionsCapped(t *testing.T) {
+	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", MaxConns: 3,
+		Users: []User{{Username: "t1", Password: "p1", Terminal: "T1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	connect := func() error {
+		cl := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T1").
+			SetUsername("t1").SetPassword("p1").SetConnectTimeout(time.Second).SetAutoReconnect(false))
+		tok := cl.Connect()
+		if !tok.WaitTimeout(2 * time.Second) {
+			return fmt.Errorf("no CONNACK")
+		}
+		if tok.Error() == nil {
+			cl.Disconnect(0)
+		}
+		return tok.Error()
+	}
+	if err := connect(); err == nil {
+		t.Fatal("a fourth client logged in while three connections were held")
+	}
+	held[0].Close()
+	if err := connect(); err != nil {
+		t.Fatalf("after a held connection closed: %v", err)
 	}
 }
 
