@@ -22,7 +22,7 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
-var e2eSecret = []byte("e2e-secret")
+var e2eSecret = []byte("e2e-secret-of-the-store")
 
 // e2eStore is a store ledger written as the store-server writes it.
 type e2eStore struct {

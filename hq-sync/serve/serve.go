@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
 )
@@ -49,9 +50,9 @@ const (
 // be retried as is.
 var statuses = map[string]int{
 	hqwire.CodeUnauthorized:           http.StatusUnauthorized,
-	hqwire.CodeSignatureInvalid:       http.StatusUnauthorized,
-	hqwire.CodeStoreUnknown:           http.StatusUnauthorized,
+	hqwire.CodeTooManyFailures:        http.StatusTooManyRequests,
 	hqwire.CodeTimestampSkew:          http.StatusUnauthorized,
+	hqwire.CodeContentHashMismatch:    http.StatusBadRequest,
 	hqwire.CodeStoreMismatch:          http.StatusForbidden,
 	hqwire.CodeIdempotencyKeyMismatch: http.StatusBadRequest,
 	hqwire.CodeBodyTooLarge:           http.StatusRequestEntityTooLarge,
@@ -67,10 +68,10 @@ var statuses = map[string]int{
 
 // titles are the problem documents' short, fixed summaries.
 var titles = map[string]string{
-	hqwire.CodeUnauthorized:           "Missing or malformed authentication headers",
-	hqwire.CodeSignatureInvalid:       "Invalid signature",
-	hqwire.CodeStoreUnknown:           "Unknown store",
+	hqwire.CodeUnauthorized:           "Not signed by a store HQ knows",
+	hqwire.CodeTooManyFailures:        "Too many failed attempts",
 	hqwire.CodeTimestampSkew:          "Request timestamp out of range",
+	hqwire.CodeContentHashMismatch:    "Body is not the one signed",
 	hqwire.CodeStoreMismatch:          "Batch of another store",
 	hqwire.CodeIdempotencyKeyMismatch: "Idempotency-Key does not match the batch id",
 	hqwire.CodeBodyTooLarge:           "Request body too large",
@@ -115,6 +116,9 @@ type Options struct {
 	MaxClockSkew time.Duration
 	// Metrics, if not nil, gets the handler's counters (see newMetrics).
 	Metrics prometheus.Registerer
+	// Guard counts failed authentications per client address and per store; nil means
+	// five free failures, then a wait from 1 s doubling to 5 minutes.
+	Guard *guard.Guard
 }
 
 // metrics count what HQ did with each store's uploads, since the process started. The
@@ -168,6 +172,8 @@ type handler struct {
 	log     *slog.Logger
 	skew    time.Duration
 	met     *metrics // nil: none
+	guard   *guard.Guard
+	nobody  []byte // the secret an unknown store's signature is checked against
 }
 
 // label is the store label of a request from store.
@@ -189,7 +195,7 @@ func (h *handler) count(store, result string) {
 // secret (a store with an empty secret is unknown); New keeps its own copy.
 func New(store hqstore.Storage, secrets map[string][]byte, opts Options) http.Handler {
 	h := &handler{store: store, secrets: make(map[string][]byte, len(secrets)), now: opts.Now,
-		log: opts.Logger, skew: opts.MaxClockSkew}
+		log: opts.Logger, skew: opts.MaxClockSkew, guard: opts.Guard, nobody: newNobody()}
 	for id, s := range secrets {
 		if len(s) > 0 {
 			h.secrets[id] = bytes.Clone(s)
@@ -200,6 +206,9 @@ func New(store hqstore.Storage, secrets map[string][]byte, opts Options) http.Ha
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.guard == nil {
+		h.guard = defaultGuard(h.now)
 	}
 	h.log = h.log.With("component", "hq-serve")
 	if h.skew <= 0 {
@@ -233,21 +242,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// postBatch checks, in order: headers, known store, body size, signature, timestamp,
-// strict JSON, store and idempotency key against the body, the batch's rules; then stores.
+// postBatch checks, in order: the signature from the headers (authenticate: a known store,
+// the timestamp), the body's size and that it is the body signed, strict JSON, store and
+// idempotency key against the body, the batch's rules; then stores, and answers a receipt
+// signed with the store's secret.
 func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
-	store := r.Header.Get(hqwire.HeaderStore)
-	ts := r.Header.Get(hqwire.HeaderTimestamp)
-	sig := r.Header.Get(hqwire.HeaderSignature)
-	key := r.Header.Get(hqwire.HeaderIdemKey)
-	if store == "" || ts == "" || sig == "" {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeUnauthorized, "the %s, %s and %s headers are required",
-			hqwire.HeaderStore, hqwire.HeaderTimestamp, hqwire.HeaderSignature))
-		return
-	}
-	secret, ok := h.secrets[store]
-	if !ok {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreUnknown, "store %q is not known to HQ", clip(store)))
+	store, secret, err := h.authenticate(r)
+	if err != nil {
+		h.fail(w, r, store, err)
 		return
 	}
 	body, err := readBody(w, r)
@@ -255,27 +257,12 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	if !hqwire.Verify(secret, sig, http.MethodPost, BatchesPath, store, ts, key, body) &&
-		!verifyAsSent(secret, sig, r, store, ts, key, body) {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeSignatureInvalid,
-			"the signature is not store %s's signature of this request", store))
+	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
+			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
 		return
 	}
-	now := h.now()
-	secs, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeUnauthorized, "%s %q is not Unix seconds", hqwire.HeaderTimestamp, clip(ts)))
-		return
-	}
-	if d := now.Sub(time.Unix(secs, 0)); d > h.skew || d < -h.skew {
-		how := fmt.Sprintf("%v behind", d.Round(time.Second))
-		if d < 0 {
-			how = fmt.Sprintf("%v ahead of", (-d).Round(time.Second))
-		}
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeTimestampSkew,
-			"%s is %s HQ's clock; at most %v either way is accepted", hqwire.HeaderTimestamp, how, h.skew))
-		return
-	}
+	key, now := r.Header.Get(hqwire.HeaderIdemKey), h.now()
 	b, err := DecodeBatch(body)
 	if err != nil {
 		h.fail(w, r, store, err)
@@ -311,15 +298,22 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 			h.met.rows.WithLabelValues(store).Add(float64(rc.New))
 		}
 	}
-	writeJSON(w, http.StatusOK, "application/json", rc)
+	writeReceipt(w, secret, store, b.ID, rc)
 }
 
-// verifyAsSent checks the signature over the path of the request line as the client sent
-// it, for a handler mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never
-// r.RequestURI).
-func verifyAsSent(secret []byte, sig string, r *http.Request, store, ts, key string, body []byte) bool {
-	path, _, _ := strings.Cut(r.RequestURI, "?")
-	return path != "" && path != BatchesPath && hqwire.Verify(secret, sig, http.MethodPost, path, store, ts, key, body)
+// writeReceipt answers rc signed with the store's secret (hqwire.SignReceipt).
+func writeReceipt(w http.ResponseWriter, secret []byte, store, batchID string, rc hqwire.Receipt) {
+	body, err := json.Marshal(rc)
+	if err != nil { // a receipt always marshals
+		writeJSON(w, http.StatusInternalServerError, "application/json", map[string]string{"code": hqwire.CodeInternal})
+		return
+	}
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(secret, store, batchID, body))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 // readBody reads the whole body, refusing more than hqwire.MaxBatchBytes.
@@ -415,6 +409,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, store string, err
 	title := titles[code]
 	if title == "" {
 		title = http.StatusText(status)
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, e.RetryAfter.Round(time.Second)/time.Second))))
 	}
 	writeJSON(w, status, "application/problem+json", Problem{Type: ProblemTypePrefix + code, Title: title,
 		Status: status, Code: code, Detail: detail})

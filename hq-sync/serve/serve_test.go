@@ -24,6 +24,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/metricstest"
 	"github.com/posgate/posgate/internal/money"
@@ -55,6 +56,9 @@ func newEnv(t *testing.T, opts serve.Options) *env {
 	e := &env{t: t, store: st, now: time.Date(2025, 3, 2, 1, 0, 0, 0, time.UTC)}
 	opts.Now = func() time.Time { return e.now }
 	opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if opts.Guard == nil { // tables of refusals from one address: no waits between them
+		opts.Guard = guard.New(guard.Config{Free: 1 << 20})
+	}
 	e.srv = httptest.NewServer(serve.New(st, secrets, opts))
 	t.Cleanup(e.srv.Close)
 	return e
@@ -78,6 +82,8 @@ type request struct {
 	path       string    // path signed; "" means serve.BatchesPath
 	sig        string    // X-Posgate-Signature instead of the computed one
 	noSig      bool      // send no signature
+	hash       string    // X-Posgate-Content-SHA256 instead of the body's, and signed as such
+	noHash     bool      // send no content hash
 }
 
 // upload returns a request for batch b signed by its store, with its id as key.
@@ -112,10 +118,17 @@ func (e *env) send(r request) (*http.Response, []byte) {
 	req.Header.Set(hqwire.HeaderStore, r.store)
 	req.Header.Set(hqwire.HeaderTimestamp, r.ts)
 	req.Header.Set(hqwire.HeaderIdemKey, r.key)
+	hash := r.hash
+	if hash == "" {
+		hash = hqwire.ContentHash(r.body)
+	}
+	if !r.noHash {
+		req.Header.Set(hqwire.HeaderContentHash, hash)
+	}
 	if !r.noSig {
 		sig := r.sig
 		if sig == "" {
-			sig = hqwire.Sign(r.secret, http.MethodPost, r.path, r.store, r.ts, r.key, r.body)
+			sig = hqwire.SignHash(r.secret, http.MethodPost, r.path, r.store, r.ts, r.key, hash)
 		}
 		req.Header.Set(hqwire.HeaderSignature, sig)
 	}
@@ -148,6 +161,9 @@ func (e *env) mustStore(r request) hqwire.Receipt {
 	var rc hqwire.Receipt
 	if err := json.Unmarshal(body, &rc); err != nil {
 		e.t.Fatalf("receipt %s: %v", body, err)
+	}
+	if !hqwire.VerifyReceipt(secrets[r.store], resp.Header.Get(hqwire.HeaderSignature), r.store, rc.BatchID, body) {
+		e.t.Fatalf("receipt %s not signed with store %s's secret (%q)", body, r.store, resp.Header.Get(hqwire.HeaderSignature))
 	}
 	return rc
 }
@@ -256,23 +272,29 @@ func TestBatches(t *testing.T) {
 		{"no signature", func() request { r := next("b-2", nil); r.noSig = true; return r }, 401, hqwire.CodeUnauthorized, ""},
 		{"no timestamp", func() request { r := next("b-2", nil); r.ts = " "; return r }, 401, hqwire.CodeUnauthorized, ""},
 		{"no store header", func() request { r := next("b-2", nil); r.store = ""; r.secret = secrets["S1"]; return r }, 401, hqwire.CodeUnauthorized, ""},
-		{"wrong signature", func() request { r := next("b-2", nil); r.sig = strings.Repeat("0", 64); return r }, 401, hqwire.CodeSignatureInvalid, ""},
+		{"no content hash", func() request { r := next("b-2", nil); r.noHash = true; return r }, 401, hqwire.CodeUnauthorized, ""},
+		{"wrong signature", func() request { r := next("b-2", nil); r.sig = strings.Repeat("0", 64); return r }, 401, hqwire.CodeUnauthorized, ""},
 		{"signature with another store's secret", func() request {
 			r := next("b-2", nil)
 			r.secret = secrets["S2"]
 			return r
-		}, 401, hqwire.CodeSignatureInvalid, ""},
-		{"signature of another path", func() request { r := next("b-2", nil); r.path = "/v1/other"; return r }, 401, hqwire.CodeSignatureInvalid, ""},
+		}, 401, hqwire.CodeUnauthorized, ""},
+		{"signature of another path", func() request { r := next("b-2", nil); r.path = "/v1/other"; return r }, 401, hqwire.CodeUnauthorized, ""},
 		{"signature of other content", func() request {
 			r := next("b-2", nil)
 			r.sig = hqwire.Sign(secrets["S1"], http.MethodPost, serve.BatchesPath, "S1", strconv.FormatInt(e.now.Unix(), 10), "b-2", []byte(`{}`))
 			return r
-		}, 401, hqwire.CodeSignatureInvalid, ""},
+		}, 401, hqwire.CodeUnauthorized, ""},
+		{"body not the one signed", func() request {
+			r := next("b-2", nil)
+			r.hash = hqwire.ContentHash([]byte(`{}`)) // signed with this hash, sent with another body
+			return r
+		}, 400, hqwire.CodeContentHashMismatch, ""},
 		{"unknown store", func() request {
 			r := upload(batch("S9", "b-2", sales("S9", 1, 2)))
 			r.secret = []byte("a guess")
 			return r
-		}, 401, hqwire.CodeStoreUnknown, "S9"},
+		}, 401, hqwire.CodeUnauthorized, ""},
 		{"store header is not the body's store", func() request {
 			r := next("b-2", nil) // body of S1, signed by S2 as S2
 			r.store = "S2"
@@ -725,7 +747,8 @@ func TestRouting(t *testing.T) {
 func TestStatus(t *testing.T) {
 	for code, want := range map[string]int{
 		hqwire.CodeBatchIDReused: 422, hqwire.CodeRowConflict: 409, hqwire.CodeStoreMismatch: 403,
-		hqwire.CodeBodyTooLarge: 413, hqwire.CodeSignatureInvalid: 401, hqwire.CodeBatchInvalid: 400,
+		hqwire.CodeBodyTooLarge: 413, hqwire.CodeUnauthorized: 401, hqwire.CodeBatchInvalid: 400,
+		hqwire.CodeTooManyFailures: 429, hqwire.CodeContentHashMismatch: 400,
 	} {
 		if got := serve.Status(code, ""); got != want {
 			t.Errorf("Status(%s) = %d, want %d", code, got, want)
@@ -753,6 +776,7 @@ func TestMountedUnderPrefix(t *testing.T) {
 		req.Header.Set(hqwire.HeaderStore, "S1")
 		req.Header.Set(hqwire.HeaderTimestamp, ts)
 		req.Header.Set(hqwire.HeaderIdemKey, b.ID)
+		req.Header.Set(hqwire.HeaderContentHash, hqwire.ContentHash(r.body))
 		req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(secrets["S1"], http.MethodPost, path, "S1", ts, b.ID, r.body))
 		resp, body := e.do(req)
 		if resp.StatusCode != http.StatusOK {
@@ -774,11 +798,11 @@ func TestMetrics(t *testing.T) {
 	bad := upload(batch("S1", "S1-m-2", sales("S1", 4, 1)))
 	bad.sig = "00"
 	resp, body := e.send(bad)
-	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeSignatureInvalid)
+	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized)
 	stranger := upload(batch("S9", "S9-m-1", sales("S9", 1, 1)))
 	stranger.secret = []byte("guess")
 	resp, body = e.send(stranger)
-	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeStoreUnknown)
+	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized)
 
 	for _, c := range []struct {
 		name   string
@@ -787,8 +811,8 @@ func TestMetrics(t *testing.T) {
 	}{
 		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "stored"}, 1},
 		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": "duplicate"}, 1},
-		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": hqwire.CodeSignatureInvalid}, 1},
-		{"posgate_hq_batches_total", map[string]string{"store": "unknown", "result": hqwire.CodeStoreUnknown}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "S1", "result": hqwire.CodeUnauthorized}, 1},
+		{"posgate_hq_batches_total", map[string]string{"store": "unknown", "result": hqwire.CodeUnauthorized}, 1},
 		{"posgate_hq_rows_total", map[string]string{"store": "S1"}, 3},
 		{"posgate_hq_last_batch_timestamp_seconds", map[string]string{"store": "S1"}, float64(e.now.Unix())},
 	} {
@@ -852,9 +876,11 @@ func (b *slowBody) Read(p []byte) (int, error) {
 func TestBodyIncomplete(t *testing.T) {
 	e := newEnv(t, serve.Options{})
 	req := httptest.NewRequest(http.MethodPost, serve.BatchesPath, &slowBody{})
+	ts, hash := strconv.FormatInt(e.now.Unix(), 10), hqwire.ContentHash([]byte(`{"v":1}`))
 	req.Header.Set(hqwire.HeaderStore, "S1")
-	req.Header.Set(hqwire.HeaderTimestamp, strconv.FormatInt(e.now.Unix(), 10))
-	req.Header.Set(hqwire.HeaderSignature, "00")
+	req.Header.Set(hqwire.HeaderTimestamp, ts)
+	req.Header.Set(hqwire.HeaderContentHash, hash) // signed: the body is read only then
+	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(secrets["S1"], http.MethodPost, serve.BatchesPath, "S1", ts, "b1", hash))
 	req.Header.Set(hqwire.HeaderIdemKey, "b1")
 	rec := httptest.NewRecorder()
 	e.srv.Config.Handler.ServeHTTP(rec, req)
@@ -862,5 +888,64 @@ func TestBodyIncomplete(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusRequestTimeout ||
 		p.Code != hqwire.CodeBodyIncomplete {
 		t.Fatalf("answer %d %s (%v), want 408 body_incomplete", rec.Code, rec.Body, err)
+	}
+}
+
+// TestUnauthorizedAnswersAlike: an unknown store, a known store's wrong signature and a
+// missing header get the same answer, word for word, so that HQ's answers name no store id
+// that exists; the body is never read before the signature checks (a 2 MiB body of an
+// unknown store is answered 401, not 413 or a read of it).
+func TestUnauthorizedAnswersAlike(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serve.Options{})
+	var answers []serve.Problem
+	for _, r := range []request{
+		func() request {
+			r := upload(batch("S9", "b-1", sales("S9", 1, 2)))
+			r.secret = []byte("a guess")
+			return r
+		}(),
+		func() request { r := upload(batch("S1", "b-1", sales("S1", 1, 2))); r.secret = secrets["S2"]; return r }(),
+		func() request { r := upload(batch("S1", "b-1", sales("S1", 1, 2))); r.noHash = true; return r }(),
+		{body: bytes.Repeat([]byte("x"), 2<<20), store: "S9", key: "b-2", secret: []byte("a guess")},
+	} {
+		resp, body := e.send(r)
+		answers = append(answers, mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized))
+	}
+	for i := 1; i < len(answers); i++ {
+		if answers[i] != answers[0] {
+			t.Errorf("answer %d %+v differs from answer 0 %+v", i, answers[i], answers[0])
+		}
+	}
+	if strings.Contains(answers[0].Detail, "S9") || strings.Contains(answers[0].Detail, "S1") {
+		t.Errorf("the answer names a store: %q", answers[0].Detail)
+	}
+}
+
+// TestFailuresWait: after the guard's free failures, an address waits (429 with
+// Retry-After) before its next attempt is even checked, a right signature included; once
+// the wait is over, a right signature goes through and the address starts over.
+func TestFailuresWait(t *testing.T) {
+	t.Parallel()
+	var e *env
+	e = newEnv(t, serve.Options{Guard: guard.New(guard.Config{Free: 3, Base: time.Minute,
+		Now: func() time.Time { return e.now }})})
+	wrong := upload(batch("S1", "b-1", sales("S1", 1, 2)))
+	wrong.secret = []byte("a guess")
+	for range 3 {
+		resp, body := e.send(wrong)
+		mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized)
+	}
+	resp, body := e.send(wrong) // the fourth failure: counted, and the wait begins
+	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized)
+	good := upload(batch("S1", "b-1", sales("S1", 1, 2)))
+	resp, body = e.send(good)
+	mustProblem(t, resp, body, http.StatusTooManyRequests, hqwire.CodeTooManyFailures)
+	if ra := resp.Header.Get("Retry-After"); ra != "60" {
+		t.Errorf("Retry-After %q, want 60", ra)
+	}
+	e.now = e.now.Add(time.Minute)
+	if rc := e.mustStore(good); rc.New != 2 {
+		t.Fatalf("after the wait: %+v", rc)
 	}
 }

@@ -331,7 +331,9 @@ func (u *Uploader) post(ctx context.Context, b *batch) (hqwire.Receipt, []byte, 
 	req.Header.Set(hqwire.HeaderStore, u.cfg.Store)
 	req.Header.Set(hqwire.HeaderTimestamp, ts)
 	req.Header.Set(hqwire.HeaderIdemKey, b.id)
-	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, b.body))
+	hash := hqwire.ContentHash(b.body)
+	req.Header.Set(hqwire.HeaderContentHash, hash)
+	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, hash))
 	resp, err := u.cfg.Client.Do(req)
 	if err != nil {
 		return rec, nil, err
@@ -357,6 +359,11 @@ func (u *Uploader) post(ctx context.Context, b *batch) (hqwire.Receipt, []byte, 
 			se.code = p.Code
 		}
 		return rec, nil, se
+	}
+	// A receipt counts only signed by HQ with the store's secret: anything between the
+	// uploader and HQ could answer 200 with a receipt, and the batch's rows would never go.
+	if !hqwire.VerifyReceipt(u.cfg.Secret, resp.Header.Get(hqwire.HeaderSignature), u.cfg.Store, b.id, raw) {
+		return rec, nil, &sendError{status: resp.StatusCode, body: "a receipt not signed by HQ: " + short(raw), badReceipt: true}
 	}
 	if err := json.Unmarshal(raw, &rec); err != nil || rec.BatchID != b.id || (rec.Store != "" && rec.Store != u.cfg.Store) {
 		return rec, nil, &sendError{status: resp.StatusCode, body: short(raw), badReceipt: true}

@@ -27,7 +27,7 @@ import (
 const testStore = "S1"
 
 var (
-	testSecret = []byte("s1-secret")
+	testSecret = []byte("s1-secret-of-the-tests")
 	shanghai   = mustLoadLocation("Asia/Shanghai")
 	// day0 is a business day at 10:00 store time; day1 the next one.
 	day0 = time.Date(2025, 3, 1, 10, 0, 0, 0, shanghai)
@@ -401,8 +401,10 @@ func (h *testHQ) reply(w http.ResponseWriter, f fault, rec hqwire.Receipt) {
 	case failAfter:
 		http.Error(w, "lost the answer", http.StatusServiceUnavailable)
 	default:
+		body, _ := json.Marshal(rec)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(rec)
+		w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(h.secret, rec.Store, rec.BatchID, body))
+		w.Write(body)
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 
 // hqModes is hq-sync serve on a real SQLite file that can be made to fail: down answers
 // 503, drop closes the connection unanswered, refuse is serve with another secret for the
-// store (401 signature_invalid), empty answers 200 without a receipt.
+// store (401 unauthorized), empty answers 200 without a receipt, unsigned answers serve's
+// receipt with its signature taken off (an answer in HQ's name from anything between).
 type hqModes struct {
 	ok, refuse http.Handler
 	mode       atomic.Value // string
@@ -37,6 +38,11 @@ func (h *hqModes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse.ServeHTTP(w, r)
 	case "empty":
 		w.Write([]byte("{}"))
+	case "unsigned":
+		rec := httptest.NewRecorder()
+		h.ok.ServeHTTP(rec, r)
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
 	default:
 		h.ok.ServeHTTP(w, r)
 	}
@@ -144,6 +150,16 @@ func TestMetrics(t *testing.T) {
 	fams = scrape(t, reg)
 	if n, _ := metricstest.Value(fams, "posgate_upload_batch_failures_total", map[string]string{"reason": FailOther}); n < 1 {
 		t.Errorf("HQ answering 200 without a receipt: %v failures counted other", n)
+	}
+	// A receipt without HQ's signature is not taken: the batch stays pending (HQ stored it,
+	// and the signed receipt of its replay will be taken later).
+	h.set("unsigned")
+	if err := onceFor(u, 100*time.Millisecond); err == nil {
+		t.Fatal("Once returned nil on a receipt not signed by HQ")
+	}
+	fams = scrape(t, reg)
+	if n, _ := metricstest.Value(fams, "posgate_upload_batch_failures_total", map[string]string{"reason": FailOther}); n < 2 {
+		t.Errorf("a receipt not signed by HQ: %v failures counted other, want it among them", n)
 	}
 	check("HQ refusing", want{refused: 1, down: nDown, rows: 0, batches: 0, backlog: 7, lastOK: -1})
 

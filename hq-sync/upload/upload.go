@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -156,14 +157,31 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("upload: store id %q is not valid", c.Store)
 	case c.Location == nil:
 		return errors.New("upload: the store's time zone is required")
-	case len(c.Secret) == 0:
-		return errors.New("upload: the store's secret is required")
+	case len(c.Secret) < MinSecretBytes:
+		return fmt.Errorf("upload: the store's secret is %d bytes; at least %d are required", len(c.Secret), MinSecretBytes)
 	}
 	u, err := url.Parse(c.HQURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("upload: HQ URL %q is not an http(s) URL", c.HQURL)
 	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return fmt.Errorf("upload: HQ URL %q is plain HTTP beyond this machine: every sale would cross the network "+
+			"in clear; use https://", c.HQURL)
+	}
 	return nil
+}
+
+// MinSecretBytes is the shortest store secret the uploader signs with: a shorter one can
+// be guessed.
+const MinSecretBytes = 16
+
+// loopback reports whether host names this machine: localhost or a loopback address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Uploader sends a store's ledger to HQ. Run and Once must not be called concurrently, and

@@ -490,7 +490,7 @@ func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
 		s := MustOpenStore(t, dir)
 		s.Sales(5, day0)
 		cfg := config(dir, s, srv.URL(), clk.Now)
-		cfg.Secret = []byte("not the secret")
+		cfg.Secret = []byte("not the store secret at all")
 		u := MustNew(t, cfg)
 		if err := u.Once(context.Background()); perr.CodeOf(err) != CodeRefused || !strings.Contains(err.Error(), "401") {
 			t.Errorf("once with a wrong secret: %v", err)

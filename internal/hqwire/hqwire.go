@@ -244,26 +244,59 @@ func ContentHash(body []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// Request headers of an upload.
+// Request headers of an upload, and the signature header of HQ's receipt.
 const (
 	HeaderStore     = "X-Posgate-Store"
 	HeaderTimestamp = "X-Posgate-Timestamp" // Unix seconds
-	HeaderSignature = "X-Posgate-Signature" // hex HMAC-SHA256, see Sign
+	HeaderSignature = "X-Posgate-Signature" // hex HMAC-SHA256: Sign on a request, SignReceipt on a receipt
 	HeaderIdemKey   = "Idempotency-Key"     // the batch ID
+	// HeaderContentHash is the body's ContentHash, which the signature covers: HQ checks
+	// the signature from the headers alone, before it reads a byte of the body, and then
+	// that the body is the one signed.
+	HeaderContentHash = "X-Posgate-Content-SHA256"
 )
 
 // Sign returns the signature of a request: hex HMAC-SHA256 with the store's secret over
 // "posgate-hq/v1\n{method}\n{path}\n{store}\n{timestamp}\n{idempotency key}\n{hex sha256 of body}".
 func Sign(secret []byte, method, path, store, timestamp, idemKey string, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("posgate-hq/v1\n" + method + "\n" + path + "\n" + store + "\n" + timestamp + "\n" + idemKey + "\n" + ContentHash(body)))
-	return hex.EncodeToString(m.Sum(nil))
+	return SignHash(secret, method, path, store, timestamp, idemKey, ContentHash(body))
+}
+
+// SignHash is Sign of a body whose ContentHash is contentHash.
+func SignHash(secret []byte, method, path, store, timestamp, idemKey, contentHash string) string {
+	return mac(secret, "posgate-hq/v1\n"+method+"\n"+path+"\n"+store+"\n"+timestamp+"\n"+idemKey+"\n"+contentHash)
 }
 
 // Verify reports whether sig is the signature of the request (constant time).
 func Verify(secret []byte, sig, method, path, store, timestamp, idemKey string, body []byte) bool {
-	want := Sign(secret, method, path, store, timestamp, idemKey, body)
+	return VerifyHash(secret, sig, method, path, store, timestamp, idemKey, ContentHash(body))
+}
+
+// VerifyHash reports whether sig is the signature of a request whose body's ContentHash is
+// contentHash (constant time).
+func VerifyHash(secret []byte, sig, method, path, store, timestamp, idemKey, contentHash string) bool {
+	want := SignHash(secret, method, path, store, timestamp, idemKey, contentHash)
 	return hmac.Equal([]byte(want), []byte(sig))
+}
+
+// SignReceipt returns HQ's signature of a receipt it answers a store's batch with: hex
+// HMAC-SHA256 with the store's secret over
+// "posgate-hq-receipt/v1\n{store}\n{batch id}\n{hex sha256 of the receipt's body}". The
+// uploader takes a batch as stored only on a receipt so signed: nothing between it and HQ can
+// answer in HQ's name.
+func SignReceipt(secret []byte, store, batchID string, body []byte) string {
+	return mac(secret, "posgate-hq-receipt/v1\n"+store+"\n"+batchID+"\n"+ContentHash(body))
+}
+
+// VerifyReceipt reports whether sig is HQ's signature of the receipt body (constant time).
+func VerifyReceipt(secret []byte, sig, store, batchID string, body []byte) bool {
+	return hmac.Equal([]byte(SignReceipt(secret, store, batchID, body)), []byte(sig))
+}
+
+func mac(secret []byte, msg string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(msg))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Stable error codes of HQ's answers: the "code" member of the problem document (RFC 9457)
@@ -272,10 +305,15 @@ func Verify(secret []byte, sig, method, path, store, timestamp, idemKey string, 
 // uploader retries 5xx, 408 and 429 as they are; any other 4xx is a refusal that sending the
 // batch again as it is would meet again.
 const (
-	CodeUnauthorized           = "unauthorized"             // 401: a required header is missing or malformed
-	CodeSignatureInvalid       = "signature_invalid"        // 401: the signature is not the store's over this request
-	CodeStoreUnknown           = "store_unknown"            // 401: no secret for the X-Posgate-Store store
-	CodeTimestampSkew          = "timestamp_skew"           // 401: X-Posgate-Timestamp is too far from HQ's clock
+	// CodeUnauthorized (401): the request is not signed by a store HQ knows, or a header the
+	// signature needs is missing. One code for every such case, so that an answer never
+	// tells a guesser which store ids exist.
+	CodeUnauthorized = "unauthorized"
+	// CodeTooManyFailures (429, with Retry-After): too many requests from the address, or
+	// for the store, failed to authenticate; wait before the next.
+	CodeTooManyFailures        = "too_many_failures"
+	CodeTimestampSkew          = "timestamp_skew"           // 401: signed, but X-Posgate-Timestamp is too far from HQ's clock
+	CodeContentHashMismatch    = "content_hash_mismatch"    // 400: the body is not the one X-Posgate-Content-SHA256 names
 	CodeStoreMismatch          = "store_mismatch"           // 403: the body's store is not the signing store
 	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch" // 400: Idempotency-Key is not the body's batch_id
 	CodeBodyTooLarge           = "body_too_large"           // 413: the body is over MaxBatchBytes
