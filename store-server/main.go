@@ -5,6 +5,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/presence"
 )
@@ -25,6 +27,17 @@ func main() {
 	// 85.0% over four A/B pairs of the end-to-end live benchmark). An operator's GOGC still wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "passwd" {
+		private.Umask()
+		if err := passwd(os.Args[2:], os.Stdin, os.Stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(0)
+			}
+			fmt.Fprintln(os.Stderr, "store-server passwd:", err)
+			os.Exit(2)
+		}
+		return
 	}
 	cli.Main("store-server", NewMain())
 }

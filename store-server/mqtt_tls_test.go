@@ -14,6 +14,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/certtest"
@@ -30,7 +31,7 @@ func TestTerminalOverTLS(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true})
 	cert, key := selfSigned(t)
 	dir := t.TempDir()
-	addrs := startTLSMain(t, s, dir, cert, key, broker.User{Username: "t01", Password: "t01-pass", Terminal: "T01"})
+	addrs := startTLSMain(t, s, dir, cert, key, mustUser(t, "t01", "t01-pass-of-the-tests", "T01"))
 	ctx := context.Background()
 	if !strings.HasPrefix(addrs.Broker, "tls://") {
 		t.Fatalf("broker %s, want tls://", addrs.Broker)
@@ -41,7 +42,7 @@ func TestTerminalOverTLS(t *testing.T) {
 	}
 	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: addrs.Broker, DataDir: filepath.Join(dir, "T01"),
-		Extra: []string{"--broker-ca", cert, "--username", "t01", "--password", "t01-pass"}})
+		Extra: []string{"--broker-ca", cert, "--username", "t01", "--password", "t01-pass-of-the-tests"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestTerminalOverTLS(t *testing.T) {
 	}
 
 	plain := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + strings.TrimPrefix(addrs.Broker, "tls://")).
-		SetClientID("plain").SetUsername("t01").SetPassword("t01-pass").SetAutoReconnect(false).
+		SetClientID("plain").SetUsername("t01").SetPassword("t01-pass-of-the-tests").SetAutoReconnect(false).
 		SetConnectTimeout(3 * time.Second))
 	if tok := plain.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 		plain.Disconnect(0)
@@ -86,8 +87,8 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	c1, k1 := ca.Issue(t, first)
 	certtest.Replace(t, cert, c1)
 	certtest.Replace(t, key, k1)
-	addrs := startTLSMain(t, s, dir, cert, key, broker.User{Username: "t01", Password: "t01-pass", Terminal: "T01"},
-		broker.User{Username: "t02", Password: "t02-pass", Terminal: "T02"})
+	addrs := startTLSMain(t, s, dir, cert, key, mustUser(t, "t01", "t01-pass-of-the-tests", "T01"),
+		mustUser(t, "t02", "t02-pass-of-the-tests", "T02"))
 	brokerAddr := strings.TrimPrefix(addrs.Broker, "tls://")
 	srv := &biServer{Base: "http://" + addrs.API, Client: &http.Client{Timeout: 10 * time.Second}}
 	expiry := func() float64 {
@@ -99,7 +100,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 		t.Helper()
 		var served atomic.Pointer[x509.Certificate]
 		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(addrs.Broker).SetClientID("posgate-S1-T02").
-			SetUsername("t02").SetPassword("t02-pass").SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).
+			SetUsername("t02").SetPassword("t02-pass-of-the-tests").SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).
 			SetTLSConfig(&tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12,
 				VerifyConnection: func(cs tls.ConnectionState) error {
 					served.Store(cs.PeerCertificates[0])
@@ -123,7 +124,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	}
 	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: "tls://" + proxy.Addr(), DataDir: filepath.Join(dir, "T01"),
-		Extra: []string{"--broker-ca", ca.Path, "--username", "t01", "--password", "t01-pass"}})
+		Extra: []string{"--broker-ca", ca.Path, "--username", "t01", "--password", "t01-pass-of-the-tests"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,4 +200,14 @@ func startTLSMain(t *testing.T, s *stack.Stack, dir, cert, key string, users ...
 		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
 		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
 	return addrs
+}
+
+// mustUser returns a terminal account whose password is hashed at bcrypt's least cost.
+func mustUser(t *testing.T, username, password, terminal string) broker.User {
+	t.Helper()
+	u, err := broker.NewUser(username, password, terminal, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

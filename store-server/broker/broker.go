@@ -12,13 +12,10 @@ package broker
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -26,14 +23,17 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/wire"
 )
 
 // User is a terminal's MQTT credentials, bound to its terminal id.
 type User struct {
 	Username string `json:"username"`
-	Password string `json:"password"`
-	Terminal string `json:"terminal"`
+	// PasswordHash is the bcrypt hash of the account's password (HashPassword; store-server
+	// passwd writes it): the users file holds no password.
+	PasswordHash string `json:"password_hash"`
+	Terminal     string `json:"terminal"`
 }
 
 // Config configures the broker.
@@ -59,28 +59,9 @@ type Config struct {
 	// MaxConns bounds the connections served at once (DefaultMaxConns when 0); a further
 	// one waits in the kernel's queue until one closes.
 	MaxConns int
-}
-
-// LoadUsers reads a JSON array of User from path.
-func LoadUsers(path string) ([]User, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read mqtt users: %w", err)
-	}
-	var users []User
-	if err := json.Unmarshal(b, &users); err != nil {
-		return nil, fmt.Errorf("mqtt users %s: %w", path, err)
-	}
-	// No accounts (null, or []) is not a broker with accounts: nil Users admit anyone.
-	if len(users) == 0 {
-		return nil, fmt.Errorf("mqtt users %s: no accounts in it; give each terminal its own", path)
-	}
-	for _, u := range users {
-		if u.Username == "" || u.Password == "" || u.Terminal == "" {
-			return nil, fmt.Errorf("mqtt users %s: every user needs username, password and terminal", path)
-		}
-	}
-	return users, nil
+	// Logins counts failed logins per account and per address (nil: five free, then a wait
+	// doubling from 1 s to 5 minutes).
+	Logins *guard.Guard
 }
 
 // ConnectWithin is how long a new connection has to send its CONNECT packet: mochi sets no
@@ -198,6 +179,7 @@ type authHook struct {
 	mqtt.HookBase
 	open     bool                // no users configured: anonymous store LAN, every topic
 	accounts map[string]*account // by username
+	logins   *logins
 	catalog  string
 	// agentPrefix starts the client id of every terminal agent of the store (the terminal's
 	// id follows).
@@ -217,7 +199,7 @@ type account struct {
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store), log: log,
-		agentPrefix: "posgate-" + cfg.Store + "-"}
+		agentPrefix: "posgate-" + cfg.Store + "-", logins: newLogins(cfg.Logins)}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
 			status: wire.StatusTopic(cfg.Store, u.Terminal), backlog: wire.BacklogTopic(cfg.Store, u.Terminal),
@@ -243,14 +225,19 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	if h.open {
 		return true
 	}
+	addr := remoteHost(cl.Net.Remote)
 	a, ok := h.accounts[string(pk.Connect.Username)]
 	if !ok {
-		h.log.Warn("connection refused: unknown user", "client", pk.Connect.ClientIdentifier,
+		reason := "unknown user"
+		if h.logins.fail(addr) != nil {
+			reason = "too many failed logins from the address"
+		}
+		h.log.Warn("connection refused: "+reason, "client", pk.Connect.ClientIdentifier,
 			"user", string(pk.Connect.Username), "remote", cl.Net.Remote)
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(a.Password), pk.Connect.Password) != 1 {
-		h.log.Warn("connection refused: wrong password", "client", pk.Connect.ClientIdentifier,
+	if err := h.logins.check(a, pk.Connect.Password, addr); err != nil {
+		h.log.Warn("connection refused: "+err.Error(), "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
@@ -323,4 +310,12 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	h.log.Warn("subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
 		"terminal", a.Terminal, "topic", topic)
 	return false
+}
+
+// remoteHost is the host of a client's remote address, without its port.
+func remoteHost(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -80,16 +81,16 @@ func wait(t *testing.T, what string, ok func() bool) {
 // messages reach OnUp in order, and only from its own up topic; what the store publishes
 // reaches only the terminal it is for; the catalog is retained; a wrong password is refused.
 func TestInlineIngest(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	b, ups := startBroker(t, users)
 	if _, err := connect(t, b, "x", "t1", "wrong"); err == nil {
 		t.Fatal("a wrong password was let in")
 	}
-	t1, err := connect(t, b, "T1", "t1", "p1")
+	t1, err := connect(t, b, "T1", "t1", "p1-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t2, err := connect(t, b, "T2", "t2", "p2")
+	t2, err := connect(t, b, "T2", "t2", "p2-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestInlineIngest(t *testing.T) {
 	}
 	// T1's credentials on T2's up topic: refused (mochi drops an MQTT 3.1.1 client that
 	// publishes where it may not), never handed to ingest.
-	forger, err := connect(t, b, "T1-forger", "t1", "p1")
+	forger, err := connect(t, b, "T1-forger", "t1", "p1-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func (w *syncBuffer) String() string {
 func TestRefusalsAreLogged(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1")}
 	b, _ := startBroker(t, users, log)
 	if _, err := connect(t, b, "T1", "t1", "wrong"); err == nil {
 		t.Fatal("a wrong password was let in")
@@ -187,7 +188,7 @@ func TestRefusalsAreLogged(t *testing.T) {
 	if _, err := connect(t, b, "T9", "t9", "p9"); err == nil {
 		t.Fatal("an unknown user was let in")
 	}
-	c, err := connect(t, b, "T1", "t1", "p1")
+	c, err := connect(t, b, "T1", "t1", "p1-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestRefusalsAreLogged(t *testing.T) {
 // connection drops, its last will reach OnStatus inside the broker; another terminal may not
 // speak for it, and a refused backlog report (QoS 0) does not close the sender's connection.
 func TestStatusReachesOnStatus(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	status := &upLog{}
 	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: users, OnUp: func(string, []byte) {}, OnStatus: func(topic string, p []byte, _ bool) { status.add(topic, p) }})
 	if err != nil {
@@ -218,7 +219,7 @@ func TestStatusReachesOnStatus(t *testing.T) {
 	var mu sync.Mutex
 	var conn net.Conn
 	t1 := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("T1").SetUsername("t1").
-		SetPassword("p1").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
+		SetPassword("p1-of-the-tests!").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
 		SetWill(wire.StatusTopic("S1", "T1"), "offline", 1, true).
 		SetCustomOpenConnectionFn(func(u *url.URL, _ paho.ClientOptions) (net.Conn, error) {
 			c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
@@ -233,7 +234,7 @@ func TestStatusReachesOnStatus(t *testing.T) {
 	if tok := t1.Publish(wire.StatusTopic("S1", "T1"), 1, true, "online"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
-	forger, err := connect(t, b, "T2", "t2", "p2")
+	forger, err := connect(t, b, "T2", "t2", "p2-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,14 +267,14 @@ func TestStatusReachesOnStatus(t *testing.T) {
 // terminal that asks for one on another topic (another terminal's up topic, the retained
 // catalog) is refused at connect; its own status topic is allowed.
 func TestWillOnlyOnOwnStatus(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	b, ups := startBroker(t, users)
 	if err := b.PublishRetained(wire.CatalogTopic("S1"), []byte("catalog v1")); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(will string, retain bool) error {
 		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("will-"+will).SetUsername("t1").
-			SetPassword("p1").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
+			SetPassword("p1-of-the-tests!").SetAutoReconnect(false).SetConnectTimeout(5*time.Second).
 			SetWill(will, `{"terminal":"T2","forged":true}`, 1, retain))
 		tok := c.Connect()
 		if !tok.WaitTimeout(5 * time.Second) {
@@ -301,7 +302,7 @@ func TestWillOnlyOnOwnStatus(t *testing.T) {
 // session by connecting with its client id (and read the acks queued for it); the terminal
 // itself reconnects to it and gets them.
 func TestClientIDBelongsToItsAccount(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	b, _ := startBroker(t, users)
 	var mu sync.Mutex
 	var got []string
@@ -314,7 +315,7 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 				mu.Unlock()
 			})
 	}
-	t2 := paho.NewClient(opts("t2", "p2"))
+	t2 := paho.NewClient(opts("t2", "p2-of-the-tests!"))
 	if tok := t2.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
@@ -324,12 +325,12 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 	if err := b.Publish(wire.DownTopic("S1", "T2"), []byte("acks for T2")); err != nil {
 		t.Fatal(err)
 	}
-	evil := paho.NewClient(opts("t1", "p1"))
+	evil := paho.NewClient(opts("t1", "p1-of-the-tests!"))
 	if tok := evil.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 		evil.Disconnect(50)
 		t.Fatal("t1 connected with T2's client id")
 	}
-	back := paho.NewClient(opts("t2", "p2"))
+	back := paho.NewClient(opts("t2", "p2-of-the-tests!"))
 	if tok := back.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
@@ -345,4 +346,15 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 			t.Fatalf("messages %s; want T2's acks, delivered to t2 once", n)
 		}
 	}
+}
+
+// mustUser returns an account whose password is hashed at bcrypt's least cost: the tests
+// log in often, and the cost is not what they test.
+func mustUser(t *testing.T, username, password, terminal string) User {
+	t.Helper()
+	u, err := NewUser(username, password, terminal, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -28,7 +28,7 @@ func TestPacketSizeBeforeLogin(t *testing.T) {
 	// Not closed at the end: mochi's Close races (a data race, under -race) with the
 	// goroutine of a connection it dropped before its CONNECT, which this test makes; the
 	// listener goes with the test binary.
-	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: []User{{Username: "t1", Password: "p1", Terminal: "T1"}}})
+	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", Users: []User{mustUser(t, "t1", "p1-of-the-tests!", "T1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func isTimeout(err error) bool {
 // goes, it logs in.
 func TestConnectionsCapped(t *testing.T) {
 	b, err := Start(Config{Addr: "127.0.0.1:0", Store: "S1", MaxConns: 3,
-		Users: []User{{Username: "t1", Password: "p1", Terminal: "T1"}}})
+		Users: []User{mustUser(t, "t1", "p1-of-the-tests!", "T1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestConnectionsCapped(t *testing.T) {
 	}
 	connect := func() error {
 		cl := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T1").
-			SetUsername("t1").SetPassword("p1").SetConnectTimeout(time.Second).SetAutoReconnect(false))
+			SetUsername("t1").SetPassword("p1-of-the-tests!").SetConnectTimeout(time.Second).SetAutoReconnect(false))
 		tok := cl.Connect()
 		if !tok.WaitTimeout(2 * time.Second) {
 			return fmt.Errorf("no CONNACK")
@@ -145,12 +145,12 @@ func TestConnectionsCapped(t *testing.T) {
 // a restart of the broker (which keeps no sessions) the first account to use the id owned
 // its session, and the terminal was locked out for as long as the broker ran.
 func TestClientIDSquat(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	b, _ := startBroker(t, users)
 	// T1 (hostile) takes T2's agent client id before T2 connects, with a persistent session,
 	// and leaves: the session stays, bound to t1.
 	squat := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T2").
-		SetUsername("t1").SetPassword("p1").SetCleanSession(false).SetAutoReconnect(false).
+		SetUsername("t1").SetPassword("p1-of-the-tests!").SetCleanSession(false).SetAutoReconnect(false).
 		SetConnectTimeout(5 * time.Second))
 	if tok := squat.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 		squat.Disconnect(50)
@@ -159,7 +159,7 @@ func TestClientIDSquat(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	// T2's agent, with its own credentials and its own client id, as terminal-agent/uplink does.
 	t2 := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("posgate-S1-T2").
-		SetUsername("t2").SetPassword("p2").SetCleanSession(false).SetAutoReconnect(false).
+		SetUsername("t2").SetPassword("p2-of-the-tests!").SetCleanSession(false).SetAutoReconnect(false).
 		SetConnectTimeout(5 * time.Second))
 	tok := t2.Connect()
 	if !tok.WaitTimeout(5 * time.Second) {
@@ -190,11 +190,11 @@ func TestUsersFileWithoutAccounts(t *testing.T) {
 // session that ends with the connection; before, every new id left a session behind,
 // subscriptions and queued messages, for as long as the broker ran.
 func TestKeptSessionsOnlyUnderTheAgentID(t *testing.T) {
-	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}}
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1")}
 	b, _ := startBroker(t, users)
 	dial := func(id string, clean bool) error {
 		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(id).
-			SetUsername("t1").SetPassword("p1").SetCleanSession(clean).SetAutoReconnect(false).
+			SetUsername("t1").SetPassword("p1-of-the-tests!").SetCleanSession(clean).SetAutoReconnect(false).
 			SetConnectTimeout(5 * time.Second))
 		tok := c.Connect()
 		if !tok.WaitTimeout(5 * time.Second) {
