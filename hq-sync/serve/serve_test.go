@@ -318,6 +318,26 @@ func TestBatches(t *testing.T) {
 		{"too many rows", func() request {
 			return next("b-2", func(b *hqwire.Batch) { b.Rows = sales("S1", 100, hqwire.MaxBatchRows+1) })
 		}, 400, hqwire.CodeBatchInvalid, "limit"},
+		{"row hash not its content's", func() request {
+			return next("b-2", func(b *hqwire.Batch) { b.Rows[1].Hash = b.Rows[0].Hash })
+		}, 400, hqwire.CodeBatchInvalid, "not the hash of the row's content"},
+		{"amount not the payload's", func() request {
+			// the row HQ holds of S1 (first[0]) under a new batch id: its hash, its payload, and
+			// an amount a fen higher
+			return next("b-2", func(b *hqwire.Batch) {
+				r := first[0]
+				r.Amount++
+				r.ByMethod = map[string]money.Fen{}
+				for m, v := range first[0].ByMethod {
+					r.ByMethod[m] = v
+				}
+				for m := range r.ByMethod {
+					r.ByMethod[m]++
+					break
+				}
+				b.Rows = []hqwire.Row{r}
+			})
+		}, 400, hqwire.CodeBatchInvalid, "is not the payload's"},
 		{"bad row kind", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[1].Kind = "scan" }) }, 400, hqwire.CodeBatchInvalid, "rows[1]"},
 		{"bad terminal id", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[2].Terminal = "T 1" }) }, 400, hqwire.CodeBatchInvalid, "rows[2]"},
 		{"seq 0", func() request { return next("b-2", func(b *hqwire.Batch) { b.Rows[0].Seq = 0 }) }, 400, hqwire.CodeBatchInvalid, "rows[0]"},

@@ -67,6 +67,9 @@ func Validate(b *hqwire.Batch) error {
 		if err := checkRow(r); err != nil {
 			return invalid("rows[%d] (terminal %q seq %d): %s", i, clip(r.Terminal), r.Seq, err)
 		}
+		if err := checkContent(b.Store, r); err != nil {
+			return invalid("rows[%d] (terminal %q seq %d): %s", i, clip(r.Terminal), r.Seq, err)
+		}
 		k := key{r.Terminal, r.Seq}
 		if j, dup := seen[k]; dup {
 			return invalid("rows[%d] (terminal %q seq %d): the same row as rows[%d]", i, r.Terminal, r.Seq, j)
@@ -144,6 +147,53 @@ func checkRow(r *hqwire.Row) error {
 		return checkDayClose(r)
 	}
 	return checkAmounts(r.Amount, r.ByMethod)
+}
+
+// checkContent holds a row to its content: its hash is the hash HQ computes from the row's
+// kind, store, terminal, seq, time and payload (wire.Hash), and a sale's or refund's amount
+// and split by method are its payload's. A row that says otherwise is refused whole: HQ
+// keeps one row per key, and a row whose figures are not its content's would make a changed
+// amount look like the row HQ holds (same hash) and go unseen.
+func checkContent(store string, r *hqwire.Row) error {
+	if h := wire.Hash(wire.Kind(r.Kind), store, r.Terminal, r.Seq, r.At, r.Payload); h != r.Hash {
+		return fmt.Errorf("hash %s is not the hash of the row's content (%s)", clip(r.Hash), h)
+	}
+	var amount money.Fen
+	var by map[string]money.Fen
+	switch r.Kind {
+	case hqwire.KindSale, hqwire.KindRefund:
+		p, err := wire.DecodePayload(wire.Envelope{Kind: wire.Kind(r.Kind), Payload: r.Payload})
+		if err != nil {
+			return fmt.Errorf("payload: %s", perr.As(err).Message)
+		}
+		switch p := p.(type) {
+		case *wire.SalePayload:
+			amount, by = p.Total, p.Tendered()
+		case *wire.RefundPayload:
+			amount, by = p.Amount, map[string]money.Fen{p.Method: p.Amount}
+		}
+	default:
+		return nil // a day close's totals are its payload (checkDayClose)
+	}
+	if amount != r.Amount || !sameFigures(by, r.ByMethod) {
+		return fmt.Errorf("amount %s by method %v is not the payload's %s by method %v", r.Amount, r.ByMethod, amount, by)
+	}
+	return nil
+}
+
+// sameFigures compares two splits by method, a method missing from one standing for 0.
+func sameFigures(a, b map[string]money.Fen) bool {
+	for m, v := range a {
+		if b[m] != v {
+			return false
+		}
+	}
+	for m, v := range b {
+		if a[m] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // checkAmounts checks a sale's or refund's amount against its split by method.

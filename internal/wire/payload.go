@@ -227,6 +227,19 @@ func (p *SalePayload) Validate() error {
 	return nil
 }
 
+// Tendered returns what a valid sale took per payment method, cash net of its change: the
+// figures the store's ledger books for it and HQ checks a sale's row against.
+func (p *SalePayload) Tendered() map[string]money.Fen {
+	by := make(map[string]money.Fen, len(p.Payments))
+	for _, pm := range p.Payments {
+		by[pm.Method] += pm.Amount
+	}
+	if p.Change != 0 {
+		by[MethodCash] -= p.Change
+	}
+	return by
+}
+
 func checkLine(line int, sku string, qty int64) error {
 	switch {
 	case line <= 0:

@@ -47,6 +47,7 @@ func TestEnginesAnswerAlike(t *testing.T) {
 		req.Header.Set(hqwire.HeaderStore, "S1")
 		req.Header.Set(hqwire.HeaderTimestamp, ts)
 		req.Header.Set(hqwire.HeaderIdemKey, b.ID)
+		req.Header.Set(hqwire.HeaderContentHash, hqwire.ContentHash(body))
 		req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(secret, http.MethodPost, serve.BatchesPath, "S1", ts, b.ID, body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
