@@ -162,7 +162,7 @@ func (d *demo) startTills(ctx context.Context) error {
 			return err
 		}
 		d.agents = append(d.agents, a)
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 // store exactly once.
 type Cashier struct {
 	Base  string
+	token string
 	http  *http.Client   // records every answer (recorder)
 	agent *client.Client // over http
 
@@ -30,11 +31,12 @@ type Cashier struct {
 	counts map[int]int     // answers by status
 }
 
-// NewCashier returns a cashier for the agent API at addr (host:port).
-func NewCashier(addr string) *Cashier {
-	c := &Cashier{Base: "http://" + addr, ok: map[string]bool{}, counts: map[int]int{}}
+// NewCashier returns a cashier for the agent API at addr (host:port), with the agent's API
+// token (Agent.Token, or client.ReadToken of its file).
+func NewCashier(addr, token string) *Cashier {
+	c := &Cashier{Base: "http://" + addr, token: token, ok: map[string]bool{}, counts: map[int]int{}}
 	c.http = &http.Client{Timeout: 10 * time.Second, Transport: recorder{c}}
-	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http}
+	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http, Token: token}
 	return c
 }
 
@@ -108,7 +110,8 @@ func (c *Cashier) Call(method, path, body string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Idempotency-Key", string(client.NewKey()))
-	if body != "" {
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if method != http.MethodGet {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := c.http.Do(req)
@@ -229,10 +232,10 @@ func (c *Cashier) WaitCatalog(ctx context.Context) error {
 	}
 }
 
-// ReadyCashier returns a cashier of the agent whose API is at addr once the agent holds a
-// catalog, waiting at most within for it.
-func ReadyCashier(ctx context.Context, addr string, within time.Duration) (*Cashier, error) {
-	c := NewCashier(addr)
+// ReadyCashier returns a cashier of the agent whose API is at addr (with its token) once
+// the agent holds a catalog, waiting at most within for it.
+func ReadyCashier(ctx context.Context, addr, token string, within time.Duration) (*Cashier, error) {
+	c := NewCashier(addr, token)
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	return c, c.WaitCatalog(wctx)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/store-server/client"
+	agentclient "github.com/posgate/posgate/terminal-agent/client"
 )
 
 // StoreOptions configure a store-server process.
@@ -148,14 +149,24 @@ type AgentOptions struct {
 	Broker          string
 	DataDir         string
 	TZ              string
+	TokenFile       string   // --api-token-file; empty: the one the agent makes in DataDir
 	Extra           []string // more flags
 }
 
 // Agent is a terminal-agent process.
 type Agent struct {
 	*Proc
-	Opts AgentOptions
-	API  string
+	Opts  AgentOptions
+	API   string
+	Token string // the API token, read once the agent listens
+}
+
+// TokenPath is the file of the agent's API token.
+func (o AgentOptions) TokenPath() string {
+	if o.TokenFile != "" {
+		return o.TokenFile
+	}
+	return filepath.Join(o.DataDir, "api-token")
 }
 
 // StartAgent starts a terminal-agent and waits until its API listens; like StartStore, it
@@ -171,6 +182,9 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 		}
 		args := append([]string{"--store", o.Store, "--terminal", o.Terminal, "--broker", o.Broker, "--data-dir", o.DataDir,
 			"--listen", api, "--tz", o.TZ, "--ack-timeout", "1s", "--heartbeat", "0", "--log-level", "warn"}, o.Extra...)
+		if o.TokenFile != "" {
+			args = append(args, "--api-token-file", o.TokenFile)
+		}
 		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
 			Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
 		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
@@ -179,15 +193,23 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 	}
 }
 
-// Restart starts the agent again and waits until it listens.
+// Restart starts the agent again, waits until it listens, and reads its API token.
 func (a *Agent) Restart(ctx context.Context) error {
 	if err := a.Start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return a.waitUp(ctx, a.API)
+	if err := a.waitUp(ctx, a.API); err != nil {
+		return err
+	}
+	tok, err := agentclient.ReadToken(a.Opts.TokenPath())
+	a.Token = tok
+	return err
 }
+
+// Cashier returns a cashier of the agent, with its API token.
+func (a *Agent) Cashier() *Cashier { return NewCashier(a.API, a.Token) }
 
 // outboxFiles are the files of an agent's outbox database a backup holds: the database and
 // its write-ahead log (the shared-memory index and the lock file are rebuilt on open).

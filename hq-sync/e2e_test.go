@@ -116,7 +116,7 @@ func TestChainReconciles(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Kill() })
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

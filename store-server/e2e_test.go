@@ -130,7 +130,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 			t.Fatal(err)
 		}
 		e.agents[term] = a
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func runAgent(t *testing.T) (string, *headers) {
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	h := &headers{}
-	agent := api.New(store, up, nil)
+	agent := api.New(store, up, nil, api.Access{Token: "install-token"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.got = append(h.got, r.Header.Clone())
@@ -176,12 +176,17 @@ func TestEveryMethod(t *testing.T) {
 // and message, found with errors.As; the request changed nothing.
 func TestRefused(t *testing.T) {
 	url, h := runAgent(t)
-	c := &client.Client{BaseURL: url}
 	ctx := context.Background()
-	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
+	var noToken *client.Error
+	if _, err := (&client.Client{BaseURL: url}).OpenSale(ctx, client.NewKey()); !errors.As(err, &noToken) ||
+		noToken.Status != http.StatusUnauthorized || noToken.Code != "token_required" {
+		t.Fatalf("a client without the token: %v, want 401 token_required", err)
+	}
 	if h.last().Get("Authorization") != "" {
 		t.Errorf("Authorization %q sent without a token", h.last().Get("Authorization"))
 	}
+	c := &client.Client{BaseURL: url, Token: "install-token"}
+	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
 	for _, x := range []struct {
 		name   string
 		call   func() error
@@ -228,7 +233,7 @@ func TestRefused(t *testing.T) {
 // key with another request is refused, and the first stands.
 func TestSameKeySameAnswer(t *testing.T) {
 	url, _ := runAgent(t)
-	c := &client.Client{BaseURL: url}
+	c := &client.Client{BaseURL: url, Token: "install-token"}
 	ctx := context.Background()
 	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
 	must[client.SaleAnswer](t, "add a line")(c.AddLine(ctx, client.NewKey(), id, client.AddLineRequest{SKU: "MILK", Qty: 2}))
