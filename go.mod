@@ -14,6 +14,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/encoding v0.5.4
 	github.com/shopspring/decimal v1.6.0
+	golang.org/x/crypto v0.57.0
 	golang.org/x/sys v0.48.0
 	pgregory.net/rapid v1.3.0
 )

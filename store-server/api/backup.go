@@ -74,6 +74,16 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s.Settings != nil {
+		name, body, ok, err := s.Settings.File()
+		if err != nil {
+			s.backupFailed(w, err)
+			return
+		}
+		if ok {
+			files = append(files, catalog.File{Name: name, Body: body})
+		}
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		s.backupFailed(w, err)

@@ -346,3 +346,39 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsACL: every terminal reads the store's retained settings; none may publish
+// them (a till could otherwise name itself a supervisor, or allow refunds offline), and
+// the retained settings stay the store's.
+func TestSettingsACL(t *testing.T) {
+	users := []User{{Username: "t1", Password: "p1", Terminal: "T1"}, {Username: "t2", Password: "p2", Terminal: "T2"}}
+	b, _ := startBroker(t, users)
+	if err := b.PublishRetained(wire.SettingsTopic("S1"), []byte("settings v1")); err != nil {
+		t.Fatal(err)
+	}
+	forger, err := connect(t, b, "T1-forger", "t1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger.Publish(wire.SettingsTopic("S1"), 1, true, "forged settings").WaitTimeout(time.Second)
+	t2, err := connect(t, b, "T2", "t2", "p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	t2.Subscribe(wire.SettingsTopic("S1"), 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }).
+		WaitTimeout(5 * time.Second)
+	select {
+	case s := <-got:
+		if s != "settings v1" {
+			t.Fatalf("T2 read the settings %q, want the store's", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("T2 never read the retained settings")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("T2 read %q as well", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
