@@ -20,10 +20,12 @@ import (
 // and remembers every event that was answered 2xx, to check later that each reached the
 // store exactly once.
 type Cashier struct {
-	Base  string
-	token string
-	http  *http.Client   // records every answer (recorder)
-	agent *client.Client // over http
+	Base string
+	// Supervisor, if set, approves each refund RefundOne makes (one made offline needs one).
+	Supervisor *client.Supervisor
+	token      string
+	http       *http.Client   // records every answer (recorder)
+	agent      *client.Client // over http
 
 	mu     sync.Mutex
 	ok     map[string]bool // event keys answered 2xx
@@ -191,7 +193,7 @@ func (c *Cashier) RefundOne(i int) error {
 	id := c.sales[i%len(c.sales)]
 	c.mu.Unlock()
 	_, err := c.agent.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
-		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Method: wire.MethodCash})
+		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Method: wire.MethodCash, Supervisor: c.Supervisor})
 	if failed(err) {
 		return fmt.Errorf("refund: %w", err)
 	}

@@ -117,6 +117,23 @@ func (s *StoreServer) Manager() *client.Client {
 	return &client.Client{BaseURL: "http://" + s.API, Token: s.Opts.Token}
 }
 
+// DutySupervisor is the supervisor AllowOfflineRefunds sets; a cashier whose Supervisor it
+// is has each refund approved by it.
+var DutySupervisor = agentclient.Supervisor{Name: "Duty manager", PIN: "246810"}
+
+// AllowOfflineRefunds has the store allow refunds while a till cannot reach it, each
+// approved by DutySupervisor, whom it sets up (the store publishes both to its tills).
+func (s *StoreServer) AllowOfflineRefunds(ctx context.Context) error {
+	m := s.Manager()
+	if _, err := m.SetSupervisor(ctx, DutySupervisor.Name, DutySupervisor.PIN); err != nil {
+		return fmt.Errorf("set supervisor: %w", err)
+	}
+	if _, err := m.SetRefundRules(ctx, client.RefundRules{Offline: true}); err != nil {
+		return fmt.Errorf("set refund rules: %w", err)
+	}
+	return nil
+}
+
 // Call calls the manager API with a request as written, for what the client's methods do
 // not send (a raw body, say); out, if not nil, receives the JSON answer.
 func (s *StoreServer) Call(ctx context.Context, method, path, ctype string, body io.Reader, out any) error {

@@ -110,6 +110,9 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 			t.Fatal(err)
 		}
 	}
+	if err := srv.AllowOfflineRefunds(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, term := range terminals {
 		broker := st.MQTTURL()
 		for _, o := range offline {
@@ -125,7 +128,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
 		a, err := e2e.StartAgent(ctx, b.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
-			DataDir: adir, TZ: tz, Extra: []string{"--offline-refunds"}})
+			DataDir: adir, TZ: tz})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,6 +137,7 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.Supervisor = &e2e.DutySupervisor
 		e.cashiers[term] = c
 	}
 	return e

@@ -39,7 +39,6 @@ type Main struct {
 	CardPaymentCap     string
 	CardTotalCap       string
 	MaxOffline         time.Duration
-	OfflineRefunds     bool
 	VerdictTimeout     time.Duration
 	AckTimeout         time.Duration
 	Window, Batch      int
@@ -76,7 +75,6 @@ func (m *Main) ParseFlags(args []string) error {
 		"offline: most card/QR money waiting to sync, decimal yuan (0: no limit)")
 	dur(&m.MaxOffline, "offline-max", "POSGATE_OFFLINE_MAX", 24*time.Hour,
 		"longest time offline during which card/QR payments are still taken (0: no limit); cash is never capped")
-	fs.Bool(&m.OfflineRefunds, "offline-refunds", "POSGATE_OFFLINE_REFUNDS", false, "allow refunds while offline")
 	dur(&m.VerdictTimeout, "verdict-timeout", "POSGATE_VERDICT_TIMEOUT", 300*time.Millisecond,
 		"online, how long a scan or checkout waits for the store's verdict before deciding locally")
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
@@ -156,7 +154,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
-		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline, OfflineRefunds: m.OfflineRefunds},
+		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
 		CloseLookbackDays: m.CloseLookbackDays,
 	})
 	if err != nil {

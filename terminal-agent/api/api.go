@@ -370,10 +370,15 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	restock := req.Restock == nil || *req.Restock
+	approvedBy, err := s.approve(r.Context(), req.Supervisor)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	s.settle(r.Context(), req.SaleID)
-	s.mutate(w, r, body, mutation{
+	s.mutate(w, r, withoutPIN(body, &req, &req.Supervisor), mutation{
 		apply: func(t *outbox.Tx) (string, error) {
-			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock)
+			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock, approvedBy)
 		},
 		render: func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error) {
 			rf, err := s.store.Refund(ctx, ref)
@@ -446,8 +451,17 @@ func (s *Server) dayReopen(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.Invalid, "business_date_required", "name the business day to reopen (business_date)"))
 		return
 	}
-	s.mutate(w, r, body, mutation{
-		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, req.Supervisor) },
+	if req.Supervisor == nil {
+		writeError(w, perr.New(perr.Forbidden, outbox.CodeSupervisorRequired, "a day's reopen needs a supervisor's name and PIN"))
+		return
+	}
+	supervisor, err := s.approve(r.Context(), req.Supervisor)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.mutate(w, r, withoutPIN(body, &req, &req.Supervisor), mutation{
+		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, supervisor) },
 		render: func(ctx context.Context, ref string, _ *client.EventRef) (int, any, error) {
 			ro, err := s.store.DayReopenByRef(ctx, ref)
 			return http.StatusOK, client.DayReopenAnswer{Reopen: ro}, err
@@ -503,11 +517,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	set, _, err := s.store.Settings(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	st := s.up.Status()
 	cfg := s.store.Config()
 	a := client.StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
 		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
-		OldOpenDays: old, DatesApart: apart}
+		SettingsVersion: set.Version, OldOpenDays: old, DatesApart: apart}
 	if !b.OldestAt.IsZero() {
 		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
 	}

@@ -56,6 +56,7 @@ var testAccess = api.Access{Token: testToken}
 
 // newAgent is the agent whose API srv serves.
 func newAgent(t *testing.T, srv *httptest.Server, store *outbox.Store, path string, clk *clock) *agent {
+	setSettings(t, store, nil)
 	return &agent{t: t, srv: srv, c: &client.Client{BaseURL: srv.URL, Token: testToken}, store: store, path: path, clock: clk}
 }
 
@@ -294,7 +295,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"pay completed sale", "POST", "/v1/sales/" + paid + "/payments", `{"method":"cash","amount":"1.00"}`, "", 409, "sale_not_open"},
 		{"remove unknown line", "DELETE", "/v1/sales/" + open + "/lines/9", "", "", 404, "line_not_found"},
 		{"remove bad line", "DELETE", "/v1/sales/" + open + "/lines/x", "", "", 400, "line_invalid"},
-		{"refund open sale", "POST", "/v1/refunds", `{"sale_id":"` + open + `"}`, "", 409, "refund_offline_disabled"},
+		{"refund open sale", "POST", "/v1/refunds", `{"sale_id":"` + open + `"}`, "", 409, "sale_not_completed"},
 		{"refund without sale", "POST", "/v1/refunds", `{}`, "", 400, "sale_id_required"},
 		{"bad business date", "POST", "/v1/day-close", `{"business_date":"2026-13-45"}`, "", 400, "business_date_invalid"},
 		{"token reused", "POST", "/v1/sales/" + open + "/cancel", "", "", 422, "idempotency_key_reused"},
@@ -424,18 +425,20 @@ func TestOfflineCaps(t *testing.T) {
 }
 
 func TestOfflineRefundsWhenAllowed(t *testing.T) {
-	a := newOfflineAgent(t, outbox.Caps{OfflineRefunds: true})
+	a := newOfflineAgent(t, outbox.Caps{})
+	setSettings(t, a.store, func(s *wire.Settings) { s.OfflineRefunds = true })
 	id := a.openSale()
 	a.addLine(id, "MILK", 3)
 	a.addLine(id, "BREAD", 1)
 	a.pay(id, cash("50.00"))
 	ra, err := a.c.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
-		Lines: []client.RefundLine{{Line: 1, Qty: 2}}})
+		Lines: []client.RefundLine{{Line: 1, Qty: 2}}, Supervisor: &wang})
 	a.ok("refund", err)
-	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline {
+	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline ||
+		ra.Refund.ApprovedBy != "Wang" {
 		t.Fatalf("refund: %+v", ra)
 	}
-	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`); r.Code(t) != "refund_exceeds_sale" {
+	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}],"supervisor":`+svJSON(wang)+`}`); r.Code(t) != "refund_exceeds_sale" {
 		t.Fatalf("over-refund: %d %s", r.Status, r.Body)
 	}
 	totals := a.dayTotals("2026-11-29")
