@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"mime"
 	"net"
@@ -169,6 +170,18 @@ func quote(s string) string {
 	}
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// OpenAPI is the OpenAPI 3.1 document of this API, served at GET /v1/openapi.json without
+// the token (it holds nothing secret), from which POS teams generate their clients.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// openapi answers GET /v1/openapi.json.
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(OpenAPI)
 }
 
 // health answers GET /v1/health: the agent is up, and nothing more.

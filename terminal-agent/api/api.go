@@ -53,6 +53,7 @@ func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger, acc Access) *
 	s := &Server{store: store, up: up, log: log.With("component", "api"), now: store.Config().Now, mux: http.NewServeMux(),
 		guard: newGuard(acc)}
 	s.mux.HandleFunc("GET /v1/health", s.health)
+	s.mux.HandleFunc("GET /v1/openapi.json", s.openapi)
 	s.mux.HandleFunc("POST /v1/sales", s.openSale)
 	s.mux.HandleFunc("GET /v1/sales/{id}", s.getSale)
 	s.mux.HandleFunc("POST /v1/sales/{id}/lines", s.addLine)
