@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
-	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
@@ -30,11 +29,11 @@ import (
 func TestSupervisorsFromTheStore(t *testing.T) {
 	stack.SkipShort(t) // before the build
 	ctx := context.Background()
-	root, err := e2e.ModuleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, err := e2e.Build(ctx, root, t.TempDir(), false)
+	bins, err := Build(ctx, root, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func TestSupervisorsFromTheStore(t *testing.T) {
 	for _, d := range []string{"store", "agent"} {
 		os.MkdirAll(filepath.Join(dir, d), 0o700)
 	}
-	srv, err := e2e.StartStore(ctx, bins.StoreServer, e2e.StoreOptions{Store: "S1", DataDir: filepath.Join(dir, "store"),
+	srv, err := StartStore(ctx, bins.StoreServer, StoreOptions{Store: "S1", DataDir: filepath.Join(dir, "store"),
 		RedisAddr: st.Redis[0].Addr(), Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +63,7 @@ func TestSupervisorsFromTheStore(t *testing.T) {
 	if err != nil || !set.Published || len(set.Supervisors) != 1 || set.Supervisors[0] != "Wang Li" {
 		t.Fatalf("settings: %+v %v", set, err)
 	}
-	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T1", Broker: srv.Broker,
+	a, err := StartAgent(ctx, bins.TerminalAgent, AgentOptions{Store: "S1", Terminal: "T1", Broker: srv.Broker,
 		DataDir: filepath.Join(dir, "agent")})
 	if err != nil {
 		t.Fatal(err)
