@@ -4,19 +4,20 @@
 // and each terminal-agent checks a supervisor's PIN against it locally, also offline.
 //
 // A hash is the PHC string $argon2id$v=19$m=<KiB>,t=<passes>,p=<lanes>$<salt>$<key>, salt
-// and key in unpadded standard base64. Check bounds the parameters a hash may ask for, so
-// that a settings message cannot make a till spend a gigabyte or a minute on one PIN.
+// and key in unpadded standard base64, whose form and bounds the wire contract holds
+// (wire.ParsePINHash): a settings message cannot make a till spend a gigabyte or a minute
+// on one PIN.
 package pinhash
 
 import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"strings"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // The parameters Hash uses: the OWASP recommendation for argon2id (19 MiB, 2 passes, 1
@@ -27,13 +28,6 @@ const (
 	Lanes   = 1
 	SaltLen = 16
 	KeyLen  = 32
-)
-
-// The bounds Check puts on a hash's parameters.
-const (
-	MaxMemory = 64 * 1024 // KiB
-	MaxPasses = 10
-	MaxLanes  = 4
 )
 
 // PIN lengths a supervisor's PIN may have, in decimal digits.
@@ -71,64 +65,29 @@ func Hash(pin string) (string, error) {
 	rand.Read(salt) // never returns an error (crypto/rand)
 	key := argon2.IDKey([]byte(pin), salt, Passes, Memory, Lanes, KeyLen)
 	enc := base64.RawStdEncoding
-	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, Memory, Passes, Lanes,
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", wire.PINHashVersion, Memory, Passes, Lanes,
 		enc.EncodeToString(salt), enc.EncodeToString(key)), nil
 }
 
-// parsed is a hash taken apart.
-type parsed struct {
-	memory, passes uint32
-	lanes          uint8
-	salt, key      []byte
-}
-
 // ErrHash is the error of a string that is not an argon2id hash within the bounds.
-var ErrHash = errors.New("not an argon2id PIN hash within posgate's bounds")
+var ErrHash = wire.ErrPINHash
 
-func parse(h string) (parsed, error) {
-	var p parsed
-	parts := strings.Split(h, "$")
-	if len(parts) != 6 || parts[0] != "" || parts[1] != "argon2id" || parts[2] != fmt.Sprintf("v=%d", argon2.Version) {
-		return p, ErrHash
-	}
-	var lanes uint32
-	if n, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &p.memory, &p.passes, &lanes); err != nil || n != 3 ||
-		parts[3] != fmt.Sprintf("m=%d,t=%d,p=%d", p.memory, p.passes, lanes) {
-		return p, ErrHash
-	}
-	var err error
-	if p.salt, err = base64.RawStdEncoding.Strict().DecodeString(parts[4]); err != nil {
-		return p, ErrHash
-	}
-	if p.key, err = base64.RawStdEncoding.Strict().DecodeString(parts[5]); err != nil {
-		return p, ErrHash
-	}
-	switch {
-	case lanes < 1 || lanes > MaxLanes, p.passes < 1 || p.passes > MaxPasses,
-		p.memory < 8*lanes || p.memory > MaxMemory,
-		len(p.salt) < 8 || len(p.salt) > 64, len(p.key) < 16 || len(p.key) > 64:
-		return p, ErrHash
-	}
-	p.lanes = uint8(lanes)
-	return p, nil
-}
-
-// Check checks that h is an argon2id hash within the bounds.
+// Check checks that h is an argon2id hash within the bounds (wire.ParsePINHash).
 func Check(h string) error {
-	_, err := parse(h)
+	_, err := wire.ParsePINHash(h)
 	return err
 }
 
 // Verify reports whether pin is the PIN h was made from, comparing in constant time. A PIN
 // ValidPIN refuses never matches; a hash Check refuses is an error.
 func Verify(h, pin string) (bool, error) {
-	p, err := parse(h)
+	p, err := wire.ParsePINHash(h)
 	if err != nil {
 		return false, err
 	}
 	if ValidPIN(pin) != nil {
 		return false, nil
 	}
-	key := argon2.IDKey([]byte(pin), p.salt, p.passes, p.memory, p.lanes, uint32(len(p.key)))
-	return subtle.ConstantTimeCompare(key, p.key) == 1, nil
+	key := argon2.IDKey([]byte(pin), p.Salt, p.Passes, p.Memory, p.Lanes, uint32(len(p.Key)))
+	return subtle.ConstantTimeCompare(key, p.Key) == 1, nil
 }

@@ -5,7 +5,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/posgate/posgate/internal/money"
-	"github.com/posgate/posgate/internal/pinhash"
 )
 
 // Bounds of a settings message.
@@ -78,7 +77,7 @@ func DecodeSettings(b []byte) (Settings, error) {
 }
 
 // Validate checks settings: version, supervisors named once each with a PIN hash within
-// pinhash's bounds, a threshold not negative.
+// ParsePINHash's bounds, a threshold not negative.
 func (s *Settings) Validate() error {
 	switch {
 	case s.V != Version:
@@ -102,8 +101,8 @@ func (s *Settings) Validate() error {
 				sv.Name, MaxSupervisorName)
 		case names[sv.Name]:
 			return invalid(CodePayload, "settings list supervisor %q twice", sv.Name)
-		case pinhash.Check(sv.PINHash) != nil:
-			return invalid(CodePayload, "supervisor %q: %v", sv.Name, pinhash.ErrHash)
+		case func() bool { _, err := ParsePINHash(sv.PINHash); return err != nil }():
+			return invalid(CodePayload, "supervisor %q: %v", sv.Name, ErrPINHash)
 		}
 		names[sv.Name] = true
 	}

@@ -7,16 +7,15 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
-	"github.com/posgate/posgate/internal/pinhash"
 )
+
+// testPINHash is internal/pinhash's hash of the PIN 482913.
+const testPINHash = "$argon2id$v=19$m=19456,t=2,p=1$/oJqJE/jRLYdBdrSMhtYqw$BL8GFmpZtejaEpsVPyqfqhB2T59+9zMNl7tX6Il89rI"
 
 // TestSettingsRoundTrip: settings as the store publishes them decode to the same value,
 // with the threshold as decimal text and the supervisors' hashes only.
 func TestSettingsRoundTrip(t *testing.T) {
-	h, err := pinhash.Hash("482913")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testPINHash
 	above := money.Fen(50000)
 	s := Settings{V: Version, Store: "S1", Version: 7, Supervisors: []Supervisor{{Name: "Wang Li", PINHash: h}},
 		RefundSupervisorAbove: &above, OfflineRefunds: true}
@@ -44,7 +43,7 @@ func TestSettingsRoundTrip(t *testing.T) {
 // TestSettingsRefused: a settings message that is not well formed, or breaks a rule, is
 // refused with a code, whole.
 func TestSettingsRefused(t *testing.T) {
-	h, _ := pinhash.Hash("482913")
+	h := testPINHash
 	sv := `{"name":"Wang","pin_hash":"` + h + `"}`
 	for body, code := range map[string]string{
 		`{"v":2,"store":"S1","version":1,"supervisors":[]}`:                                        CodeVersion,
@@ -72,5 +71,33 @@ func TestSettingsRefused(t *testing.T) {
 	}
 	if _, err := DecodeSettings(make([]byte, MaxSettingsBytes+1)); perr.CodeOf(err) != CodeOversize {
 		t.Errorf("oversize settings: %v", err)
+	}
+}
+
+// TestPINHashBounds: a pin_hash asking for more memory, passes or lanes than a till should
+// spend, or malformed, is refused before any work.
+func TestPINHashBounds(t *testing.T) {
+	if _, err := ParsePINHash(testPINHash); err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(testPINHash, "$")
+	salt, key := parts[4], parts[5]
+	for _, h := range []string{
+		"", "123456", "$argon2i$v=19$m=19456,t=2,p=1$" + salt + "$" + key,
+		"$argon2id$v=16$m=19456,t=2,p=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=4194304,t=2,p=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=19456,t=1000,p=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=19456,t=2,p=255$" + salt + "$" + key,
+		"$argon2id$v=19$m=19456,t=0,p=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=19456,t=2,p=1,x=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=019456,t=2,p=1$" + salt + "$" + key,
+		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "=$" + key,
+		"$argon2id$v=19$m=19456,t=2,p=1$$" + key,
+		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$AAAA",
+		"$argon2id$v=19$m=19456,t=2,p=1$" + salt + "$" + key + "$",
+	} {
+		if _, err := ParsePINHash(h); err == nil {
+			t.Errorf("ParsePINHash took %q", h)
+		}
 	}
 }
