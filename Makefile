@@ -9,7 +9,10 @@ BENCHTIME ?= 1x
 APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium chromium-driver
 BINS      := terminal-agent store-server hq-sync
 
-.PHONY: all build deps demo test test-short vet fmt bench fuzz clean
+# The OpenAPI linter, pinned: node and npm come with deps (nodejs); npx fetches it once.
+REDOCLY   ?= npx --yes @redocly/cli@2.77.0
+
+.PHONY: all build deps demo test test-short vet fmt bench fuzz clean openapi-lint
 
 all: build
 
@@ -36,6 +39,8 @@ deps:
 		if [ "$$(id -u)" != 0 ]; then echo "run as root (apt-get install -y $(APT_PKGS))"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
+	@# npx runs the OpenAPI linter: NodeSource's nodejs brings it, Debian's comes without it.
+	@command -v npx >/dev/null 2>&1 || { echo "installing: npm"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
 	@# Debian starts the packaged services on their default ports; the tests use their own.
 	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql >/dev/null 2>&1 || true
 
@@ -43,8 +48,13 @@ vet:
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . ; echo "gofmt needed"; exit 1)
 
-test: deps vet
+test: deps vet openapi-lint
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# openapi-lint lints the terminal-agent's OpenAPI document (what POS teams generate their
+# Kotlin and C# clients from); the Go tests validate real requests and answers against it.
+openapi-lint: deps
+	$(REDOCLY) lint terminal-agent/api/openapi.json
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -143,6 +143,10 @@ func (d *demo) startStore(ctx context.Context) error {
 // startTills starts a terminal-agent per till, T02 behind a link the demo can cut, and a
 // cashier for each once its agent holds the catalog.
 func (d *demo) startTills(ctx context.Context) error {
+	// Refunds made while a till is cut off are allowed, each approved by the duty supervisor.
+	if err := d.store.AllowOfflineRefunds(ctx); err != nil {
+		return err
+	}
 	for _, term := range terminals {
 		broker := d.store.Broker
 		if term == "T02" {
@@ -157,15 +161,16 @@ func (d *demo) startTills(ctx context.Context) error {
 			return err
 		}
 		a, err := e2e.StartAgent(ctx, d.bins.TerminalAgent, e2e.AgentOptions{Store: "S001", Terminal: term,
-			Broker: broker, DataDir: adir, Extra: []string{"--offline-refunds"}})
+			Broker: broker, DataDir: adir})
 		if err != nil {
 			return err
 		}
 		d.agents = append(d.agents, a)
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			return err
 		}
+		c.Supervisor = &e2e.DutySupervisor
 		d.cashiers[term] = c
 		say("terminal-agent %s up (API %s)", term, a.API)
 	}

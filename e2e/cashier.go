@@ -20,9 +20,12 @@ import (
 // and remembers every event that was answered 2xx, to check later that each reached the
 // store exactly once.
 type Cashier struct {
-	Base  string
-	http  *http.Client   // records every answer (recorder)
-	agent *client.Client // over http
+	Base string
+	// Supervisor, if set, approves each refund RefundOne makes (one made offline needs one).
+	Supervisor *client.Supervisor
+	token      string
+	http       *http.Client   // records every answer (recorder)
+	agent      *client.Client // over http
 
 	mu     sync.Mutex
 	ok     map[string]bool // event keys answered 2xx
@@ -30,11 +33,12 @@ type Cashier struct {
 	counts map[int]int     // answers by status
 }
 
-// NewCashier returns a cashier for the agent API at addr (host:port).
-func NewCashier(addr string) *Cashier {
-	c := &Cashier{Base: "http://" + addr, ok: map[string]bool{}, counts: map[int]int{}}
+// NewCashier returns a cashier for the agent API at addr (host:port), with the agent's API
+// token (Agent.Token, or client.ReadToken of its file).
+func NewCashier(addr, token string) *Cashier {
+	c := &Cashier{Base: "http://" + addr, token: token, ok: map[string]bool{}, counts: map[int]int{}}
 	c.http = &http.Client{Timeout: 10 * time.Second, Transport: recorder{c}}
-	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http}
+	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http, Token: token}
 	return c
 }
 
@@ -108,7 +112,8 @@ func (c *Cashier) Call(method, path, body string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Idempotency-Key", string(client.NewKey()))
-	if body != "" {
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if method != http.MethodGet {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := c.http.Do(req)
@@ -188,7 +193,7 @@ func (c *Cashier) RefundOne(i int) error {
 	id := c.sales[i%len(c.sales)]
 	c.mu.Unlock()
 	_, err := c.agent.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
-		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Method: wire.MethodCash})
+		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Method: wire.MethodCash, Supervisor: c.Supervisor})
 	if failed(err) {
 		return fmt.Errorf("refund: %w", err)
 	}
@@ -229,10 +234,10 @@ func (c *Cashier) WaitCatalog(ctx context.Context) error {
 	}
 }
 
-// ReadyCashier returns a cashier of the agent whose API is at addr once the agent holds a
-// catalog, waiting at most within for it.
-func ReadyCashier(ctx context.Context, addr string, within time.Duration) (*Cashier, error) {
-	c := NewCashier(addr)
+// ReadyCashier returns a cashier of the agent whose API is at addr (with its token) once
+// the agent holds a catalog, waiting at most within for it.
+func ReadyCashier(ctx context.Context, addr, token string, within time.Duration) (*Cashier, error) {
+	c := NewCashier(addr, token)
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	return c, c.WaitCatalog(wctx)

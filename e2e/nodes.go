@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/store-server/client"
+	agentclient "github.com/posgate/posgate/terminal-agent/client"
 )
 
 // StoreOptions configure a store-server process.
@@ -116,6 +117,23 @@ func (s *StoreServer) Manager() *client.Client {
 	return &client.Client{BaseURL: "http://" + s.API, Token: s.Opts.Token}
 }
 
+// DutySupervisor is the supervisor AllowOfflineRefunds sets; a cashier whose Supervisor it
+// is has each refund approved by it.
+var DutySupervisor = agentclient.Supervisor{Name: "Duty manager", PIN: "246810"}
+
+// AllowOfflineRefunds has the store allow refunds while a till cannot reach it, each
+// approved by DutySupervisor, whom it sets up (the store publishes both to its tills).
+func (s *StoreServer) AllowOfflineRefunds(ctx context.Context) error {
+	m := s.Manager()
+	if _, err := m.SetSupervisor(ctx, DutySupervisor.Name, DutySupervisor.PIN); err != nil {
+		return fmt.Errorf("set supervisor: %w", err)
+	}
+	if _, err := m.SetRefundRules(ctx, client.RefundRules{Offline: true}); err != nil {
+		return fmt.Errorf("set refund rules: %w", err)
+	}
+	return nil
+}
+
 // Call calls the manager API with a request as written, for what the client's methods do
 // not send (a raw body, say); out, if not nil, receives the JSON answer.
 func (s *StoreServer) Call(ctx context.Context, method, path, ctype string, body io.Reader, out any) error {
@@ -148,14 +166,24 @@ type AgentOptions struct {
 	Broker          string
 	DataDir         string
 	TZ              string
+	TokenFile       string   // --api-token-file; empty: the one the agent makes in DataDir
 	Extra           []string // more flags
 }
 
 // Agent is a terminal-agent process.
 type Agent struct {
 	*Proc
-	Opts AgentOptions
-	API  string
+	Opts  AgentOptions
+	API   string
+	Token string // the API token, read once the agent listens
+}
+
+// TokenPath is the file of the agent's API token.
+func (o AgentOptions) TokenPath() string {
+	if o.TokenFile != "" {
+		return o.TokenFile
+	}
+	return filepath.Join(o.DataDir, "api-token")
 }
 
 // StartAgent starts a terminal-agent and waits until its API listens; like StartStore, it
@@ -171,6 +199,9 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 		}
 		args := append([]string{"--store", o.Store, "--terminal", o.Terminal, "--broker", o.Broker, "--data-dir", o.DataDir,
 			"--listen", api, "--tz", o.TZ, "--ack-timeout", "1s", "--heartbeat", "0", "--log-level", "warn"}, o.Extra...)
+		if o.TokenFile != "" {
+			args = append(args, "--api-token-file", o.TokenFile)
+		}
 		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
 			Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
 		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
@@ -179,15 +210,23 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 	}
 }
 
-// Restart starts the agent again and waits until it listens.
+// Restart starts the agent again, waits until it listens, and reads its API token.
 func (a *Agent) Restart(ctx context.Context) error {
 	if err := a.Start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return a.waitUp(ctx, a.API)
+	if err := a.waitUp(ctx, a.API); err != nil {
+		return err
+	}
+	tok, err := agentclient.ReadToken(a.Opts.TokenPath())
+	a.Token = tok
+	return err
 }
+
+// Cashier returns a cashier of the agent, with its API token.
+func (a *Agent) Cashier() *Cashier { return NewCashier(a.API, a.Token) }
 
 // outboxFiles are the files of an agent's outbox database a backup holds: the database and
 // its write-ahead log (the shared-memory index and the lock file are rebuilt on open).

@@ -106,20 +106,24 @@ func TestChainReconciles(t *testing.T) {
 	dir := t.TempDir()
 	bins, st, srv, sdir := startE2EStore(ctx, t, stack.Options{Redis: true, MQTT: true, Postgres: true}, dir,
 		"sku,name,price\nMILK,Milk 1L,12.50\nBREAD,Bread,8.99\nEGGS,Eggs x10,15.90\nTEA,Green tea,0.30\n")
+	if err := srv.AllowOfflineRefunds(ctx); err != nil {
+		t.Fatal(err)
+	}
 	cashiers := map[string]*e2e.Cashier{}
 	for _, term := range []string{"T01", "T02"} {
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o700)
 		a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: e2eStore, Terminal: term,
-			Broker: st.MQTTURL(), DataDir: adir, TZ: e2eTZ, Extra: []string{"--offline-refunds"}})
+			Broker: st.MQTTURL(), DataDir: adir, TZ: e2eTZ})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Kill() })
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.Supervisor = &e2e.DutySupervisor
 		cashiers[term] = c
 	}
 	// A short day of trading: mixed baskets and tenders, some refunds.

@@ -49,7 +49,7 @@ func TestHQUploadView(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Kill() })
-	c, err := e2e.ReadyCashier(ctx, agent.API, 20*time.Second)
+	c, err := e2e.ReadyCashier(ctx, agent.API, agent.Token, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestRestoredTillReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Kill() })
-	c := e2e.NewCashier(agent.API)
+	c := agent.Cashier()
 	wait := func(what string, f func(context.Context) error) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -110,6 +110,9 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 			t.Fatal(err)
 		}
 	}
+	if err := srv.AllowOfflineRefunds(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, term := range terminals {
 		broker := st.MQTTURL()
 		for _, o := range offline {
@@ -125,15 +128,16 @@ func newEnv(t *testing.T, tz string, terminals []string, offline ...string) *env
 		adir := filepath.Join(dir, "agent-"+term)
 		os.MkdirAll(adir, 0o755) // the agent makes it private
 		a, err := e2e.StartAgent(ctx, b.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: term, Broker: broker,
-			DataDir: adir, TZ: tz, Extra: []string{"--offline-refunds"}})
+			DataDir: adir, TZ: tz})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.agents[term] = a
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.Supervisor = &e2e.DutySupervisor
 		e.cashiers[term] = c
 	}
 	return e

@@ -62,7 +62,7 @@ func newGapEnv(t *testing.T, terminals ...string) *gapEnv {
 			t.Fatal(err)
 		}
 		agents = append(agents, a)
-		c, err := e2e.ReadyCashier(ctx, a.API, 20*time.Second)
+		c, err := e2e.ReadyCashier(ctx, a.API, a.Token, 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

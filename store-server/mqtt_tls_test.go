@@ -47,7 +47,7 @@ func TestTerminalOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Kill()
-	c := e2e.NewCashier(a.API)
+	c := a.Cashier()
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	if err := c.WaitCatalog(wctx); err != nil {
@@ -129,7 +129,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Kill()
-	c := e2e.NewCashier(a.API)
+	c := a.Cashier()
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
 	if err := c.WaitCatalog(wctx); err != nil {

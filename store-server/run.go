@@ -30,6 +30,7 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
 	"github.com/posgate/posgate/store-server/presence"
+	"github.com/posgate/posgate/store-server/settings"
 )
 
 // Run runs the store-server until ctx ends, or until the API or ingest fails. It starts its
@@ -90,6 +91,7 @@ type server struct {
 	log       *slog.Logger
 	led       *ledger.Ledger
 	cat       *catalog.Catalog
+	set       *settings.Settings
 	gate      *gate.Gate
 	out       *lateOut
 	met       *metrics.Metrics
@@ -118,6 +120,9 @@ func (m *Main) openLedger(ctx context.Context, s *server) error {
 func (m *Main) openCatalog(ctx context.Context, s *server) error {
 	cat, err := catalog.Open(catalog.DefaultPath(m.DataDir), m.Store)
 	if err != nil {
+		return err
+	}
+	if s.set, err = settings.Open(settings.DefaultPath(m.DataDir), m.Store); err != nil {
 		return err
 	}
 	cat.SetVersionFloor(func() int64 {
@@ -242,10 +247,13 @@ func (m *Main) startBroker(s *server, onUp func(topic string, payload []byte)) (
 // connection.
 func (m *Main) connectBus(ctx context.Context, s *server, onUp func(topic string, payload []byte)) (stop func(), err error) {
 	var connected atomic.Pointer[bus.Client]
-	republish := func() { // the catalog again on each reconnection (not the first: publishCatalog)
+	republish := func() { // the catalog and settings again on each reconnection (not the first: publishCatalog)
 		if c := connected.Load(); c != nil {
 			if err := s.cat.Publish(c); err != nil {
 				s.log.Warn("publish catalog", "err", err)
+			}
+			if err := s.set.Publish(c); err != nil {
+				s.log.Warn("publish settings", "err", err)
 			}
 		}
 	}
@@ -268,7 +276,8 @@ func loopback(addr string) string {
 	return addr
 }
 
-// publishCatalog imports --catalog, if given, and sends the store's catalog to the terminals.
+// publishCatalog imports --catalog, if given, and sends the store's catalog and settings to
+// the terminals.
 func (m *Main) publishCatalog(s *server) error {
 	if m.CatalogFile != "" {
 		if err := m.importCatalog(s.cat, s.pub, s.log); err != nil {
@@ -277,6 +286,9 @@ func (m *Main) publishCatalog(s *server) error {
 	}
 	if err := s.cat.Publish(s.pub); err != nil {
 		s.log.Warn("publish catalog", "err", err)
+	}
+	if err := s.set.Publish(s.pub); err != nil {
+		s.log.Warn("publish settings", "err", err)
 	}
 	return nil
 }
@@ -390,7 +402,7 @@ var certCheckEvery = certfile.DefaultEvery
 // to errc.
 func (m *Main) serveAPI(s *server, ln net.Listener, errc chan<- error) *http.Server {
 	h := (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
-		Catalog: s.cat, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
+		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
 		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: s.log}).Handler()
 	// A backup download sets its own write deadline as it goes (api's progressWriter).
 	srv := httpserve.Serve(ln, h, httpserve.Default, errc)
@@ -413,6 +425,7 @@ func shutdown(srv *http.Server, ingested <-chan struct{}) {
 type publisher interface {
 	ingest.Publisher
 	catalog.Publisher
+	settings.Publisher
 }
 
 // lateOut lets ingest exist (and queue messages) before what it publishes through.

@@ -156,9 +156,15 @@ func benchStartStore(tb testing.TB, s *stack.Stack) *storesim.Responder {
 	return r
 }
 
+// benchToken is the API token of the agents the benchmarks run behind httptest.
+const benchToken = "bench-token-0123456789abcdefghijklmnop"
+
+// benchAPI is an agent's API: its address and token.
+type benchAPI struct{ addr, token string }
+
 // benchStartAgent runs the agent in-process with the real wiring and its default sync settings,
-// and returns its API address and a function that stops it.
-func benchStartAgent(tb testing.TB, broker, dataDir, terminal string) (string, func()) {
+// and returns its API and a function that stops it.
+func benchStartAgent(tb testing.TB, broker, dataDir, terminal string) (benchAPI, func()) {
 	tb.Helper()
 	m := NewMain()
 	if err := m.ParseFlags([]string{"--store", "S1", "--terminal", terminal, "--broker", broker,
@@ -179,11 +185,15 @@ func benchStartAgent(tb testing.TB, broker, dataDir, terminal string) (string, f
 	tb.Cleanup(stop)
 	select {
 	case addr := <-m.Addr:
-		return addr, stop
+		tok, err := client.ReadToken(filepath.Join(dataDir, TokenFile))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return benchAPI{addr, tok}, stop
 	case err := <-done:
 		tb.Fatalf("agent stopped: %v", err)
 	}
-	return "", nil
+	return benchAPI{}, nil
 }
 
 // benchFill queues n offline events in the outbox at path through package outbox, as the
@@ -423,12 +433,12 @@ func BenchmarkScanHTTP(b *testing.B) {
 		up := uplink.New(uplink.Config{BrokerURL: "tcp://127.0.0.1:1", Store: "S1", Terminal: "T1"}, store)
 		done := make(chan struct{})
 		go func() { defer close(done); up.Run(ctx) }()
-		srv := httptest.NewServer(api.New(store, up, nil))
+		srv := httptest.NewServer(api.New(store, up, nil, api.Access{Token: benchToken}))
 		b.Cleanup(func() { srv.Close(); cancel(); <-done; store.Close() })
 		for up.Status().OfflineSince.IsZero() {
 			time.Sleep(5 * time.Millisecond)
 		}
-		benchScanLatency(b, strings.TrimPrefix(srv.URL, "http://"), dir, false)
+		benchScanLatency(b, benchAPI{strings.TrimPrefix(srv.URL, "http://"), benchToken}, dir, false)
 	})
 	b.Run("live", func(b *testing.B) {
 		s := stack.Run(b, stack.Options{MQTT: true})
@@ -445,7 +455,7 @@ func BenchmarkScanHTTP(b *testing.B) {
 }
 
 // benchWaitCatalog waits until the agent has the catalog.
-func benchWaitCatalog(tb testing.TB, addr string) {
+func benchWaitCatalog(tb testing.TB, addr benchAPI) {
 	tb.Helper()
 	for range 400 {
 		if benchStatus(tb, addr).CatalogVersion > 0 {
@@ -458,7 +468,7 @@ func benchWaitCatalog(tb testing.TB, addr string) {
 
 // benchScanLatency times scans against the agent's API at addr against raw commits on a database
 // in dir. live checks that each scan got the store's verdict (not decided offline).
-func benchScanLatency(b *testing.B, addr, dir string, live bool) {
+func benchScanLatency(b *testing.B, agent benchAPI, dir string, live bool) {
 	b.Helper()
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, filepath.Join(dir, "raw.db"), nil)
@@ -483,15 +493,14 @@ func benchScanLatency(b *testing.B, addr, dir string, live bool) {
 	}
 
 	hc := &http.Client{Timeout: 10 * time.Second}
-	base := "http://" + addr
+	base := "http://" + agent.addr
 	n := 0
 	post := func(path, body string) ([]byte, error) {
 		n++
 		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), n))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
+		req.Header.Set("Authorization", "Bearer "+agent.token)
+		req.Header.Set("Content-Type", "application/json")
 		res, err := hc.Do(req)
 		if err != nil {
 			return nil, err
@@ -591,9 +600,9 @@ func benchPercentile(sorted []time.Duration, p int) time.Duration {
 }
 
 // benchStatus returns the agent's GET /v1/status answer.
-func benchStatus(tb testing.TB, addr string) client.StatusAnswer {
+func benchStatus(tb testing.TB, agent benchAPI) client.StatusAnswer {
 	tb.Helper()
-	st, err := (&client.Client{BaseURL: "http://" + addr}).Status(context.Background())
+	st, err := (&client.Client{BaseURL: "http://" + agent.addr, Token: agent.token}).Status(context.Background())
 	if err != nil {
 		tb.Fatal(err)
 	}

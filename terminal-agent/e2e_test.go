@@ -114,8 +114,8 @@ func startResponder(t *testing.T, s *stack.Stack, decide storesim.DecideFunc) *s
 	return r
 }
 
-// runAgent runs the agent in-process with the real wiring and returns its API address.
-func runAgent(t *testing.T, broker, dataDir string, extra ...string) string {
+// runAgent runs the agent in-process with the real wiring and returns a cashier of its API.
+func runAgent(t *testing.T, broker, dataDir string, extra ...string) *e2e.Cashier {
 	t.Helper()
 	m := NewMain()
 	args := append([]string{"--store", "S1", "--terminal", "T1", "--broker", broker, "--data-dir", dataDir,
@@ -129,11 +129,15 @@ func runAgent(t *testing.T, broker, dataDir string, extra ...string) string {
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case addr := <-m.Addr:
-		return addr
+		tok, err := client.ReadToken(filepath.Join(dataDir, TokenFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e2e.NewCashier(addr, tok)
 	case err := <-done:
 		t.Fatalf("agent stopped: %v", err)
 	}
-	return ""
+	return nil
 }
 
 func waitCatalog(t *testing.T, c *e2e.Cashier) {
@@ -167,7 +171,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 		}
 		return nil
 	})
-	c := e2e.NewCashier(runAgent(t, s.MQTTURL(), t.TempDir()))
+	c := runAgent(t, s.MQTTURL(), t.TempDir())
 	waitCatalog(t, c)
 	basket := func(i int) []string { return [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"MILK", "MILK", "BREAD"}}[i%3] }
 	method := func(i int) string { return []string{"cash", "card", "qr"}[i%3] }
@@ -280,9 +284,13 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal("agent did not start listening")
 		return nil
 	}
-	c := e2e.NewCashier(addr)
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	cmd := start()
+	tok, err := client.ReadToken(filepath.Join(dataDir, TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e2e.NewCashier(addr, tok)
 	waitCatalog(t, c)
 	skus := []string{"MILK", "BREAD", "EGGS"}
 	for round := 0; round < 20; round++ {

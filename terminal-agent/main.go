@@ -40,7 +40,6 @@ type Main struct {
 	CardPaymentCap     string
 	CardTotalCap       string
 	MaxOffline         time.Duration
-	OfflineRefunds     bool
 	VerdictTimeout     time.Duration
 	AckTimeout         time.Duration
 	Window, Batch      int
@@ -49,6 +48,7 @@ type Main struct {
 	Heartbeat          time.Duration
 	BacklogEvery       time.Duration
 	LogLevel           string
+	apiFlags
 
 	// Addr is the address the API listens on once Run has started (for tests).
 	Addr chan string
@@ -76,7 +76,6 @@ func (m *Main) ParseFlags(args []string) error {
 		"offline: most card/QR money waiting to sync, decimal yuan (0: no limit)")
 	dur(&m.MaxOffline, "offline-max", "POSGATE_OFFLINE_MAX", 24*time.Hour,
 		"longest time offline during which card/QR payments are still taken (0: no limit); cash is never capped")
-	fs.Bool(&m.OfflineRefunds, "offline-refunds", "POSGATE_OFFLINE_REFUNDS", false, "allow refunds while offline")
 	dur(&m.VerdictTimeout, "verdict-timeout", "POSGATE_VERDICT_TIMEOUT", 300*time.Millisecond,
 		"online, how long a scan or checkout waits for the store's verdict before deciding locally")
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
@@ -87,6 +86,7 @@ func (m *Main) ParseFlags(args []string) error {
 		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
+	m.apiFlags.define(fs)
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "terminal-agent: the POS device's offline-first gateway to its store.\n\n")
@@ -125,6 +125,9 @@ func (m *Main) Validate() error {
 		// 0 would leave yesterday out: a close pressed just after midnight found nothing.
 		return fmt.Errorf("--day-close-lookback %d: want at least 1 day", m.CloseLookbackDays)
 	}
+	if err := m.apiFlags.validate(m.Listen); err != nil {
+		return err
+	}
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
 	}
@@ -152,7 +155,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
-		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline, OfflineRefunds: m.OfflineRefunds},
+		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
 		CloseLookbackDays: m.CloseLookbackDays,
 	})
 	if err != nil {
@@ -177,12 +180,22 @@ func (m *Main) Run(ctx context.Context) error {
 		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, Logger: log,
 	}, store)
 
+	acc, err := m.apiFlags.access(m.DataDir, log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", m.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	tl, err := m.apiFlags.listener(ln, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ln = tl
 	m.Addr <- ln.Addr().String()
-	srv := &http.Server{Handler: api.New(store, up, log), ReadHeaderTimeout: 5 * time.Second,
+	srv := &http.Server{Handler: api.New(store, up, log, acc), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	log.Info("listening", "addr", ln.Addr().String(), "broker", m.Broker)
 

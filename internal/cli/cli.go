@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -88,6 +89,32 @@ func (f *Flags) Bool(p *bool, name, envName string, def bool, usage string) {
 // Int defines an int flag that the environment variable envName may also set.
 func (f *Flags) Int(p *int, name, envName string, def int, usage string) {
 	f.IntVar(p, name, def, f.from(name, envName, usage))
+}
+
+// List defines a flag that may be given more than once, each time one value or a comma
+// list; the environment variable envName may also set it, as a comma list. Blanks around
+// each value are dropped, and empty values with them.
+func (f *Flags) List(p *[]string, name, envName, usage string) {
+	f.Var((*listValue)(p), name, f.from(name, envName, usage))
+}
+
+// listValue is a List flag's value.
+type listValue []string
+
+func (l *listValue) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *listValue) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
 
 func (f *Flags) from(name, envName, usage string) string {

@@ -72,3 +72,25 @@ func TestFlagsHelpPrintsDefaultsNotTheEnvironment(t *testing.T) {
 		t.Errorf("--help should print the flag's own default and its variable:\n%s", out.String())
 	}
 }
+
+// TestListFlag: a list flag takes each value given, comma lists among them, and its
+// environment variable as a comma list when no argument gave it.
+func TestListFlag(t *testing.T) {
+	var out bytes.Buffer
+	f := NewFlags("x", &out)
+	var l []string
+	f.List(&l, "allow", "X_ALLOW", "origins")
+	if err := f.Parse([]string{"--allow", "https://a.example, https://b.example", "--allow", "https://c.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(l, " ") != "https://a.example https://b.example https://c.example" {
+		t.Fatalf("list %q", l)
+	}
+	t.Setenv("X_ALLOW", "https://d.example,,https://e.example")
+	f = NewFlags("x", &out)
+	l = nil
+	f.List(&l, "allow", "X_ALLOW", "origins")
+	if err := f.Parse(nil); err != nil || strings.Join(l, " ") != "https://d.example https://e.example" {
+		t.Fatalf("list from the environment %q (%v)", l, err)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	RateLimited  Kind = "rate_limited" // too many requests; retry after RetryAfter
 	Unavailable  Kind = "unavailable"  // a dependency is down; retrying later may succeed
 	Unauthorized Kind = "unauthorized" // missing or wrong credentials
+	Forbidden    Kind = "forbidden"    // the caller is known, and this step needs more (a supervisor's approval)
 	Internal     Kind = "internal"     // a bug or an unexpected failure
 )
 
@@ -104,6 +105,8 @@ func HTTPStatus(k Kind) int {
 		return http.StatusServiceUnavailable
 	case Unauthorized:
 		return http.StatusUnauthorized
+	case Forbidden:
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

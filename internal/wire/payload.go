@@ -104,6 +104,9 @@ type RefundPayload struct {
 	Method    string       `json:"method"`
 	Reference string       `json:"reference,omitempty"`
 	Restock   bool         `json:"restock"`
+	// ApprovedBy names the supervisor whose PIN the terminal checked for this refund (one
+	// above the store's threshold, or made offline: Settings); empty when none was needed.
+	ApprovedBy string `json:"approved_by,omitempty"`
 }
 
 // MethodTotal is a day's figures for one payment method. Sale amounts are net of change.
@@ -270,6 +273,9 @@ func checkPayment(pm Payment) error {
 func (p *RefundPayload) Validate() error {
 	if !textOK(p.RefundID, true) || !textOK(p.SaleID, true) || p.SaleSeq <= 0 {
 		return bad(CodePayload, "refund needs a refund_id, a sale_id and the sale's seq")
+	}
+	if !textOK(p.ApprovedBy, false) {
+		return bad(CodePayload, "a refund's approved_by is at most %d bytes", MaxTextLen)
 	}
 	if len(p.Lines) == 0 || len(p.Lines) > MaxLines {
 		return bad(CodePayload, "a refund needs 1 to %d lines", MaxLines)

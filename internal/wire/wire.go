@@ -234,6 +234,10 @@ func BacklogTopic(store, terminal string) string {
 	return "pos/" + store + "/" + terminal + "/backlog"
 }
 
+// SettingsTopic carries the store's retained, versioned settings for its terminals
+// (Settings): supervisors and the refund rules.
+func SettingsTopic(store string) string { return "pos/" + store + "/settings" }
+
 // CatalogTopic carries the store's retained, versioned catalog.
 func CatalogTopic(store string) string { return "pos/" + store + "/catalog" }
 

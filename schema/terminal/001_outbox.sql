@@ -80,7 +80,8 @@ CREATE TABLE refunds (
     reference    TEXT    NOT NULL DEFAULT '',
     restock      INTEGER NOT NULL,
     state        TEXT    NOT NULL DEFAULT 'done' CHECK (state IN ('done', 'refused')),
-    flow_no      INTEGER
+    flow_no      INTEGER,
+    approved_by  TEXT    NOT NULL DEFAULT ''    -- the supervisor whose PIN was checked, if any
 );
 CREATE INDEX refunds_seq ON refunds (seq);
 CREATE INDEX refunds_sale ON refunds (sale_id);
@@ -112,7 +113,7 @@ CREATE TABLE day_reopens (
     close_seq     INTEGER NOT NULL,             -- the day_close event reopened
     close_payload BLOB    NOT NULL,             -- the totals it declared
     reason        TEXT    NOT NULL CHECK (reason <> ''),
-    supervisor    TEXT    NOT NULL DEFAULT '',
+    supervisor    TEXT    NOT NULL,             -- the supervisor whose PIN was checked
     reopened_at   TEXT    NOT NULL              -- RFC 3339 with offset, by the device's clock
 );
 CREATE INDEX day_reopens_day ON day_reopens (business_date, n);
@@ -139,6 +140,24 @@ CREATE TABLE catalog (
     barcode      TEXT    UNIQUE,
     name         TEXT    NOT NULL,
     price        INTEGER NOT NULL CHECK (price >= 0)
+);
+
+-- The store's settings as last received (wire.Settings: its supervisors' PIN hashes and the
+-- refund rules), the highest version seen; the agent checks supervisors' PINs against them,
+-- also offline.
+CREATE TABLE settings (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    version      INTEGER NOT NULL,
+    payload      BLOB    NOT NULL               -- the message as published
+);
+
+-- Wrong PINs typed for a supervisor since the last right one (outbox.Store.Approve). From
+-- the 5th on, the supervisor is refused until locked_until_ms, a delay that doubles with
+-- each further wrong PIN. Kept here so that a restart of the agent does not reset it.
+CREATE TABLE supervisor_failures (
+    name            TEXT    PRIMARY KEY,
+    failures        INTEGER NOT NULL,
+    locked_until_ms INTEGER NOT NULL DEFAULT 0
 );
 
 -- Small named values: catalog_version, offline_since_ms, last_ack_ms.

@@ -37,9 +37,16 @@ import (
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
+	"github.com/posgate/posgate/store-server/settings"
 	"github.com/posgate/posgate/store-server/store"
 	"github.com/posgate/posgate/store-server/uploadstate"
 )
+
+// publisher publishes the store's retained messages: its catalog and its settings.
+type publisher interface {
+	catalog.Publisher
+	settings.Publisher
+}
 
 // Server serves the manager API.
 type Server struct {
@@ -49,7 +56,10 @@ type Server struct {
 	Gate    *gate.Gate
 	Ingest  *ingest.Ingest
 	Catalog *catalog.Catalog
-	Pub     catalog.Publisher
+	// Settings, if not nil, are the store's settings for its terminals (supervisors,
+	// refund rules), published through Pub.
+	Settings *settings.Settings
+	Pub      publisher
 	// Presence, if not nil, is the terminals' presence from their status topics.
 	Presence *presence.Board
 	// Metrics, if not nil, serves GET /metrics (Prometheus text format), to the manager token
@@ -90,6 +100,10 @@ func (s *Server) Handler() http.Handler {
 	s.route("POST /v1/stock/count", s.count)
 	s.route("GET /v1/catalog", s.getCatalog)
 	s.route("POST /v1/catalog", s.importCatalog)
+	s.route("GET /v1/settings", s.getSettings)
+	s.route("PUT /v1/settings/supervisors/{name}", s.setSupervisor)
+	s.route("DELETE /v1/settings/supervisors/{name}", s.removeSupervisor)
+	s.route("PUT /v1/settings/refunds", s.setRefundRules)
 	s.route("GET /v1/totals", s.totals)
 	s.route("GET /v1/oversells", s.oversells)
 	s.route("POST /v1/oversells/resolve", s.resolveOversell)

@@ -67,12 +67,10 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		s.backupFailed(w, err)
 		return
 	}
-	var files []catalog.File
-	if s.Catalog != nil {
-		if files, err = s.Catalog.Files(); err != nil {
-			s.backupFailed(w, err)
-			return
-		}
+	files, err := s.backupFiles()
+	if err != nil {
+		s.backupFailed(w, err)
+		return
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -174,4 +172,26 @@ func tarSize(n int64) int64 { return 512 + (n+511)/512*512 }
 func (s *Server) backupFailed(w http.ResponseWriter, err error) {
 	s.Logger.Error("backup of the store", "err", err)
 	writeError(w, perr.Wrap(err, perr.Internal, "internal", "backup: %v", err))
+}
+
+// backupFiles are the files a backup holds besides the ledger: the catalog's and the
+// settings', as they are now.
+func (s *Server) backupFiles() ([]catalog.File, error) {
+	var files []catalog.File
+	if s.Catalog != nil {
+		var err error
+		if files, err = s.Catalog.Files(); err != nil {
+			return nil, err
+		}
+	}
+	if s.Settings != nil {
+		name, body, ok, err := s.Settings.File()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			files = append(files, catalog.File{Name: name, Body: body})
+		}
+	}
+	return files, nil
 }

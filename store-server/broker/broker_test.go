@@ -348,6 +348,42 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 	}
 }
 
+// TestSettingsACL: every terminal reads the store's retained settings; none may publish
+// them (a till could otherwise name itself a supervisor, or allow refunds offline), and
+// the retained settings stay the store's.
+func TestSettingsACL(t *testing.T) {
+	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
+	b, _ := startBroker(t, users)
+	if err := b.PublishRetained(wire.SettingsTopic("S1"), []byte("settings v1")); err != nil {
+		t.Fatal(err)
+	}
+	forger, err := connect(t, b, "T1-forger", "t1", "p1-of-the-tests!")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger.Publish(wire.SettingsTopic("S1"), 1, true, "forged settings").WaitTimeout(time.Second)
+	t2, err := connect(t, b, "T2", "t2", "p2-of-the-tests!")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	t2.Subscribe(wire.SettingsTopic("S1"), 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }).
+		WaitTimeout(5 * time.Second)
+	select {
+	case s := <-got:
+		if s != "settings v1" {
+			t.Fatalf("T2 read the settings %q, want the store's", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("T2 never read the retained settings")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("T2 read %q as well", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 // mustUser returns an account whose password is hashed at bcrypt's least cost: the tests
 // log in often, and the cost is not what they test.
 func mustUser(t *testing.T, username, password, terminal string) User {

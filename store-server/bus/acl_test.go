@@ -60,10 +60,11 @@ topic write pos/S1/T01/status
 topic write pos/S1/T01/backlog
 topic read pos/S1/T01/down
 topic read pos/S1/catalog
+topic read pos/S1/settings
 `
 	for _, tc := range []struct{ name, store string }{
 		{"as documented", "user store-S1\ntopic read pos/S1/+/up\ntopic read pos/S1/+/status\ntopic read pos/S1/+/backlog\n" +
-			"topic write pos/S1/+/down\ntopic write pos/S1/catalog\n"},
+			"topic write pos/S1/+/down\ntopic write pos/S1/catalog\ntopic write pos/S1/settings\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			acl := filepath.Join(t.TempDir(), "acl")
@@ -178,10 +179,10 @@ func TestMosquittoClientIDTakeover(t *testing.T) {
 	}
 	acl := filepath.Join(dir, "acl")
 	rules := "user store-S1\ntopic read pos/S1/+/up\ntopic read pos/S1/+/status\ntopic read pos/S1/+/backlog\n" +
-		"topic write pos/S1/+/down\ntopic write pos/S1/catalog\n"
+		"topic write pos/S1/+/down\ntopic write pos/S1/catalog\ntopic write pos/S1/settings\n"
 	for _, term := range []string{"T01", "T02"} {
 		rules += fmt.Sprintf("user %[1]s\ntopic write pos/S1/%[1]s/up\ntopic write pos/S1/%[1]s/status\n"+
-			"topic write pos/S1/%[1]s/backlog\ntopic read pos/S1/%[1]s/down\ntopic read pos/S1/catalog\n", term)
+			"topic write pos/S1/%[1]s/backlog\ntopic read pos/S1/%[1]s/down\ntopic read pos/S1/catalog\ntopic read pos/S1/settings\n", term)
 	}
 	if err := os.WriteFile(acl, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)

@@ -213,6 +213,33 @@ func (c *Client) SetLimits(ctx context.Context, l Limits) (LimitsAnswer, error) 
 	return a, c.do(ctx, http.MethodPut, "/v1/limits", jsonBody(l), &a)
 }
 
+// Settings returns the store's settings for its terminals: its supervisors (names only) and
+// refund rules (GET /v1/settings).
+func (c *Client) Settings(ctx context.Context) (SettingsAnswer, error) {
+	var a SettingsAnswer
+	return a, c.do(ctx, http.MethodGet, "/v1/settings", nil, &a)
+}
+
+// SetSupervisor adds a supervisor, or gives one a new PIN (PUT /v1/settings/supervisors/{name}).
+// The store keeps and publishes only the PIN's hash.
+func (c *Client) SetSupervisor(ctx context.Context, name, pin string) (SettingsAnswer, error) {
+	var a SettingsAnswer
+	return a, c.do(ctx, http.MethodPut, "/v1/settings/supervisors/"+url.PathEscape(name), jsonBody(SupervisorRequest{PIN: pin}), &a)
+}
+
+// RemoveSupervisor removes a supervisor (DELETE /v1/settings/supervisors/{name}).
+func (c *Client) RemoveSupervisor(ctx context.Context, name string) (SettingsAnswer, error) {
+	var a SettingsAnswer
+	return a, c.do(ctx, http.MethodDelete, "/v1/settings/supervisors/"+url.PathEscape(name), nil, &a)
+}
+
+// SetRefundRules sets the refund amount above which a supervisor is needed and whether
+// refunds may be made offline (PUT /v1/settings/refunds).
+func (c *Client) SetRefundRules(ctx context.Context, req RefundRules) (SettingsAnswer, error) {
+	var a SettingsAnswer
+	return a, c.do(ctx, http.MethodPut, "/v1/settings/refunds", jsonBody(req), &a)
+}
+
 // SetPromo multiplies every limit for a while (POST /v1/promo).
 func (c *Client) SetPromo(ctx context.Context, req PromoRequest) (LimitsAnswer, error) {
 	var a LimitsAnswer

@@ -143,6 +143,30 @@ type ImportAnswer struct {
 	Detail    string `json:"detail,omitempty"`
 }
 
+// SettingsAnswer is the store's settings for its terminals as the manager sees them: the
+// supervisors by name (their PINs' hashes are the terminals' alone), the refund rules, and
+// the version published (0: none set yet). Published is false when the settings are saved
+// and the broker has not taken them yet: they go out when it does.
+type SettingsAnswer struct {
+	Version     int64    `json:"version"`
+	Supervisors []string `json:"supervisors"`
+	RefundRules
+	Published bool `json:"published"`
+}
+
+// RefundRules are the store's refund rules: SupervisorAbove, if set, is the amount over
+// which a refund needs a supervisor's PIN (absent: none for its amount); Offline allows
+// refunds while a terminal cannot reach the store, each approved by a supervisor.
+type RefundRules struct {
+	SupervisorAbove *money.Fen `json:"supervisor_above,omitempty"`
+	Offline         bool       `json:"offline"`
+}
+
+// SupervisorRequest sets a supervisor's PIN: 6 to 12 digits.
+type SupervisorRequest struct {
+	PIN string `json:"pin"`
+}
+
 // Counters are one terminal's figures for one business date (or, summed with Add, a
 // store's), as Redis keeps them, as the ledger computes them and as a terminal declares
 // them. Sale amounts by method are net of change (cash); Amount is the sum of sale totals.

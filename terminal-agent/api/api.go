@@ -5,8 +5,9 @@
 //
 // Every state-changing request is committed to the outbox before it is answered; a request
 // repeated with the same Idempotency-Key gets the first answer and changes nothing. Bad input
-// gets a 4xx with a stable code and stores nothing. The API listens on localhost only by
-// default and must never be exposed beyond the device.
+// gets a 4xx with a stable code and stores nothing. Every request but the health check and
+// the OpenAPI document carries the install's API token, names the device in its Host
+// header, and comes from no web page but those of the origins configured (Access).
 package api
 
 import (
@@ -16,7 +17,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,14 +41,19 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	mux   *http.ServeMux
+	guard guard
 }
 
-// New returns the API server for an outbox and its uplink.
-func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
+// New returns the API server for an outbox and its uplink, open to the callers acc allows
+// (it panics on an empty token).
+func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger, acc Access) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{store: store, up: up, log: log.With("component", "api"), now: store.Config().Now, mux: http.NewServeMux()}
+	s := &Server{store: store, up: up, log: log.With("component", "api"), now: store.Config().Now, mux: http.NewServeMux(),
+		guard: newGuard(acc)}
+	s.mux.HandleFunc("GET /v1/health", s.health)
+	s.mux.HandleFunc("GET /v1/openapi.json", s.openapi)
 	s.mux.HandleFunc("POST /v1/sales", s.openSale)
 	s.mux.HandleFunc("GET /v1/sales/{id}", s.getSale)
 	s.mux.HandleFunc("POST /v1/sales/{id}/lines", s.addLine)
@@ -67,9 +72,6 @@ func New(store *outbox.Store, up *uplink.Uplink, log *slog.Logger) *Server {
 	})
 	return s
 }
-
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
@@ -105,6 +107,7 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // readBody reads a JSON request body strictly into v (v nil: the body must be empty or {}).
+// Its Content-Type was checked before the route (ServeHTTP).
 func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
@@ -116,12 +119,6 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	}
 	if len(bytes.TrimSpace(body)) == 0 && v == nil {
 		return body, nil
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" || len(body) > 0 {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return nil, perr.New(perr.Invalid, "content_type", "send the request body as application/json")
-		}
 	}
 	if v == nil {
 		v = &struct{}{}
@@ -374,10 +371,15 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	restock := req.Restock == nil || *req.Restock
+	approvedBy, err := s.approve(r.Context(), req.Supervisor)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	s.settle(r.Context(), req.SaleID)
-	s.mutate(w, r, body, mutation{
+	s.mutate(w, r, withoutPIN(body, &req, &req.Supervisor), mutation{
 		apply: func(t *outbox.Tx) (string, error) {
-			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock)
+			return t.Refund(req.SaleID, req.Lines, req.Method, req.Reference, restock, approvedBy)
 		},
 		render: func(ctx context.Context, ref string, ev *client.EventRef) (int, any, error) {
 			rf, err := s.store.Refund(ctx, ref)
@@ -450,8 +452,17 @@ func (s *Server) dayReopen(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.Invalid, "business_date_required", "name the business day to reopen (business_date)"))
 		return
 	}
-	s.mutate(w, r, body, mutation{
-		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, req.Supervisor) },
+	if req.Supervisor == nil {
+		writeError(w, perr.New(perr.Forbidden, outbox.CodeSupervisorRequired, "a day's reopen needs a supervisor's name and PIN"))
+		return
+	}
+	supervisor, err := s.approve(r.Context(), req.Supervisor)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.mutate(w, r, withoutPIN(body, &req, &req.Supervisor), mutation{
+		apply: func(t *outbox.Tx) (string, error) { return t.DayReopen(req.BusinessDate, req.Reason, supervisor) },
 		render: func(ctx context.Context, ref string, _ *client.EventRef) (int, any, error) {
 			ro, err := s.store.DayReopenByRef(ctx, ref)
 			return http.StatusOK, client.DayReopenAnswer{Reopen: ro}, err
@@ -507,11 +518,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	set, _, err := s.store.Settings(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	st := s.up.Status()
 	cfg := s.store.Config()
 	a := client.StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
 		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
-		OldOpenDays: old, DatesApart: apart}
+		SettingsVersion: set.Version, OldOpenDays: old, DatesApart: apart}
 	if !b.OldestAt.IsZero() {
 		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
 	}

@@ -43,13 +43,21 @@ type agent struct {
 	srv   *httptest.Server
 	c     *client.Client // over srv
 	store *outbox.Store
+	up    *uplink.Uplink // set by newOfflineAgent
 	path  string
 	clock *clock
 }
 
+// testToken is the API token of the agents the tests run.
+const testToken = "test-token-0123456789abcdefghijklmnop"
+
+// testAccess is the Access of the agents the tests run.
+var testAccess = api.Access{Token: testToken}
+
 // newAgent is the agent whose API srv serves.
 func newAgent(t *testing.T, srv *httptest.Server, store *outbox.Store, path string, clk *clock) *agent {
-	return &agent{t: t, srv: srv, c: &client.Client{BaseURL: srv.URL}, store: store, path: path, clock: clk}
+	setSettings(t, store, nil)
+	return &agent{t: t, srv: srv, c: &client.Client{BaseURL: srv.URL, Token: testToken}, store: store, path: path, clock: clk}
 }
 
 var shanghai = func() *time.Location {
@@ -74,7 +82,7 @@ func newOfflineAgent(t *testing.T, caps outbox.Caps) *agent {
 	up := uplink.New(uplink.Config{BrokerURL: "tcp://127.0.0.1:1", Store: "S1", Terminal: "T1", Now: clk.Now}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
-	srv := httptest.NewServer(api.New(store, up, nil))
+	srv := httptest.NewServer(api.New(store, up, nil, testAccess))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done; store.Close() })
 	_, err = store.ReplaceCatalog(ctx, wire.Catalog{V: 1, Store: "S1", Version: 3, Items: []wire.CatalogItem{
 		{SKU: "MILK", Barcode: "6901234567890", Name: "Milk 1L", Price: 1250},
@@ -89,7 +97,9 @@ func newOfflineAgent(t *testing.T, caps outbox.Caps) *agent {
 	for i := 0; i < 100 && up.Status().OfflineSince.IsZero(); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	return newAgent(t, srv, store, path, clk)
+	a := newAgent(t, srv, store, path, clk)
+	a.up = up
+	return a
 }
 
 type resp struct {
@@ -116,7 +126,8 @@ func (a *agent) do(method, path, body string, hdr ...string) resp {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if body != "" {
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if method != "GET" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -270,7 +281,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"sku and barcode", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","barcode":"6901234567890","qty":1}`, "", 400, "item_required"},
 		{"unknown sale", "POST", "/v1/sales/NOPE/lines", `{"sku":"MILK","qty":1}`, "", 404, "sale_not_found"},
 		{"oversize body", "POST", "/v1/sales/" + open + "/lines", big, "", 400, "body_too_large"},
-		{"wrong content type", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1}`, "text/plain", 400, "content_type"},
+		{"wrong content type", "POST", "/v1/sales/" + open + "/lines", `{"sku":"MILK","qty":1}`, "text/plain", 415, "content_type"},
 		{"sub-fen amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"0.001"}`, "", 400, "amount_sub_fen"},
 		{"huge amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"999999999999999999999.00"}`, "", 400, "amount_overflow"},
 		{"negative amount", "POST", "/v1/sales/" + open + "/payments", `{"method":"cash","amount":"-5.00"}`, "", 400, "amount_not_positive"},
@@ -284,7 +295,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"pay completed sale", "POST", "/v1/sales/" + paid + "/payments", `{"method":"cash","amount":"1.00"}`, "", 409, "sale_not_open"},
 		{"remove unknown line", "DELETE", "/v1/sales/" + open + "/lines/9", "", "", 404, "line_not_found"},
 		{"remove bad line", "DELETE", "/v1/sales/" + open + "/lines/x", "", "", 400, "line_invalid"},
-		{"refund open sale", "POST", "/v1/refunds", `{"sale_id":"` + open + `"}`, "", 409, "refund_offline_disabled"},
+		{"refund open sale", "POST", "/v1/refunds", `{"sale_id":"` + open + `"}`, "", 409, "sale_not_completed"},
 		{"refund without sale", "POST", "/v1/refunds", `{}`, "", 400, "sale_id_required"},
 		{"bad business date", "POST", "/v1/day-close", `{"business_date":"2026-13-45"}`, "", 400, "business_date_invalid"},
 		{"token reused", "POST", "/v1/sales/" + open + "/cancel", "", "", 422, "idempotency_key_reused"},
@@ -295,12 +306,13 @@ func TestBadInputStoresNothing(t *testing.T) {
 			before := a.dump()
 			req, _ := http.NewRequest(c.method, a.srv.URL+c.path, strings.NewReader(c.body))
 			ct := c.ctype
-			if ct == "" && c.body != "" {
+			if ct == "" && c.method != "GET" {
 				ct = "application/json"
 			}
 			if ct != "" {
 				req.Header.Set("Content-Type", ct)
 			}
+			req.Header.Set("Authorization", "Bearer "+testToken)
 			if c.name == "token reused" {
 				req.Header.Set("Idempotency-Key", "k-used")
 			}
@@ -413,18 +425,20 @@ func TestOfflineCaps(t *testing.T) {
 }
 
 func TestOfflineRefundsWhenAllowed(t *testing.T) {
-	a := newOfflineAgent(t, outbox.Caps{OfflineRefunds: true})
+	a := newOfflineAgent(t, outbox.Caps{})
+	setSettings(t, a.store, func(s *wire.Settings) { s.OfflineRefunds = true })
 	id := a.openSale()
 	a.addLine(id, "MILK", 3)
 	a.addLine(id, "BREAD", 1)
 	a.pay(id, cash("50.00"))
 	ra, err := a.c.Refund(context.Background(), client.NewKey(), client.RefundRequest{SaleID: id,
-		Lines: []client.RefundLine{{Line: 1, Qty: 2}}})
+		Lines: []client.RefundLine{{Line: 1, Qty: 2}}, Supervisor: &wang})
 	a.ok("refund", err)
-	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline {
+	if ra.Refund.Amount != 2500 || ra.Refund.Method != "cash" || ra.Event == nil || !ra.Event.Offline ||
+		ra.Refund.ApprovedBy != "Wang" {
 		t.Fatalf("refund: %+v", ra)
 	}
-	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}]}`); r.Code(t) != "refund_exceeds_sale" {
+	if r := a.do("POST", "/v1/refunds", `{"sale_id":"`+id+`","lines":[{"line":1,"qty":2}],"supervisor":`+svJSON(wang)+`}`); r.Code(t) != "refund_exceeds_sale" {
 		t.Fatalf("over-refund: %d %s", r.Status, r.Body)
 	}
 	totals := a.dayTotals("2026-11-29")

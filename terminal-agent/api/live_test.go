@@ -57,7 +57,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1", AckTimeout: o.ackTimeout}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
-	srv := httptest.NewServer(api.New(store, up, nil))
+	srv := httptest.NewServer(api.New(store, up, nil, testAccess))
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })
 	waitOnline(t, store, up)
 	return newAgent(t, srv, store, path, nil), r
@@ -74,6 +74,7 @@ func TestLiveDoubleClick(t *testing.T) {
 		go func() {
 			req, _ := http.NewRequest("POST", a.srv.URL+"/v1/sales/"+id+"/payments", strings.NewReader(`{"method":"cash","amount":"20.00"}`))
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testToken)
 			req.Header.Set("Idempotency-Key", "click-1")
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -39,14 +39,14 @@ func TestReopenAMistakenClose(t *testing.T) {
 	}
 
 	a.clock.Add(5 * time.Minute)
-	reopen := `{"business_date":"2026-11-29","reason":"closed by mistake at 15:00","supervisor":"S-07"}`
+	reopen := `{"business_date":"2026-11-29","reason":"closed by mistake at 15:00","supervisor":{"name":"Wang","pin":"482913"}}`
 	r1 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1")
 	var ro client.DayReopenAnswer
 	r1.json(t, &ro)
 	if ro.Reopen.BusinessDate != "2026-11-29" || ro.Reopen.CloseSeq != first.Event.Seq ||
 		ro.Reopen.ClosedTotals.SaleCount != 1 || ro.Reopen.Reason != "closed by mistake at 15:00" ||
-		ro.Reopen.Supervisor != "S-07" || !ro.Reopen.ReopenedAt.Equal(a.clock.Now()) {
-		t.Fatalf("the reopen answered %s; want the close of event %d with one sale, the reason, S-07 and %s",
+		ro.Reopen.Supervisor != "Wang" || !ro.Reopen.ReopenedAt.Equal(a.clock.Now()) {
+		t.Fatalf("the reopen answered %s; want the close of event %d with one sale, the reason, Wang and %s",
 			r1.Body, first.Event.Seq, a.clock.Now())
 	}
 	if r2 := a.must("POST", "/v1/day-close/reopen", reopen, 200, "Idempotency-Key", "reopen-1"); !bytes.Equal(r2.Body, r1.Body) {
@@ -100,7 +100,8 @@ func TestReopenAMistakenClose(t *testing.T) {
 // dayReopen reopens date, closed, for reason.
 func (a *agent) dayReopen(date, reason string) client.DayReopenAnswer {
 	a.t.Helper()
-	ro, err := a.c.DayReopen(context.Background(), client.NewKey(), client.DayReopenRequest{BusinessDate: date, Reason: reason})
+	ro, err := a.c.DayReopen(context.Background(), client.NewKey(), client.DayReopenRequest{BusinessDate: date, Reason: reason,
+		Supervisor: &wang})
 	a.ok("reopen "+date, err)
 	return ro
 }
@@ -134,14 +135,14 @@ func TestReopenRefusals(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{"not closed", `{"business_date":"2026-11-29","reason":"x"}`, 409, outbox.CodeDayNotClosed},
-		{"never traded", `{"business_date":"2026-11-25","reason":"x"}`, 409, outbox.CodeDayNotClosed},
-		{"no reason", `{"business_date":"2026-11-22"}`, 400, outbox.CodeReopenReasonRequired},
-		{"a blank reason", `{"business_date":"2026-11-22","reason":"  "}`, 400, outbox.CodeReopenReasonRequired},
-		{"before the lookback", `{"business_date":"2026-11-21","reason":"x"}`, 409, outbox.CodeReopenTooOld},
-		{"future", `{"business_date":"2026-11-30","reason":"x"}`, 409, outbox.CodeDayNotStarted},
-		{"no day", `{"reason":"x"}`, 400, "business_date_required"},
-		{"a bad day", `{"business_date":"29.11.2026","reason":"x"}`, 400, "business_date_invalid"},
+		{"not closed", `{"business_date":"2026-11-29","reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 409, outbox.CodeDayNotClosed},
+		{"never traded", `{"business_date":"2026-11-25","reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 409, outbox.CodeDayNotClosed},
+		{"no reason", `{"business_date":"2026-11-22","supervisor":{"name":"Wang","pin":"482913"}}`, 400, outbox.CodeReopenReasonRequired},
+		{"a blank reason", `{"business_date":"2026-11-22","reason":"  ","supervisor":{"name":"Wang","pin":"482913"}}`, 400, outbox.CodeReopenReasonRequired},
+		{"before the lookback", `{"business_date":"2026-11-21","reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 409, outbox.CodeReopenTooOld},
+		{"future", `{"business_date":"2026-11-30","reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 409, outbox.CodeDayNotStarted},
+		{"no day", `{"reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 400, "business_date_required"},
+		{"a bad day", `{"business_date":"29.11.2026","reason":"x","supervisor":{"name":"Wang","pin":"482913"}}`, 400, "business_date_invalid"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := a.do("POST", "/v1/day-close/reopen", c.body, "Idempotency-Key", "k-"+c.name)
@@ -159,7 +160,7 @@ func TestReopenRefusals(t *testing.T) {
 	}
 	// The lookback's first day is reopened, and is then open: reopening it again is refused.
 	a.dayReopen("2026-11-22", "closed the wrong day")
-	if r := a.do("POST", "/v1/day-close/reopen", `{"business_date":"2026-11-22","reason":"again"}`); r.Status != 409 || r.code(t) != outbox.CodeDayNotClosed {
+	if r := a.do("POST", "/v1/day-close/reopen", `{"business_date":"2026-11-22","reason":"again","supervisor":{"name":"Wang","pin":"482913"}}`); r.Status != 409 || r.code(t) != outbox.CodeDayNotClosed {
 		t.Errorf("a second reopen of an open day: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeDayNotClosed)
 	}
 }

@@ -46,7 +46,7 @@ func startAgent(t *testing.T, brokerURL, path string, o agentOpts) (a *agent, up
 		VerdictTimeout: o.verdictTimeout, Now: o.now}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
-	srv := httptest.NewServer(api.New(store, up, nil))
+	srv := httptest.NewServer(api.New(store, up, nil, testAccess))
 	var once sync.Once
 	stop = func() {
 		once.Do(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; store.Close() })

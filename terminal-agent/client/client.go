@@ -25,6 +25,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +45,8 @@ type Client struct {
 	// HTTPClient sends the requests; nil uses http.DefaultClient. Give it a timeout: a
 	// state-changing request may wait for the store's verdict (300 ms by default).
 	HTTPClient *http.Client
-	// Token, when not empty, is sent with every request as "Authorization: Bearer <Token>":
-	// the agent's per-install token. An agent that does not check one ignores it.
+	// Token is sent with every request as "Authorization: Bearer <Token>": the agent's
+	// per-install API token (ReadToken), without which it answers only Health.
 	Token string
 }
 
@@ -172,6 +173,28 @@ func (c *Client) DayTotals(ctx context.Context, date string) (DayTotalsAnswer, e
 	return a, c.do(ctx, http.MethodGet, path, "", nil, &a)
 }
 
+// Health reports whether the agent is up (GET /v1/health, which needs no token).
+func (c *Client) Health(ctx context.Context) error {
+	var a struct {
+		Status string `json:"status"`
+	}
+	return c.do(ctx, http.MethodGet, "/v1/health", "", nil, &a)
+}
+
+// ReadToken reads the agent's API token from its file: <data-dir>/api-token, or the file
+// given to the agent with --api-token-file.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("terminal-agent API token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("terminal-agent API token: %s is empty", path)
+	}
+	return tok, nil
+}
+
 // Status returns the terminal's sync state (GET /v1/status).
 func (c *Client) Status(ctx context.Context) (StatusAnswer, error) {
 	var a StatusAnswer
@@ -207,7 +230,9 @@ func (c *Client) do(ctx context.Context, method, path string, key Key, body, out
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if method != http.MethodGet {
+		// Also with no body: the agent refuses a state-changing request of any other type
+		// (a form a web page could post across sites).
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if key != "" {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/internal/pinhash"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/terminal-agent/api"
 	"github.com/posgate/posgate/terminal-agent/client"
@@ -41,6 +43,9 @@ func (h *headers) last() http.Header {
 	return h.got[len(h.got)-1]
 }
 
+// supervisor is the store's supervisor in these tests.
+var supervisor = client.Supervisor{Name: "S-07", PIN: "482913"}
+
 // runAgent starts the real API server over a temp outbox whose uplink can never reach its
 // broker (every step is decided offline, refunds allowed), on 2026-11-29 10:00 in Shanghai,
 // and returns its URL and the headers of the requests it gets.
@@ -49,7 +54,7 @@ func runAgent(t *testing.T) (string, *headers) {
 	now := func() time.Time { return time.Date(2026, 11, 29, 10, 0, 0, 0, shanghai) }
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), outbox.Config{Store: "S1", Terminal: "T1",
-		Location: shanghai, Now: now, Caps: outbox.Caps{OfflineRefunds: true}})
+		Location: shanghai, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +62,7 @@ func runAgent(t *testing.T) (string, *headers) {
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	h := &headers{}
-	agent := api.New(store, up, nil)
+	agent := api.New(store, up, nil, api.Access{Token: "install-token"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.got = append(h.got, r.Header.Clone())
@@ -69,6 +74,17 @@ func runAgent(t *testing.T) (string, *headers) {
 		{SKU: "MILK", Barcode: "6901234567890", Name: "Milk 1L", Price: 1250},
 		{SKU: "BREAD", Name: "Bread", Price: 899},
 	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The store's settings: refunds offline allowed, each approved by supervisor S-07.
+	h7, err := pinhash.Hash(supervisor.PIN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := wire.Settings{V: wire.Version, Store: "S1", Version: 1, OfflineRefunds: true,
+		Supervisors: []wire.Supervisor{{Name: supervisor.Name, PINHash: h7}}}
+	b, _ := json.Marshal(st)
+	if _, err := store.ReplaceSettings(ctx, st, b); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 100 && up.Status().OfflineSince.IsZero(); i++ {
@@ -131,8 +147,9 @@ func TestEveryMethod(t *testing.T) {
 		t.Fatalf("pay: %+v", sale)
 	}
 	rf := must[client.RefundAnswer](t, "refund")(c.Refund(ctx, client.NewKey(), client.RefundRequest{SaleID: id,
-		Lines: []client.RefundLine{{Line: 1, Qty: 1}}}))
-	if rf.Refund.SaleID != id || rf.Refund.Amount != 1250 || rf.Refund.Method != "cash" || !rf.Refund.Restock || rf.Event == nil {
+		Lines: []client.RefundLine{{Line: 1, Qty: 1}}, Supervisor: &supervisor}))
+	if rf.Refund.SaleID != id || rf.Refund.Amount != 1250 || rf.Refund.Method != "cash" || !rf.Refund.Restock || rf.Event == nil ||
+		rf.Refund.ApprovedBy != "S-07" {
 		t.Fatalf("refund: %+v", rf)
 	}
 
@@ -159,8 +176,8 @@ func TestEveryMethod(t *testing.T) {
 		t.Fatalf("day close: %+v", closed)
 	}
 	ro := must[client.DayReopenAnswer](t, "reopen")(c.DayReopen(ctx, client.NewKey(), client.DayReopenRequest{
-		BusinessDate: "2026-11-29", Reason: "closed by mistake", Supervisor: "S-07"}))
-	if ro.Reopen.CloseSeq != closed.Event.Seq || ro.Reopen.Reason != "closed by mistake" || ro.Reopen.ClosedTotals.SaleCount != 1 {
+		BusinessDate: "2026-11-29", Reason: "closed by mistake", Supervisor: &supervisor}))
+	if ro.Reopen.CloseSeq != closed.Event.Seq || ro.Reopen.Supervisor != "S-07" || ro.Reopen.Reason != "closed by mistake" || ro.Reopen.ClosedTotals.SaleCount != 1 {
 		t.Fatalf("reopen: %+v, want the close of event %d", ro.Reopen, closed.Event.Seq)
 	}
 
@@ -176,12 +193,17 @@ func TestEveryMethod(t *testing.T) {
 // and message, found with errors.As; the request changed nothing.
 func TestRefused(t *testing.T) {
 	url, h := runAgent(t)
-	c := &client.Client{BaseURL: url}
 	ctx := context.Background()
-	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
+	var noToken *client.Error
+	if _, err := (&client.Client{BaseURL: url}).OpenSale(ctx, client.NewKey()); !errors.As(err, &noToken) ||
+		noToken.Status != http.StatusUnauthorized || noToken.Code != "token_required" {
+		t.Fatalf("a client without the token: %v, want 401 token_required", err)
+	}
 	if h.last().Get("Authorization") != "" {
 		t.Errorf("Authorization %q sent without a token", h.last().Get("Authorization"))
 	}
+	c := &client.Client{BaseURL: url, Token: "install-token"}
+	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
 	for _, x := range []struct {
 		name   string
 		call   func() error
@@ -228,7 +250,7 @@ func TestRefused(t *testing.T) {
 // key with another request is refused, and the first stands.
 func TestSameKeySameAnswer(t *testing.T) {
 	url, _ := runAgent(t)
-	c := &client.Client{BaseURL: url}
+	c := &client.Client{BaseURL: url, Token: "install-token"}
 	ctx := context.Background()
 	id := must[client.SaleAnswer](t, "open a sale")(c.OpenSale(ctx, client.NewKey())).Sale.ID
 	must[client.SaleAnswer](t, "add a line")(c.AddLine(ctx, client.NewKey(), id, client.AddLineRequest{SKU: "MILK", Qty: 2}))

@@ -13,7 +13,11 @@ import (
 // A sale of two bottles of milk paid in cash, as a POS app runs it (docs/terminal-api.md,
 // "Go client").
 func Example() {
-	c := &client.Client{BaseURL: client.DefaultBaseURL, HTTPClient: &http.Client{Timeout: 5 * time.Second}}
+	token, err := client.ReadToken("/var/lib/posgate/api-token") // the agent's <data-dir>/api-token
+	if err != nil {
+		return // the POS app cannot reach the agent without it
+	}
+	c := &client.Client{BaseURL: client.DefaultBaseURL, HTTPClient: &http.Client{Timeout: 5 * time.Second}, Token: token}
 	ctx := context.Background()
 	open, err := c.OpenSale(ctx, client.NewKey())
 	if err != nil {

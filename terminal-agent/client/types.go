@@ -98,6 +98,17 @@ type RefundRequest struct {
 	Method    string       `json:"method,omitempty"`
 	Reference string       `json:"reference,omitempty"`
 	Restock   *bool        `json:"restock,omitempty"` // default true
+	// Supervisor approves a refund above the store's threshold or one made offline (the
+	// agent answers supervisor_required when one is needed and missing).
+	Supervisor *Supervisor `json:"supervisor,omitempty"`
+}
+
+// Supervisor is a supervisor's approval as typed at the till: the name the store set and
+// the PIN. The agent checks the PIN against the hash the store published, also offline,
+// and records the name, never the PIN.
+type Supervisor struct {
+	Name string `json:"name"`
+	PIN  string `json:"pin"`
 }
 
 // Refund is a refund as the POS app shows it.
@@ -112,6 +123,8 @@ type Refund struct {
 	Restock      bool      `json:"restock"`
 	Seq          int64     `json:"seq"`
 	FlowNo       int64     `json:"flow_no,omitempty"`
+	// ApprovedBy names the supervisor who approved it, when one was needed or given.
+	ApprovedBy string `json:"approved_by,omitempty"`
 }
 
 // RefundAnswer is the answer to a refund.
@@ -131,12 +144,12 @@ type DayCloseAnswer struct {
 	Event  *EventRef            `json:"event,omitempty"`
 }
 
-// DayReopenRequest is a supervisor's reopen of a closed business day. Reason is required;
-// Supervisor names who reopened it (the POS app checks the supervisor's authority).
+// DayReopenRequest is a supervisor's reopen of a closed business day. Reason and
+// Supervisor are required: the agent checks the supervisor's PIN.
 type DayReopenRequest struct {
-	BusinessDate string `json:"business_date"`
-	Reason       string `json:"reason"`
-	Supervisor   string `json:"supervisor,omitempty"`
+	BusinessDate string      `json:"business_date"`
+	Reason       string      `json:"reason"`
+	Supervisor   *Supervisor `json:"supervisor,omitempty"`
 }
 
 // DayReopen is a supervisor's reopen of a closed business day, kept for good: the close it
@@ -148,7 +161,7 @@ type DayReopen struct {
 	CloseSeq     int64                `json:"close_seq"`
 	ClosedTotals wire.DayClosePayload `json:"closed_totals"`
 	Reason       string               `json:"reason"`
-	Supervisor   string               `json:"supervisor,omitempty"`
+	Supervisor   string               `json:"supervisor"` // the supervisor whose PIN the agent checked
 	ReopenedAt   time.Time            `json:"reopened_at"`
 }
 
@@ -199,6 +212,9 @@ type StatusAnswer struct {
 	InFlight       int        `json:"in_flight"`
 	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
 	CatalogVersion int64      `json:"catalog_version"`
+	// SettingsVersion is the version of the store's settings (supervisors, refund rules)
+	// the terminal holds: 0 until it has received them, and no supervisor is known.
+	SettingsVersion int64 `json:"settings_version"`
 	// OldOpenDays are business days with sales or refunds, not closed, older than a close
 	// naming no day looks back (--day-close-lookback): a supervisor closes each by its date.
 	OldOpenDays []string `json:"old_open_days,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/posgate/posgate/internal/money"
@@ -35,8 +36,6 @@ type Caps struct {
 	MaxStoredCard money.Fen
 	// MaxOffline is how long the terminal may take card/QR payments offline (0: no limit).
 	MaxOffline time.Duration
-	// OfflineRefunds allows refunds while offline (off by default).
-	OfflineRefunds bool
 }
 
 // Config configures a Store.
@@ -63,6 +62,8 @@ type Store struct {
 	cfg    Config
 	wstmts *stmtCache // statements prepared on the writer connection
 	rstmts *stmtCache // statements prepared on the reader pool
+
+	approving sync.Mutex // one supervisor's PIN checked at a time (Approve)
 }
 
 // Dir returns the directory of the outbox's files.

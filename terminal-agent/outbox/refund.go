@@ -11,11 +11,11 @@ import (
 )
 
 // Refund refunds lines of a completed sale (all remaining quantities if lines is empty) and
-// queues a refund event. method defaults to the sale's largest payment's method.
-func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference string, restock bool) (string, error) {
-	if t.mode.Disconnected && !t.s.cfg.Caps.OfflineRefunds {
-		return "", perr.New(perr.Refused, "refund_offline_disabled", "refunds need the network on this terminal")
-	}
+// queues a refund event. method defaults to the sale's largest payment's method. approvedBy
+// names the supervisor whose PIN was checked (Approve), or is empty: a refund made offline,
+// or above the store's threshold, is refused without one (needApproval).
+func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference string, restock bool,
+	approvedBy string) (string, error) {
 	state, err := t.saleState(saleID)
 	if err != nil {
 		return "", err
@@ -60,7 +60,7 @@ func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference 
 		}
 	}
 	p := wire.RefundPayload{RefundID: newID("R" + t.s.cfg.Terminal), SaleID: saleID, SaleSeq: saleSeq,
-		Method: method, Reference: reference, Restock: restock}
+		Method: method, Reference: reference, Restock: restock, ApprovedBy: approvedBy}
 	seen := map[int]bool{}
 	for _, rl := range lines {
 		l, ok := left[rl.Line]
@@ -85,6 +85,9 @@ func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference 
 	if p.Amount <= 0 {
 		return "", perr.New(perr.Refused, "refund_zero", "nothing to refund: the lines are free")
 	}
+	if err := t.needApproval(p.Amount, approvedBy); err != nil {
+		return "", err
+	}
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
@@ -92,9 +95,9 @@ func (t *Tx) Refund(saleID string, lines []client.RefundLine, method, reference 
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.exec(`INSERT INTO refunds (id, sale_id, seq, at, business_date, amount, method, reference, restock)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.RefundID, saleID, seq, t.now.Format(time.RFC3339Nano),
-		t.s.BusinessDate(t.now), int64(p.Amount), method, reference, restock); err != nil {
+	if _, err := t.exec(`INSERT INTO refunds (id, sale_id, seq, at, business_date, amount, method, reference, restock,
+		approved_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.RefundID, saleID, seq, t.now.Format(time.RFC3339Nano),
+		t.s.BusinessDate(t.now), int64(p.Amount), method, reference, restock, approvedBy); err != nil {
 		return "", fmt.Errorf("record refund: %w", err)
 	}
 	for _, l := range p.Lines {

@@ -38,13 +38,16 @@ const MaxReopenReason = 500
 // not withdrawn. Only a closed day (day_not_closed), not in the future
 // (business_date_future) and within the close lookback (day_reopen_too_old: a day further
 // back was closed long ago, and its totals may already be reconciled) is reopened, and only
-// with a reason (reopen_reason_required). The ref returned names the reopen (DayReopenByRef).
+// with a reason (reopen_reason_required) and approved by supervisor, whose PIN the caller
+// checked (Approve). The ref returned names the reopen (DayReopenByRef).
 func (t *Tx) DayReopen(date, reason, supervisor string) (ref string, err error) {
 	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
 		return "", perr.New(perr.Invalid, "business_date_invalid", "business date %q is not YYYY-MM-DD", date)
 	}
-	reason, supervisor = strings.TrimSpace(reason), strings.TrimSpace(supervisor)
+	reason = strings.TrimSpace(reason)
 	switch {
+	case supervisor == "":
+		return "", forbidden(CodeSupervisorRequired, "a day's reopen needs a supervisor's approval")
 	case reason == "":
 		return "", perr.New(perr.Invalid, CodeReopenReasonRequired, "say why the day is reopened (reason)")
 	case utf8.RuneCountInString(reason) > MaxReopenReason || utf8.RuneCountInString(supervisor) > MaxReopenReason:

@@ -39,7 +39,7 @@ func TestStepOnAnUndecidedStep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("payment once the scan is decided: %v", err)
 	}
-	refund := func(tx *Tx) (string, error) { return tx.Refund(sale, nil, "", "", true) }
+	refund := func(tx *Tx) (string, error) { return tx.Refund(sale, nil, "", "", true, "") }
 	if _, _, err := do(refund); perr.CodeOf(err) != CodeVerdictPending {
 		t.Fatalf("refund of a sale waiting for its verdict: %v, want %s", err, CodeVerdictPending)
 	}
@@ -112,7 +112,7 @@ func TestDayCloseIsFinal(t *testing.T) {
 	}
 	for name, step := range map[string]func(tx *Tx) (string, error){
 		"open a sale": func(tx *Tx) (string, error) { return tx.OpenSale() },
-		"refund":      func(tx *Tx) (string, error) { return tx.Refund(sold, nil, "", "", true) },
+		"refund":      func(tx *Tx) (string, error) { return tx.Refund(sold, nil, "", "", true, "") },
 	} {
 		if _, _, err := do(Mode{}, step); perr.CodeOf(err) != CodeDayClosed { // online, not waiting
 

@@ -97,9 +97,9 @@ func (s *Store) Refund(ctx context.Context, id string) (client.Refund, error) {
 	var r client.Refund
 	var at string
 	var flow sql.NullInt64
-	err := s.readRow(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no
+	err := s.readRow(ctx, `SELECT id, sale_id, state, at, business_date, amount, method, restock, seq, flow_no, approved_by
 		FROM refunds WHERE id = ?`, id).Scan(&r.ID, &r.SaleID, &r.State, &at, &r.BusinessDate, &r.Amount, &r.Method,
-		&r.Restock, &r.Seq, &flow)
+		&r.Restock, &r.Seq, &flow, &r.ApprovedBy)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("refund %s not found", id)
 	}

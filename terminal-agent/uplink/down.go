@@ -169,3 +169,25 @@ func (u *Uplink) onCatalog(ctx context.Context, payload []byte) {
 		u.log.Info("catalog updated", "version", c.Version, "items", len(c.Items))
 	}
 }
+
+// onSettings keeps the store's settings (supervisors, refund rules) when they are newer than
+// the ones held.
+func (u *Uplink) onSettings(ctx context.Context, payload []byte) {
+	st, err := wire.DecodeSettings(payload)
+	if err != nil {
+		u.log.Warn("bad settings", "err", err)
+		return
+	}
+	if st.Store != u.cfg.Store {
+		u.log.Warn("settings for another store", "store", st.Store)
+		return
+	}
+	changed, err := u.store.ReplaceSettings(context.WithoutCancel(ctx), st, payload)
+	if err != nil {
+		u.log.Error("store settings", "err", err)
+		return
+	}
+	if changed {
+		u.log.Info("settings updated", "version", st.Version, "supervisors", len(st.Supervisors))
+	}
+}
