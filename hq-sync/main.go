@@ -21,6 +21,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,6 +31,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/version"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -39,7 +41,7 @@ commands:
   serve      at HQ: receive batches (SQLite by default, PostgreSQL for a chain)
   reconcile  at HQ: reconcile a business date transaction by transaction
 
-run "hq-sync COMMAND --help" for its flags
+run "hq-sync COMMAND --help" for its flags, "hq-sync --version" for the build
 `
 
 func main() {
@@ -79,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = newReconcile(stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version.String("hq-sync"))
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "hq-sync: unknown command %q\n\n%s", args[0], usage)

@@ -72,3 +72,21 @@ func TestFlagsHelpPrintsDefaultsNotTheEnvironment(t *testing.T) {
 		t.Errorf("--help should print the flag's own default and its variable:\n%s", out.String())
 	}
 }
+
+func TestWantsVersion(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--version"}, true},
+		{[]string{"-version"}, true},
+		{[]string{"--store", "S1", "--version"}, true},
+		{[]string{"--store", "S1"}, false},
+		{[]string{"--", "--version"}, false},
+		{nil, false},
+	} {
+		if got := WantsVersion(c.args); got != c.want {
+			t.Errorf("WantsVersion(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
