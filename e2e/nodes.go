@@ -149,6 +149,8 @@ type AgentOptions struct {
 	DataDir         string
 	TZ              string
 	Extra           []string // more flags
+	Runner          *Runner  // runs a binary built for another platform; nil: the binary itself
+	Env             []string // more environment
 }
 
 // Agent is a terminal-agent process.
@@ -171,8 +173,8 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 		}
 		args := append([]string{"--store", o.Store, "--terminal", o.Terminal, "--broker", o.Broker, "--data-dir", o.DataDir,
 			"--listen", api, "--tz", o.TZ, "--ack-timeout", "1s", "--heartbeat", "0", "--log-level", "warn"}, o.Extra...)
-		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
-			Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
+		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args, Env: o.Env,
+			Log: filepath.Join(o.DataDir, "agent.log"), Runner: o.Runner}, Opts: o, API: api}
 		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
 			return a, err
 		}
