@@ -15,6 +15,7 @@ require (
 	github.com/segmentio/encoding v0.5.4
 	github.com/shopspring/decimal v1.6.0
 	golang.org/x/sys v0.48.0
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1
 	pgregory.net/rapid v1.3.0
 )
 
