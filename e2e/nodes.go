@@ -168,6 +168,8 @@ type AgentOptions struct {
 	TZ              string
 	TokenFile       string   // --api-token-file; empty: the one the agent makes in DataDir
 	Extra           []string // more flags
+	Runner          *Runner  // runs a binary built for another platform; nil: the binary itself
+	Env             []string // more environment
 }
 
 // Agent is a terminal-agent process.
@@ -202,8 +204,8 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 		if o.TokenFile != "" {
 			args = append(args, "--api-token-file", o.TokenFile)
 		}
-		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args,
-			Log: filepath.Join(o.DataDir, "agent.log")}, Opts: o, API: api}
+		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args, Env: o.Env,
+			Log: filepath.Join(o.DataDir, "agent.log"), Runner: o.Runner}, Opts: o, API: api}
 		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
 			return a, err
 		}

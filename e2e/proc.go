@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,8 +73,11 @@ type Proc struct {
 	Name string
 	Bin  string
 	Args []string
-	Env  []string
-	Log  string // its stderr and stdout
+	Env  []string // added to this process's environment
+	Log  string   // its stderr and stdout
+	// Runner runs a binary built for another platform (under Wine, under qemu-user); nil
+	// runs Bin itself.
+	Runner *Runner
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -91,8 +95,13 @@ func (p *Proc) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = append(os.Environ(), p.Env...)
+	r := p.Runner
+	if r == nil {
+		r = &Runner{}
+	}
+	argv := append(append(slices.Clone(r.Launcher), p.Bin), p.Args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(environ(r.EnvDrop), r.Env...), p.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -103,6 +112,29 @@ func (p *Proc) Start() error {
 	go func() { cmd.Wait(); logf.Close(); close(done) }()
 	p.cmd, p.done = cmd, done
 	return nil
+}
+
+// Runner runs a binary that this machine cannot run by itself, or not as the test wants it:
+// through an emulator (wine, qemu-aarch64), in a namespace that hides part of the system.
+type Runner struct {
+	// Launcher is a program and its first arguments, given the binary and its arguments
+	// after them. It must exec the binary in the process it started (wine and qemu-user
+	// do), so that Kill's SIGKILL ends the binary itself.
+	Launcher []string
+	Env      []string // added to this process's environment
+	EnvDrop  []string // variables of this process's environment the child does not get
+	// ListensOn reports whether the process pid holds a socket listening on port; nil:
+	// listensOn, which looks in the process's own open files. Under Wine, wineserver holds
+	// the process's sockets.
+	ListensOn func(pid, port int) (bool, error)
+}
+
+// environ is this process's environment without the variables named in drop.
+func environ(drop []string) []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(drop, name)
+	})
 }
 
 // Kill sends SIGKILL and waits for the process to end.
@@ -119,11 +151,11 @@ func (p *Proc) signal(sig syscall.Signal) error {
 	if cmd == nil {
 		return nil
 	}
-	syscall.Kill(-cmd.Process.Pid, sig)
+	signalGroup(cmd.Process, sig)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		signalGroup(cmd.Process, syscall.SIGKILL)
 		<-done
 	}
 	return nil
@@ -135,6 +167,11 @@ func WaitListening(ctx context.Context, addr string) error { return waitListenin
 // waitListening is WaitListening that, for a pid other than 0, also waits until that
 // process is the one listening (listensOn), and gives up when exited is closed.
 func waitListening(ctx context.Context, addr string, pid int, exited <-chan struct{}) error {
+	return waitListeningBy(ctx, addr, pid, listensOn, exited)
+}
+
+// waitListeningBy is waitListening asking owns whether pid listens on the port.
+func waitListeningBy(ctx context.Context, addr string, pid int, owns func(pid, port int) (bool, error), exited <-chan struct{}) error {
 	port := 0
 	if _, p, err := net.SplitHostPort(addr); err == nil {
 		port, _ = strconv.Atoi(p)
@@ -147,7 +184,7 @@ func waitListening(ctx context.Context, addr string, pid int, exited <-chan stru
 			if pid != 0 {
 				// A process reaped since the dial has no /proc entry: not ours, and exited
 				// below tells why.
-				if ours, err = listensOn(pid, port); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if ours, err = owns(pid, port); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("who listens on %s: %w", addr, err)
 				}
 			}
@@ -180,8 +217,12 @@ func (p *Proc) waitUp(ctx context.Context, addrs ...string) error {
 		pid = p.cmd.Process.Pid
 	}
 	p.mu.Unlock()
+	owns := listensOn
+	if p.Runner != nil && p.Runner.ListensOn != nil {
+		owns = p.Runner.ListensOn
+	}
 	for _, a := range addrs {
-		err := waitListening(ctx, a, pid, done)
+		err := waitListeningBy(ctx, a, pid, owns, done)
 		if errors.Is(err, errExited) {
 			p.mu.Lock()
 			p.cmd = nil // it has ended: Start may run it again
@@ -205,6 +246,16 @@ func portTaken(err error) bool {
 // FreeAddr returns a loopback TCP address that is free now (freeport.Addr: below the
 // kernel's ephemeral range, so that no test's outgoing connection takes it meanwhile).
 func FreeAddr() (string, error) { return freeport.Addr() }
+
+// Pid is the process's id while it runs, or 0.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
 
 // running says the process was started and has not been killed or stopped since.
 func (p *Proc) running() bool {

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,7 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/internal/version"
 )
 
 const usage = `hq-sync: a store's ledger to headquarters, and the nightly proof.
@@ -41,7 +43,7 @@ commands:
   serve      at HQ: receive batches (SQLite by default, PostgreSQL for a chain)
   reconcile  at HQ: reconcile a business date transaction by transaction
 
-run "hq-sync COMMAND --help" for its flags
+run "hq-sync COMMAND --help" for its flags, "hq-sync --version" for the build
 `
 
 func main() {
@@ -82,6 +84,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = newReconcile(stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version.String("hq-sync"))
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "hq-sync: unknown command %q\n\n%s", args[0], usage)

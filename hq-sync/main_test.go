@@ -32,3 +32,13 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestVersion: --version prints the build (version, commit, Go and SQLite) and exits 0.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		code, out, errs := runCmd(context.Background(), arg)
+		if code != exitOK || !strings.HasPrefix(out, "hq-sync ") || !strings.Contains(out, "SQLite 3.") || errs != "" {
+			t.Errorf("hq-sync %s: exit %d, stdout %q, stderr %q", arg, code, out, errs)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"

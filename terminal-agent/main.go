@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
+
+	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/money"
@@ -26,7 +30,12 @@ import (
 	"github.com/posgate/posgate/terminal-agent/uplink"
 )
 
-func main() { cli.Main("terminal-agent", NewMain()) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "service" {
+		os.Exit(serviceMain(os.Args[2:])) // service_windows.go
+	}
+	cli.Main("terminal-agent", NewMain())
+}
 
 // Main is the terminal-agent program.
 type Main struct {
@@ -49,6 +58,7 @@ type Main struct {
 	BacklogEvery       time.Duration
 	LogLevel           string
 	apiFlags
+	LogFile string
 
 	// Addr is the address the API listens on once Run has started (for tests).
 	Addr chan string
@@ -67,7 +77,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.BrokerCA, "broker-ca", "POSGATE_BROKER_CA", "", "PEM certificate(s) to trust for a tls:// broker (the store's own certificate or its authority); empty: the system's")
 	str(&m.Username, "username", "POSGATE_MQTT_USERNAME", "", "MQTT user name (the terminal's own credentials)")
 	str(&m.Password, "password", "POSGATE_MQTT_PASSWORD", "", "MQTT password; prefer the environment variable")
-	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", "./data", "directory of the outbox database")
+	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", defaultDataDir(), "directory of the outbox database")
 	str(&m.Listen, "listen", "POSGATE_LISTEN", "127.0.0.1:8181", "address of the local API for the POS app (keep it on localhost)")
 	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai, or a fixed offset such as UTC+08:00")
 	str(&m.CardPaymentCap, "offline-card-payment-max", "POSGATE_OFFLINE_CARD_PAYMENT_MAX", "2000.00",
@@ -88,6 +98,7 @@ func (m *Main) ParseFlags(args []string) error {
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
 	m.apiFlags.define(fs)
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	str(&m.LogFile, "log-file", "POSGATE_LOG_FILE", "", "write the log to this file, rotated at 10 MB, 5 old files kept for 30 days (empty: stderr; the Windows service writes to logs\\terminal-agent.log in --data-dir)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "terminal-agent: the POS device's offline-first gateway to its store.\n\n")
 		fmt.Fprintf(fs.Output(), "It serves the POS app on a localhost HTTP API (docs/terminal-api.md), writes every sale,\n")
@@ -139,14 +150,32 @@ func (m *Main) Validate() error {
 	return nil
 }
 
-func (m *Main) logger() *slog.Logger {
-	return cli.Logger(m.LogLevel).With("store", m.Store, "terminal", m.Terminal)
+// logger returns the agent's logger: on stderr, or on the rotating --log-file, which the
+// returned closer closes.
+func (m *Main) logger() (*slog.Logger, io.Closer) {
+	var w io.WriteCloser = nopCloser{os.Stderr}
+	if m.LogFile != "" {
+		w = &lumberjack.Logger{Filename: m.LogFile, MaxSize: 10, MaxBackups: 5, MaxAge: 30}
+	}
+	return cli.LoggerTo(w, m.LogLevel).With("store", m.Store, "terminal", m.Terminal), w
 }
 
-// Run runs the agent until ctx ends.
-func (m *Main) Run(ctx context.Context) error {
-	log := m.logger()
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// Run runs the agent until ctx ends, then stops taking requests and closes the outbox.
+func (m *Main) Run(ctx context.Context) (err error) {
+	log, logClose := m.logger()
+	defer logClose.Close()
 	slog.SetDefault(log)
+	defer func() {
+		if err != nil {
+			log.Error("stopped", "err", err)
+		} else {
+			log.Info("stopped: outbox closed")
+		}
+	}()
 	loc, _ := wire.LoadLocation(m.TZ)
 	payCap, _ := money.ParseNonNegative(m.CardPaymentCap)
 	totalCap, _ := money.ParseNonNegative(m.CardTotalCap)

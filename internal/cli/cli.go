@@ -1,6 +1,6 @@
 // Package cli is how posgate's daemons start: flags that fall back to POSGATE_* environment
-// variables, and a main that parses, runs until SIGINT or SIGTERM, and exits with 0 (done or
-// --help), 1 (failed) or 2 (bad flags).
+// variables, and a main that parses, runs until SIGINT or SIGTERM, and exits with 0 (done,
+// --help or --version), 1 (failed) or 2 (bad flags).
 package cli
 
 import (
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/internal/version"
 )
 
 // Program is a daemon built the posgate way: ParseFlags, then Run until ctx ends.
@@ -36,6 +37,10 @@ func Main(name string, p Program) {
 }
 
 func run(ctx context.Context, name string, p Program) int {
+	if WantsVersion(os.Args[1:]) {
+		fmt.Println(version.String(name))
+		return 0
+	}
 	if err := p.ParseFlags(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -48,6 +53,20 @@ func run(ctx context.Context, name string, p Program) int {
 		return 1
 	}
 	return 0
+}
+
+// WantsVersion reports whether the command line asks for the version: -version or
+// --version among the flags (before a "--").
+func WantsVersion(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-version", "--version":
+			return true
+		}
+	}
+	return false
 }
 
 // Flags is a flag set whose flags may also be given by environment variables: each flag names
@@ -159,10 +178,13 @@ func (f *Flags) Env(name string) string {
 
 // Logger returns the text logger on stderr that every posgate binary uses, at level
 // ("debug", "info", "warn" or "error"; anything else is info).
-func Logger(level string) *slog.Logger {
+func Logger(level string) *slog.Logger { return LoggerTo(os.Stderr, level) }
+
+// LoggerTo is Logger writing to w (a log file, say).
+func LoggerTo(w io.Writer, level string) *slog.Logger {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		lvl = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 }

@@ -94,3 +94,21 @@ func TestListFlag(t *testing.T) {
 		t.Fatalf("list from the environment %q (%v)", l, err)
 	}
 }
+
+func TestWantsVersion(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--version"}, true},
+		{[]string{"-version"}, true},
+		{[]string{"--store", "S1", "--version"}, true},
+		{[]string{"--store", "S1"}, false},
+		{[]string{"--", "--version"}, false},
+		{nil, false},
+	} {
+		if got := WantsVersion(c.args); got != c.want {
+			t.Errorf("WantsVersion(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package stack launches posgate's local infrastructure for tests, benchmarks and the demo:
 // a redis master with replicas, redis sentinels watching it, a mosquitto broker and a
 // PostgreSQL server. They are real redis-server, redis-sentinel, mosquitto and postgres

@@ -1,3 +1,5 @@
+//go:build unix
+
 package api_test
 
 import (
