@@ -547,11 +547,20 @@ func lostReason(err error) (string, bool) {
 	return strings.TrimPrefix(re.Error(), lostPrefix), true
 }
 
+// The reasons of CodeProjectionLost (lua/proj.lua).
+const (
+	LostMarkerMissing   = "marker_missing"   // no marker: the store's keys or all keys were dropped
+	LostEpochMismatch   = "epoch_mismatch"   // the marker is another rebuild's (an older dump restored, another store-server)
+	LostStockMissing    = "stock_missing"    // the stock hash lacks fields the marker counts
+	LostCountersMissing = "counters_missing" // a counter hash or a date's counter index was dropped
+	LostFlowMissing     = "flow_missing"     // a date's flow counter was dropped
+)
+
 // LostReason returns why the gate answered CodeProjectionLost (lua/proj.lua):
 // marker_missing, epoch_mismatch, stock_missing, counters_missing or flow_missing; ok is
 // false for any other error.
 func LostReason(err error) (reason string, ok bool) {
-	if perr.As(err).Code != CodeProjectionLost {
+	if err == nil || perr.As(err).Code != CodeProjectionLost {
 		return "", false
 	}
 	return lostReason(err)
