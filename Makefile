@@ -8,8 +8,13 @@ TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
 APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium chromium-driver
 BINS      := terminal-agent store-server hq-sync
+# SEED draws the randomized fault suite's schedule (e2e/chaos): a fresh one each run unless
+# given; MINUTES is how long `make chaos` injects faults.
+SEED      ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+SEED      := $(SEED)
+MINUTES   ?= 10
 
-.PHONY: all build deps demo test test-short vet fmt bench fuzz clean
+.PHONY: all build deps demo test test-short vet fmt bench chaos fuzz clean
 
 all: build
 
@@ -43,8 +48,10 @@ vet:
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . ; echo "gofmt needed"; exit 1)
 
+# test runs every test, the fault suite's short schedule (1 minute) with a fresh seed among them.
 test: deps vet
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	@echo "fault suite seed $(SEED) (rerun it: make chaos SEED=$(SEED) MINUTES=1)"
+	CHAOS_SEED=$(SEED) $(GO) test $(TESTFLAGS) $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
@@ -52,6 +59,12 @@ test-short:
 # bench runs the benchmarks (real servers, minutes); results go to docs/benchmarks.md by hand.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
+
+# chaos runs the randomized fault suite for MINUTES with SEED, printing each fault and check.
+chaos: deps
+	@echo "fault suite seed $(SEED), $(MINUTES) minutes"
+	CHAOS_SEED=$(SEED) CHAOS_MINUTES=$(MINUTES) $(GO) test -count=1 -v -run '^TestChaos$$' \
+		-timeout $$(awk 'BEGIN { print int($(MINUTES) * 60 + 900) }')s ./e2e/chaos/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeUp -fuzztime 30s ./internal/wire/
