@@ -188,10 +188,10 @@ local function check_projection(ops)
         if why then
           return why
         end
-        seen[index] = true
+        seen[index] = d
         dates[#dates + 1] = d
       end
-      if not pairs_seen[ckey] then
+      if seen[index].n and not pairs_seen[ckey] then
         why = proj_counters(index, ckey, op.terminal)
         if why then
           return why

@@ -13,9 +13,10 @@
 --
 -- A call whose marker is missing, names another epoch, or disagrees with what is there
 -- answers an error "LOST <reason>" before any write, and the store rebuilds from the ledger.
--- A date the marker does not name (one the rebuild did not see) is checked only for its
--- counter hashes and the index agreeing; the call starts tracking it. Scripts keep the
--- marker exact as they add stock fields, terminals to an index and flow counters.
+-- The counters of a date the marker does not track (outside the rebuild's window: older than
+-- its week, or a day it had not reached) are not checked; a call that gives such a date its
+-- first counters starts tracking it. Scripts keep the marker exact as they add stock fields,
+-- terminals to an index and flow counters.
 
 local function lost(why)
   return redis.error_reply('LOST ' .. why)
@@ -37,21 +38,22 @@ local function proj_base(marker, epoch, stock)
 end
 
 -- proj_date checks a business date's counter index and flow counter against the marker; it
--- returns a reason or nil, and the state to settle with.
+-- returns a reason or nil, and the state to settle with (n: the tracked index count, or
+-- false; n0: the index's count now).
 local function proj_date(marker, index, flow)
   local m = redis.call('HMGET', marker, index, flow)
-  local n = redis.call('SCARD', index)
-  if m[1] and n ~= tonumber(m[1]) then
+  local n0 = redis.call('SCARD', index)
+  if m[1] and n0 ~= tonumber(m[1]) then
     return 'counters_missing'
   end
   if m[2] and redis.call('EXISTS', flow) == 0 then
     return 'flow_missing'
   end
-  return nil, { index = index, flow = flow, n = m[1] and tonumber(m[1]), f = m[2] ~= false }
+  return nil, { index = index, flow = flow, n = m[1] and tonumber(m[1]), n0 = n0, f = m[2] ~= false }
 end
 
--- proj_counters checks that a terminal's counter hash exists exactly when the date's index
--- lists the terminal.
+-- proj_counters checks that a terminal a tracked date's index lists still has its counter
+-- hash, and that one it does not list has none.
 local function proj_counters(index, ckey, terminal)
   if (redis.call('SISMEMBER', index, terminal) == 1) ~= (redis.call('EXISTS', ckey) == 1) then
     return 'counters_missing'
@@ -68,7 +70,7 @@ local function proj_settle(marker, stock, hlen0, dates)
   end
   for _, d in ipairs(dates) do
     local n = redis.call('SCARD', d.index)
-    if n ~= d.n and (n > 0 or d.n) then
+    if (d.n and n ~= d.n) or (not d.n and d.n0 == 0 and n > 0) then
       redis.call('HSET', marker, d.index, string.format('%d', n))
     end
     if not d.f and redis.call('EXISTS', d.flow) == 1 then

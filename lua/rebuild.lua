@@ -6,7 +6,8 @@
 --
 -- It writes the projection marker (proj.lua) last: a new epoch above the last one and above
 -- Redis TIME in milliseconds (so that it rises even after the marker itself was lost), the
--- stock hash's field count, each date's index count and flow counter. Terminals whose
+-- stock hash's field count, the index count of each date with counters in the snapshot, and
+-- each date's flow counter. Terminals whose
 -- counters are all zero get no counter hash and no index entry. Reply: the new epoch.
 --
 -- KEYS: 1 stock, 2 projection marker; then per date: flow, counter index, then the counter
@@ -92,10 +93,11 @@ for _, d in ipairs(dates) do
       end
     end
   end
-  local n = redis.call('SCARD', d.index)
-  if n > 0 or d.has then
+  -- Only the dates whose counters the snapshot holds are tracked: the others' counters
+  -- (older than the snapshot's window) are left as they are, not checked, not exact.
+  if d.has then
     mark[#mark + 1] = d.index
-    mark[#mark + 1] = string.format('%d', n)
+    mark[#mark + 1] = string.format('%d', redis.call('SCARD', d.index))
   end
   local cur = tonumber(redis.call('GET', d.flow)) or 0
   if d.maxflow > cur then

@@ -56,7 +56,20 @@ func TestProjectionKeysDropped(t *testing.T) {
 				refused[term] = cs.Counts()[http.StatusConflict]
 			}
 			lctx, stop := context.WithCancel(ctx)
-			wg := e.inStockLoad(lctx)
+			var slowest sync.Map // phase → the slowest whole sale seen by a cashier
+			phase := "before"
+			var phaseMu sync.Mutex
+			wg := e.inStockLoad(lctx, func(took time.Duration) {
+				phaseMu.Lock()
+				p := phase
+				phaseMu.Unlock()
+				for {
+					old, loaded := slowest.LoadOrStore(p, took)
+					if !loaded || old.(time.Duration) >= took || slowest.CompareAndSwap(p, old, took) {
+						return
+					}
+				}
+			})
 			time.Sleep(1500 * time.Millisecond)
 			master, err := e.stack.MasterAddr(ctx)
 			if err != nil {
@@ -64,7 +77,9 @@ func TestProjectionKeysDropped(t *testing.T) {
 			}
 			rdb := redis.NewClient(&redis.Options{Addr: master})
 			defer rdb.Close()
-			dropped := time.Now()
+			phaseMu.Lock()
+			phase = "around the drop"
+			phaseMu.Unlock()
 			if err := c.drop(rdb); err != nil {
 				t.Fatal(err)
 			}
@@ -72,11 +87,22 @@ func TestProjectionKeysDropped(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			t.Logf("dropped %s: drift found and rebuilt in %v", c.name, took.Round(time.Millisecond))
-			_ = dropped
+			t.Logf("dropped %s: drift found and rebuilt in %v (polled every 20ms)", c.name, took.Round(time.Millisecond))
 			time.Sleep(time.Second)
 			stop()
 			wg.Wait()
+			b, _ := slowest.Load("before")
+			d, _ := slowest.Load("around the drop")
+			t.Logf("slowest whole sale (open, lines, pay) seen by a cashier: %v before, %v from the drop on", b, d)
+			if log, err := os.ReadFile(e.store.Log); err == nil {
+				last := ""
+				for l := range strings.Lines(string(log)) {
+					if strings.Contains(l, "projection rebuilt") {
+						last = strings.TrimSpace(l)
+					}
+				}
+				t.Logf("store log: %s", last)
+			}
 			after, err := m.Mode(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -120,8 +146,9 @@ func (d *driftErr) Error() string {
 	return "no drift found and rebuilt within " + d.within.String() + ": mode " + string(d.mode.Mode)
 }
 
-// inStockLoad runs every cashier on SKUs with stock to spare until ctx ends.
-func (e *env) inStockLoad(ctx context.Context) *sync.WaitGroup {
+// inStockLoad runs every cashier on SKUs with stock to spare until ctx ends, telling took
+// how long each whole sale took.
+func (e *env) inStockLoad(ctx context.Context, took func(time.Duration)) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	baskets := [][]string{{"MILK"}, {"BREAD", "EGGS"}, {"EGGS", "MILK"}, {"BREAD"}}
 	methods := []string{"cash", "card", "qr"}
@@ -130,7 +157,9 @@ func (e *env) inStockLoad(ctx context.Context) *sync.WaitGroup {
 		n++
 		wg.Go(func() {
 			for i := n; ctx.Err() == nil; i++ {
+				start := time.Now()
 				c.Sale(baskets[i%len(baskets)], methods[i%len(methods)])
+				took(time.Since(start))
 				if i%9 == 0 {
 					c.RefundOne(i)
 				}

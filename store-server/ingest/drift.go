@@ -59,6 +59,7 @@ func (in *Ingest) execGate(ctx context.Context, ops []gate.Op) ([]gate.Verdict, 
 	if in.Mode() != client.ModeRedis {
 		return nil, time.Since(start), err
 	}
+	in.log.Warn("projection rebuilt; the group is decided again", "reason", reason, "took", time.Since(start))
 	start = time.Now()
 	verdicts, err = in.cfg.Gate.Exec(ctx, ops)
 	return verdicts, time.Since(start), err
@@ -82,8 +83,12 @@ func (in *Ingest) audit(ctx context.Context) {
 		return
 	}
 	in.drift(reason, detail)
+	start := time.Now()
 	in.setMode(client.ModeRebuilding)
 	in.tryRebuild(ctx)
+	if in.Mode() == client.ModeRedis {
+		in.log.Warn("projection rebuilt", "reason", reason, "took", time.Since(start))
+	}
 }
 
 // compare returns the first difference between Redis and the ledger, if any.
