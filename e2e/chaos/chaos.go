@@ -30,7 +30,7 @@ type Fault int
 // by the store-server's clock tests instead).
 const (
 	RedisKill     Fault = iota // SIGKILL the Redis master; Sentinel fails over; the node comes back as a replica
-	RedisFreeze                // SIGSTOP the Redis master past Sentinel's down-after, then SIGCONT: the old master returns
+	RedisFreeze                // SIGSTOP the Redis master until Sentinel fails over, then SIGCONT: the old master returns
 	DropSKU                    // HDEL one SKU's field from the stock hash
 	DropCounters               // DEL one terminal's counter hash of today
 	DropStoreKeys              // DEL every key of the store
@@ -84,9 +84,6 @@ func (s *Schedule) Next() Step {
 		Fault:  Fault(s.rng.IntN(int(numFaults))),
 		Hold:   time.Duration(300+s.rng.IntN(3700)) * time.Millisecond,
 		Target: s.rng.IntN(1 << 16),
-	}
-	if st.Fault == RedisFreeze {
-		st.Hold += 2 * time.Second // past Sentinel's down-after (1 s in internal/stack): a failover
 	}
 	return st
 }
@@ -174,19 +171,23 @@ func (c *Cluster) redisMaster(ctx context.Context, st Step) (string, error) {
 		sleep(ctx, st.Hold)
 		return fmt.Sprintf("redis master %s killed, failed over to %s, started again", master, to), p.Start(ctx)
 	}
+	// Frozen until Sentinel has failed over, and a while more: then it returns, still
+	// believing itself the master, until Sentinel turns it into a replica.
 	pid := p.Pid()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return "", err
 	}
-	sleep(ctx, st.Hold)
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		return "", err
-	}
+	frozen := time.Now()
 	to, err := c.Stack.WaitFailover(wctx, master)
+	sleep(ctx, st.Hold)
+	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
+		return "", cerr
+	}
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("redis master %s frozen %v, failed over to %s, continued", master, st.Hold, to), nil
+	return fmt.Sprintf("redis master %s frozen %v, failed over to %s, continued", master,
+		time.Since(frozen).Round(time.Millisecond), to), nil
 }
 
 // dropKeys drops projection keys from the master while it stays up.
