@@ -3,8 +3,9 @@
 // gate (live limits, atomic stock, fen counters, flow numbers) for new events, commit the
 // ledger in groups, and only then ack.
 //
-// The ledger is the judge; Redis is a projection rebuilt from it at start, after any outage
-// and after a failover. When Redis is unreachable a circuit breaker opens and the store keeps
+// The ledger is the judge; Redis is a projection rebuilt from it at start, after any outage,
+// after a failover, and whenever a gate call (the projection marker, lua/proj.lua) or the
+// drift audit finds that Redis no longer holds it; the group in hand is then decided again. When Redis is unreachable a circuit breaker opens and the store keeps
 // selling on the ledger alone (degrade mode) with a conservative in-process limiter. Ingest
 // never acks an event before its ledger commit.
 package ingest
