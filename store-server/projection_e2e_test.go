@@ -82,7 +82,7 @@ func TestProjectionKeysDropped(t *testing.T) {
 			if err := c.drop(rdb); err != nil {
 				t.Fatal(err)
 			}
-			took, err := waitRebuilt(ctx, m, before.Stats.Drift, 2*time.Second)
+			took, err := waitRebuilt(ctx, m, before.Stats, 2*time.Second)
 			if err != nil {
 				t.Error(err)
 			}
@@ -120,13 +120,13 @@ func TestProjectionKeysDropped(t *testing.T) {
 	}
 }
 
-// waitRebuilt waits until the store has counted a drift past before and is back in Redis
-// mode, and returns how long that took.
-func waitRebuilt(ctx context.Context, m *client.Client, before int64, within time.Duration) (time.Duration, error) {
+// waitRebuilt waits until the store has counted a drift and a rebuild past before and is
+// back in Redis mode, and returns how long that took.
+func waitRebuilt(ctx context.Context, m *client.Client, before client.Stats, within time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
 		a, err := m.Mode(ctx)
-		if err == nil && a.Stats.Drift > before && a.Mode == client.ModeRedis {
+		if err == nil && a.Stats.Drift > before.Drift && a.Stats.Rebuilds > before.Rebuilds && a.Mode == client.ModeRedis {
 			return time.Since(start), nil
 		}
 		if time.Since(start) > within {

@@ -87,7 +87,13 @@ func TestProjectionLost(t *testing.T) {
 			if err := g.Rebuild(ctx, snap); err != nil {
 				t.Fatal(err)
 			}
+			if why, err := g.CheckProjection(ctx, day1); err != nil || why != "" {
+				t.Fatalf("CheckProjection before the drop: %q, %v", why, err)
+			}
 			c.drop(g)
+			if why, err := g.CheckProjection(ctx, day1); err != nil || why != c.reason {
+				t.Errorf("CheckProjection after the drop: %q, %v; want %s", why, err, c.reason)
+			}
 			op := sale("T1", 4, true, 100, line("A", 1))
 			wantLost(t, rdb, g, c.reason, op)
 			if err := g.Rebuild(ctx, snap); err != nil {

@@ -65,6 +65,31 @@ func (in *Ingest) execGate(ctx context.Context, ops []gate.Op) ([]gate.Verdict, 
 	return verdicts, time.Since(start), err
 }
 
+// checkMarker reads, at each probe in Redis mode, whether Redis still holds the projection
+// as its marker says (gate.CheckProjection): a store with no sale for a while finds a
+// dropped key within a probe (a second), not at its next sale. It runs on the loop, so no
+// gate call runs meanwhile; proj keeps stock adjustments out.
+func (in *Ingest) checkMarker(ctx context.Context) {
+	if in.Mode() != client.ModeRedis {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	in.proj.Lock()
+	reason, err := in.cfg.Gate.CheckProjection(cctx, in.cfg.Ledger.BusinessDate(in.cfg.Now()))
+	in.proj.Unlock()
+	if err != nil || reason == "" {
+		return // a Redis that does not answer is found by the next gate call
+	}
+	in.drift(reason, "found by the marker check while no gate call ran")
+	start := time.Now()
+	in.setMode(client.ModeRebuilding)
+	in.tryRebuild(ctx)
+	if in.Mode() == client.ModeRedis {
+		in.log.Warn("projection rebuilt", "reason", reason, "took", time.Since(start))
+	}
+}
+
 // audit compares Redis's stock and today's counters with the ledger's, figure by figure
 // (not their history), while no group is between the gate and the ledger and no adjustment
 // is on its way; a difference is counted, logged and rebuilt. It runs in Redis mode only.

@@ -101,20 +101,49 @@ func TestDriftAudit(t *testing.T) {
 		{DriftAuditStock, func() { rdb.HSet(ctx, prefix+"stock", "A", 5) }},
 		{DriftAuditCounters, func() { rdb.HIncrBy(ctx, prefix+"cnt:"+date+":T1", "amount", 100) }},
 	} {
+		rebuilds := in.Stats().Rebuilds
 		c.change()
 		deadline := time.Now().Add(5 * time.Second)
-		for in.Stats().DriftReasons[c.reason] == 0 {
+		for st := in.Stats(); st.DriftReasons[c.reason] == 0 || st.Rebuilds == rebuilds || in.Mode() != client.ModeRedis; st = in.Stats() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no drift found in 5s: %+v", c.reason, in.Stats())
+				t.Fatalf("%s: no drift found and rebuilt in 5s: %+v", c.reason, st)
 			}
 			time.Sleep(20 * time.Millisecond)
-		}
-		for in.Mode() != client.ModeRedis {
-			time.Sleep(10 * time.Millisecond)
 		}
 		wantProjected(t, in)
 	}
 	if st := in.Stats(); st.LastDrift != DriftAuditCounters || fmt.Sprint(st.DriftReasons) != "map[audit_counters:1 audit_stock:1]" {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestIdleLoss: a key dropped while no sale comes is found by the marker check at the next
+// probe (a second), and rebuilt: Redis equals the ledger within 2 s, with no gate call.
+func TestIdleLoss(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, _, out := newIngestOn(t, s)
+	in.cfg.AuditEvery = -1 // the marker check alone
+	runIngest(t, in)
+	ctx := context.Background()
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, time.Now(), false))
+	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
+		t.Fatalf("sale: %+v", a)
+	}
+	for i, drop := range []func(){
+		func() { rdb.HDel(ctx, "pg:{"+testStore+"}:stock", "A") },
+		func() { rdb.FlushAll(ctx) },
+	} {
+		before := in.Stats()
+		drop()
+		start := time.Now()
+		for st := in.Stats(); st.Drift == before.Drift || st.Rebuilds == before.Rebuilds || in.Mode() != client.ModeRedis; st = in.Stats() {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("drop %d: not found and rebuilt within 2s: %+v", i, in.Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		wantProjected(t, in)
 	}
 }

@@ -291,6 +291,8 @@ func (in *Ingest) Run(ctx context.Context) error {
 		case <-probe.C:
 			if in.Mode() == client.ModeDegraded {
 				in.tryRebuild(ctx)
+			} else {
+				in.checkMarker(ctx)
 			}
 			continue
 		case <-auditC:
