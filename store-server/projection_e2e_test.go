@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,12 +32,12 @@ func TestProjectionKeysDropped(t *testing.T) {
 	date := today("Asia/Shanghai")
 	prefix := "pg:{S1}:"
 	for _, c := range []struct {
-		name string
-		drop func(rdb *redis.Client) error
+		name, reason string
+		drop         func(rdb *redis.Client) error
 	}{
-		{"sku-stock-field", func(rdb *redis.Client) error { return rdb.HDel(ctx, prefix+"stock", "MILK").Err() }},
-		{"terminal-counter-hash", func(rdb *redis.Client) error { return rdb.Del(ctx, prefix+"cnt:"+date+":T02").Err() }},
-		{"store-keys", func(rdb *redis.Client) error {
+		{"sku-stock-field", "stock_missing", func(rdb *redis.Client) error { return rdb.HDel(ctx, prefix+"stock", "MILK").Err() }},
+		{"terminal-counter-hash", "counters_missing", func(rdb *redis.Client) error { return rdb.Del(ctx, prefix+"cnt:"+date+":T02").Err() }},
+		{"store-keys", "marker_missing", func(rdb *redis.Client) error {
 			keys, err := rdb.Keys(ctx, prefix+"*").Result()
 			if err == nil {
 				err = rdb.Del(ctx, keys...).Err()
@@ -115,6 +116,13 @@ func TestProjectionKeysDropped(t *testing.T) {
 				}
 			}
 			t.Logf("drift %d by reason %v, rebuilds %d", after.Stats.Drift, after.Stats.DriftReasons, after.Stats.Rebuilds)
+			if n := after.Stats.DriftReasons[c.reason] - before.Stats.DriftReasons[c.reason]; n < 1 {
+				t.Errorf("no drift %s counted", c.reason)
+			}
+			want := fmt.Sprintf(`posgate_store_projection_drift_total{reason="%s"} %d`, c.reason, after.Stats.DriftReasons[c.reason])
+			if got := metricLine(t, e, `posgate_store_projection_drift_total{reason="`+c.reason+`"}`); got != want {
+				t.Errorf("metric %q, want %q", got, want)
+			}
 			e.verify(date)
 		})
 	}
