@@ -15,8 +15,10 @@ import (
 // DefaultAuditEvery is how often the drift audit runs by default.
 const DefaultAuditEvery = 10 * time.Second
 
-// auditGap is the least time between two audits that a refusal for stock asks for.
-const auditGap = time.Second
+// auditGap is the least time between two audits that a refusal for stock asks for: a SKU
+// sold out that cashiers keep scanning would otherwise have the store read every stock and
+// today's counters every second.
+const auditGap = 5 * time.Second
 
 // Reasons of a drift found by the audit (those of the gate's marker check are
 // gate.LostReason's).

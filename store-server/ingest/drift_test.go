@@ -123,7 +123,7 @@ func TestIdleLoss(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true})
 	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	in, _, out := newIngestOn(t, s)
+	in, led, out := newIngestOn(t, s)
 	in.cfg.AuditEvery = -1 // the marker check alone
 	runIngest(t, in)
 	ctx := context.Background()
@@ -131,8 +131,10 @@ func TestIdleLoss(t *testing.T) {
 	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
 		t.Fatalf("sale: %+v", a)
 	}
+	date := led.BusinessDate(time.Now())
 	for i, drop := range []func(){
 		func() { rdb.HDel(ctx, "pg:{"+testStore+"}:stock", "A") },
+		func() { rdb.Del(ctx, "pg:{"+testStore+"}:cnt:"+date+":T1") },
 		func() { rdb.FlushAll(ctx) },
 	} {
 		before := in.Stats()

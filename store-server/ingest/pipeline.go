@@ -411,7 +411,7 @@ func (in *Ingest) applyVerdict(x *item, v gate.Verdict) {
 		x.rec.Status, x.rec.Code, x.rec.Message, x.rec.Final = v.Status, v.Code, v.Message, false
 		x.ack.RetryAfterMs = v.RetryAfter.Milliseconds()
 		// A refusal for stock is the answer a projection that lost stock gives: the loop
-		// audits Redis against the ledger after the group (at most once a second).
+		// audits Redis against the ledger after the group (at most once in 5 s).
 		if v.Code == gate.CodeOutOfStock {
 			in.auditDue = true
 		}
