@@ -15,6 +15,11 @@ APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite
 # no wine32, no i386 multiarch), zip for the Windows archive.
 CROSS_PKGS := gcc-mingw-w64-x86-64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user wine wine64 zip
 BINS      := terminal-agent store-server hq-sync
+# SEED draws the randomized fault suite's schedule (e2e/chaos): a fresh one each run unless
+# given; MINUTES is how long `make chaos` injects faults.
+SEED      ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+SEED      := $(SEED)
+MINUTES   ?= 10
 
 # The OpenAPI linter, pinned: node and npm come with deps (nodejs); npx fetches it once.
 REDOCLY   ?= npx --yes @redocly/cli@2.77.0
@@ -38,7 +43,7 @@ DIST      := dist
 step = @s=$$(date +%s); echo "== $@"; $(1); rc=$$?; echo "== $@: $$(( $$(date +%s) - s )) s (exit $$rc)"; exit $$rc
 
 .PHONY: all build deps deps-cross demo test test-short test-go vet vet-windows test-qemu-unit test-wine-unit \
-	test-qemu test-wine release fmt bench fuzz clean openapi-lint
+	test-qemu test-wine release fmt bench chaos fuzz clean openapi-lint
 
 all: build
 
@@ -95,8 +100,10 @@ vet:
 # and the field tests: the agent under qemu-user and under Wine against a real store.
 test: deps vet openapi-lint vet-windows test-go test-qemu-unit test-wine-unit test-qemu test-wine
 
+# test-go runs every test, the fault suite's short schedule (1 minute) with a fresh seed among them.
 test-go:
-	$(call step,$(GO) test $(TESTFLAGS) $(PKGS))
+	@echo "fault suite seed $(SEED) (rerun it: make chaos SEED=$(SEED) MINUTES=1)"
+	$(call step,CHAOS_SEED=$(SEED) $(GO) test $(TESTFLAGS) $(PKGS))
 
 # vet-windows: the agent and the shared packages compile, tests included, for Windows.
 vet-windows:
@@ -156,6 +163,12 @@ test-short:
 # bench runs the benchmarks (real servers, minutes); results go to docs/benchmarks.md by hand.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
+
+# chaos runs the randomized fault suite for MINUTES with SEED, printing each fault and check.
+chaos: deps
+	@echo "fault suite seed $(SEED), $(MINUTES) minutes"
+	CHAOS_SEED=$(SEED) CHAOS_MINUTES=$(MINUTES) $(GO) test -count=1 -v -run '^TestChaos$$' \
+		-timeout $$(awk 'BEGIN { print int($(MINUTES) * 60 + 900) }')s ./e2e/chaos/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeUp -fuzztime 30s ./internal/wire/

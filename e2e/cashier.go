@@ -31,12 +31,13 @@ type Cashier struct {
 	ok     map[string]bool // event keys answered 2xx
 	sales  []string        // completed sale ids
 	counts map[int]int     // answers by status
+	codes  map[string]int  // error answers by code
 }
 
 // NewCashier returns a cashier for the agent API at addr (host:port), with the agent's API
 // token (Agent.Token, or client.ReadToken of its file).
 func NewCashier(addr, token string) *Cashier {
-	c := &Cashier{Base: "http://" + addr, token: token, ok: map[string]bool{}, counts: map[int]int{}}
+	c := &Cashier{Base: "http://" + addr, token: token, ok: map[string]bool{}, counts: map[int]int{}, codes: map[string]int{}}
 	c.http = &http.Client{Timeout: 10 * time.Second, Transport: recorder{c}}
 	c.agent = &client.Client{BaseURL: c.Base, HTTPClient: c.http, Token: token}
 	return c
@@ -70,12 +71,18 @@ func (c *Cashier) record(status int, body []byte) {
 	var a struct {
 		Event *client.EventRef `json:"event"`
 	}
+	var e client.ErrorBody
 	if status < 300 {
 		json.Unmarshal(body, &a)
+	} else {
+		json.Unmarshal(body, &e)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counts[status]++
+	if e.Code != "" {
+		c.codes[e.Code]++
+	}
 	if a.Event != nil {
 		c.ok[a.Event.Key] = true
 	}
@@ -98,6 +105,18 @@ func (c *Cashier) Counts() map[int]int {
 	defer c.mu.Unlock()
 	out := map[int]int{}
 	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Codes returns how many error answers of each code (out_of_stock, rate_limited, …) the
+// cashier got.
+func (c *Cashier) Codes() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.codes {
 		out[k] = v
 	}
 	return out

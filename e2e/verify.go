@@ -16,7 +16,8 @@ type Report struct {
 	OK    bool
 }
 
-func (r *Report) add(ok bool, format string, args ...any) {
+// Add adds a line to the report; a false ok fails it.
+func (r *Report) Add(ok bool, format string, args ...any) {
 	mark := "ok  "
 	if !ok {
 		mark = "FAIL"
@@ -45,15 +46,15 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		st, err := c.WaitDrained(ctx)
 		// A parked event is one the store refused to record: the till's totals hold it, the
 		// ledger's do not.
-		rep.add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
+		rep.Add(err == nil && st.Parked == 0, "terminal %s drained: backlog %d, parked %d", term, st.Backlog, st.Parked)
 	}
 	m := s.Manager()
 	mode, err := m.Mode(ctx)
 	if err != nil {
-		rep.add(false, "store mode: %v", err)
+		rep.Add(false, "store mode: %v", err)
 		return rep
 	}
-	rep.add(mode.Mode == "redis", "store gate mode %s (%d accepted, %d rebuilds)", mode.Mode, mode.Stats.Accepted, mode.Stats.Rebuilds)
+	rep.Add(mode.Mode == "redis", "store gate mode %s (%d accepted, %d rebuilds)", mode.Mode, mode.Stats.Accepted, mode.Stats.Rebuilds)
 	terms := make([]string, 0, len(cashiers))
 	for t := range cashiers {
 		terms = append(terms, t)
@@ -63,7 +64,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	for _, date := range dates {
 		tot, err := m.Totals(ctx, date)
 		if err != nil {
-			rep.add(false, "store totals %s: %v", date, err)
+			rep.Add(false, "store totals %s: %v", date, err)
 			continue
 		}
 		byTerm := map[string]client.TerminalTotals{}
@@ -73,7 +74,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 		for _, term := range terms {
 			own, err := cashiers[term].DayTotals(date)
 			if err != nil {
-				rep.add(false, "%s %s agent totals: %v", term, date, err)
+				rep.Add(false, "%s %s agent totals: %v", term, date, err)
 				continue
 			}
 			agent := client.DeclaredCounters(own)
@@ -84,11 +85,11 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 				red = *r
 			}
 			ok := agent.Equal(led) && led.Equal(red)
-			rep.add(ok, "%s %s sales %d/%d/%d amount %s/%s/%s refunds %s/%s/%s (agent/ledger/redis)",
+			rep.Add(ok, "%s %s sales %d/%d/%d amount %s/%s/%s refunds %s/%s/%s (agent/ledger/redis)",
 				term, date, agent.Sales, led.Sales, red.Sales, agent.Amount, led.Amount, red.Amount,
 				agent.RefundAmount, led.RefundAmount, red.RefundAmount)
 			if d := byTerm[term].Declared; d != nil {
-				rep.add(d.Equal(led), "%s %s day close declared sales %d amount %s refunds %s = ledger's",
+				rep.Add(d.Equal(led), "%s %s day close declared sales %d amount %s refunds %s = ledger's",
 					term, date, d.Sales, d.Amount, d.RefundAmount)
 			}
 		}
@@ -96,15 +97,15 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 	// The agents refund only what their own sales leave to refund; the ledger, which holds
 	// each refund to its sale as well, must agree on every one.
 	if rx, err := m.RefundExceptions(ctx, "", true); err != nil {
-		rep.add(false, "store refund exceptions: %v", err)
+		rep.Add(false, "store refund exceptions: %v", err)
 	} else {
 		x := rx.RefundExceptions
-		rep.add(len(x) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
+		rep.Add(len(x) == 0, "refunds held to their sales by the ledger: %d refunds, %d refund exceptions%s",
 			refunds, len(x), firstException(x))
 	}
 	stock, err := m.Stock(ctx, true)
 	if err != nil {
-		rep.add(false, "store stock: %v", err)
+		rep.Add(false, "store stock: %v", err)
 		return rep
 	}
 	for _, row := range stock.Stock {
@@ -116,7 +117,7 @@ func Verify(ctx context.Context, s *StoreServer, cashiers map[string]*Cashier, d
 			proven = *row.Proven
 		}
 		ok := row.Redis != nil && red == row.Ledger && row.Proven != nil && proven == row.Ledger
-		rep.add(ok, "stock %-8s ledger %d = proven (opening + adjustments - sold + restocked) %d = redis %d",
+		rep.Add(ok, "stock %-8s ledger %d = proven (opening + adjustments - sold + restocked) %d = redis %d",
 			row.SKU, row.Ledger, proven, red)
 	}
 	return rep

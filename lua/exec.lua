@@ -16,12 +16,15 @@
 --           if asked, the next flow number.
 -- An accepted op leaves an idempotency record; a live refusal leaves nothing.
 --
---   KEYS: 1 stock, 2 rl store, 3 rl seq, 4 limits, 5 promo; then each op's keys from its
---         key base b: b idempotency, b+1 rl terminal, b+2 rl action; sale and refund also
---         b+3 counters, b+4 counter index, b+5 flow.
+-- Before anything, the projection marker (proj.lua) is checked for the call's stock, dates and
+-- counters; a projection Redis lost answers "LOST <reason>" and changes nothing.
+--
+--   KEYS: 1 stock, 2 rl store, 3 rl seq, 4 limits, 5 promo, 6 projection marker; then each
+--         op's keys from its key base b: b idempotency, b+1 rl terminal, b+2 rl action; sale
+--         and refund also b+3 counters, b+4 counter index, b+5 flow.
 --   ARGV: 1 idempotency TTL ms, 2 default window ms, 3..7 default store, terminal, scan, pay
---         and refund limits, 8 op count; then each op: kind (scan|sale|refund), key base,
---         hash, live (1|0), and
+--         and refund limits, 8 op count, 9 the gate's projection epoch; then each op: kind
+--         (scan|sale|refund), key base, hash, live (1|0), and
 --           scan    sku, qty
 --           sale    terminal, line count, (sku, qty) pairs with each SKU once, total fen,
 --                   method count, (method, fen) pairs
@@ -31,7 +34,7 @@
 local ttl = ARGV[1]
 local defaults = { window_ms = tonumber(ARGV[2]), store = tonumber(ARGV[3]), terminal = tonumber(ARGV[4]),
   scan = tonumber(ARGV[5]), pay = tonumber(ARGV[6]), refund = tonumber(ARGV[7]) }
-local STOCK, RL_STORE, RL_SEQ, LIMITS, PROMO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local STOCK, RL_STORE, RL_SEQ, LIMITS, PROMO, MARKER = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACTION = { scan = 'scan', sale = 'pay', refund = 'refund' }
 
 -- The effective limits (limit * promo / 100), the window and the time, read when the first
@@ -142,26 +145,73 @@ local function refund(b, terminal, restock, ls, ti)
   return { status = 'accepted', flow = redis.call('INCR', KEYS[b + 5]) }
 end
 
-local out = {}
-local i = 9
-for o = 1, tonumber(ARGV[8]) do
-  local kind, b, hash, live = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3] == '1'
-  i = i + 4
-  local sku, qty, terminal, restock, ls, ti
-  if kind == 'scan' then
-    sku, qty = ARGV[i], tonumber(ARGV[i + 1])
-    i = i + 2
-  else
-    terminal = ARGV[i]
-    i = i + 1
-    if kind == 'refund' then
-      restock = ARGV[i] == '1'
+-- parse reads every op from ARGV first, so that the projection is checked before any write.
+local function parse()
+  local ops = {}
+  local i = 10
+  for o = 1, tonumber(ARGV[8]) do
+    local op = { kind = ARGV[i], b = tonumber(ARGV[i + 1]), hash = ARGV[i + 2], live = ARGV[i + 3] == '1' }
+    i = i + 4
+    if op.kind == 'scan' then
+      op.sku, op.qty = ARGV[i], tonumber(ARGV[i + 1])
+      i = i + 2
+    else
+      op.terminal = ARGV[i]
       i = i + 1
+      if op.kind == 'refund' then
+        op.restock = ARGV[i] == '1'
+        i = i + 1
+      end
+      op.ls, i = lines(i)
+      op.ti = i
+      i = i + 2 + 2 * tonumber(ARGV[i + 1]) -- total, method count, (method, fen) pairs
     end
-    ls, i = lines(i)
-    ti = i
-    i = i + 2 + 2 * tonumber(ARGV[i + 1]) -- total, method count, (method, fen) pairs
+    ops[o] = op
   end
+  return ops
+end
+
+-- check_projection checks the marker for every date and terminal counter of the call; it
+-- returns a reason, or nil with the stock's field count and the dates to settle.
+local function check_projection(ops)
+  local why = proj_base(MARKER, ARGV[9], STOCK)
+  if why then
+    return why
+  end
+  local dates, seen, pairs_seen = {}, {}, {}
+  for _, op in ipairs(ops) do
+    if op.kind ~= 'scan' then
+      local ckey, index, flow = KEYS[op.b + 3], KEYS[op.b + 4], KEYS[op.b + 5]
+      if not seen[index] then
+        local d
+        why, d = proj_date(MARKER, index, flow)
+        if why then
+          return why
+        end
+        seen[index] = d
+        dates[#dates + 1] = d
+      end
+      if seen[index].n and not pairs_seen[ckey] then
+        why = proj_counters(index, ckey, op.terminal)
+        if why then
+          return why
+        end
+        pairs_seen[ckey] = true
+      end
+    end
+  end
+  return nil, redis.call('HLEN', STOCK), dates
+end
+
+local ops = parse()
+local why, hlen0, dates = check_projection(ops)
+if why then
+  return lost(why)
+end
+local out = {}
+for o, op in ipairs(ops) do
+  local kind, b, hash, live = op.kind, op.b, op.hash, op.live
+  local sku, qty, terminal, restock, ls, ti = op.sku, op.qty, op.terminal, op.restock, op.ls, op.ti
   local r = idem_check(KEYS[b], hash)
   if not r then
     local rk, lims, counts
@@ -199,4 +249,5 @@ for o = 1, tonumber(ARGV[8]) do
   out[o] = r
 end
 flush()
+proj_settle(MARKER, STOCK, hlen0, dates)
 return out

@@ -7,7 +7,7 @@
 // HINCRBY as decimal text and never through a Lua number. Redis 5 or later is required
 // (scripts are replicated by their effects, which calling TIME before writing needs).
 //
-// lib.lua and ops.lua are helpers, not scripts: the exported sources below are the
+// lib.lua, ops.lua and proj.lua are helpers, not scripts: the exported sources below are the
 // scripts as sent to Redis, each helper prepended. This package does no I/O.
 package lua
 
@@ -21,13 +21,14 @@ var FS embed.FS
 // The scripts as run by Redis. See each file's header for its KEYS, ARGV and reply.
 var (
 	// Exec decides a group of scans, sales and refunds in order, in one atomic call:
-	// lib.lua + ops.lua + exec.lua.
-	Exec = source("lib.lua", "ops.lua", "exec.lua")
+	// lib.lua + ops.lua + proj.lua + exec.lua.
+	Exec = source("lib.lua", "ops.lua", "proj.lua", "exec.lua")
 	// Allow is the three-layer limiter alone: lib.lua + allow.lua.
 	Allow = source("lib.lua", "allow.lua")
-	// Adjust applies a stock adjustment once per id: adjust.lua.
-	Adjust = source("adjust.lua")
-	// Rebuild sets stock, counters and flow numbers from a ledger snapshot: rebuild.lua.
+	// Adjust applies a stock adjustment once per id: proj.lua + adjust.lua.
+	Adjust = source("proj.lua", "adjust.lua")
+	// Rebuild sets stock, counters and flow numbers from a ledger snapshot, and the
+	// projection marker the other scripts check: rebuild.lua.
 	Rebuild = source("rebuild.lua")
 )
 

@@ -21,7 +21,8 @@ local function idem_record(key, hash, flow, over, ttl_ms)
 end
 
 -- stock_short returns the reply fields of an out_of_stock refusal if the stock hash holds
--- less than qty of sku (a SKU missing from the hash has 0), or nil.
+-- less than qty of sku, or nil. A SKU missing from the hash has 0: exec.lua checked the
+-- projection marker first (proj.lua), so no field the rebuild wrote is missing.
 local function stock_short(stock, sku, qty)
   local have = tonumber(redis.call('HGET', stock, sku)) or 0
   if have < qty then

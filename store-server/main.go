@@ -18,6 +18,7 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/presence"
 )
 
@@ -72,10 +73,13 @@ type Main struct {
 	// ClockBehindConfirm is how long a till's readings must span before the store says its
 	// clock is behind (presence.DefaultBehindConfirm; 0: at once).
 	ClockBehindConfirm time.Duration
-	APIToken           string
-	CatalogFile        string
-	UploadState        string
-	LogLevel           string
+	// AuditEvery is how often the drift audit compares Redis with the ledger (0: only after
+	// a live refusal for stock).
+	AuditEvery  time.Duration
+	APIToken    string
+	CatalogFile string
+	UploadState string
+	LogLevel    string
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -122,6 +126,8 @@ func (m *Main) ParseFlags(args []string) error {
 		"a till whose clock is further than this from the store's is flagged (its sales take their business date from it); 0: never")
 	fs.Duration(&m.ClockBehindConfirm, "clock-behind-confirm", "POSGATE_CLOCK_BEHIND_CONFIRM", presence.DefaultBehindConfirm,
 		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
+	fs.Duration(&m.AuditEvery, "audit-every", "POSGATE_AUDIT_EVERY", ingest.DefaultAuditEvery,
+		"how often the drift audit compares Redis's stock and today's counters with the ledger, and rebuilds on a difference; 0: only after a live refusal for stock")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -156,6 +162,8 @@ func (m *Main) Validate() error {
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
 	case m.ClockBehindConfirm < 0:
 		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
+	case m.AuditEvery < 0:
+		return fmt.Errorf("--audit-every %v: want a duration, 0 or more", m.AuditEvery)
 	case !validMB(m.DiskWarnMB):
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:

@@ -175,7 +175,12 @@ func (m *Main) connectGate(s *server) redis.UniversalClient {
 func (m *Main) newIngest(s *server) (onUp func(topic string, payload []byte)) {
 	s.out = &lateOut{}
 	s.met = metrics.New()
-	s.in = ingest.New(ingest.Config{Store: m.Store, Gate: s.gate, Ledger: s.led, Catalog: s.cat, Out: s.out, Logger: s.log, Observer: s.met})
+	audit := m.AuditEvery
+	if audit == 0 {
+		audit = -1 // ingest: no schedule
+	}
+	s.in = ingest.New(ingest.Config{Store: m.Store, Gate: s.gate, Ledger: s.led, Catalog: s.cat, Out: s.out, Logger: s.log,
+		Observer: s.met, AuditEvery: audit})
 	s.seen = presence.New(m.Store, nil, s.log)
 	s.seen.SetSkewLimit(m.ClockSkewWarn)
 	s.seen.SetBehindConfirm(m.ClockBehindConfirm)

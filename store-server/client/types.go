@@ -54,6 +54,16 @@ type Stats struct {
 	// when. While commits fail nothing is acked; the terminals keep their events and resend.
 	LastCommitError   string    `json:"last_commit_error,omitempty"`
 	LastCommitErrorAt time.Time `json:"last_commit_error_at,omitzero"`
+	// Drift: times Redis was found not to hold the ledger's projection (keys it dropped: an
+	// eviction, a DEL or FLUSHALL, a restart without persistence), by reason, each followed
+	// by a rebuild; the last one found, and when.
+	Drift        int64            `json:"projection_drift"`
+	DriftReasons map[string]int64 `json:"projection_drift_reasons,omitempty"`
+	LastDrift    string           `json:"last_drift,omitempty"`
+	LastDriftAt  time.Time        `json:"last_drift_at,omitzero"`
+	// GateRefused says why the store does not run its gate on the Redis it reaches (an
+	// allkeys-* maxmemory-policy) and sells on the ledger alone; empty otherwise.
+	GateRefused string `json:"gate_refused,omitempty"`
 }
 
 // ModeAnswer is the answer of GET /v1/mode: the store, the gate's mode, ingest's counters and

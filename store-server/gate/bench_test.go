@@ -170,7 +170,7 @@ func BenchmarkRedisBenchmarkSale(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys, cargs := g.execCall([]Op{benchSale("T1", 1)})
-	keys[5] = strings.TrimSuffix(keys[5], ":1") + ":__rand_int__" // the sale's idempotency key
+	keys[6] = strings.TrimSuffix(keys[6], ":1") + ":__rand_int__" // the sale's idempotency key
 	args := []string{"-p", strconv.Itoa(s.Redis[0].Port), "-n", "100000", "-c", "50", "-r", "1000000000", "-q",
 		"EVALSHA", execScript.Hash(), strconv.Itoa(len(keys))}
 	args = append(args, keys...)

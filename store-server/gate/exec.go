@@ -170,11 +170,11 @@ func (g *Gate) limiterKeys(terminal, action string) []string {
 // (see lua/exec.lua for the layout).
 func (g *Gate) execCall(ops []Op) (keys []string, args []any) {
 	d := store.DefaultLimits
-	keys = make([]string, 0, 5+6*len(ops))
-	keys = append(keys, g.k.stock(), g.k.rlStore(), g.k.rlSeq(), g.k.limits(), g.k.promo())
-	args = make([]any, 0, 8+20*len(ops))
-	args = append(args, g.o.IdemTTL.Milliseconds(), d.WindowMs, d.Store, d.Terminal, d.Scan, d.Pay, d.Refund, len(ops))
 	epoch := g.epoch.Load()
+	keys = make([]string, 0, 6+6*len(ops))
+	keys = append(keys, g.k.stock(), g.k.rlStore(), g.k.rlSeq(), g.k.limits(), g.k.promo(), g.k.marker())
+	args = make([]any, 0, 9+20*len(ops))
+	args = append(args, g.o.IdemTTL.Milliseconds(), d.WindowMs, d.Store, d.Terminal, d.Scan, d.Pay, d.Refund, len(ops), epoch)
 	for i := range ops {
 		op := &ops[i]
 		t := op.Terminal

@@ -5,7 +5,10 @@
 //
 // Redis is a projection here, never the judge: the store ledger is. After any doubt
 // (failover, restart, degraded mode) the caller rebuilds the projection from the ledger
-// with Rebuild before live traffic resumes. The gate must never take the time from its
+// with Rebuild before live traffic resumes. Absence is never zero: Rebuild writes a
+// projection marker (lua/proj.lua) that every script reading the projection checks first,
+// and a projection Redis dropped in part or in whole is answered with a *perr.Error of code
+// CodeProjectionLost, with no effect, instead of being read as zero stock or counters. The gate must never take the time from its
 // caller (scripts read Redis TIME), never use a float for money or limits, and never touch
 // a key outside its store's hash tag "{store}", so that it runs on a Redis Cluster.
 //
@@ -23,7 +26,8 @@
 //	pg:{S}:limits             HASH   overrides of store.Limits, by JSON field name
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
-//	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
+//	pg:{S}:projection         HASH   the projection marker: epoch E (raised by every Rebuild), the stock
+//	                                 hash's field count, each date's index count and flow counter
 package gate
 
 import (
@@ -68,6 +72,7 @@ type Client interface {
 	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
 	Incr(ctx context.Context, key string) *redis.IntCmd
 	Info(ctx context.Context, section ...string) *redis.StringCmd
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 }
 
 var (
@@ -104,6 +109,11 @@ const (
 	CodeAdjustmentConflict = "adjustment_conflict" // perr.Conflict: an id reused with another sku or delta
 	CodeUnavailable        = "redis_unavailable"   // perr.Unavailable: Redis cannot be reached or is failing over
 	CodeRedis              = "redis_error"         // perr.Internal: Redis answered with an unexpected error
+	// CodeProjectionLost (perr.Unavailable): Redis no longer holds the projection the last
+	// Rebuild wrote (the marker is missing or names another epoch, a stock field, counter
+	// hash, counter index or flow counter is gone); the call changed nothing. LostReason
+	// tells which.
+	CodeProjectionLost = "projection_lost"
 )
 
 // Gate is the fast gate of one store. It is safe for concurrent use.
@@ -179,7 +189,7 @@ func (k keys) stock() string { return string(k) + "stock" }
 func (k keys) idem(epoch int64, t string, seq int64) string {
 	return string(k) + "idem:" + strconv.FormatInt(epoch, 10) + ":" + t + ":" + strconv.FormatInt(seq, 10)
 }
-func (k keys) epoch() string                   { return string(k) + "epoch" }
+func (k keys) marker() string                  { return string(k) + "projection" }
 func (k keys) counters(date, t string) string  { return string(k) + "cnt:" + date + ":" + t }
 func (k keys) counterIndex(date string) string { return string(k) + "cntidx:" + date }
 func (k keys) flow(date string) string         { return string(k) + "flow:" + date }
@@ -488,8 +498,8 @@ func (g *Gate) Adjust(ctx context.Context, id, sku string, delta int64) (qty int
 	case delta == 0:
 		return 0, false, perr.New(perr.Invalid, CodeInvalid, "adjustment of %q by 0 changes nothing", sku)
 	}
-	res, err := adjustScript.Run(ctx, g.rdb, []string{g.k.adjustment(id), g.k.stock()},
-		sku, strconv.FormatInt(delta, 10), g.o.IdemTTL.Milliseconds()).Int64Slice()
+	res, err := adjustScript.Run(ctx, g.rdb, []string{g.k.adjustment(id), g.k.stock(), g.k.marker()},
+		sku, strconv.FormatInt(delta, 10), g.o.IdemTTL.Milliseconds(), g.epoch.Load()).Int64Slice()
 	if err != nil {
 		return 0, false, g.fail("adjust stock", err)
 	}
@@ -513,12 +523,47 @@ func (g *Gate) fail(what string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
+	if reason, ok := lostReason(err); ok {
+		return perr.Wrap(err, perr.Unavailable, CodeProjectionLost, "gate %s: %s: the Redis projection is lost (%s); it is rebuilt from the ledger", g.store, what, reason)
+	}
 	var re redis.Error
 	if errors.As(err, &re) && !redis.IsReadOnlyError(err) && !redis.IsLoadingError(err) &&
 		!redis.IsMasterDownError(err) && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) {
 		return perr.Wrap(err, perr.Internal, CodeRedis, "gate %s: %s", g.store, what)
 	}
 	return perr.Wrap(err, perr.Unavailable, CodeUnavailable, "gate %s: %s: redis unavailable", g.store, what)
+}
+
+// lostPrefix starts the error a script answers when the projection marker check fails
+// (lua/proj.lua): "LOST <reason>".
+const lostPrefix = "LOST "
+
+// lostReason returns the reason of a script's LOST answer.
+func lostReason(err error) (string, bool) {
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), lostPrefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(re.Error(), lostPrefix), true
+}
+
+// The reasons of CodeProjectionLost (lua/proj.lua).
+const (
+	LostMarkerMissing   = "marker_missing"   // no marker: the store's keys or all keys were dropped
+	LostEpochMismatch   = "epoch_mismatch"   // the marker is another rebuild's (an older dump restored, another store-server)
+	LostStockMissing    = "stock_missing"    // the stock hash lacks fields the marker counts
+	LostCountersMissing = "counters_missing" // a counter hash or a date's counter index was dropped
+	LostFlowMissing     = "flow_missing"     // a date's flow counter was dropped
+)
+
+// LostReason returns why the gate answered CodeProjectionLost (lua/proj.lua):
+// marker_missing, epoch_mismatch, stock_missing, counters_missing or flow_missing; ok is
+// false for any other error.
+func LostReason(err error) (reason string, ok bool) {
+	if err == nil || perr.As(err).Code != CodeProjectionLost {
+		return "", false
+	}
+	return lostReason(err)
 }
 
 // corrupt reports a value in Redis that no script of the gate writes.

@@ -35,9 +35,13 @@ func RunRedis(tb testing.TB) *redis.Client {
 var storeN atomic.Int64
 
 // newGate returns a gate of a store id used by no other test, so that subtests can share
-// one redis.
+// one redis, rebuilt from an empty ledger: the scripts refuse a projection no rebuild wrote.
 func newGate(rdb Client) *Gate {
-	return New(rdb, fmt.Sprintf("S%d", storeN.Add(1)), Options{})
+	g := New(rdb, fmt.Sprintf("S%d", storeN.Add(1)), Options{})
+	if err := g.Rebuild(context.Background(), store.Snapshot{}); err != nil {
+		panic(fmt.Sprintf("rebuild of a new gate: %v", err))
+	}
+	return g
 }
 
 func ctxT(tb testing.TB) context.Context {
@@ -691,7 +695,7 @@ func TestRebuild(t *testing.T) {
 		MustStock(t, g, map[string]int64{"A": 1})
 		MustOne(t, g, sale("T1", 1, false, 100, line("A", 1)))
 		// A call built before T1 appeared in the index: the script must refuse it.
-		keys := []string{g.k.stock(), g.k.flow(day1), g.k.counterIndex(day1)}
+		keys := []string{g.k.stock(), g.k.marker(), g.k.flow(day1), g.k.counterIndex(day1)}
 		err := rebuildScript.Run(ctx, rdb, keys, 1, "A", "99", 1, "5", "1", 0, 0).Err()
 		if !redis.HasErrorPrefix(err, "STALE") {
 			t.Fatalf("rebuild with a stale index: %v, want STALE", err)
@@ -1020,7 +1024,7 @@ func TestSentinelFailover(t *testing.T) {
 func TestUnavailable(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
-	g := newGate(rdb)
+	g := New(rdb, "S1", Options{})
 	ctx := ctxT(t)
 	_, err := g.Exec(ctx, []Op{sale("T1", 1, true, 100, line("A", 1)), sale("T1", 2, true, 100, line("A", 1))})
 	var pe *perr.Error
@@ -1210,7 +1214,7 @@ func TestRedisServerChanged(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr(),
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error { return g.Connected(ctx, cn) }})
 	t.Cleanup(func() { _ = rdb.Close() })
-	g = newGate(rdb)
+	g = New(rdb, "S1", Options{})
 	MustStock(t, g, map[string]int64{"A": 10})
 	if v := MustOne(t, g, sale("T1", 1, true, 100, store.Line{SKU: "A", Qty: 1})); v.Status != wire.AckAccepted {
 		t.Fatalf("before the restart: %+v", v)

@@ -21,7 +21,10 @@ const rebuildAttempts = 5
 // each terminal's counters exactly, and the counters of terminals not in snap deleted
 // (other dates are left alone); every flow counter in snap.MaxFlow raised to
 // max(current, snap.MaxFlow[date]), never lowered, so that flow numbers never repeat.
-// Idempotency records and limiter windows are left as they are. It then loads every
+// It writes the projection marker with a new epoch, which the other scripts check
+// (lua/proj.lua); idempotency records are kept under the epoch they were made in, so that
+// an event whose effects the rebuild discarded is decided again. Idempotency records and
+// limiter windows are left as they are. It then loads every
 // script, so that the first ops after a failover do not pay for NOSCRIPT.
 func (g *Gate) Rebuild(ctx context.Context, snap store.Snapshot) error {
 	dates := slices.Sorted(maps.Keys(snap.Counters))
@@ -63,13 +66,14 @@ func (g *Gate) Rebuild(ctx context.Context, snap store.Snapshot) error {
 	if err != nil {
 		return g.fail("rebuild", err)
 	}
+	var epoch int64
 	for range rebuildAttempts {
 		var keys []string
 		var args []any
 		if keys, args, err = g.rebuildCall(ctx, snap, dates); err != nil {
 			return err
 		}
-		err = rebuildScript.Run(ctx, g.rdb, keys, args...).Err()
+		epoch, err = rebuildScript.Run(ctx, g.rdb, keys, args...).Int64()
 		if !redis.HasErrorPrefix(err, "STALE") {
 			break
 		}
@@ -77,13 +81,9 @@ func (g *Gate) Rebuild(ctx context.Context, snap store.Snapshot) error {
 	if err != nil {
 		return g.fail("rebuild", err)
 	}
-	epoch, err := g.rdb.Incr(ctx, g.k.epoch()).Result()
-	if err != nil {
-		return g.fail("rebuild", err)
-	}
 	g.epoch.Store(epoch)
-	// The projection is the server's that took it: the one before the script and after the
-	// epoch, or none (it changed meanwhile: the next rebuild does it again).
+	// The projection is the server's that took it: the one before the script and after it,
+	// or none (it changed meanwhile: the next rebuild does it again).
 	after, err := runID(g.rdb.Info(ctx, "server"))
 	if err != nil {
 		return g.fail("rebuild", err)
@@ -109,7 +109,7 @@ func (g *Gate) rebuildCall(ctx context.Context, snap store.Snapshot, dates []str
 			return nil, nil, g.fail("read counter indexes", err)
 		}
 	}
-	keys := []string{g.k.stock()}
+	keys := []string{g.k.stock(), g.k.marker()}
 	args := []any{len(snap.Stock)}
 	for _, sku := range slices.Sorted(maps.Keys(snap.Stock)) {
 		args = append(args, sku, strconv.FormatInt(snap.Stock[sku], 10))

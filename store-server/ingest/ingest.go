@@ -3,8 +3,9 @@
 // gate (live limits, atomic stock, fen counters, flow numbers) for new events, commit the
 // ledger in groups, and only then ack.
 //
-// The ledger is the judge; Redis is a projection rebuilt from it at start, after any outage
-// and after a failover. When Redis is unreachable a circuit breaker opens and the store keeps
+// The ledger is the judge; Redis is a projection rebuilt from it at start, after any outage,
+// after a failover, and whenever a gate call (the projection marker, lua/proj.lua) or the
+// drift audit finds that Redis no longer holds it; the group in hand is then decided again. When Redis is unreachable a circuit breaker opens and the store keeps
 // selling on the ledger alone (degrade mode) with a conservative in-process limiter. Ingest
 // never acks an event before its ledger commit.
 package ingest
@@ -12,6 +13,7 @@ package ingest
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -58,6 +60,9 @@ type Config struct {
 	BreakerErrors int           // consecutive gate failures that open the breaker (default 3)
 	BreakerSlow   time.Duration // a gate call slower than this counts as a failure (default 500ms)
 	ProbeEvery    time.Duration // how often an open breaker probes Redis (default 1s)
+	// AuditEvery is how often the drift audit compares Redis's stock and today's counters
+	// with the ledger (default DefaultAuditEvery; negative: only after a refusal for stock).
+	AuditEvery time.Duration
 	// Observer, if not nil, is told how long ingest's steps take.
 	Observer Observer
 }
@@ -103,6 +108,13 @@ type Ingest struct {
 	limiter    *localLimiter
 
 	failures int
+
+	// auditDue asks the loop for a drift audit after its group (a live refusal for stock);
+	// auditedAt is when the last one ran; evictionSaid is the eviction finding last logged.
+	// Owned by the loop.
+	auditDue     bool
+	auditedAt    time.Time
+	evictionSaid string
 
 	// proj orders the manager's stock adjustments with rebuilds of the projection: a
 	// rebuild holds it from its snapshot of the ledger until it has set the mode it leaves,
@@ -150,6 +162,9 @@ func New(cfg Config) *Ingest {
 	if cfg.ProbeEvery <= 0 {
 		cfg.ProbeEvery = time.Second
 	}
+	if cfg.AuditEvery == 0 {
+		cfg.AuditEvery = DefaultAuditEvery
+	}
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
 		kick: make(chan struct{}, 1), mode: client.ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
@@ -193,7 +208,9 @@ func (in *Ingest) Stop() { in.stopOnce.Do(func() { close(in.stopped) }) }
 func (in *Ingest) Stats() client.Stats {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.stats
+	s := in.stats
+	s.DriftReasons = maps.Clone(s.DriftReasons)
+	return s
 }
 
 func (in *Ingest) count(f func(*client.Stats)) {
@@ -253,8 +270,17 @@ func (in *Ingest) Run(ctx context.Context) error {
 	defer func() { close(in.commits); <-committed; <-acked }()
 	probe := time.NewTicker(in.cfg.ProbeEvery)
 	defer probe.Stop()
+	var auditC <-chan time.Time
+	if in.cfg.AuditEvery > 0 {
+		audit := time.NewTicker(in.cfg.AuditEvery)
+		defer audit.Stop()
+		auditC = audit.C
+	}
 	group := make([]upMsg, 0, 256)
 	for {
+		if in.auditDue && time.Since(in.auditedAt) >= auditGap {
+			in.audit(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -265,7 +291,12 @@ func (in *Ingest) Run(ctx context.Context) error {
 		case <-probe.C:
 			if in.Mode() == client.ModeDegraded {
 				in.tryRebuild(ctx)
+			} else {
+				in.checkMarker(ctx)
 			}
+			continue
+		case <-auditC:
+			in.audit(ctx)
 			continue
 		case m := <-in.queue:
 			group = append(group[:0], m)

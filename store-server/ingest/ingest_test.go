@@ -404,7 +404,14 @@ func TestKilledBetweenGateAndLedgerOnADaysFirstSale(t *testing.T) {
 	date := led.BusinessDate(at)
 	op := gate.Op{Kind: gate.OpSale, Terminal: "T1", Seq: 1, Hash: "h1", BusinessDate: date,
 		Lines: []store.Line{{SKU: "A", Qty: 1}}, Total: 250, ByMethod: map[string]money.Fen{wire.MethodCash: 250}}
-	if _, err := in.cfg.Gate.Exec(ctx, []gate.Op{op}); err != nil { // the run that was killed
+	snap, err := led.Snapshot(ctx) // the run that was killed: its start's rebuild, and T1:1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.cfg.Gate.Rebuild(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.cfg.Gate.Exec(ctx, []gate.Op{op}); err != nil {
 		t.Fatal(err)
 	}
 	runIngest(t, in) // the next start: rebuild, then the terminal sends T1:1 again

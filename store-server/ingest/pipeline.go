@@ -341,9 +341,7 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 		return
 	}
 	if in.Mode() == client.ModeRedis {
-		start := time.Now()
-		verdicts, err := in.cfg.Gate.Exec(ctx, ops)
-		took := time.Since(start)
+		verdicts, took, err := in.execGate(ctx, ops)
 		if in.cfg.Observer != nil {
 			in.cfg.Observer.GateCall(took, len(ops))
 		}
@@ -412,6 +410,11 @@ func (in *Ingest) applyVerdict(x *item, v gate.Verdict) {
 	case wire.AckRejected, wire.AckRateLimited:
 		x.rec.Status, x.rec.Code, x.rec.Message, x.rec.Final = v.Status, v.Code, v.Message, false
 		x.ack.RetryAfterMs = v.RetryAfter.Milliseconds()
+		// A refusal for stock is the answer a projection that lost stock gives: the loop
+		// audits Redis against the ledger after the group (at most once in 5 s).
+		if v.Code == gate.CodeOutOfStock {
+			in.auditDue = true
+		}
 	}
 }
 

@@ -95,7 +95,11 @@ func (in *Ingest) follow(ctx context.Context, id, sku string, delta int64) {
 		return
 	}
 	if _, _, err := in.cfg.Gate.Adjust(ctx, id, sku, delta); err != nil {
-		in.log.Warn("redis stock adjust failed; rebuilding", "id", id, "err", err)
+		if reason, lost := gate.LostReason(err); lost {
+			in.drift(reason, err.Error())
+		} else {
+			in.log.Warn("redis stock adjust failed; rebuilding", "id", id, "err", err)
+		}
 		in.Rebuild()
 	}
 }

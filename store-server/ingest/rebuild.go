@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
@@ -43,7 +44,7 @@ func (in *Ingest) tryRebuild(ctx context.Context) {
 	// rebuilt projection would miss it.
 	in.committing.Wait()
 	if err := in.rebuild(ctx); err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && perr.As(err).Code != gate.CodeEvictionPolicy { // checkEviction said it
 			in.log.Warn("redis unavailable, selling on the ledger alone", "err", err)
 		}
 		return
@@ -58,6 +59,10 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := in.cfg.Gate.Ping(rctx); err != nil { // unreachable: adjustments need not wait
+		in.setMode(client.ModeDegraded)
+		return err
+	}
+	if err := in.checkEviction(rctx); err != nil {
 		in.setMode(client.ModeDegraded)
 		return err
 	}
@@ -76,6 +81,41 @@ func (in *Ingest) rebuild(ctx context.Context) error {
 	}
 	in.setMode(client.ModeRedis)
 	return nil
+}
+
+// checkEviction refuses a Redis whose maxmemory-policy may evict any key (allkeys-*): the
+// store sells on the ledger alone until it is changed, and says why in its stats and log.
+// Every rebuild runs it (the start, a failover, a restart, a probe of degraded mode), as the
+// master behind the address may now be another server. A policy it cannot read (CONFIG and
+// INFO both denied) lets the store proceed, and the log says so; the marker check and the
+// drift audit still catch what Redis drops.
+func (in *Ingest) checkEviction(ctx context.Context) error {
+	e, err := in.cfg.Gate.CheckEviction(ctx)
+	if perr.KindOf(err) == perr.Unavailable {
+		return err
+	}
+	said := e.Policy + "|" + e.Why
+	if err != nil {
+		said = err.Error()
+	}
+	if said != in.evictionSaid {
+		in.evictionSaid = said
+		switch {
+		case err != nil:
+			in.log.Error("the gate refuses this Redis", "err", err)
+		case e.Policy == "":
+			in.log.Warn("redis maxmemory-policy cannot be read; proceeding: the projection marker and the drift audit "+
+				"catch keys Redis drops, but an allkeys-* policy is not ruled out", "why", e.Why)
+		case e.Why != "":
+			in.log.Info("redis maxmemory-policy", "policy", e.Policy, "note", e.Why)
+		}
+	}
+	refused := ""
+	if err != nil {
+		refused = err.Error()
+	}
+	in.count(func(s *client.Stats) { s.GateRefused = refused })
+	return err
 }
 
 // restorePolicy gives Redis the manager's live limits and promo from the ledger (the

@@ -155,6 +155,7 @@ var (
 	ledgerBytes = desc("ledger_file_bytes", "Size of the ledger's files (database, write-ahead log and its index).")
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
+	driftDesc   = desc("projection_drift_total", "Times Redis was found not to hold the ledger's projection (keys it dropped), each followed by a rebuild, by reason: marker_missing, epoch_mismatch, stock_missing, counters_missing, flow_missing (the scripts' marker check), audit_stock, audit_counters (the drift audit).", "reason")
 	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept).", "kind")
 	counterDesc = func() map[string]*prometheus.Desc {
 		d := map[string]*prometheus.Desc{}
@@ -220,6 +221,7 @@ type scraped struct {
 
 func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
 	ch <- modeDesc
+	ch <- driftDesc
 	ch <- onlineDesc
 	ch <- backlogDesc
 	ch <- oldestDesc
@@ -240,6 +242,9 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 	st := s.in.Stats()
 	for _, c := range counters {
 		ch <- prometheus.MustNewConstMetric(counterDesc[c.name], prometheus.CounterValue, float64(c.get(st)))
+	}
+	for _, r := range ingest.DriftReasons {
+		ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.CounterValue, float64(st.DriftReasons[r]), r)
 	}
 	mode := s.in.Mode()
 	for _, m := range modes {

@@ -134,6 +134,8 @@ function drawMode(mode, alerts) {
       gib(d.ledger_bytes) + "). When it is full, no sale is recorded or acknowledged: make room.", ""]);
   }
   const st = mode.stats;
+  if (st.gate_refused) alerts.push(["The gate refuses this Redis: " + st.gate_refused, ""]);
+  if (st.projection_drift) alerts.push(["Redis lost part of the projection " + st.projection_drift + " time(s) (last: " + st.last_drift + ", " + st.last_drift_at + "); each time the store rebuilt it from the ledger.", "warn"]);
   if (st.last_commit_error) {
     alerts.push(["Last ledger commit failure (" + st.commit_errors + " so far, " + st.last_commit_error_at + "): " +
       st.last_commit_error + ". While commits fail nothing is acknowledged; the tills keep their sales.", ""]);

@@ -1,0 +1,151 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/client"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestProjectionLostRetried: a stock field, a terminal's counter hash or the whole store's
+// keys dropped from Redis while it stays up: the next live sale is not refused out_of_stock
+// nor counted from zero; the group is decided again after a rebuild, the drift counted by
+// reason, and Redis equals the ledger after.
+func TestProjectionLostRetried(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, led, out := newIngestOn(t, s)
+	in.cfg.AuditEvery = -1 // the marker alone
+	runIngest(t, in)
+	ctx := context.Background()
+	at := time.Now()
+	date := led.BusinessDate(at)
+	prefix := "pg:{" + testStore + "}:"
+	seq, acks := int64(0), 0
+	sell := func() wire.Ack {
+		t.Helper()
+		seq++
+		in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", seq, at, false))
+		a := acksOf(t, out, acks)[0]
+		acks++
+		return a
+	}
+	for range 3 {
+		if a := sell(); a.Status != wire.AckAccepted {
+			t.Fatalf("sale before: %+v", a)
+		}
+	}
+	for i, c := range []struct {
+		reason string
+		drop   func()
+	}{
+		{"stock_missing", func() { rdb.HDel(ctx, prefix+"stock", "A") }},
+		{"counters_missing", func() { rdb.Del(ctx, prefix+"cnt:"+date+":T1") }},
+		{"marker_missing", func() {
+			keys, _ := rdb.Keys(ctx, prefix+"*").Result()
+			rdb.Del(ctx, keys...)
+		}},
+		{"marker_missing", func() { rdb.FlushAll(ctx) }},
+	} {
+		c.drop()
+		if a := sell(); a.Status != wire.AckAccepted || !a.Live {
+			t.Fatalf("%d %s: the live sale after the drop: %+v, want accepted", i, c.reason, a)
+		}
+		st := in.Stats()
+		if st.DriftReasons[c.reason] == 0 || st.Refused != 0 {
+			t.Errorf("%d: stats %+v: want a drift %s and no refusal", i, st, c.reason)
+		}
+		wantProjected(t, in)
+	}
+	if st := in.Stats(); st.Drift != 4 || st.Rebuilds != 5 {
+		t.Errorf("stats: %d drifts, %d rebuilds; want 4 and 5 (the start's)", st.Drift, st.Rebuilds)
+	}
+}
+
+// wantProjected checks Redis = ledger: stock and today's counters.
+func wantProjected(t *testing.T, in *Ingest) {
+	t.Helper()
+	reason, detail, err := in.compare(context.Background())
+	if err != nil || reason != "" {
+		t.Errorf("redis after the rebuild: %s %s %v", reason, detail, err)
+	}
+}
+
+// TestDriftAudit: a difference the marker cannot see (a figure changed in place) is found by
+// the scheduled audit, counted, and rebuilt.
+func TestDriftAudit(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, led, out := newIngestOn(t, s)
+	in.cfg.AuditEvery = 200 * time.Millisecond
+	runIngest(t, in)
+	ctx := context.Background()
+	at := time.Now()
+	date := led.BusinessDate(at)
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, false))
+	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
+		t.Fatalf("sale: %+v", a)
+	}
+	prefix := "pg:{" + testStore + "}:"
+	for _, c := range []struct {
+		reason string
+		change func()
+	}{
+		{DriftAuditStock, func() { rdb.HSet(ctx, prefix+"stock", "A", 5) }},
+		{DriftAuditCounters, func() { rdb.HIncrBy(ctx, prefix+"cnt:"+date+":T1", "amount", 100) }},
+	} {
+		rebuilds := in.Stats().Rebuilds
+		c.change()
+		deadline := time.Now().Add(5 * time.Second)
+		for st := in.Stats(); st.DriftReasons[c.reason] == 0 || st.Rebuilds == rebuilds || in.Mode() != client.ModeRedis; st = in.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no drift found and rebuilt in 5s: %+v", c.reason, st)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		wantProjected(t, in)
+	}
+	if st := in.Stats(); st.LastDrift != DriftAuditCounters || fmt.Sprint(st.DriftReasons) != "map[audit_counters:1 audit_stock:1]" {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestIdleLoss: a key dropped while no sale comes is found by the marker check at the next
+// probe (a second), and rebuilt: Redis equals the ledger within 2 s, with no gate call.
+func TestIdleLoss(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, led, out := newIngestOn(t, s)
+	in.cfg.AuditEvery = -1 // the marker check alone
+	runIngest(t, in)
+	ctx := context.Background()
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, time.Now(), false))
+	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
+		t.Fatalf("sale: %+v", a)
+	}
+	date := led.BusinessDate(time.Now())
+	for i, drop := range []func(){
+		func() { rdb.HDel(ctx, "pg:{"+testStore+"}:stock", "A") },
+		func() { rdb.Del(ctx, "pg:{"+testStore+"}:cnt:"+date+":T1") },
+		func() { rdb.FlushAll(ctx) },
+	} {
+		before := in.Stats()
+		drop()
+		start := time.Now()
+		for st := in.Stats(); st.Drift == before.Drift || st.Rebuilds == before.Rebuilds || in.Mode() != client.ModeRedis; st = in.Stats() {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("drop %d: not found and rebuilt within 2s: %+v", i, in.Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		wantProjected(t, in)
+	}
+}
