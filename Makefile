@@ -18,11 +18,12 @@ build:
 	for b in $(BINS); do $(GO) build -o bin/$$b ./$$b || exit 1; done
 	$(GO) build -o bin/posgate-demo ./demo
 
-# demo runs one store end to end (Redis Sentinel trio, store-server on its embedded broker,
-# three terminal-agents, a cashier load, a terminal offline, a Redis master killed) and ends
-# with PASS or FAIL on the invariants.
+# demo runs the chain end to end (Redis Sentinel trio, store-server on its embedded broker,
+# three terminal-agents, a cashier load, a terminal offline, a Redis master killed, hq-sync
+# serve and upload, the tills' day close and HQ's reconcile) and ends with PASS or FAIL.
+# HOLD=1 keeps everything running after the verdict, for a person to open the pages, until Ctrl-C.
 demo: deps build
-	bin/posgate-demo --bin bin --duration $(or $(DURATION),20s)
+	bin/posgate-demo --bin bin --duration $(or $(DURATION),20s) $(if $(HOLD),--hold)
 
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:
