@@ -15,6 +15,7 @@ import (
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/presence"
 )
 
@@ -58,10 +59,12 @@ type Main struct {
 	// ClockBehindConfirm is how long a till's readings must span before the store says its
 	// clock is behind (presence.DefaultBehindConfirm; 0: at once).
 	ClockBehindConfirm time.Duration
-	APIToken           string
-	CatalogFile        string
-	UploadState        string
-	LogLevel           string
+	// ChartEvery is how often the dashboard's charts' history takes a sample.
+	ChartEvery  time.Duration
+	APIToken    string
+	CatalogFile string
+	UploadState string
+	LogLevel    string
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -108,6 +111,8 @@ func (m *Main) ParseFlags(args []string) error {
 		"a till whose clock is further than this from the store's is flagged (its sales take their business date from it); 0: never")
 	fs.Duration(&m.ClockBehindConfirm, "clock-behind-confirm", "POSGATE_CLOCK_BEHIND_CONFIRM", presence.DefaultBehindConfirm,
 		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
+	fs.Duration(&m.ChartEvery, "chart-every", "POSGATE_CHART_EVERY", history.DefaultEvery,
+		"how often the dashboard's charts sample the gate mode, the tills' backlogs and the ack times (an hour of them is kept in memory)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -140,6 +145,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
 	case m.ClockSkewWarn < 0:
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
+	case m.ChartEvery < time.Second || m.ChartEvery > 5*time.Minute:
+		return fmt.Errorf("--chart-every %v: want 1s to 5m", m.ChartEvery)
 	case m.ClockBehindConfirm < 0:
 		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
 	case !validMB(m.DiskWarnMB):

@@ -34,6 +34,7 @@ import (
 	"github.com/posgate/posgate/store-server/catalog"
 	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
@@ -62,6 +63,8 @@ type Server struct {
 	// DiskWarnBytes: below this much free room on the ledger's file system, /v1/mode says
 	// the disk is low (0: never).
 	DiskWarnBytes int64
+	// History, if not nil, keeps the samples GET /v1/charts/history answers.
+	History *history.Recorder
 	// BackupStall is how long the download of a backup may make no progress before it is
 	// dropped (0: DefaultBackupStall).
 	BackupStall time.Duration
@@ -99,6 +102,8 @@ func (s *Server) Handler() http.Handler {
 	s.route("POST /v1/parked/resolve", s.resolveParked)
 	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/hq", s.hq)
+	s.route("GET /v1/charts/sales", s.salesChart)
+	s.route("GET /v1/charts/history", s.history)
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
@@ -497,10 +502,13 @@ func (s *Server) resolveParked(r *http.Request) (any, error) {
 	return client.ResolveParkedAnswer{Parked: p, Applied: applied}, nil
 }
 
-func (s *Server) terminals(r *http.Request) (any, error) {
-	seen, err := s.Ledger.Terminals(r.Context())
+func (s *Server) terminals(r *http.Request) (any, error) { return s.terminalsAnswer(r.Context()) }
+
+// terminalsAnswer is GET /v1/terminals's answer.
+func (s *Server) terminalsAnswer(ctx context.Context) (client.TerminalsAnswer, error) {
+	seen, err := s.Ledger.Terminals(ctx)
 	if err != nil {
-		return nil, err
+		return client.TerminalsAnswer{}, err
 	}
 	var live map[string]presence.Seen
 	var reports map[string]presence.Backlog
@@ -525,9 +533,7 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			}
 			delete(reports, row.Terminal)
 		}
-		if hb := row.Heartbeat; hb != nil {
-			row.CatalogBehind, row.CatalogAhead = hb.CatalogVersion < version, hb.CatalogVersion > version
-		}
+		held(&row, version)
 		if c, ok := clocks[row.Terminal]; ok {
 			if c.Unconfirmed {
 				row.ClockUnconfirmed = true
@@ -543,6 +549,10 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		row.OnlineSince, row.StatusHeard, row.ClockChecked = s.inStore(row.OnlineSince), s.inStore(row.StatusHeard), s.inStore(row.ClockChecked)
 		if row.Backlog != nil {
 			row.Backlog.At, row.Backlog.Heard = s.inStore(row.Backlog.At), s.inStore(row.Backlog.Heard)
+		}
+		if since := unknownSince(row); !since.IsZero() {
+			since = s.inStore(since)
+			row.BacklogUnknownSince = &since
 		}
 		rows = append(rows, row)
 	}
@@ -561,6 +571,46 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	slices.SortFunc(rows, func(a, b client.TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
 	return client.TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
 		ClockBehindConfirmMs: behindConfirm.Milliseconds(), Terminals: rows}, nil
+}
+
+// held sets the catalog version the terminal last said it holds, from its backlog report or
+// its heartbeat, whichever it took later, and how it stands against the store's version.
+func held(row *client.TerminalRow, version int64) {
+	var v *int64
+	var at time.Time
+	if b := row.Backlog; b != nil && b.CatalogVersion > 0 {
+		cv := b.CatalogVersion
+		v, at = &cv, b.At
+	}
+	if hb := row.Heartbeat; hb != nil && (v == nil || hb.At.After(at)) {
+		cv := hb.CatalogVersion
+		v = &cv
+	}
+	if v != nil {
+		row.CatalogVersion, row.CatalogBehind, row.CatalogAhead = v, *v < version, *v > version
+	}
+}
+
+// unknownSince returns when what a terminal holds became unknown: it is not known to be
+// online and has reported a backlog (zero: it is online, or never reported one). Its status
+// said offline: when the store heard that; none heard: when the report was heard.
+func unknownSince(row client.TerminalRow) time.Time {
+	if row.Online != nil && *row.Online {
+		return time.Time{}
+	}
+	var heard time.Time
+	switch {
+	case row.Backlog != nil:
+		heard = row.Backlog.Heard
+	case row.Heartbeat != nil:
+		heard = row.Heartbeat.Received
+	default:
+		return time.Time{}
+	}
+	if row.Online != nil && !row.StatusHeard.IsZero() {
+		return row.StatusHeard
+	}
+	return heard
 }
 
 // inStore returns t in the store's zone (--tz, the ledger's), in which the API gives its
