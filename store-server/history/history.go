@@ -54,12 +54,12 @@ type Recorder struct {
 	every time.Duration
 	keep  int
 
-	mu      sync.Mutex
-	ring    []Sample
-	next    int // where the next sample goes once the ring is full
-	acks    []float64
-	seen    int64 // acks in the interval (acks holds up to maxAcks of them)
-	rnd     *rand.Rand
+	mu   sync.Mutex
+	ring []Sample
+	next int // where the next sample goes once the ring is full
+	acks []float64
+	seen int64 // acks in the interval (acks holds up to maxAcks of them)
+	rnd  *rand.Rand
 }
 
 // New returns a recorder that samples every every (DefaultEvery if 0) and keeps Span of
