@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
-APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium chromium-driver
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium prometheus systemd
 BINS      := terminal-agent store-server hq-sync
 
 .PHONY: all build deps demo test test-short vet fmt bench fuzz clean
@@ -28,7 +28,7 @@ demo: deps build
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:
 	@missing=""; \
-	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium chromedriver; do \
+	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium promtool systemd-analyze; do \
 		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -38,7 +38,7 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@# Debian starts the packaged services on their default ports; the tests use their own.
-	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql >/dev/null 2>&1 || true
+	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql prometheus prometheus-node-exporter >/dev/null 2>&1 || true
 
 vet:
 	$(GO) vet $(PKGS)

@@ -114,8 +114,9 @@ func (s *Server) Handler() http.Handler {
 	// The dashboard's files hold no data and need no token; the page asks for it and sends
 	// it with every API request.
 	s.mux.Handle("GET /{$}", dashboardFile("index.html", "text/html; charset=utf-8"))
-	s.mux.Handle("GET /dashboard.js", dashboardFile("dashboard.js", "text/javascript; charset=utf-8"))
-	s.mux.Handle("GET /dashboard.css", dashboardFile("dashboard.css", "text/css; charset=utf-8"))
+	for name, ctype := range dashboardFiles {
+		s.mux.Handle("GET /"+name, dashboardFile(name, ctype))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -124,6 +125,21 @@ func (s *Server) Handler() http.Handler {
 
 //go:embed dashboard
 var dashboard embed.FS
+
+// dashboardFiles are the dashboard's files besides its page, by path: its scripts, style
+// sheets, message catalogs (one per language) and uPlot, the chart library it draws with
+// (vendor/uplot: its version and licence beside it).
+var dashboardFiles = map[string]string{
+	"dashboard.js":                   "text/javascript; charset=utf-8",
+	"i18n.js":                        "text/javascript; charset=utf-8",
+	"charts.js":                      "text/javascript; charset=utf-8",
+	"dashboard.css":                  "text/css; charset=utf-8",
+	"i18n/en.json":                   "application/json",
+	"i18n/zh-CN.json":                "application/json",
+	"vendor/uplot/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+	"vendor/uplot/uPlot.min.css":     "text/css; charset=utf-8",
+	"vendor/uplot/LICENSE":           "text/plain; charset=utf-8",
+}
 
 // dashboardFile serves one of the dashboard's embedded files. The page loads only its own
 // script and style sheet, and may not be framed.
