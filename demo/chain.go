@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/e2e"
-	"github.com/posgate/posgate/hq-sync/hqview"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/internal/hqwire"
 )
@@ -72,16 +71,13 @@ func (d *demo) closeDay(ctx context.Context, date string) bool {
 // transaction by transaction, with the store's oversells of the day listed as exceptions.
 func (d *demo) reconcile(ctx context.Context, date string) bool {
 	fmt.Println()
-	txns, err := d.ledgerTxns(ctx, date)
+	start := time.Now()
+	txns, err := e2e.WaitDeclared(ctx, d.store, d.hq, date)
 	if err != nil {
-		fmt.Println("FAIL store totals:", err)
+		fmt.Printf("FAIL HQ never held the store's declaration of %s with every transaction of the ledger's: %v\n", date, err)
 		return false
 	}
-	took, err := d.waitDeclared(ctx, date, txns)
-	if err != nil {
-		fmt.Printf("FAIL HQ never held the store's declaration of %s with its %d transactions: %v\n", date, txns, err)
-		return false
-	}
+	took := time.Since(start)
 	say("HQ holds the store's declaration of %s (%d transactions), %v after the tills' close", date, txns,
 		took.Round(100*time.Millisecond))
 	db := filepath.Join(d.dir, "hq", "hq.db")
@@ -144,61 +140,6 @@ func printHead(text string, n int) {
 			len(lines)-n))
 	}
 	fmt.Println(strings.Join(lines, "\n"))
-}
-
-// ledgerTxns is the number of sales and refunds the store's ledger holds of date.
-func (d *demo) ledgerTxns(ctx context.Context, date string) (int, error) {
-	tot, err := d.store.Manager().Totals(ctx, date)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, t := range tot.Terminals {
-		n += int(t.Ledger.Sales + t.Ledger.Refunds)
-	}
-	return n, nil
-}
-
-// waitDeclared waits until the uploader has nothing left to send and HQ holds the store's
-// declaration of date listing txns transactions; it returns how long that took.
-func (d *demo) waitDeclared(ctx context.Context, date string, txns int) (time.Duration, error) {
-	start := time.Now()
-	view := &hqview.Client{BaseURL: "http://" + d.hq.Addr, Token: viewerToken}
-	var last string
-	for {
-		a, err := d.store.Manager().HQ(ctx)
-		switch {
-		case err != nil:
-			last = err.Error()
-		case a.Upload == nil:
-			last = "no uploader state yet"
-		case a.Upload.Backlog > 0 || a.Upload.Pending != "" || a.Upload.ExceptionsWaiting > 0:
-			last = fmt.Sprintf("upload: %d rows, pending %q, %d exception changes waiting", a.Upload.Backlog,
-				a.Upload.Pending, a.Upload.ExceptionsWaiting)
-		default:
-			o, err := view.Overview(ctx, date)
-			if err != nil {
-				last = err.Error()
-				break
-			}
-			last = "HQ holds no declaration of the day"
-			for _, s := range o.Stores {
-				for _, day := range s.Days {
-					if s.Store == "S001" && day.Date == date {
-						last = fmt.Sprintf("HQ holds revision %d of %d transactions", day.Revision, day.Txns)
-						if day.Txns == txns {
-							return time.Since(start), nil
-						}
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("%w (%s)", ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // hold keeps everything running until ctx ends (Ctrl-C), with T01 selling a sale every few

@@ -117,7 +117,7 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep, hold bool)
 	d := &demo{bins: e2e.Binaries{StoreServer: filepath.Join(binDir, "store-server"),
 		TerminalAgent: filepath.Join(binDir, "terminal-agent"), HQSync: filepath.Join(binDir, "hq-sync")},
 		cashiers: map[string]*e2e.Cashier{}}
-	d.midnight, d.zone = zoneWithMidnight(time.Now().Add(setupBudget + dur))
+	d.midnight, d.zone = e2e.ZoneWithMidnight(time.Now().Add(setupBudget + dur))
 	var err error
 	if d.loc, err = wire.LoadLocation(d.zone); err != nil {
 		return false, err
@@ -151,25 +151,6 @@ func run(ctx context.Context, binDir string, dur time.Duration, keep, hold bool)
 	d.printAddresses()
 	fmt.Println(verdict(ok))
 	return ok, nil
-}
-
-// zoneWithMidnight returns the first whole minute at or after t and the fixed zone
-// (UTC+hh:mm, within ±14:00) in which it is midnight.
-func zoneWithMidnight(t time.Time) (time.Time, string) {
-	m := t.UTC().Truncate(time.Minute)
-	if m.Before(t) {
-		m = m.Add(time.Minute)
-	}
-	mins := m.Hour()*60 + m.Minute() // the offset is -mins or 24h - mins
-	off := -mins
-	if mins > 14*60 {
-		off = 24*60 - mins
-	}
-	sign := "+"
-	if off < 0 {
-		sign, off = "-", -off
-	}
-	return m, fmt.Sprintf("UTC%s%02d:%02d", sign, off/60, off%60)
 }
 
 func verdict(ok bool) string {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/hqview"
 	"github.com/posgate/posgate/hq-sync/serve"
 )
 
@@ -139,6 +140,70 @@ func StartUploader(ctx context.Context, bin string, o UploaderOptions) (*Uploade
 				return u, fmt.Errorf("hq-sync upload: %w", err)
 			}
 			return u, nil
+		}
+	}
+}
+
+// ViewClient returns a client of serve's HQ page API, with its viewer token.
+func (s *Serve) ViewClient() *hqview.Client {
+	return &hqview.Client{BaseURL: "http://" + s.Addr, Token: s.Opts.ViewerToken}
+}
+
+// LedgerTxns returns how many sales and refunds the store's ledger holds of date.
+func LedgerTxns(ctx context.Context, s *StoreServer, date string) (int, error) {
+	tot, err := s.Manager().Totals(ctx, date)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range tot.Terminals {
+		n += int(t.Ledger.Sales + t.Ledger.Refunds)
+	}
+	return n, nil
+}
+
+// WaitDeclared waits until the store's uploader has nothing left to send and HQ (serve,
+// started with a viewer token) holds the store's declaration of date listing every sale and
+// refund the store's ledger holds of it; it returns that count.
+func WaitDeclared(ctx context.Context, s *StoreServer, hq *Serve, date string) (int, error) {
+	view := hq.ViewClient()
+	var last string
+	for {
+		txns, err := LedgerTxns(ctx, s, date)
+		if err != nil {
+			return 0, err
+		}
+		a, err := s.Manager().HQ(ctx)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case a.Upload == nil:
+			last = "no uploader state yet"
+		case a.Upload.Backlog > 0 || a.Upload.Pending != "" || a.Upload.ExceptionsWaiting > 0:
+			last = fmt.Sprintf("upload: %d rows, pending %q, %d exception changes waiting", a.Upload.Backlog,
+				a.Upload.Pending, a.Upload.ExceptionsWaiting)
+		default:
+			o, err := view.Overview(ctx, date)
+			if err != nil {
+				last = err.Error()
+				break
+			}
+			last = "HQ holds no declaration of the day"
+			for _, st := range o.Stores {
+				for _, day := range st.Days {
+					if st.Store == s.Opts.Store && day.Date == date {
+						last = fmt.Sprintf("HQ holds revision %d of %d transactions, the ledger %d", day.Revision, day.Txns, txns)
+						if day.Txns == txns {
+							return txns, nil
+						}
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w (%s)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

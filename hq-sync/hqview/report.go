@@ -117,6 +117,12 @@ func WriteHTML(w io.Writer, o Overview, lang string) error {
 		},
 		"figures": func(d reconcile.TotalsDiff) []reconcile.FigureText { return d.Figures() },
 		"diffs":   func(r *reconcile.Report) int { return r.Differences() },
+		"detail": func(d reconcile.TxnDiff) string {
+			if d.Kind == reconcile.Late && !d.ReceivedAt.IsZero() && !d.DeclaredAt.IsZero() {
+				return c.T("late.detail", "d", c.Ago(max(0, d.ReceivedAt.Sub(d.DeclaredAt))), "at", d.DeclaredAt.Format("2006-01-02 15:04:05"))
+			}
+			return d.Detail
+		},
 	}
 	tpl, err := template.New("report").Funcs(funcs).Parse(reportHTML)
 	if err != nil {
@@ -161,7 +167,7 @@ const reportHTML = `<!doctype html>
 <table id="diffs"><thead><tr><th>{{t "col.kind"}}</th><th>{{t "col.store"}}</th><th>{{t "col.terminal"}}</th><th class="num">{{t "col.seq"}}</th>
 <th class="num">{{t "col.declared"}}</th><th class="num">{{t "col.hq"}}</th><th>{{t "col.detail"}}</th></tr></thead><tbody>
 {{range .Txns}}<tr><td class="bad">{{t (print "kind." .Kind)}}</td><td>{{.Store}}</td><td>{{.Terminal}}</td><td class="num">{{.Seq}}</td>
-<td class="num">{{with .Ledger}}{{amount .Amount}}{{else}}—{{end}}</td><td class="num">{{with .HQ}}{{amount .Amount}}{{else}}—{{end}}</td><td class="wrap">{{.Detail}}</td></tr>
+<td class="num">{{with .Ledger}}{{amount .Amount}}{{else}}—{{end}}</td><td class="num">{{with .HQ}}{{amount .Amount}}{{else}}—{{end}}</td><td class="wrap">{{detail .}}</td></tr>
 {{else}}<tr><td colspan="7" class="muted">{{t "none"}}</td></tr>{{end}}</tbody></table>
 {{if .Totals}}<h2>{{t "totals.title"}}</h2>
 <table><thead><tr><th>{{t "col.store"}}</th><th>{{t "col.terminal"}}</th><th>{{t "col.method"}}</th><th>{{t "col.figure"}}</th>

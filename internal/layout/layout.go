@@ -48,7 +48,7 @@ func RoomOf(path string) Room {
 		return Store
 	case "hq-sync":
 		return HQ
-	case "e2e", "demo":
+	case "e2e", "demo", "deploy":
 		return Top
 	}
 	return Outside

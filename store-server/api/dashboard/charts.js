@@ -29,6 +29,38 @@ const Charts = (() => {
     };
   }
 
+  // clock writes a time (seconds) as the store's wall clock: "HH:MM", "HH:MM:SS" with the
+  // seconds, or with the date too ("full", for the legend).
+  function clock(offsetMs, how) {
+    return (ts) => {
+      if (ts === null || ts === undefined) return "—";
+      const iso = new Date(ts * 1000 + offsetMs).toISOString();
+      if (how === "full") return iso.slice(0, 10) + " " + iso.slice(11, 19);
+      return iso.slice(11, how === "seconds" ? 19 : 16);
+    };
+  }
+
+  // base is what every chart has: the store's clock on the x axis and in the legend.
+  function base(offsetMs) {
+    const full = clock(offsetMs, "full");
+    const minutes = clock(offsetMs, "minutes");
+    const seconds = clock(offsetMs, "seconds");
+    return {
+      tzDate: storeDate(offsetMs),
+      legend: { live: true },
+      cursor: { drag: { x: false, y: false } },
+      time0: { label: I18N.t("chart.time"), value: (u, ts) => full(ts) },
+      // Ticks less than a minute apart show their seconds.
+      xaxis: { space: 70, values: (u, splits, axis, space, incr) => splits.map(incr < 60 ? seconds : minutes) },
+    };
+  }
+
+  // options makes a chart's options from base (b), its series and its y axis.
+  function options(b, series, yaxis, extra) {
+    return Object.assign({ tzDate: b.tzDate, legend: b.legend, cursor: b.cursor, series: [b.time0, ...series],
+      axes: [b.xaxis, yaxis] }, extra || {});
+  }
+
   function width(box) {
     return Math.max(280, Math.floor(box.getBoundingClientRect().width) || 600);
   }
@@ -65,16 +97,15 @@ const Charts = (() => {
       return (Date.UTC(y, mo - 1, d, hh, mm) - offsetMs) / 1000;
     });
     const cmp = answer.compare_date ? t("chart.compare", { date: answer.compare_date }) : t("chart.compare.none");
-    const base = { tzDate: storeDate(offsetMs), legend: { live: true }, cursor: { drag: { x: false, y: false } } };
-    draw("sales", document.getElementById("chart-sales"), Object.assign({}, base, {
-      series: [{}, line(answer.business_date, 0), line(cmp, 1, { dash: [6, 4] })],
-      axes: [{}, { size: 50 }],
-    }), [xs, answer.minutes.map((m) => m.sales), answer.minutes.map((m) => m.compare_sales)]);
+    const b = base(offsetMs);
+    draw("sales", document.getElementById("chart-sales"), options(b,
+      [line(answer.business_date, 0), line(cmp, 1, { dash: [6, 4] })], { size: 50 }),
+    [xs, answer.minutes.map((m) => m.sales), answer.minutes.map((m) => m.compare_sales)]);
     const money = (u, v) => (v === null || v === undefined ? "—" : I18N.fenText(v));
-    draw("takings", document.getElementById("chart-takings"), Object.assign({}, base, {
-      series: [{}, line(answer.business_date, 0, { value: money }), line(cmp, 1, { dash: [6, 4], value: money })],
-      axes: [{}, { size: 90, values: (u, splits) => splits.map((v) => I18N.fenText(v)) }],
-    }), [xs, answer.minutes.map((m) => I18N.fen(m.takings)), answer.minutes.map((m) => I18N.fen(m.compare_takings))]);
+    draw("takings", document.getElementById("chart-takings"), options(b,
+      [line(answer.business_date, 0, { value: money }), line(cmp, 1, { dash: [6, 4], value: money })],
+      { size: 90, values: (u, splits) => splits.map((v) => I18N.fenText(v)) }),
+    [xs, answer.minutes.map((m) => I18N.fen(m.takings)), answer.minutes.map((m) => I18N.fen(m.compare_takings))]);
   }
 
   // history draws the last hour's samples: each till's backlog and oldest unsent event (a
@@ -82,27 +113,28 @@ const Charts = (() => {
   function history(h) {
     const t = I18N.t;
     const xs = h.times.map((s) => Date.parse(s) / 1000);
-    const off = offsetOf(h.times[0]);
-    const base = { tzDate: storeDate(off), legend: { live: true }, cursor: { drag: { x: false, y: false } } };
-    const tills = h.tills.map((x, i) => line(x.terminal, i));
-    draw("backlog", document.getElementById("chart-backlog"), Object.assign({}, base, {
-      series: [{}, ...tills], axes: [{}, { size: 50 }],
-    }), [xs, ...h.tills.map((x) => x.events)]);
+    const b = base(offsetOf(h.times[0]));
+    const count = (u, v) => (v === null || v === undefined ? "—" : String(v));
+    draw("backlog", document.getElementById("chart-backlog"), options(b,
+      h.tills.map((x, i) => line(x.terminal, i, { value: count })), { size: 50 }, { scales: { y: { range: (u, lo, hi) => [0, Math.max(5, hi)] } } }),
+    [xs, ...h.tills.map((x) => x.events)]);
     const secs = (v) => (v === null || v === undefined ? null : v / 1000);
-    draw("oldest", document.getElementById("chart-oldest"), Object.assign({}, base, {
-      series: [{}, ...h.tills.map((x, i) => line(x.terminal, i, { value: (u, v) => (v === null ? t("unknown") : t("chart.seconds", { n: v.toFixed(1) })) }))],
-      axes: [{}, { size: 60, values: (u, splits) => splits.map((v) => t("chart.seconds", { n: v })) }],
-    }), [xs, ...h.tills.map((x) => x.oldest_ms.map(secs))]);
-    draw("mode", document.getElementById("chart-mode"), Object.assign({}, base, {
-      series: [{}, line(t("chart.mode"), 2, { paths: uPlot.paths.stepped({ align: 1 }), value: (u, v) => (v === null ? "—" : t("mode." + MODES[v])) })],
-      scales: { y: { range: [0, MODES.length - 1] } },
-      axes: [{}, { size: 90, splits: () => MODES.map((m, i) => i), values: (u, splits) => splits.map((v) => t("mode." + MODES[v])) }],
-    }), [xs, h.modes.map((m) => MODES.indexOf(m))]);
+    const sec = (u, v) => (v === null || v === undefined ? "—" : t("chart.seconds", { n: v.toFixed(1) }));
+    draw("oldest", document.getElementById("chart-oldest"), options(b,
+      h.tills.map((x, i) => line(x.terminal, i, { value: sec })),
+      { size: 60, values: (u, splits) => splits.map((v) => t("chart.seconds", { n: v })) },
+      { scales: { y: { range: (u, lo, hi) => [0, Math.max(5, hi)] } } }),
+    [xs, ...h.tills.map((x) => x.oldest_ms.map(secs))]);
+    draw("mode", document.getElementById("chart-mode"), options(b,
+      [line(t("chart.mode"), 2, { paths: uPlot.paths.stepped({ align: 1 }), value: (u, v) => (v === null || v === undefined ? "—" : t("mode." + MODES[v])) })],
+      { size: 110, splits: () => MODES.map((m, i) => i), values: (u, splits) => splits.map((v) => t("mode." + MODES[v])) },
+      { scales: { y: { range: [-0.2, MODES.length - 0.8] } } }),
+    [xs, h.modes.map((m) => MODES.indexOf(m))]);
     const ms = (u, v) => (v === null || v === undefined ? "—" : t("chart.ms", { n: v.toFixed(1) }));
-    draw("acks", document.getElementById("chart-acks"), Object.assign({}, base, {
-      series: [{}, line("p50", 2, { value: ms }), line("p99", 1, { value: ms })],
-      axes: [{}, { size: 60, values: (u, splits) => splits.map((v) => t("chart.ms", { n: v })) }],
-    }), [xs, h.ack_p50_ms, h.ack_p99_ms]);
+    draw("acks", document.getElementById("chart-acks"), options(b,
+      [line("p50", 2, { value: ms, points: { show: true, size: 4 } }), line("p99", 1, { value: ms, points: { show: true, size: 4 } })],
+      { size: 60, values: (u, splits) => splits.map((v) => t("chart.ms", { n: v })) }),
+    [xs, h.ack_p50_ms, h.ack_p99_ms]);
   }
 
   // resize fits every chart to its box's width.
