@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
-APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium prometheus systemd
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium fonts-wqy-microhei prometheus systemd
 BINS      := terminal-agent store-server hq-sync
 
 .PHONY: all build deps demo test test-short vet fmt bench fuzz clean
@@ -32,6 +32,7 @@ deps:
 		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	ls /usr/share/fonts/truetype/wqy/wqy-microhei.ttc >/dev/null 2>&1 || missing="$$missing fonts-wqy-microhei"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then echo "run as root (apt-get install -y $(APT_PKGS))"; exit 1; fi; \

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/e2e/browser"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/posgate/posgate/internal/metricstest"
@@ -79,7 +81,7 @@ func TestPagesWithRealData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lang := range []string{"en-US,en", "zh-CN,zh"} {
-		b := StartBrowser(t, lang)
+		b := browser.Start(t, lang)
 		b.Open(r.hq.PageURL())
 		b.WaitDrawn(1)
 		r.checkHQ(t, b, lang, closed, txns)
@@ -97,7 +99,7 @@ func TestPagesWithRealData(t *testing.T) {
 	r.sell(t, "T01", 2, "RICE")
 	drained(ctx, t, r.cashiers["T01"])
 	for _, lang := range []string{"en-US,en", "zh-CN,zh"} {
-		b := StartBrowser(t, lang)
+		b := browser.Start(t, lang)
 		b.Open("http://" + r.store.API + "/#token=" + r.store.Opts.Token)
 		b.WaitDrawn(1)
 		r.checkDashboard(ctx, t, b, lang)
@@ -237,7 +239,7 @@ const readCharts = `Object.fromEntries(Object.entries(window.posgateCharts).map(
 // backlog unknown, and every chart drawn with as many points as the API answers. The page
 // is made to refresh between two reads of the API that agree, so that it draws what they
 // answer.
-func (r *pagesRun) checkDashboard(ctx context.Context, t *testing.T, b *Browser, lang string) {
+func (r *pagesRun) checkDashboard(ctx context.Context, t *testing.T, b *browser.Browser, lang string) {
 	var pageLang string
 	b.Eval(`document.documentElement.lang`, &pageLang)
 	unknown := "unknown since"
@@ -304,7 +306,7 @@ func (r *pagesRun) checkCharts(t *testing.T, charts map[string]chartState, h cli
 
 // checkHQ checks the HQ page: the day reconciles with T02's oversell among its exceptions,
 // and the drill-down lists the store's transactions of it, each matching.
-func (r *pagesRun) checkHQ(t *testing.T, b *Browser, lang, date string, txns int) {
+func (r *pagesRun) checkHQ(t *testing.T, b *browser.Browser, lang, date string, txns int) {
 	verdict, reconciles, tx := "Reconciles", "yes", "Transactions"
 	if strings.HasPrefix(lang, "zh") {
 		verdict, reconciles, tx = "对账一致", "是", "交易明细"

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/e2e/browser"
+
 	sclient "github.com/posgate/posgate/store-server/client"
 
 	dto "github.com/prometheus/client_model/go"
@@ -199,4 +201,4 @@ func deref(v *float64) any {
 
 // browse loads url in headless Chromium, waits until the page has drawn its data once and
 // returns its HTML.
-func browse(t *testing.T, url string) string { t.Helper(); return e2e.Browse(t, url) }
+func browse(t *testing.T, url string) string { t.Helper(); return browser.Browse(t, url) }

@@ -4,15 +4,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/posgate/posgate/e2e"
+	chrome "github.com/posgate/posgate/e2e/browser"
 )
 
-// browser is the dashboard's tests' headless Chromium (e2e.Browser, over the DevTools
+// browser is the dashboard's tests' headless Chromium (e2e/browser, over the DevTools
 // protocol), for the dashboard's clicks and prompts.
-type browser struct{ *e2e.Browser }
+type browser struct{ *chrome.Browser }
 
 // startBrowser starts a headless Chromium, ended when the test ends.
-func startBrowser(t *testing.T) *browser { return &browser{e2e.StartBrowser(t, "")} }
+func startBrowser(t *testing.T) *browser { return &browser{chrome.Start(t, "")} }
 
 func (b *browser) open(url string) { b.Open(url) }
 
@@ -38,4 +38,4 @@ func (b *browser) waitText(css, want string) {
 
 // browse loads url in headless Chromium, waits until the page has drawn its data once and
 // returns its HTML.
-func browse(t *testing.T, url string) string { t.Helper(); return e2e.Browse(t, url) }
+func browse(t *testing.T, url string) string { t.Helper(); return chrome.Browse(t, url) }

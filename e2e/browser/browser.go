@@ -1,4 +1,7 @@
-package e2e
+// Package browser drives a headless Chromium over the DevTools protocol (chromedp) for the
+// pages' tests: the store dashboard's and HQ's. It is part of the end-to-end harness, apart
+// from package e2e so that the demo, which runs e2e, does not carry the browser's client.
+package browser
 
 import (
 	"context"
@@ -29,9 +32,9 @@ type Browser struct {
 	opened  chan struct{}
 }
 
-// StartBrowser starts a headless Chromium whose languages are langs (e.g. "zh-CN,zh"; ""
+// Start starts a headless Chromium whose languages are langs (e.g. "zh-CN,zh"; ""
 // leaves Chromium's own), ended when the test ends.
-func StartBrowser(t testing.TB, langs string) *Browser {
+func Start(t testing.TB, langs string) *Browser {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
@@ -232,7 +235,7 @@ func (b *Browser) Screenshot(path string) {
 // once, and returns its HTML.
 func Browse(t testing.TB, url string) string {
 	t.Helper()
-	b := StartBrowser(t, "")
+	b := Start(t, "")
 	b.Open(url)
 	b.WaitDrawn(1)
 	return b.DOM()
