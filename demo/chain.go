@@ -84,7 +84,8 @@ func (d *demo) reconcile(ctx context.Context, date string) bool {
 	args := []string{"reconcile", "--db", db, "--date", date, "--stores", d.hq.StoresFile}
 	table, _ := exec.CommandContext(ctx, d.bins.HQSync, args...).Output()
 	printHead(string(table), 24)
-	html := filepath.Join(d.dir, "reconcile-"+date+".html")
+	// Outside the working directory, which the demo removes: for a person to open.
+	html := filepath.Join(os.TempDir(), "posgate-demo-reconcile-"+date+".html")
 	out, err := exec.CommandContext(ctx, d.bins.HQSync, append(args, "--format", "json", "--html", html)...).Output()
 	var rep reconcile.Report
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {

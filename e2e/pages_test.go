@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/posgate/posgate/internal/metricstest"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
@@ -278,6 +279,20 @@ func (r *pagesRun) checkDashboard(ctx context.Context, t *testing.T, b *browser.
 				len(s1.Minutes), len(s2.Minutes))
 		}
 		r.checkCharts(t, charts, h2, s2)
+		// The minutes add up to the ledger's day.
+		tot, err := m.Totals(ctx, s2.BusinessDate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sales int64
+		var takings money.Fen
+		for _, mi := range s2.Minutes {
+			sales, takings = sales+mi.Sales, takings+mi.Takings
+		}
+		if sales != tot.Store.Sales || takings != tot.Store.Amount || sales == 0 {
+			t.Errorf("the sales chart of %s adds up to %d sales, %s; the ledger's day %d, %s", s2.BusinessDate, sales, takings,
+				tot.Store.Sales, tot.Store.Amount)
+		}
 		return
 	}
 }

@@ -166,9 +166,13 @@ const reportHTML = `<!doctype html>
 <h2>{{t "diffs.title"}}</h2>
 <table id="diffs"><thead><tr><th>{{t "col.kind"}}</th><th>{{t "col.store"}}</th><th>{{t "col.terminal"}}</th><th class="num">{{t "col.seq"}}</th>
 <th class="num">{{t "col.declared"}}</th><th class="num">{{t "col.hq"}}</th><th>{{t "col.detail"}}</th></tr></thead><tbody>
-{{range .Txns}}<tr><td class="bad">{{t (print "kind." .Kind)}}</td><td>{{.Store}}</td><td>{{.Terminal}}</td><td class="num">{{.Seq}}</td>
+{{range .Txns}}{{if ne .Kind "late"}}<tr><td class="bad">{{t (print "kind." .Kind)}}</td><td>{{.Store}}</td><td>{{.Terminal}}</td><td class="num">{{.Seq}}</td>
 <td class="num">{{with .Ledger}}{{amount .Amount}}{{else}}—{{end}}</td><td class="num">{{with .HQ}}{{amount .Amount}}{{else}}—{{end}}</td><td class="wrap">{{detail .}}</td></tr>
-{{else}}<tr><td colspan="7" class="muted">{{t "none"}}</td></tr>{{end}}</tbody></table>
+{{end}}{{end}}{{if eq (diffs .) 0}}<tr><td colspan="7" class="muted">{{t "none"}}</td></tr>{{end}}</tbody></table>
+{{with index .Counts "late"}}<details><summary>{{t "late.summary" "n" .}}</summary>
+<table><thead><tr><th>{{t "col.store"}}</th><th>{{t "col.terminal"}}</th><th class="num">{{t "col.seq"}}</th><th class="num">{{t "col.hq"}}</th><th>{{t "col.detail"}}</th></tr></thead><tbody>
+{{range $.O.Reconcile.Txns}}{{if eq .Kind "late"}}<tr><td>{{.Store}}</td><td>{{.Terminal}}</td><td class="num">{{.Seq}}</td><td class="num">{{with .HQ}}{{amount .Amount}}{{end}}</td><td class="wrap">{{detail .}}</td></tr>{{end}}{{end}}
+</tbody></table></details>{{end}}
 {{if .Totals}}<h2>{{t "totals.title"}}</h2>
 <table><thead><tr><th>{{t "col.store"}}</th><th>{{t "col.terminal"}}</th><th>{{t "col.method"}}</th><th>{{t "col.figure"}}</th>
 <th class="num">{{t "col.tills"}}</th><th class="num">{{t "col.declared"}}</th><th class="num">{{t "col.hq"}}</th></tr></thead><tbody>

@@ -161,10 +161,17 @@ function drawOverview(o) {
       r ? el("td", s.reconciled ? t("yes") : t("no"), s.reconciled ? "good" : "bad") : el("td", "—", "muted"), open]);
   }));
   const money = (a) => (a ? amount(a.amount) : "—");
-  fill("diffs", r ? r.txns.map((d) => row([el("td", t("kind." + d.kind), d.kind === "late" ? "muted" : "bad"), d.store,
+  // Late rows are not differences: the store declared the day again with them. They are
+  // listed apart, folded.
+  const late = r ? r.txns.filter((d) => d.kind === "late") : [];
+  fill("diffs", r ? r.txns.filter((d) => d.kind !== "late").map((d) => row([el("td", t("kind." + d.kind), "bad"), d.store,
     d.terminal, el("td", d.seq, "num"), el("td", money(d.ledger), "num"), el("td", money(d.hq), "num"),
     el("td", diffDetail(d), "wrap")])).concat(r.missing.map((m) => row([el("td", t("kind." + m.kind), "bad"), m.store,
     m.terminal || "—", "", "", "", ""]))) : []);
+  $("late-box").hidden = late.length === 0;
+  $("late-summary").textContent = t("late.summary", { n: late.length });
+  fill("late", late.map((d) => row([d.store, d.terminal, el("td", d.seq, "num"), el("td", money(d.hq), "num"),
+    el("td", diffDetail(d), "wrap")])));
   $("exceptions-title").textContent = t("exceptions.title", { date: o.date || "—" });
   fill("exceptions", r ? r.exceptions.map((x) => row([el("td", t("exkind." + x.kind), "warn"), x.store, x.terminal,
     el("td", x.seq, "num"), x.sku || "", el("td", x.qty_short || "", "num"), el("td", x.detail || "", "wrap"),

@@ -85,7 +85,8 @@ const Charts = (() => {
   }
 
   function line(label, i, extra) {
-    return Object.assign({ label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, points: { show: false } }, extra || {});
+    // uPlot draws a series' points when they are few and far apart, as one sample alone is.
+    return Object.assign({ label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false }, extra || {});
   }
 
   // sales draws sales and takings per minute of the chart's date, beside the last trading day.
@@ -98,13 +99,15 @@ const Charts = (() => {
     });
     const cmp = answer.compare_date ? t("chart.compare", { date: answer.compare_date }) : t("chart.compare.none");
     const b = base(offsetMs);
+    // A lone minute is given a minute each side.
+    const minutes = { scales: { x: { time: true, range: (u, lo, hi) => (lo === hi ? [lo - 60, hi + 60] : [lo, hi]) } } };
     draw("sales", document.getElementById("chart-sales"), options(b,
-      [line(answer.business_date, 0), line(cmp, 1, { dash: [6, 4] })], { size: 50 }),
+      [line(answer.business_date, 0), line(cmp, 1, { dash: [6, 4] })], { size: 50 }, minutes),
     [xs, answer.minutes.map((m) => m.sales), answer.minutes.map((m) => m.compare_sales)]);
     const money = (u, v) => (v === null || v === undefined ? "—" : I18N.fenText(v));
     draw("takings", document.getElementById("chart-takings"), options(b,
       [line(answer.business_date, 0, { value: money }), line(cmp, 1, { dash: [6, 4], value: money })],
-      { size: 90, values: (u, splits) => splits.map((v) => I18N.fenText(v)) }),
+      { size: 90, values: (u, splits) => splits.map((v) => I18N.fenText(v)) }, minutes),
     [xs, answer.minutes.map((m) => I18N.fen(m.takings)), answer.minutes.map((m) => I18N.fen(m.compare_takings))]);
   }
 
@@ -132,8 +135,8 @@ const Charts = (() => {
     [xs, h.modes.map((m) => MODES.indexOf(m))]);
     const ms = (u, v) => (v === null || v === undefined ? "—" : t("chart.ms", { n: v.toFixed(1) }));
     draw("acks", document.getElementById("chart-acks"), options(b,
-      [line("p50", 2, { value: ms, points: { show: true, size: 4 } }), line("p99", 1, { value: ms, points: { show: true, size: 4 } })],
-      { size: 60, values: (u, splits) => splits.map((v) => t("chart.ms", { n: v })) }),
+      [line("p50", 2, { value: ms }), line("p99", 1, { value: ms })],
+      { size: 80, values: (u, splits) => splits.map((v) => t("chart.ms", { n: v })) }),
     [xs, h.ack_p50_ms, h.ack_p99_ms]);
   }
 
