@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -30,6 +31,8 @@ type pagesRun struct {
 	cashiers map[string]*Cashier
 	proxy    *Proxy // T02's link
 	uploader *Uploader
+	hqSync   string // the hq-sync binary
+	hqDB     string
 	loc      *time.Location
 	midnight time.Time
 	shots    string // the screenshots' directory
@@ -88,6 +91,7 @@ func TestPagesWithRealData(t *testing.T) {
 		r.checkHQ(t, b, lang, closed, txns)
 	}
 	r.checkDeployMetrics(t)
+	r.checkHTMLReport(t, closed)
 
 	// T02 goes offline again and sells; the dashboard, a minute into the new day, shows
 	// its backlog unknown, and today's sales beside the day before's.
@@ -120,7 +124,7 @@ func startPagesRun(t *testing.T) *pagesRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &pagesRun{cashiers: map[string]*Cashier{}, shots: screenshotDir(t)}
+	r := &pagesRun{cashiers: map[string]*Cashier{}, shots: screenshotDir(t), hqSync: bins.HQSync}
 	st := stack.Run(t, stack.Options{Redis: true})
 	// Starting the store, HQ and the tills and the trade before midnight take a few seconds.
 	var zone string
@@ -148,7 +152,8 @@ func startPagesRun(t *testing.T) *pagesRun {
 	hqDir := filepath.Join(dir, "hq")
 	os.MkdirAll(hqDir, 0o700)
 	const secret = "S001-secret-of-the-pages-test"
-	if r.hq, err = StartServe(ctx, bins.HQSync, ServeOptions{DB: filepath.Join(hqDir, "hq.db"), Dir: hqDir,
+	r.hqDB = filepath.Join(hqDir, "hq.db")
+	if r.hq, err = StartServe(ctx, bins.HQSync, ServeOptions{DB: r.hqDB, Dir: hqDir,
 		Stores: map[string]string{"S001": secret}, ViewerToken: "pages-test-viewer-token"}); err != nil {
 		t.Fatal(err)
 	}
@@ -434,4 +439,32 @@ func scrapeFamilies(t *testing.T, url, token string) []*dto.MetricFamily {
 		t.Fatalf("%s: %v", url, err)
 	}
 	return fams
+}
+
+// checkHTMLReport has hq-sync reconcile write the day's report as an HTML file, in Chinese,
+// and checks it says the day reconciles, lists T02's oversell and fetches nothing; it is
+// photographed as a mail reader would show it.
+func (r *pagesRun) checkHTMLReport(t *testing.T, date string) {
+	out := filepath.Join(t.TempDir(), "reconcile.html")
+	cmd := exec.Command(r.hqSync, "reconcile", "--db", r.hqDB, "--date", date, "--stores", r.hq.StoresFile,
+		"--html", out, "--lang", "zh-CN")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("reconcile --html: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	for _, bad := range []string{"<script", "<link", "src=", "http://", "https://", "url("} {
+		if strings.Contains(html, bad) {
+			t.Errorf("the HTML report holds %q: it must load nothing", bad)
+		}
+	}
+	if !strings.Contains(html, "对账一致") || !strings.Contains(html, "TEA") || !strings.Contains(html, "S001") {
+		t.Errorf("the HTML report does not say the day reconciles with T02's oversell of tea:\n%.2000s", html)
+	}
+	b2 := browser.Start(t, "")
+	b2.Open("file://" + out)
+	b2.Screenshot(filepath.Join(r.shots, "reconcile-html-zh-CN.png"))
 }
