@@ -9,7 +9,7 @@ GO        ?= go
 PKGS      ?= $(shell $(GO) list ./... | grep -v '/e2e/field$$')
 TESTFLAGS ?= -race -count=1 -timeout 14m
 BENCHTIME ?= 1x
-APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium chromium-driver
+APT_PKGS  := redis-server redis-sentinel redis-tools mosquitto postgresql sqlite3 nodejs chromium fonts-wqy-microhei prometheus systemd
 # The cross toolchains and emulators: mingw-w64 (Windows), the aarch64 cross gcc (ARM tills,
 # Android), qemu-user and 64-bit Wine (Debian 12: wine is the launcher, wine64 the loader;
 # no wine32, no i386 multiarch), zip for the Windows archive.
@@ -52,19 +52,21 @@ build:
 	for b in $(BINS); do $(GO) build -o bin/$$b ./$$b || exit 1; done
 	$(GO) build -o bin/posgate-demo ./demo
 
-# demo runs one store end to end (Redis Sentinel trio, store-server on its embedded broker,
-# three terminal-agents, a cashier load, a terminal offline, a Redis master killed) and ends
-# with PASS or FAIL on the invariants.
+# demo runs the chain end to end (Redis Sentinel trio, store-server on its embedded broker,
+# three terminal-agents, a cashier load, a terminal offline, a Redis master killed, hq-sync
+# serve and upload, the tills' day close and HQ's reconcile) and ends with PASS or FAIL.
+# HOLD=1 keeps everything running after the verdict, for a person to open the pages, until Ctrl-C.
 demo: deps build
-	bin/posgate-demo --bin bin --duration $(or $(DURATION),20s)
+	bin/posgate-demo --bin bin --duration $(or $(DURATION),20s) $(if $(HOLD),--hold)
 
 # deps installs the real servers the tests talk to (never mocked); a no-op when present.
 deps:
 	@missing=""; \
-	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium chromedriver; do \
+	for b in redis-server redis-sentinel redis-cli redis-benchmark mosquitto node chromium promtool systemd-analyze; do \
 		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	ls /usr/share/fonts/truetype/wqy/wqy-microhei.ttc >/dev/null 2>&1 || missing="$$missing fonts-wqy-microhei"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then echo "run as root (apt-get install -y $(APT_PKGS))"; exit 1; fi; \
@@ -73,7 +75,7 @@ deps:
 	@# npx runs the OpenAPI linter: NodeSource's nodejs brings it, Debian's comes without it.
 	@command -v npx >/dev/null 2>&1 || { echo "installing: npm"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
 	@# Debian starts the packaged services on their default ports; the tests use their own.
-	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql >/dev/null 2>&1 || true
+	-@systemctl disable --now redis-server redis-sentinel mosquitto postgresql prometheus prometheus-node-exporter >/dev/null 2>&1 || true
 	@$(MAKE) --no-print-directory deps-cross
 
 # deps-cross installs the cross toolchains and emulators (no recommended packages: Wine's pull

@@ -30,6 +30,7 @@ type StoreOptions struct {
 	Token      string
 	Catalog    string // a catalog file to import at start
 	LogLevel   string
+	Extra      []string // more flags
 }
 
 // StoreServer is a store-server process.
@@ -94,6 +95,7 @@ func newStore(bin string, o StoreOptions, api string) *StoreServer {
 	if o.Catalog != "" {
 		args = append(args, "--catalog", o.Catalog)
 	}
+	args = append(args, o.Extra...)
 	return &StoreServer{Proc: &Proc{Name: "store-server " + o.Store, Bin: bin, Args: args,
 		Log: filepath.Join(o.DataDir, "store-server.log")}, Opts: o, API: api, Broker: broker}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // TestStoreStartsAgainWhenItsPortWasTaken hands StartStore, for its broker, a port that
@@ -125,4 +126,21 @@ func takenOnPick(t *testing.T, n int) (bins Binaries, taken string, calls *int) 
 		return orig()
 	}
 	return bins, ln.Addr().String(), calls
+}
+
+// TestZoneWithMidnight: the zone's midnight is the first whole minute at or after the time
+// given, at every minute of the day, within the offsets internal/wire reads.
+func TestZoneWithMidnight(t *testing.T) {
+	base := time.Date(2026, 3, 4, 0, 0, 30, 0, time.UTC)
+	for i := range 24 * 60 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		m, zone := ZoneWithMidnight(at)
+		loc, err := wire.LoadLocation(zone)
+		if err != nil {
+			t.Fatalf("%v: zone %q: %v", at, zone, err)
+		}
+		if l := m.In(loc); l.Hour() != 0 || l.Minute() != 0 || m.Before(at) || m.Sub(at) >= time.Minute {
+			t.Fatalf("%v: midnight %v in %s is %v", at, m, zone, l)
+		}
+	}
 }

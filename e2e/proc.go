@@ -1,5 +1,5 @@
 // Package e2e is posgate's end-to-end harness: it builds and runs posgate's own binaries —
-// store-server and terminal-agents — as real processes for end-to-end tests, benchmarks and
+// store-server, terminal-agents and hq-sync's serve and upload — as real processes for end-to-end tests, benchmarks and
 // the demo, drives a cashier load through the agents' local API (terminal-agent/client),
 // and checks the invariants of docs/architecture.md across agents, ledger and Redis through
 // the store's manager API (store-server/client). It starts only loopback services and never
@@ -30,13 +30,16 @@ import (
 type Binaries struct {
 	StoreServer   string
 	TerminalAgent string
+	HQSync        string
 }
 
 // Build compiles the binaries into dir (with the race detector when race is true). root is
 // the module's root directory.
 func Build(ctx context.Context, root, dir string, race bool) (Binaries, error) {
-	b := Binaries{StoreServer: filepath.Join(dir, "store-server"), TerminalAgent: filepath.Join(dir, "terminal-agent")}
-	for pkg, out := range map[string]string{"./store-server": b.StoreServer, "./terminal-agent": b.TerminalAgent} {
+	b := Binaries{StoreServer: filepath.Join(dir, "store-server"), TerminalAgent: filepath.Join(dir, "terminal-agent"),
+		HQSync: filepath.Join(dir, "hq-sync")}
+	for pkg, out := range map[string]string{"./store-server": b.StoreServer, "./terminal-agent": b.TerminalAgent,
+		"./hq-sync": b.HQSync} {
 		args := []string{"build", "-o", out}
 		if race {
 			args = append(args, "-race")

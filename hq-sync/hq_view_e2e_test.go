@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/posgate/posgate/e2e/browser"
 
 	sclient "github.com/posgate/posgate/store-server/client"
 
@@ -199,22 +199,6 @@ func deref(v *float64) any {
 	return *v
 }
 
-// browse loads url in headless Chromium and returns the DOM once its scripts ran.
-func browse(t *testing.T, url string) string {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is needed for the dashboard test (make deps installs it): %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=3000", "--dump-dom", url)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
-	}
-	return string(out)
-}
+// browse loads url in headless Chromium, waits until the page has drawn its data once and
+// returns its HTML.
+func browse(t *testing.T, url string) string { t.Helper(); return browser.Browse(t, url) }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -40,5 +42,23 @@ func TestVersion(t *testing.T) {
 		if code != exitOK || !strings.HasPrefix(out, "hq-sync ") || !strings.Contains(out, "SQLite 3.") || errs != "" {
 			t.Errorf("hq-sync %s: exit %d, stdout %q, stderr %q", arg, code, out, errs)
 		}
+	}
+}
+
+// TestServeViewerToken: a viewer token shorter than 16 bytes is a usage error, whether it
+// comes from the flag or the environment.
+func TestServeViewerToken(t *testing.T) {
+	dir := t.TempDir()
+	stores := filepath.Join(dir, "stores.json")
+	if err := os.WriteFile(stores, []byte(`[{"store":"S1","secret":"s1-secret-of-16-bytes"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores, "--viewer-token", "too-short"); code != 2 ||
+		!strings.Contains(errs, "--viewer-token: 9 bytes, want at least 16") {
+		t.Errorf("serve --viewer-token too-short: exit %d: %s", code, errs)
+	}
+	t.Setenv("POSGATE_HQ_VIEWER_TOKEN", "short")
+	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores); code != 2 || !strings.Contains(errs, "--viewer-token") {
+		t.Errorf("serve with POSGATE_HQ_VIEWER_TOKEN=short: exit %d: %s", code, errs)
 	}
 }

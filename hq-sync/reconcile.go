@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/hqview"
 	"github.com/posgate/posgate/hq-sync/reconcile"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -33,6 +35,8 @@ type Reconcile struct {
 	Store  string
 	Format string
 	Open   bool
+	HTML   string
+	Lang   string
 
 	stdout, stderr io.Writer
 	expect         []string // the stores of Stores, read by Validate
@@ -51,6 +55,8 @@ func (c *Reconcile) ParseFlags(args []string) error {
 	fs.StringVar(&c.Date, "date", "", "the business date, YYYY-MM-DD (default: yesterday, local time)")
 	fs.StringVar(&c.Store, "store", "", "one store (default: every store)")
 	fs.StringVar(&c.Format, "format", "table", "table, json or csv")
+	fs.StringVar(&c.HTML, "html", "", "also write the report, with the stores' days, upload lag and open exceptions, as one self-contained HTML file (for the morning email)")
+	fs.String(&c.Lang, "lang", "POSGATE_LANG", "en", "the HTML report's language: en or zh-CN")
 	fs.BoolVar(&c.Open, "open", false, "instead, list the exceptions no store manager has resolved, of every business date (table or json); exit 0 if there are none, 1 if there are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,6 +82,12 @@ func (c *Reconcile) Validate() error {
 	}
 	if _, err := time.Parse(wire.BusinessDate, c.Date); err != nil {
 		return usageError{fmt.Errorf("--date %q is not YYYY-MM-DD", c.Date)}
+	}
+	if !slices.Contains(hqview.Languages, c.Lang) {
+		return usageError{fmt.Errorf("--lang %q: want one of %s", c.Lang, strings.Join(hqview.Languages, ", "))}
+	}
+	if c.Open && c.HTML != "" {
+		return usageError{errors.New("--html writes a date's report: not with --open")}
 	}
 	if c.Format != "table" && c.Format != "json" && c.Format != "csv" {
 		return usageError{fmt.Errorf("--format %q: want table, json or csv", c.Format)}
@@ -149,5 +161,24 @@ func (c *Reconcile) report(ctx context.Context, st hqstore.Storage) (bool, error
 	default:
 		err = rep.WriteTable(c.stdout)
 	}
+	if err == nil && c.HTML != "" {
+		err = c.writeHTML(ctx, st)
+	}
 	return rep.OK(), err
+}
+
+// writeHTML writes the date's report, as HQ's page shows it, to the --html file.
+func (c *Reconcile) writeHTML(ctx context.Context, st hqstore.Storage) error {
+	o, err := hqview.BuildOverview(ctx, st, c.expect, c.Date, time.Now())
+	if err != nil {
+		return err
+	}
+	if c.Store != "" {
+		o = o.Only(c.Store)
+	}
+	var b bytes.Buffer
+	if err := hqview.WriteHTML(&b, o, c.Lang); err != nil {
+		return err
+	}
+	return os.WriteFile(c.HTML, b.Bytes(), 0o644)
 }

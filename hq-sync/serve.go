@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/hqview"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
@@ -32,6 +36,7 @@ type Serve struct {
 	LogLevel       string
 	TLSCert        string
 	TLSKey         string
+	ViewerToken    string
 
 	stderr  io.Writer
 	secrets map[string][]byte // the stores' secrets from Stores, read by Validate
@@ -51,6 +56,7 @@ func (c *Serve) ParseFlags(args []string) error {
 	fs.String(&c.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.String(&c.TLSCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
 	fs.String(&c.TLSKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
+	fs.String(&c.ViewerToken, "viewer-token", "POSGATE_HQ_VIEWER_TOKEN", "", "serve HQ finance's page (GET /) to this token, of at least 16 bytes; prefer the environment variable (empty: no page)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +70,9 @@ func (c *Serve) Validate() error {
 	}
 	if c.Stores == "" {
 		return usageError{errors.New("--stores is required")}
+	}
+	if c.ViewerToken != "" && len(c.ViewerToken) < hqview.MinTokenBytes {
+		return usageError{fmt.Errorf("--viewer-token: %d bytes, want at least %d", len(c.ViewerToken), hqview.MinTokenBytes)}
 	}
 	secrets, err := loadSecrets(c.Stores)
 	if err != nil {
@@ -134,8 +143,13 @@ func (c *Serve) Run(ctx context.Context) error {
 			Name: "tls_cert_expiry_timestamp_seconds", Help: "When the TLS certificate serve serves (its leaf) expires."},
 			func() float64 { return float64(pair.NotAfter().Unix()) }))
 	}
+	handler, err := c.handler(st, serve.New(st, c.secrets, opts), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	log.Info("hq-sync serve", "addr", ln.Addr().String(), "tls", pair != nil, "stores", len(c.secrets))
-	srv := httpserve.Serve(ln, serve.New(st, c.secrets, opts), hqLimits, errc)
+	srv := httpserve.Serve(ln, handler, hqLimits, errc)
 	if c.DropPartsAfter > 0 {
 		sweep, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -150,6 +164,27 @@ func (c *Serve) Run(ctx context.Context) error {
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shut)
+}
+
+// handler is what serve answers: the stores' batches (batches, as serve.New has them
+// answer every request), and with a viewer token HQ finance's page beside them.
+func (c *Serve) handler(st hqstore.Storage, batches http.Handler, log *slog.Logger) (http.Handler, error) {
+	if c.ViewerToken == "" {
+		return batches, nil
+	}
+	view, err := hqview.New(st, hqview.Options{Token: c.ViewerToken, Stores: slices.Sorted(maps.Keys(c.secrets)), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// Dispatched by path as sent, not through a ServeMux, which would redirect a path it
+	// cleans before serve's handler saw it.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hqview.Serves(r.URL.Path) {
+			view.ServeHTTP(w, r)
+			return
+		}
+		batches.ServeHTTP(w, r)
+	}), nil
 }
 
 // listen listens on Listen, with TLS when there is a certificate, and returns the

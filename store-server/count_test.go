@@ -12,7 +12,7 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
-// TestShelfCountDuringSale: in the dashboard (a headless Chromium driven by chromedriver) a
+// TestShelfCountDuringSale: in the dashboard (a headless Chromium driven over the DevTools protocol) a
 // manager opens the count of a SKU whose table says 12, and while the prompt is open a
 // customer buys one at a till (the ledger: 11). The manager counts 10 on the shelf (one more
 // is missing). The dashboard posts the count, not a difference from the 12 it showed, and
@@ -30,9 +30,7 @@ func TestShelfCountDuringSale(t *testing.T) {
 	b.open(srv.Base + "/#token=" + biToken)
 	b.waitText("#stock tbody", "A1 12 — 12 0")
 	b.click("#stock tbody button")
-	var msg string
-	b.until("the count prompt", func() bool { return b.try("GET", "/alert/text", nil, &msg) == nil })
-	if !strings.Contains(msg, "A1 (the ledger says 12)") {
+	if msg := b.waitDialog(); !strings.Contains(msg, "A1 (the ledger says 12)") {
 		t.Errorf("count prompt %q", msg)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/presence"
 )
@@ -75,7 +76,9 @@ type Main struct {
 	ClockBehindConfirm time.Duration
 	// AuditEvery is how often the drift audit compares Redis with the ledger (0: only after
 	// a live refusal for stock).
-	AuditEvery  time.Duration
+	AuditEvery time.Duration
+	// ChartEvery is how often the dashboard's charts' history takes a sample.
+	ChartEvery  time.Duration
 	APIToken    string
 	CatalogFile string
 	UploadState string
@@ -128,6 +131,8 @@ func (m *Main) ParseFlags(args []string) error {
 		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
 	fs.Duration(&m.AuditEvery, "audit-every", "POSGATE_AUDIT_EVERY", ingest.DefaultAuditEvery,
 		"how often the drift audit compares Redis's stock and today's counters with the ledger, and rebuilds on a difference; 0: only after a live refusal for stock")
+	fs.Duration(&m.ChartEvery, "chart-every", "POSGATE_CHART_EVERY", history.DefaultEvery,
+		"how often the dashboard's charts sample the gate mode, the tills' backlogs and the ack times (an hour of them is kept in memory)")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -160,6 +165,8 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
 	case m.ClockSkewWarn < 0:
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
+	case m.ChartEvery < time.Second || m.ChartEvery > 5*time.Minute:
+		return fmt.Errorf("--chart-every %v: want 1s to 5m", m.ChartEvery)
 	case m.ClockBehindConfirm < 0:
 		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
 	case m.AuditEvery < 0:

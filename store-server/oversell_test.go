@@ -12,7 +12,7 @@ import (
 )
 
 // TestOversellResolution: an offline sale beyond stock is recorded and listed as an oversell
-// exception; in the dashboard (a headless Chromium driven by chromedriver) the manager
+// exception; in the dashboard (a headless Chromium driven over the DevTools protocol) the manager
 // proves the stock from its moves, books the shelf count (the ledger books the difference),
 // and resolves the exception with what explained it,
 // after which it leaves the open list, keeps its note, and a retried request through the

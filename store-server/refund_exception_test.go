@@ -15,7 +15,7 @@ import (
 
 // TestRefundExceptionResolution: a refund that returns more than its sale sold is accepted
 // (the ack does not change) and listed as a refund exception, while a refund the sale covers
-// is not; in the dashboard (a headless Chromium driven by chromedriver) the manager resolves
+// is not; in the dashboard (a headless Chromium driven over the DevTools protocol) the manager resolves
 // it with what explained it, after which it leaves the open list, keeps its note, and a
 // retried request through the API changes nothing. Real mosquitto, Redis and ledger.
 func TestRefundExceptionResolution(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"github.com/posgate/posgate/store-server/bus"
 	"github.com/posgate/posgate/store-server/catalog"
 	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
@@ -72,7 +73,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 2)
-	srv := m.serveAPI(s, ln, errc)
+	srv := m.serveAPI(runCtx, s, ln, errc, &background)
 	ingested := make(chan struct{})
 	go func() { defer close(ingested); errc <- s.in.Run(runCtx) }()
 	m.Ready <- Addrs{API: ln.Addr().String(), Broker: s.brokerURL}
@@ -95,6 +96,7 @@ type server struct {
 	gate      *gate.Gate
 	out       *lateOut
 	met       *metrics.Metrics
+	hist      *history.Recorder
 	in        *ingest.Ingest
 	seen      *presence.Board
 	pub       publisher // the embedded broker or the client of an external one
@@ -179,8 +181,9 @@ func (m *Main) newIngest(s *server) (onUp func(topic string, payload []byte)) {
 	if audit == 0 {
 		audit = -1 // ingest: no schedule
 	}
+	s.hist = history.New(m.ChartEvery)
 	s.in = ingest.New(ingest.Config{Store: m.Store, Gate: s.gate, Ledger: s.led, Catalog: s.cat, Out: s.out, Logger: s.log,
-		Observer: s.met, AuditEvery: audit})
+		Observer: observers{s.met, s.hist}, AuditEvery: audit})
 	s.seen = presence.New(m.Store, nil, s.log)
 	s.seen.SetSkewLimit(m.ClockSkewWarn)
 	s.seen.SetBehindConfirm(m.ClockBehindConfirm)
@@ -403,14 +406,16 @@ func (m *Main) listenAPI(s *server) (net.Listener, error) {
 // certificate, on a handshake or a metrics scrape: a renewal is served within it.
 var certCheckEvery = certfile.DefaultEvery
 
-// serveAPI serves the manager API, dashboard and metrics on ln; a failure of the server goes
-// to errc.
-func (m *Main) serveAPI(s *server, ln net.Listener, errc chan<- error) *http.Server {
-	h := (&api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
+// serveAPI serves the manager API, dashboard and metrics on ln, and samples the charts'
+// history until ctx ends (in background); a failure of the server goes to errc.
+func (m *Main) serveAPI(ctx context.Context, s *server, ln net.Listener, errc chan<- error, background *sync.WaitGroup) *http.Server {
+	a := &api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
 		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
-		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), Logger: s.log}).Handler()
+		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), History: s.hist, Logger: s.log}
+	background.Add(1)
+	go func() { defer background.Done(); s.hist.Run(ctx, a.Probe) }()
 	// A backup download sets its own write deadline as it goes (api's progressWriter).
-	srv := httpserve.Serve(ln, h, httpserve.Default, errc)
+	srv := httpserve.Serve(ln, a.Handler(), httpserve.Default, errc)
 	return srv
 }
 
@@ -431,6 +436,28 @@ type publisher interface {
 	ingest.Publisher
 	catalog.Publisher
 	settings.Publisher
+}
+
+// observers tells each of its observers what ingest tells it: the metrics and the charts'
+// history.
+type observers []ingest.Observer
+
+func (o observers) GateCall(d time.Duration, events int) {
+	for _, x := range o {
+		x.GateCall(d, events)
+	}
+}
+
+func (o observers) Commit(d time.Duration, records int) {
+	for _, x := range o {
+		x.Commit(d, records)
+	}
+}
+
+func (o observers) Acked(d time.Duration) {
+	for _, x := range o {
+		x.Acked(d)
+	}
 }
 
 // lateOut lets ingest exist (and queue messages) before what it publishes through.

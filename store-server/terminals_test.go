@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -451,27 +449,6 @@ func (tt *testTerminal) drop() {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	tt.conn.Close()
-}
-
-// browse loads url in headless Chromium, lets its scripts run (fetches included) and returns
-// the page as they left it.
-func browse(t *testing.T, url string) string {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is needed for the dashboard test (make deps installs it): %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=3000", "--dump-dom", url)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
-	}
-	return string(out)
 }
 
 // metricFamilies is a parsed scrape of GET /metrics.

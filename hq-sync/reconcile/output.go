@@ -35,7 +35,7 @@ func (r *Report) Summary() string {
 	if !r.OK() {
 		verdict = "NOT OK"
 	}
-	diffs := len(r.Txns) - r.Counts[Late] + len(r.Totals) + len(r.Missing)
+	diffs := r.Differences()
 	return fmt.Sprintf("reconcile %s (%s): %d stores, %d terminals, %d declared txns, %d HQ txns, %d day closes: "+
 		"%d differences, %d late, %d exceptions (%d open): %s", r.Date, scope, r.Stores, r.Terminals, r.LedgerTxns,
 		r.HQTxns, r.DayCloses, diffs, r.Counts[Late], len(r.Exceptions), r.OpenExceptions(), verdict)
@@ -75,6 +75,28 @@ func (d *TotalsDiff) figures() []figureRow {
 		}
 	}
 	return out
+}
+
+// FigureText is one figure of a TotalsDiff that the accounts disagree on, as text ("" for
+// an account that is absent).
+type FigureText struct {
+	Name                 string // FigureSaleCount, …
+	Declared, Ledger, HQ string
+}
+
+// Figures returns the figures of d that disagree, as the table writes them.
+func (d *TotalsDiff) Figures() []FigureText {
+	var out []FigureText
+	for _, f := range d.figures() {
+		out = append(out, FigureText{Name: f.name, Declared: f.declared, Ledger: f.ledger, HQ: f.hqv})
+	}
+	return out
+}
+
+// Differences returns how many differences the report lists: transactions (late ones
+// aside), totals and missing declarations.
+func (r *Report) Differences() int {
+	return len(r.Txns) - r.Counts[Late] + len(r.Totals) + len(r.Missing)
 }
 
 // amountsText is a transaction's amount and by-method split: "12.30 (cash 2.30, card 10.00)".

@@ -48,7 +48,7 @@ func RoomOf(path string) Room {
 		return Store
 	case "hq-sync":
 		return HQ
-	case "e2e", "demo":
+	case "e2e", "demo", "deploy":
 		return Top
 	}
 	return Outside
@@ -63,12 +63,12 @@ func Allowed(from, to string) bool {
 }
 
 // Harness is the end-to-end harness, the one package of the top that tests below it may
-// import: a binary's end-to-end tests live beside its code and run the real binaries
-// through it.
+// import, with its own packages (e2e/browser, the pages' browser): a binary's end-to-end
+// tests live beside its code and run the real binaries through it.
 const Harness = Module + "/e2e"
 
 // AllowedInTest reports whether a test of package from may import package to: what its code
 // may, and the harness.
 func AllowedInTest(from, to string) bool {
-	return Allowed(from, to) || to == Harness
+	return Allowed(from, to) || to == Harness || strings.HasPrefix(to, Harness+"/")
 }

@@ -278,6 +278,8 @@ func DecodeBacklog(b []byte) (Backlog, error) {
 		return r, invalid(CodeVersion, "protocol version %d is not supported", r.V)
 	case !ValidID(r.Terminal):
 		return r, invalid(CodeID, "backlog terminal id %q is not valid", r.Terminal)
+	case r.CatalogVersion < 0:
+		return r, invalid(CodePayload, "backlog report's catalog version %d is negative", r.CatalogVersion)
 	case r.Events < 0 || r.OldestMs < 0 || r.Seq < 0 || (r.Events == 0 && r.OldestMs != 0):
 		return r, invalid(CodePayload, "backlog report of %d events, the oldest %d ms old, is not a count", r.Events, r.OldestMs)
 	case r.At.IsZero():

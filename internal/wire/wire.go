@@ -302,6 +302,9 @@ type Backlog struct {
 	Seq      int64     `json:"seq"`
 	OldestMs int64     `json:"oldest_age_ms,omitempty"` // age of the oldest of them at At
 	At       time.Time `json:"at"`
+	// CatalogVersion is the version of the store's catalog the terminal holds (0: none yet);
+	// a new one goes in a new report.
+	CatalogVersion int64 `json:"catalog_version,omitempty"`
 }
 
 // BacklogRefresh is how often, at least, a terminal publishes its backlog report while

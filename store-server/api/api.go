@@ -34,6 +34,7 @@ import (
 	"github.com/posgate/posgate/store-server/catalog"
 	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/gate"
+	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/presence"
@@ -72,6 +73,8 @@ type Server struct {
 	// DiskWarnBytes: below this much free room on the ledger's file system, /v1/mode says
 	// the disk is low (0: never).
 	DiskWarnBytes int64
+	// History, if not nil, keeps the samples GET /v1/charts/history answers.
+	History *history.Recorder
 	// BackupStall is how long the download of a backup may make no progress before it is
 	// dropped (0: DefaultBackupStall).
 	BackupStall time.Duration
@@ -113,6 +116,8 @@ func (s *Server) Handler() http.Handler {
 	s.route("POST /v1/parked/resolve", s.resolveParked)
 	s.route("GET /v1/terminals", s.terminals)
 	s.route("GET /v1/hq", s.hq)
+	s.route("GET /v1/charts/sales", s.salesChart)
+	s.route("GET /v1/charts/history", s.history)
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
@@ -123,8 +128,9 @@ func (s *Server) Handler() http.Handler {
 	// The dashboard's files hold no data and need no token; the page asks for it and sends
 	// it with every API request.
 	s.mux.Handle("GET /{$}", dashboardFile("index.html", "text/html; charset=utf-8"))
-	s.mux.Handle("GET /dashboard.js", dashboardFile("dashboard.js", "text/javascript; charset=utf-8"))
-	s.mux.Handle("GET /dashboard.css", dashboardFile("dashboard.css", "text/css; charset=utf-8"))
+	for name, ctype := range dashboardFiles {
+		s.mux.Handle("GET /"+name, dashboardFile(name, ctype))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.New(perr.NotFound, "route_not_found", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -133,6 +139,21 @@ func (s *Server) Handler() http.Handler {
 
 //go:embed dashboard
 var dashboard embed.FS
+
+// dashboardFiles are the dashboard's files besides its page, by path: its scripts, style
+// sheets, message catalogs (one per language) and uPlot, the chart library it draws with
+// (vendor/uplot: its version and licence beside it).
+var dashboardFiles = map[string]string{
+	"dashboard.js":                   "text/javascript; charset=utf-8",
+	"i18n.js":                        "text/javascript; charset=utf-8",
+	"charts.js":                      "text/javascript; charset=utf-8",
+	"dashboard.css":                  "text/css; charset=utf-8",
+	"i18n/en.json":                   "application/json",
+	"i18n/zh-CN.json":                "application/json",
+	"vendor/uplot/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+	"vendor/uplot/uPlot.min.css":     "text/css; charset=utf-8",
+	"vendor/uplot/LICENSE":           "text/plain; charset=utf-8",
+}
 
 // dashboardFile serves one of the dashboard's embedded files. The page loads only its own
 // script and style sheet, and may not be framed.
@@ -511,10 +532,13 @@ func (s *Server) resolveParked(r *http.Request) (any, error) {
 	return client.ResolveParkedAnswer{Parked: p, Applied: applied}, nil
 }
 
-func (s *Server) terminals(r *http.Request) (any, error) {
-	seen, err := s.Ledger.Terminals(r.Context())
+func (s *Server) terminals(r *http.Request) (any, error) { return s.terminalsAnswer(r.Context()) }
+
+// terminalsAnswer is GET /v1/terminals's answer.
+func (s *Server) terminalsAnswer(ctx context.Context) (client.TerminalsAnswer, error) {
+	seen, err := s.Ledger.Terminals(ctx)
 	if err != nil {
-		return nil, err
+		return client.TerminalsAnswer{}, err
 	}
 	var live map[string]presence.Seen
 	var reports map[string]presence.Backlog
@@ -539,9 +563,7 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 			}
 			delete(reports, row.Terminal)
 		}
-		if hb := row.Heartbeat; hb != nil {
-			row.CatalogBehind, row.CatalogAhead = hb.CatalogVersion < version, hb.CatalogVersion > version
-		}
+		held(&row, version)
 		if c, ok := clocks[row.Terminal]; ok {
 			if c.Unconfirmed {
 				row.ClockUnconfirmed = true
@@ -557,6 +579,10 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 		row.OnlineSince, row.StatusHeard, row.ClockChecked = s.inStore(row.OnlineSince), s.inStore(row.StatusHeard), s.inStore(row.ClockChecked)
 		if row.Backlog != nil {
 			row.Backlog.At, row.Backlog.Heard = s.inStore(row.Backlog.At), s.inStore(row.Backlog.Heard)
+		}
+		if since := unknownSince(row); !since.IsZero() {
+			since = s.inStore(since)
+			row.BacklogUnknownSince = &since
 		}
 		rows = append(rows, row)
 	}
@@ -575,6 +601,46 @@ func (s *Server) terminals(r *http.Request) (any, error) {
 	slices.SortFunc(rows, func(a, b client.TerminalRow) int { return strings.Compare(a.Terminal, b.Terminal) })
 	return client.TerminalsAnswer{Now: s.inStore(now), CatalogVersion: version, ClockSkewLimitMs: skewLimit.Milliseconds(),
 		ClockBehindConfirmMs: behindConfirm.Milliseconds(), Terminals: rows}, nil
+}
+
+// held sets the catalog version the terminal last said it holds, from its backlog report or
+// its heartbeat, whichever it took later, and how it stands against the store's version.
+func held(row *client.TerminalRow, version int64) {
+	var v *int64
+	var at time.Time
+	if b := row.Backlog; b != nil && b.CatalogVersion > 0 {
+		cv := b.CatalogVersion
+		v, at = &cv, b.At
+	}
+	if hb := row.Heartbeat; hb != nil && (v == nil || hb.At.After(at)) {
+		cv := hb.CatalogVersion
+		v = &cv
+	}
+	if v != nil {
+		row.CatalogVersion, row.CatalogBehind, row.CatalogAhead = v, *v < version, *v > version
+	}
+}
+
+// unknownSince returns when what a terminal holds became unknown: it is not known to be
+// online and has reported a backlog (zero: it is online, or never reported one). Its status
+// said offline: when the store heard that; none heard: when the report was heard.
+func unknownSince(row client.TerminalRow) time.Time {
+	if row.Online != nil && *row.Online {
+		return time.Time{}
+	}
+	var heard time.Time
+	switch {
+	case row.Backlog != nil:
+		heard = row.Backlog.Heard
+	case row.Heartbeat != nil:
+		heard = row.Heartbeat.Received
+	default:
+		return time.Time{}
+	}
+	if row.Online != nil && !row.StatusHeard.IsZero() {
+		return row.StatusHeard
+	}
+	return heard
 }
 
 // inStore returns t in the store's zone (--tz, the ledger's), in which the API gives its

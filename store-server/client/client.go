@@ -194,6 +194,23 @@ func (c *Client) Terminals(ctx context.Context) (TerminalsAnswer, error) {
 	return a, c.do(ctx, http.MethodGet, "/v1/terminals", nil, &a)
 }
 
+// History returns the store's samples of the last hour (GET /v1/charts/history).
+func (c *Client) History(ctx context.Context) (HistoryAnswer, error) {
+	var a HistoryAnswer
+	return a, c.do(ctx, http.MethodGet, "/v1/charts/history", nil, &a)
+}
+
+// SalesChart returns sales and takings per minute of a business date ("": today), beside
+// the last trading day before it (GET /v1/charts/sales).
+func (c *Client) SalesChart(ctx context.Context, date string) (SalesChart, error) {
+	var a SalesChart
+	path := "/v1/charts/sales"
+	if date != "" {
+		path += "?date=" + url.QueryEscape(date)
+	}
+	return a, c.do(ctx, http.MethodGet, path, nil, &a)
+}
+
 // HQ returns how far headquarters has the store's rows, from the state of the store's
 // uploader (GET /v1/hq).
 func (c *Client) HQ(ctx context.Context) (HQAnswer, error) {

@@ -436,11 +436,19 @@ type TerminalRow struct {
 	// stopped reporting: an agent with reports turned off reports its backlog only in its
 	// heartbeats).
 	Backlog *BacklogRow `json:"backlog,omitempty"`
-	// CatalogBehind: the last heartbeat reported a catalog older than the store's.
+	// BacklogUnknownSince is set while the terminal is not known to be online (its status
+	// says offline, or none was heard since the store-server started): what it holds now is
+	// unknown since then, and Backlog (or Heartbeat) is only its last report. It is when the
+	// store heard it go offline, or, with no status heard, when the report was heard.
+	BacklogUnknownSince *time.Time `json:"backlog_unknown_since,omitempty"`
+	// CatalogVersion is the version of the store's catalog the terminal last said it holds,
+	// in its backlog report or its heartbeat, whichever is newer (nil: it said nothing yet).
+	CatalogVersion *int64 `json:"catalog_version,omitempty"`
+	// CatalogBehind: that catalog is older than the store's.
 	CatalogBehind bool `json:"catalog_behind"`
-	// CatalogAhead: the last heartbeat reported a catalog newer than the store's (its data
-	// directory was restored or made anew): the terminal ignores the store's until the next
-	// import, which takes a version above it.
+	// CatalogAhead: that catalog is newer than the store's (its data directory was restored
+	// or made anew): the terminal ignores the store's until the next import, which takes a
+	// version above it.
 	CatalogAhead bool `json:"catalog_ahead,omitempty"`
 	// ClockSkewMs is the till's clock minus the store's, in ms (positive: the till is
 	// ahead), as the store measured it from the messages it heard from the till in the last
@@ -472,6 +480,8 @@ type Backlog struct {
 	// Heard is when the store received the report; for a retained report the broker sent
 	// again, when it first received it, or, new to it, the report's At.
 	Heard time.Time `json:"heard"`
+	// CatalogVersion is the version of the store's catalog the terminal held.
+	CatalogVersion int64 `json:"catalog_version,omitempty"`
 }
 
 // BacklogRow is a terminal's last backlog report, with its oldest event's age now.
@@ -569,4 +579,49 @@ type HQAnswer struct {
 	// Found is false while no uploader has run with State: nothing has gone to HQ.
 	Found  bool          `json:"found"`
 	Upload *UploadStatus `json:"upload,omitempty"`
+}
+
+// HistoryAnswer is the answer of GET /v1/charts/history: the store's samples of the last
+// hour, oldest first, taken every EveryMs since the store-server started, as columns of
+// one value per sample. A till's figure is null at a sample where it was not known to be
+// online (what it held was unknown), or before the store heard of it.
+type HistoryAnswer struct {
+	EveryMs int64       `json:"every_ms"`
+	Times   []time.Time `json:"times"` // in the store's zone
+	Modes   []Mode      `json:"modes"`
+	// Acks counts the up messages answered in the interval before each sample; the
+	// quantiles of their times are null where there was none.
+	Acks     []int64       `json:"acks"`
+	AckP50Ms []*float64    `json:"ack_p50_ms"`
+	AckP99Ms []*float64    `json:"ack_p99_ms"`
+	Tills    []TillHistory `json:"tills"`
+}
+
+// TillHistory is one till's backlog at each sample of a HistoryAnswer: the events it held
+// that the store had not acknowledged, and the age of the oldest of them (ms).
+type TillHistory struct {
+	Terminal string   `json:"terminal"`
+	Events   []*int64 `json:"events"`
+	OldestMs []*int64 `json:"oldest_ms"`
+}
+
+// SalesChart is the answer of GET /v1/charts/sales: the store's sales and takings (the
+// sales' totals) per minute of a business date's store time, from the ledger, beside the
+// same minutes of the last business date before it with a sale. Minutes run from the first
+// minute of the date with a sale (or of the compared date, if it started earlier) to the
+// current minute for today, or the last minute with a sale for an earlier date; every
+// minute of them is listed, with zeros.
+type SalesChart struct {
+	BusinessDate string        `json:"business_date"`
+	CompareDate  string        `json:"compare_date,omitempty"` // "" when no earlier date had a sale
+	Minutes      []SalesMinute `json:"minutes"`
+}
+
+// SalesMinute is one minute of a SalesChart.
+type SalesMinute struct {
+	Minute         string    `json:"minute"` // HH:MM, store time
+	Sales          int64     `json:"sales"`
+	Takings        money.Fen `json:"takings"`
+	CompareSales   int64     `json:"compare_sales"`
+	CompareTakings money.Fen `json:"compare_takings"`
 }

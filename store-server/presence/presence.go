@@ -44,6 +44,9 @@ type Backlog struct {
 	// again, when it first received it, or, new to it, the report's At (never later than
 	// when it received it).
 	Heard time.Time `json:"heard"`
+	// CatalogVersion is the version of the store's catalog the terminal held (0: none, or
+	// an agent that does not say).
+	CatalogVersion int64 `json:"catalog_version,omitempty"`
 }
 
 // Supersedes reports whether the report stands over the terminal's last heartbeat (its seq
@@ -180,7 +183,8 @@ func (b *Board) handleBacklog(topic, terminal string, payload []byte, retained b
 			heard = r.At
 		}
 	}
-	b.backlog[terminal] = Backlog{Events: r.Events, Seq: r.Seq, OldestMs: r.OldestMs, At: r.At, Heard: heard}
+	b.backlog[terminal] = Backlog{Events: r.Events, Seq: r.Seq, OldestMs: r.OldestMs, At: r.At, Heard: heard,
+		CatalogVersion: r.CatalogVersion}
 	b.mu.Unlock()
 	if !retained {
 		b.reading(terminal, r.At, heard, false)

@@ -107,9 +107,9 @@ type Uplink struct {
 	// starts over.
 	reportCh chan struct{}
 	// reportMu orders the backlog reports; reported is the last one the broker took (its
-	// count and oldest seq), reportedAt when.
+	// count, oldest seq and catalog version), reportedAt when.
 	reportMu     sync.Mutex
-	reported     [2]int64
+	reported     [3]int64
 	reportedAt   time.Time
 	reportedEver bool // KV backlog_reported is set
 
@@ -678,7 +678,14 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 	}
 	// Unchanged, the report goes again once the next tick could come after a refresh has
 	// passed (with half a tick to spare for the ticks' jitter).
-	if !force && u.reported == [2]int64{b.Count, b.OldestSeq} &&
+	cv, err := u.store.KV(ctx, outbox.KVCatalogVersion)
+	if err != nil {
+		if ctx.Err() == nil {
+			u.log.Error("read the catalog version", "err", err)
+		}
+		return
+	}
+	if !force && u.reported == [3]int64{b.Count, b.OldestSeq, cv} &&
 		u.cfg.Now().Sub(u.reportedAt) < wire.BacklogRefresh-u.cfg.BacklogEvery*3/2 {
 		return
 	}
@@ -690,7 +697,7 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 		return
 	}
 	now := u.cfg.Now()
-	r := wire.Backlog{V: wire.Version, Terminal: u.cfg.Terminal, Events: b.Count, Seq: last, At: now}
+	r := wire.Backlog{V: wire.Version, Terminal: u.cfg.Terminal, Events: b.Count, Seq: last, At: now, CatalogVersion: cv}
 	if b.Count > 0 && !b.OldestAt.IsZero() {
 		r.OldestMs = max(0, now.Sub(b.OldestAt).Milliseconds())
 	}
@@ -711,10 +718,10 @@ func (u *Uplink) publishBacklog(ctx context.Context, c mqtt.Client, force bool) 
 	tok := c.Publish(wire.BacklogTopic(u.cfg.Store, u.cfg.Terminal), 0, true, body)
 	if !tok.WaitTimeout(2*time.Second) || tok.Error() != nil {
 		// Not written: the next tick tries again, whatever the count then.
-		u.reported = [2]int64{-1, -1}
+		u.reported = [3]int64{-1, -1, -1}
 		return
 	}
-	u.reported, u.reportedAt = [2]int64{b.Count, b.OldestSeq}, now
+	u.reported, u.reportedAt = [3]int64{b.Count, b.OldestSeq, cv}, now
 }
 
 // clearBacklog clears the retained backlog report an earlier run of the agent left on the

@@ -1,7 +1,10 @@
 // posgate store dashboard: reads the manager API every few seconds and draws it. Every
 // value is put in the page as text (never as HTML). Amounts arrive as decimal strings in
-// yuan and are shown as they are: the page does no arithmetic on money.
+// yuan and are shown as they are, grouped (I18N.amount): the page does no arithmetic on
+// money. Every word comes from the message catalog of the page's language (i18n.js).
 "use strict";
+
+const t = I18N.t;
 
 const REFRESH_MS = 5000;
 const TOKEN_KEY = "posgate-token";
@@ -17,6 +20,8 @@ const ENDPOINTS = {
   parked: "/v1/parked",
   limits: "/v1/limits",
   hq: "/v1/hq",
+  sales: "/v1/charts/sales",
+  history: "/v1/charts/history",
 };
 
 // The changes the page makes (POST): a manager resolves an oversell, a refund exception or
@@ -46,8 +51,17 @@ async function api(path, body) {
   const resp = await fetch(path, init);
   if (resp.status === 401) throw new Unauthorized();
   const answer = await resp.json();
-  if (!resp.ok) throw new Error(answer.detail || answer.title || String(resp.status));
+  if (!resp.ok) throw new Error(errorText(answer, resp.status));
   return answer;
+}
+
+// errorText is an error answer in the page's language: the catalog's words for its code,
+// else the store's own detail.
+function errorText(answer, status) {
+  const key = "error." + (answer && answer.code);
+  const own = t(key);
+  if (answer && answer.code && own !== key) return own;
+  return (answer && (answer.detail || answer.title)) || String(status);
 }
 
 // el builds an element with text content and an optional class.
@@ -74,16 +88,16 @@ function fill(tableId, rows, emptyText) {
   }
 }
 
-const yuan = (s) => (s === undefined || s === null ? "—" : "¥" + s);
+const yuan = (s) => I18N.amount(s);
 
 // ago says how long before now a time was ("3 s ago", "2 h ago").
 function ago(iso, now) {
   if (!iso) return "—";
   const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
-  if (s < 60) return s + " s ago";
-  if (s < 3600) return Math.round(s / 60) + " min ago";
-  if (s < 86400) return Math.round(s / 3600) + " h ago";
-  return Math.round(s / 86400) + " d ago";
+  if (s < 60) return t("ago.s", { n: s });
+  if (s < 3600) return t("ago.min", { n: Math.round(s / 60) });
+  if (s < 86400) return t("ago.h", { n: Math.round(s / 3600) });
+  return t("ago.d", { n: Math.round(s / 86400) });
 }
 
 // storeTime shows a time as the API gives it, in the store's zone (--tz): the wall clock of
@@ -100,17 +114,18 @@ const gib = (n) => (n / 2 ** 30).toFixed(1) + " GiB";
 
 function duration(ms) {
   const s = Math.round(ms / 1000);
-  if (s < 60) return s + " s";
-  if (s < 3600) return Math.round(s / 60) + " min";
-  return (s / 3600).toFixed(1) + " h";
+  if (s < 60) return t("dur.s", { n: s });
+  if (s < 3600) return t("dur.min", { n: Math.round(s / 60) });
+  return t("dur.h", { n: (s / 3600).toFixed(1) });
 }
 
 // skew says how far a till's clock is from the store's: "on time" within a second,
 // otherwise "3 min behind" or "1.0 d ahead".
 function skew(ms) {
   const a = Math.abs(ms);
-  if (a < 1000) return "on time";
-  return (a >= 86400000 ? (a / 86400000).toFixed(1) + " d" : duration(a)) + (ms < 0 ? " behind" : " ahead");
+  if (a < 1000) return t("clock.ontime");
+  const d = a >= 86400000 ? t("dur.d", { n: (a / 86400000).toFixed(1) }) : duration(a);
+  return t(ms < 0 ? "clock.behind" : "clock.ahead", { d });
 }
 
 function figure(label, value, cls) {
@@ -121,24 +136,22 @@ function figure(label, value, cls) {
 
 function drawMode(mode, alerts) {
   const badge = $("mode");
-  badge.textContent = mode.mode;
+  badge.textContent = t("mode." + mode.mode);
   badge.className = "badge " + mode.mode;
   if (mode.mode === "degraded") {
-    alerts.push(["Redis is unreachable: the store sells on the ledger alone (conservative limits, ledger stock).", ""]);
+    alerts.push([t("alert.degraded"), ""]);
   } else if (mode.mode !== "redis") {
-    alerts.push(["The gate is " + mode.mode + ": Redis is being rebuilt from the ledger.", "warn"]);
+    alerts.push([t("alert.rebuilding", { mode: t("mode." + mode.mode) }), "warn"]);
   }
   const d = mode.disk;
   if (d && d.low) {
-    alerts.push(["The ledger's disk has " + gib(d.free_bytes) + " left of " + gib(d.total_bytes) + " (the ledger takes " +
-      gib(d.ledger_bytes) + "). When it is full, no sale is recorded or acknowledged: make room.", ""]);
+    alerts.push([t("alert.disk", { free: gib(d.free_bytes), total: gib(d.total_bytes), ledger: gib(d.ledger_bytes) }), ""]);
   }
   const st = mode.stats;
   if (st.gate_refused) alerts.push(["The gate refuses this Redis: " + st.gate_refused, ""]);
   if (st.projection_drift) alerts.push(["Redis lost part of the projection " + st.projection_drift + " time(s) (last: " + st.last_drift + ", " + st.last_drift_at + "); each time the store rebuilt it from the ledger.", "warn"]);
   if (st.last_commit_error) {
-    alerts.push(["Last ledger commit failure (" + st.commit_errors + " so far, " + st.last_commit_error_at + "): " +
-      st.last_commit_error + ". While commits fail nothing is acknowledged; the tills keep their sales.", ""]);
+    alerts.push([t("alert.commit", { n: st.commit_errors, at: st.last_commit_error_at, error: st.last_commit_error }), ""]);
   }
 }
 
@@ -146,13 +159,13 @@ function drawDay(totals) {
   if (!chosenDay) $("day").value = totals.business_date;
   const s = totals.store;
   const figs = [
-    figure("sales", s.sales),
-    figure("takings", yuan(s.amount)),
-    figure("refunds", s.refunds),
-    figure("refunded", yuan(s.refund_amount)),
+    figure(t("day.sales"), s.sales),
+    figure(t("day.takings"), yuan(s.amount)),
+    figure(t("day.refunds"), s.refunds),
+    figure(t("day.refunded"), yuan(s.refund_amount)),
   ];
   for (const [method, amount] of Object.entries(s.by_method || {}).sort()) {
-    figs.push(figure(method, yuan(amount)));
+    figs.push(figure(t("method." + method), yuan(amount)));
   }
   $("today").replaceChildren(...figs);
 }
@@ -167,58 +180,77 @@ function holding(t) {
   return null;
 }
 
+// backlogCells are a till's Backlog and Oldest unsent cells: what it holds while it is
+// online; while it is not known to be online, "unknown since HH:MM (last report N)" — its
+// last report, never shown as a current figure.
+function backlogCells(tl, held, now) {
+  if (tl.backlog_unknown_since) {
+    const since = storeTime(tl.backlog_unknown_since).slice(11, 16);
+    const cell = el("td", held ? t("backlog.unknown", { since, n: held.events }) : t("backlog.unknown.none", { since }), "num warn");
+    cell.title = t("backlog.unknown.title");
+    return [cell, el("td", "—", "muted")];
+  }
+  if (!held) return [el("td", "—", "num muted"), el("td", "—")];
+  const oldest = held.events > 0 ? duration(held.oldestMs) + " (" + ago(held.heard, now) + ")" : "—";
+  return [el("td", held.events, "num" + (held.events > 0 ? " warn" : "")), el("td", oldest)];
+}
+
+// catalogCell shows the catalog version a till said it holds (its backlog report or
+// heartbeat), against the store's.
+function catalogCell(tl) {
+  if (tl.catalog_version === undefined || tl.catalog_version === null) return el("td", "—", "muted");
+  const c = el("td", "v" + tl.catalog_version, tl.catalog_behind || tl.catalog_ahead ? "warn" : "");
+  if (tl.catalog_behind) c.title = t("catalog.behind");
+  if (tl.catalog_ahead) c.title = t("catalog.ahead");
+  return c;
+}
+
 function drawTerminals(view, totals, alerts) {
   const now = Date.parse(view.now);
-  const day = new Map(totals.terminals.map((t) => [t.terminal, t]));
-  const names = new Set([...view.terminals.map((t) => t.terminal), ...day.keys()]);
-  const byName = new Map(view.terminals.map((t) => [t.terminal, t]));
+  const day = new Map(totals.terminals.map((x) => [x.terminal, x]));
+  const names = new Set([...view.terminals.map((x) => x.terminal), ...day.keys()]);
+  const byName = new Map(view.terminals.map((x) => [x.terminal, x]));
   const rows = [];
   for (const name of [...names].sort()) {
-    const t = byName.get(name) || { terminal: name };
+    const tl = byName.get(name) || { terminal: name };
     const d = day.get(name);
-    let conn = el("td", "unknown", "muted");
-    if (t.online === true) conn = el("td", "online", "good");
-    if (t.online === false) conn = el("td", "offline since " + ago(t.status_heard, now), "bad");
-    const last = t.last_seq ? t.last_kind + " #" + t.last_seq + ", " + ago(t.last_received, now) : "—";
-    const hb = t.heartbeat;
-    const held = holding(t);
-    const backlog = held ? el("td", held.events, "num" + (held.events > 0 ? " warn" : "")) : el("td", "—", "num muted");
-    const oldest = held && held.events > 0 ? duration(held.oldestMs) + " (" + ago(held.heard, now) + ")" : "—";
-    const catalog = hb ? el("td", "v" + hb.catalog_version, t.catalog_behind || t.catalog_ahead ? "warn" : "") : el("td", "—", "muted");
-    const parked = el("td", t.parked || 0, "num" + (t.parked ? " bad" : ""));
+    let conn = el("td", t("conn.unknown"), "muted");
+    if (tl.online === true) conn = el("td", t("conn.online"), "good");
+    if (tl.online === false) conn = el("td", t("conn.offline", { ago: ago(tl.status_heard, now) }), "bad");
+    const last = tl.last_seq ? t("last.event", { kind: t("kind." + tl.last_kind), seq: tl.last_seq, ago: ago(tl.last_received, now) }) : "—";
+    const held = holding(tl);
+    const [backlog, oldest] = backlogCells(tl, held, now);
+    const parked = el("td", tl.parked || 0, "num" + (tl.parked ? " bad" : ""));
     let redis = el("td", "—", "muted");
     let close = el("td", "—", "muted");
     if (d) {
-      if (d.redis) redis = d.redis_differs ? el("td", "differs", "bad") : el("td", "matches", "good");
-      if (d.declared) close = d.declared_matches ? el("td", "matches", "good") : el("td", "differs", "bad");
+      if (d.redis) redis = d.redis_differs ? el("td", t("differs"), "bad") : el("td", t("matches"), "good");
+      if (d.declared) close = d.declared_matches ? el("td", t("matches"), "good") : el("td", t("differs"), "bad");
     }
     // The till's clock against the store's: the till dates its sales by it (business day).
     // "—" when the store heard nothing to measure it by in the last 5 minutes; "checking"
     // while what it heard says the till is behind but may be messages held on their way.
-    const hasClock = t.clock_skew_ms !== undefined && t.clock_skew_ms !== null;
-    let clock = hasClock ? el("td", skew(t.clock_skew_ms), t.clock_off ? "bad" : "") : el("td", "—", "muted");
-    if (t.clock_unconfirmed) {
-      clock = el("td", "checking…", "muted");
-      clock.title = "Its messages read behind; the store checks them over " +
-        duration(view.clock_behind_confirm_ms) + " before it says so (messages held on the way read behind too). ";
+    const hasClock = tl.clock_skew_ms !== undefined && tl.clock_skew_ms !== null;
+    let clock = hasClock ? el("td", skew(tl.clock_skew_ms), tl.clock_off ? "bad" : "") : el("td", "—", "muted");
+    if (tl.clock_unconfirmed) {
+      clock = el("td", t("clock.checking"), "muted");
+      clock.title = t("clock.checking.title", { d: duration(view.clock_behind_confirm_ms) }) + " ";
     }
-    if (t.clock_checked) clock.title = (clock.title || "") + "Last measured " + storeTime(t.clock_checked) + " (store time).";
-    rows.push(row([el("td", name), conn, el("td", last), backlog, el("td", oldest), catalog, parked,
+    if (tl.clock_checked) clock.title = (clock.title || "") + t("clock.measured", { at: storeTime(tl.clock_checked) });
+    rows.push(row([el("td", name), conn, el("td", last), backlog, oldest, catalogCell(tl), parked,
       el("td", d ? d.ledger.sales : 0, "num"), el("td", yuan(d ? d.ledger.amount : "0.00"), "num"), redis, close, clock]));
 
-    if (t.clock_off) {
-      const how = t.clock_skew_ms < 0 ? skew(t.clock_skew_ms) : skew(t.clock_skew_ms) + " of";
-      alerts.push([name + "'s clock is " + how + " the store's (more than " + duration(view.clock_skew_limit_ms) +
-        "): it dates its sales by it, so they can go to the wrong business day. Set the till's date and time.", ""]);
+    if (tl.clock_off) {
+      alerts.push([t(tl.clock_skew_ms < 0 ? "alert.clock.behind" : "alert.clock.ahead",
+        { till: name, d: skew(tl.clock_skew_ms), limit: duration(view.clock_skew_limit_ms) }), ""]);
     }
-
-    if (t.online === false && held && held.events > 0) {
-      alerts.push([name + " is offline and last reported " + held.events + " unsent events.", "warn"]);
+    if (tl.online === false && held && held.events > 0) {
+      alerts.push([t("alert.offline", { till: name, n: held.events }), "warn"]);
     }
-    if (d && d.redis_differs) alerts.push([name + ": Redis counters differ from the ledger for " + totals.business_date + ".", ""]);
-    if (d && d.declared && !d.declared_matches) alerts.push([name + ": its day close differs from the ledger.", ""]);
+    if (d && d.redis_differs) alerts.push([t("alert.redis", { till: name, date: totals.business_date }), ""]);
+    if (d && d.declared && !d.declared_matches) alerts.push([t("alert.close", { till: name }), ""]);
   }
-  fill("terminals", rows, "No terminal has connected or sent an event yet.");
+  fill("terminals", rows, t("terminals.none"));
 }
 
 // drawStock shows the polled stock (without the proof, which reads the whole history) and,
@@ -230,7 +262,7 @@ function drawStock(stock) {
     .map((s) => {
       const p = proof && proof.rows.get(s.sku);
       const proven = p ? el("td", p.proven, "num" + (p.proven !== p.ledger ? " bad" : "")) : el("td", "—", "num muted");
-      const button = el("button", "Count…");
+      const button = el("button", t("stock.count"));
       button.addEventListener("click", () => countShelf(s));
       const action = el("td");
       action.append(button);
@@ -243,8 +275,8 @@ function drawStock(stock) {
         action,
       ]);
     });
-  fill("stock", rows, filter ? "No SKU matches." : "No stock recorded yet.");
-  $("proof-at").textContent = proof ? "as of " + proof.at.toLocaleTimeString() : "";
+  fill("stock", rows, filter ? t("stock.nomatch") : t("stock.none"));
+  $("proof-at").textContent = proof ? t("stock.asof", { time: proof.at.toLocaleTimeString(I18N.lang()) }) : "";
 }
 
 // countShelf books what the manager counted on the shelf (whole units). It sends the count,
@@ -253,11 +285,11 @@ function drawStock(stock) {
 // books the difference from its own stock at that moment. The id makes the count
 // idempotent: a retried request is booked once.
 async function countShelf(s) {
-  const answer = prompt("Counted on the shelf for " + s.sku + " (the ledger says " + s.ledger + "):");
+  const answer = prompt(t("count.prompt", { sku: s.sku, ledger: s.ledger }));
   if (answer === null) return;
   // The ledger books a count of up to 10^12 units (MaxAdjust).
   if (!/^\d{1,13}$/.test(answer.trim()) || Number(answer.trim()) > 1e12) {
-    alert("A count is a whole number of units, from 0 to 1000000000000.");
+    alert(t("count.invalid"));
     return;
   }
   const counted = Number(answer.trim());
@@ -266,24 +298,21 @@ async function countShelf(s) {
   // still sending after being offline (its backlog report). A till not heard since the
   // store started (the broker keeps no status across a restart) may be offline too.
   const tills = [];
-  if (offlineTills.length > 0) tills.push("Not known to be online: " + offlineTills.join(", ") + ".");
-  if (sendingTills.length > 0) tills.push("Still sending sales made offline: " + sendingTills.join(", ") + ".");
-  const warning = tills.length > 0 ? "\n\n" + tills.join(" ") +
-    " Sales made at a till while offline have left the shelf but not the ledger, and will be taken off " +
-    "the stock again when they arrive: count once those tills are online and have sent them." : "";
-  if (!confirm("Book " + counted + " × " + s.sku + " counted on the shelf? The ledger will book the difference " +
-    "from its own stock at that moment (it said " + s.ledger + " when the table was drawn)." + warning)) return;
+  if (offlineTills.length > 0) tills.push(t("count.offline", { tills: offlineTills.join(", ") }));
+  if (sendingTills.length > 0) tills.push(t("count.sending", { tills: sendingTills.join(", ") }));
+  const warning = tills.length > 0 ? "\n\n" + tills.join(" ") + " " + t("count.warning") : "";
+  if (!confirm(t("count.confirm", { n: counted, sku: s.sku, ledger: s.ledger }) + warning)) return;
   const rnd = new Uint8Array(8);
   crypto.getRandomValues(rnd);
   const id = "count-" + s.sku + "-" + Array.from(rnd, (b) => b.toString(16).padStart(2, "0")).join("");
   try {
     const booked = await api(ACTIONS.countStock, { id: id, sku: s.sku, counted: counted });
     proof = null; // it no longer describes the stock: prove again
-    alert(s.sku + ": " + counted + " counted; the ledger " + (booked.delta === 0 ? "agreed and booked nothing" :
-      "booked " + (booked.delta > 0 ? "+" : "") + booked.delta) + " and now says " + booked.qty + ".");
+    alert(booked.delta === 0 ? t("count.agreed", { sku: s.sku, n: counted, qty: booked.qty }) :
+      t("count.booked", { sku: s.sku, n: counted, delta: (booked.delta > 0 ? "+" : "") + booked.delta, qty: booked.qty }));
   } catch (e) {
-    if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Not counted: " + e.message);
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("count.failed", { error: e.message }));
   }
   refresh();
 }
@@ -297,8 +326,8 @@ async function proveStock() {
     proof = { at: new Date(), rows: new Map(full.stock.map((s) => [s.sku, s])) };
     if (lastStock) drawStock(lastStock);
   } catch (e) {
-    if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Stock could not be proved: " + e.message);
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("stock.proof.failed", { error: e.message }));
   } finally {
     $("prove").disabled = false;
   }
@@ -306,52 +335,50 @@ async function proveStock() {
 
 function drawOversells(o) {
   fill("oversells", o.oversells.map((x) => {
-    const button = el("button", "Resolve…");
+    const button = el("button", t("resolve"));
     button.addEventListener("click", () => resolveOversell(x));
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, x.sku, el("td", x.short, "num bad"),
       storeTime(x.at), action]);
-  }), "None.");
+  }), t("none"));
 }
 
 // resolveOversell asks what explained the shortfall and records it. Stock is corrected by
 // a shelf count (POST /v1/stock/count), not here.
 async function resolveOversell(x) {
-  const note = prompt("Oversell of " + x.short + " × " + x.sku + " by " + x.terminal + " #" + x.seq +
-    ".\nWhat explained it? (e.g. shelf counted, stock adjusted)");
+  const note = prompt(t("oversell.prompt", { n: x.short, sku: x.sku, till: x.terminal, seq: x.seq }));
   if (note === null) return;
   try {
     await api(ACTIONS.resolveOversell, { terminal: x.terminal, seq: x.seq, sku: x.sku, note: note });
   } catch (e) {
-    if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Not resolved: " + e.message);
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("resolve.failed", { error: e.message }));
   }
   refresh();
 }
 
 function drawRefundExceptions(r) {
   fill("refund-exceptions", r.refund_exceptions.map((x) => {
-    const button = el("button", "Resolve…");
+    const button = el("button", t("resolve"));
     button.addEventListener("click", () => resolveRefundException(x));
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, el("td", x.code, "bad"), el("td", x.detail, "wrap"),
       storeTime(x.at), action]);
-  }), "None.");
+  }), t("none"));
 }
 
 // resolveRefundException asks what explained a refund the sale does not cover and records
 // it. The refund itself stands in the ledger.
 async function resolveRefundException(x) {
-  const note = prompt("Refund " + x.terminal + " #" + x.seq + ": " + x.detail +
-    ".\nWhat explained it? (e.g. goods checked back in, till keyed the wrong line)");
+  const note = prompt(t("refundx.prompt", { till: x.terminal, seq: x.seq, detail: x.detail }));
   if (note === null) return;
   try {
     await api(ACTIONS.resolveRefundException, { terminal: x.terminal, seq: x.seq, hash: x.hash, note: note });
   } catch (e) {
-    if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Not resolved: " + e.message);
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("resolve.failed", { error: e.message }));
   }
   refresh();
 }
@@ -362,72 +389,71 @@ const PARKED_SHOWN = 50;
 function drawParked(p) {
   const shown = p.parked.filter((x) => !x.resolved).slice(0, PARKED_SHOWN);
   const open = typeof p.open === "number" ? p.open : shown.length;
-  $("parked-more").textContent = open > shown.length ? "Showing the " + shown.length +
-    " most recently parked of " + open + " open: resolve these to see the others." : "";
+  $("parked-more").textContent = open > shown.length ? t("parked.more", { shown: shown.length, open }) : "";
   fill("parked", shown.map((x) => {
-    const button = el("button", "Resolve…");
+    const button = el("button", t("resolve"));
     button.addEventListener("click", () => resolveParked(x));
     const action = el("td");
     action.append(button);
     return row([x.business_date, x.terminal, x.seq, x.kind || "—", el("td", x.code, "bad"), el("td", x.message, "wrap"),
       storeTime(x.at), action]);
-  }), "None.");
+  }), t("none"));
 }
 
 // resolveParked asks what explained an event the store refused for good, which the till
 // kept (its day close counts it), and records it. The event stays refused.
 async function resolveParked(x) {
   // A key can be parked with several contents: the hash's start tells them apart.
-  const content = x.hash ? " (content " + x.hash.slice(0, 8) + ")" : "";
-  const note = prompt("Parked " + (x.kind || "event") + " " + x.terminal + " #" + x.seq + content + ": " + x.message +
-    ".\nWhat explained it? (e.g. sale voided with the customer, entered again at another till)");
+  const content = x.hash ? t("parked.content", { hash: x.hash.slice(0, 8) }) : "";
+  const note = prompt(t("parked.prompt", { kind: x.kind ? t("kind." + x.kind) : t("parked.event"), till: x.terminal, seq: x.seq,
+    content, message: x.message }));
   if (note === null) return;
   try {
     await api(ACTIONS.resolveParked, { terminal: x.terminal, seq: x.seq, hash: x.hash, note: note });
   } catch (e) {
-    if (e instanceof Unauthorized) return signOut("The token was refused.");
-    alert("Not resolved: " + e.message);
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("resolve.failed", { error: e.message }));
   }
   refresh();
 }
 
 function drawLimits(l) {
   const lim = l.limits;
-  const per = " per " + lim.window_ms + " ms";
+  const per = (what) => t("limits.per", { what: t("limits." + what), ms: lim.window_ms });
   const figs = [
-    figure("store" + per, lim.store), figure("terminal" + per, lim.terminal), figure("scans" + per, lim.scan),
-    figure("payments" + per, lim.pay), figure("refunds" + per, lim.refund),
-    figure("promo", l.promo_percent + "%" + (l.promo_expires_in_ms > 0 ? " for " + duration(l.promo_expires_in_ms) : "")),
+    figure(per("store"), lim.store), figure(per("terminal"), lim.terminal), figure(per("scans"), lim.scan),
+    figure(per("payments"), lim.pay), figure(per("refunds"), lim.refund),
+    figure(t("limits.promo"), l.promo_percent + "%" + (l.promo_expires_in_ms > 0 ? t("limits.promo.for", { d: duration(l.promo_expires_in_ms) }) : "")),
   ];
   $("limits").replaceChildren(...figs);
 }
 
 function drawHQ(a, now, alerts) {
   if (!a.found) {
-    $("hq").replaceChildren(el("span", "No upload to headquarters has run from this store yet (state " + a.state + ").", "muted"));
+    $("hq").replaceChildren(el("span", t("hq.none", { state: a.state }), "muted"));
     return;
   }
   const u = a.upload;
   const days = Object.keys(u.declared || {}).sort().slice(-3);
   const figs = [
-    figure("rows waiting for HQ", u.backlog, u.backlog > 0 ? "warn" : "good"),
-    figure("last batch HQ acknowledged", u.last_sent_at ? ago(u.last_sent_at, now) : "never"),
-    figure("batches sent", u.batches),
-    figure("days declared (latest)", days.length ? days.join(", ") : "none"),
+    figure(t("hq.backlog"), u.backlog, u.backlog > 0 ? "warn" : "good"),
+    figure(t("hq.last"), u.last_sent_at ? ago(u.last_sent_at, now) : t("never")),
+    figure(t("hq.batches"), u.batches),
+    figure(t("hq.declared"), days.length ? days.join(", ") : t("hq.declared.none")),
   ];
   for (const d of Object.keys(u.declaring_in_parts || {}).sort()) {
     const p = u.declaring_in_parts[d];
-    figs.push(figure("declaring " + d + " in parts", p.sent + " of " + p.parts + " sent"));
+    figs.push(figure(t("hq.parts", { date: d }), t("hq.parts.sent", { sent: p.sent, parts: p.parts })));
   }
-  if (u.pending) figs.push(figure("pending batch (" + (u.attempts || 0) + " failed sends)", u.pending, u.last_error ? "bad" : ""));
+  if (u.pending) figs.push(figure(t("hq.pending", { n: u.attempts || 0 }), u.pending, u.last_error ? "bad" : ""));
   $("hq").replaceChildren(...figs);
-  if (u.last_error) alerts.push(["Upload to headquarters failing: " + u.last_error + ". The rows wait in the ledger.", ""]);
+  if (u.last_error) alerts.push([t("alert.hq.failing", { error: u.last_error }), ""]);
   for (const d of u.too_large_to_declare || []) {
-    alerts.push(["Business date " + d + " is left undeclared to headquarters: its declaration would take more than 1,000 parts of one batch each. HQ cannot reconcile it.", ""]);
+    alerts.push([t("alert.hq.toolarge", { date: d }), ""]);
   }
   const hour = 3600 * 1000;
   if (u.backlog > 0 && !u.last_error && (!u.last_sent_at || now - Date.parse(u.last_sent_at) > hour)) {
-    alerts.push([u.backlog + " rows wait for headquarters and nothing has been acknowledged for an hour: is hq-sync upload running?", "warn"]);
+    alerts.push([t("alert.hq.stuck", { n: u.backlog }), "warn"]);
   }
 }
 
@@ -442,7 +468,7 @@ let generation = 0; // of refreshes: an answer to an older one is not drawn
 
 // query adds what a poll asks of an endpoint beyond its path.
 function query(name) {
-  if (name === "totals" && chosenDay) return "?date=" + encodeURIComponent(chosenDay);
+  if ((name === "totals" || name === "sales") && chosenDay) return "?date=" + encodeURIComponent(chosenDay);
   if (name === "stock") return "?proof=0";
   return "";
 }
@@ -454,26 +480,27 @@ async function refresh() {
   const results = await Promise.allSettled(names.map((n) => api(ENDPOINTS[n] + query(n))));
   if (mine !== generation) return; // a later refresh (a day picked, a resolution) draws
   if (results.some((r) => r.status === "rejected" && r.reason instanceof Unauthorized)) {
-    signOut("The token was refused.");
+    signOut(t("error.refused"));
     return;
   }
   const got = {};
   const alerts = [];
   names.forEach((n, i) => {
     if (results[i].status === "fulfilled") got[n] = results[i].value;
-    else if (n !== "limits") alerts.push(["Could not read " + ENDPOINTS[n] + ": " + results[i].reason.message, ""]);
+    else if (n !== "limits") alerts.push([t("alert.read", { what: ENDPOINTS[n], error: results[i].reason.message }), ""]);
   });
   const draw = (name, fn) => {
     if (!got[name]) return;
     try {
       fn();
     } catch (e) {
-      alerts.push(["Could not show " + ENDPOINTS[name] + ": " + e.message, ""]);
+      alerts.push([t("alert.show", { what: ENDPOINTS[name], error: e.message }), ""]);
     }
   };
   draw("mode", () => {
     drawMode(got.mode, alerts);
-    $("store").textContent = "store " + got.mode.store + (got.terminals ? " · catalog v" + got.terminals.catalog_version : "");
+    $("store").textContent = t("header.store", { store: got.mode.store }) +
+      (got.terminals ? " · " + t("header.catalog", { v: got.terminals.catalog_version }) : "");
   });
   draw("totals", () => drawDay(got.totals));
   draw("terminals", () => {
@@ -490,10 +517,14 @@ async function refresh() {
   draw("refundExceptions", () => drawRefundExceptions(got.refundExceptions));
   draw("parked", () => drawParked(got.parked));
   draw("hq", () => drawHQ(got.hq, got.terminals ? Date.parse(got.terminals.now) : Date.now(), alerts));
+  const offset = got.terminals ? Charts.offsetOf(got.terminals.now) : 0;
+  draw("sales", () => Charts.sales(got.sales, offset));
+  draw("history", () => Charts.history(got.history));
   if (got.limits) drawLimits(got.limits);
-  else $("limits").replaceChildren(el("span", "Limits live in Redis, which cannot be read now.", "muted"));
+  else $("limits").replaceChildren(el("span", t("limits.unreadable"), "muted"));
   $("alerts").replaceChildren(...alerts.map(([text, cls]) => el("li", text, cls)));
-  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  $("updated").textContent = t("updated", { time: new Date().toLocaleTimeString(I18N.lang()) });
+  document.body.dataset.drawn = String(mine);
   lastStock = got.stock || lastStock;
   if (!document.hidden) timer = setTimeout(refresh, REFRESH_MS);
 }
@@ -516,7 +547,7 @@ function signOut(message) {
 async function downloadBackup() {
   const button = $("backup");
   button.disabled = true;
-  $("backup-status").textContent = "making a backup…";
+  $("backup-status").textContent = t("backup.making");
   $("backup-status").className = "muted";
   try {
     const resp = await fetch("/v1/backup", {
@@ -526,7 +557,7 @@ async function downloadBackup() {
     if (resp.status === 401) throw new Unauthorized();
     if (!resp.ok) {
       const problem = await resp.json().catch(() => ({}));
-      throw new Error(problem.detail || problem.title || String(resp.status));
+      throw new Error(errorText(problem, resp.status));
     }
     const blob = await resp.blob();
     const name = (/filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "") || [])[1] || "posgate-backup.tar";
@@ -538,10 +569,10 @@ async function downloadBackup() {
     a.click();
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
-    $("backup-status").textContent = `${name}: ${blob.size} bytes`;
+    $("backup-status").textContent = t("backup.done", { name, n: blob.size });
   } catch (e) {
-    if (e instanceof Unauthorized) { signOut("The token was refused."); return; }
-    $("backup-status").textContent = "backup failed: " + e.message;
+    if (e instanceof Unauthorized) { signOut(t("error.refused")); return; }
+    $("backup-status").textContent = t("backup.failed", { error: e.message });
     $("backup-status").className = "bad";
   } finally {
     button.disabled = false;
@@ -556,7 +587,22 @@ function signIn() {
   refresh();
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+// relabel draws the page again in the language just chosen.
+function relabel() {
+  I18N.apply(document);
+  Charts.forget();
+  if (sessionStorage.getItem(TOKEN_KEY)) refresh();
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  try {
+    await I18N.load(I18N.pick());
+  } catch (e) {
+    await I18N.load("en");
+  }
+  I18N.apply(document);
+  I18N.switcher($("lang"), relabel);
+  window.addEventListener("resize", () => Charts.resize());
   $("signin").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value);
