@@ -29,13 +29,16 @@ import (
 type Binaries struct {
 	StoreServer   string
 	TerminalAgent string
+	HQSync        string
 }
 
 // Build compiles the binaries into dir (with the race detector when race is true). root is
 // the module's root directory.
 func Build(ctx context.Context, root, dir string, race bool) (Binaries, error) {
-	b := Binaries{StoreServer: filepath.Join(dir, "store-server"), TerminalAgent: filepath.Join(dir, "terminal-agent")}
-	for pkg, out := range map[string]string{"./store-server": b.StoreServer, "./terminal-agent": b.TerminalAgent} {
+	b := Binaries{StoreServer: filepath.Join(dir, "store-server"), TerminalAgent: filepath.Join(dir, "terminal-agent"),
+		HQSync: filepath.Join(dir, "hq-sync")}
+	for pkg, out := range map[string]string{"./store-server": b.StoreServer, "./terminal-agent": b.TerminalAgent,
+		"./hq-sync": b.HQSync} {
 		args := []string{"build", "-o", out}
 		if race {
 			args = append(args, "-race")
