@@ -181,6 +181,17 @@ func (d chainDay) closePayload() []byte {
 	return js
 }
 
+// openPool opens a pool on the database at url, closed when tb ends.
+func openPool(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 var (
 	buildOnce sync.Once
 	built     e2e.Binaries
