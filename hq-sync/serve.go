@@ -46,7 +46,7 @@ type Serve struct {
 	Retain string
 
 	stderr  io.Writer
-	retain  time.Duration // Retain, read by Validate
+	retain  time.Duration     // Retain, read by Validate
 	secrets map[string][]byte // the stores' secrets from Stores, read by Validate
 }
 
