@@ -215,3 +215,13 @@ func (p *Proc) running() bool {
 	defer p.mu.Unlock()
 	return p.cmd != nil
 }
+
+// Pid returns the process id of the running process, 0 if it is not running.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}

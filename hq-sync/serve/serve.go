@@ -256,8 +256,9 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	if !hqwire.Verify(secret, sig, http.MethodPost, BatchesPath, store, ts, key, body) &&
-		!verifyAsSent(secret, sig, r, store, ts, key, body) {
+	contentHash := hqwire.ContentHash(body) // signed, and the batch's identity in storage
+	if !hqwire.VerifyHashed(secret, sig, http.MethodPost, BatchesPath, store, ts, key, contentHash) &&
+		!verifyAsSent(secret, sig, r, store, ts, key, contentHash) {
 		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeSignatureInvalid,
 			"the signature is not store %s's signature of this request", store))
 		return
@@ -296,7 +297,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	rc, err := h.store.PutBatch(r.Context(), b, hqwire.ContentHash(body), now)
+	rc, err := h.store.PutBatch(r.Context(), b, contentHash, now)
 	if err != nil {
 		h.fail(w, r, store, err)
 		return
@@ -318,9 +319,9 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 // verifyAsSent checks the signature over the path of the request line as the client sent
 // it, for a handler mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never
 // r.RequestURI).
-func verifyAsSent(secret []byte, sig string, r *http.Request, store, ts, key string, body []byte) bool {
+func verifyAsSent(secret []byte, sig string, r *http.Request, store, ts, key, contentHash string) bool {
 	path, _, _ := strings.Cut(r.RequestURI, "?")
-	return path != "" && path != BatchesPath && hqwire.Verify(secret, sig, http.MethodPost, path, store, ts, key, body)
+	return path != "" && path != BatchesPath && hqwire.VerifyHashed(secret, sig, http.MethodPost, path, store, ts, key, contentHash)
 }
 
 // readBody reads the whole body, refusing more than hqwire.MaxBatchBytes.
@@ -331,7 +332,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > hqwire.MaxBatchBytes {
 		return nil, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hqwire.MaxBatchBytes))
+	// Read into a buffer of the announced size (and one byte more, to see the end): a
+	// batch of megabytes read into a growing one was copied and cleared over and over.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, hqwire.MaxBatchBytes))
+	body := buf.Bytes()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):

@@ -262,15 +262,16 @@ func retryable(err error) bool {
 const lockStore = `SELECT pg_advisory_xact_lock(hashtextextended('posgate-hq-store/' || $1, 0))`
 
 func (s *Store) putOnce(ctx context.Context, b *hqwire.Batch, contentHash string, at time.Time) (hqwire.Receipt, error) {
+	br, twins := distinctRows(b) // a row_conflict, answered once the batch id is known new
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
 	defer tx.Rollback(ctx)
 
-	// The store's lock, then the batch's key, in one round trip: a copy of the same batch
-	// storing in another transaction (or process) is committed by the time the lock is
-	// ours, and its receipt is found.
+	// The store's lock, then the batch's key and the terminals' highest seqs HQ holds, in
+	// one round trip: a copy of the same batch storing in another transaction (or process)
+	// is committed by the time the lock is ours, and its receipt is found.
 	var pb pgx.Batch
 	pb.Queue(lockStore, b.Store)
 	var hash, js string
@@ -284,16 +285,23 @@ func (s *Store) putOnce(ctx context.Context, b *hqwire.Batch, contentHash string
 			found = err == nil
 			return err
 		})
+	top := map[string]int64{}
+	queueHeldSeqs(&pb, b.Store, br, top)
 	if err := tx.SendBatch(ctx, &pb).Close(); err != nil {
 		return hqwire.Receipt{}, fmt.Errorf("put batch: lock store and look up batch: %w", err)
 	}
 	if found {
 		return storedReceipt(b.Store, b.ID, contentHash, hash, js)
 	}
+	if twins != nil {
+		return hqwire.Receipt{}, twins
+	}
 	rc := hqwire.Receipt{Store: b.Store, BatchID: b.ID, Rows: len(b.Rows), StoredAt: at}
-	if rc.New, err = insertRows(ctx, tx, b, at, s.parts); err != nil {
+	fresh, err := insertRows(ctx, tx, b, br, top, at, s.parts)
+	if err != nil {
 		return hqwire.Receipt{}, err
 	}
+	rc.New = len(fresh)
 	if err = putDays(ctx, tx, b, at, &rc, s.parts); err != nil {
 		return hqwire.Receipt{}, err
 	}
@@ -304,8 +312,11 @@ func (s *Store) putOnce(ctx context.Context, b *hqwire.Batch, contentHash string
 	if err != nil {
 		return hqwire.Receipt{}, fmt.Errorf("put batch: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
-		VALUES ($1, $2, $3, $4, $5)`, b.Store, b.ID, contentHash, string(receipt), at.UnixMilli()); err != nil {
+	var end pgx.Batch // the terminals' seqs raised and the receipt, in one round trip
+	queueRaiseSeqs(&end, b.Store, fresh)
+	end.Queue(`INSERT INTO batches (store, batch_id, content_hash, receipt, stored_ms)
+		VALUES ($1, $2, $3, $4, $5)`, b.Store, b.ID, contentHash, string(receipt), at.UnixMilli())
+	if err := tx.SendBatch(ctx, &end).Close(); err != nil {
 		return hqwire.Receipt{}, fmt.Errorf("put batch: receipt: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -22,10 +22,60 @@ type rowKey struct {
 	seq      int64
 }
 
-// insertRows stores the rows HQ does not hold yet and returns how many those were. A row
-// HQ holds with another hash (or a batch listing one key twice with different content) is
-// a row_conflict. The caller holds the store's lock: no other transaction stores rows of
-// the store meanwhile.
+// batchRows are a batch's rows without their twins (the same key listed again with the
+// same hash), and the terminals they are of.
+type batchRows struct {
+	rows  []*hqwire.Row
+	terms []string
+}
+
+// distinctRows returns the batch's rows without their twins, and a row_conflict if a key is
+// listed with two hashes.
+func distinctRows(b *hqwire.Batch) (batchRows, error) {
+	seen := make(map[rowKey]*hqwire.Row, len(b.Rows))
+	out := batchRows{rows: make([]*hqwire.Row, 0, len(b.Rows))}
+	for i := range b.Rows {
+		r := &b.Rows[i]
+		k := rowKey{r.Terminal, r.Seq}
+		if first, ok := seen[k]; ok {
+			if first.Hash != r.Hash {
+				return batchRows{}, hqstore.ErrRowConflict(b.Store, r.Terminal, r.Seq)
+			}
+			continue
+		}
+		seen[k] = r
+		out.rows = append(out.rows, r)
+		if !slices.Contains(out.terms, r.Terminal) {
+			out.terms = append(out.terms, r.Terminal)
+		}
+	}
+	return out, nil
+}
+
+// queueHeldSeqs queues, in pb, the read of the highest seq HQ holds of each terminal of br
+// into top (a terminal HQ holds nothing of is left out: 0).
+func queueHeldSeqs(pb *pgx.Batch, store string, br batchRows, top map[string]int64) {
+	if len(br.terms) == 0 {
+		return
+	}
+	pb.Queue(`SELECT terminal, max_seq FROM terminal_seqs WHERE store = $1 AND terminal = ANY($2)`, store, br.terms).
+		Query(func(q pgx.Rows) error {
+			for q.Next() {
+				var t string
+				var seq int64
+				if err := q.Scan(&t, &seq); err != nil {
+					return err
+				}
+				top[t] = seq
+			}
+			return q.Err()
+		})
+}
+
+// insertRows stores the rows HQ does not hold yet and returns them. A row HQ holds with
+// another hash is a row_conflict. The caller holds the store's lock (no other transaction
+// stores rows of the store meanwhile) and has read top, the highest seq HQ holds of each
+// terminal (queueHeldSeqs); it raises them afterwards (queueRaiseSeqs).
 //
 // A row above its terminal's highest seq HQ holds (terminal_seqs) is new: a store's rows of
 // one terminal come in seq order, so that is nearly every row. The others (a resend, a live
@@ -33,21 +83,11 @@ type rowKey struct {
 // are looked for among the rows HQ holds: first in their own day's partition, where a resend
 // is, then, for those not there, in every day's. Rows of a day HQ dropped (serve --retain)
 // count as held. The new rows are COPYed, into their day's partition when they are all of
-// one day (the usual batch), and terminal_seqs is raised.
-func insertRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time, p *partitions) (int, error) {
-	if len(b.Rows) == 0 {
-		return 0, nil
-	}
-	rows, err := distinctRows(b)
-	if err != nil {
-		return 0, err
-	}
-	top, err := heldSeqs(ctx, tx, b.Store, rows)
-	if err != nil {
-		return 0, fmt.Errorf("put batch: terminals' seqs: %w", err)
-	}
+// one day (the usual batch).
+func insertRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, br batchRows, top map[string]int64, at time.Time,
+	p *partitions) ([]*hqwire.Row, error) {
 	var fresh, below []*hqwire.Row
-	for _, r := range rows {
+	for _, r := range br.rows {
 		if r.Seq > top[r.Terminal] {
 			fresh = append(fresh, r)
 		} else {
@@ -57,66 +97,17 @@ func insertRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, at time.Time, p
 	if len(below) > 0 {
 		more, err := unheld(ctx, tx, b.Store, below, p)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		fresh = append(fresh, more...)
 	}
 	if len(fresh) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	if err := copyRows(ctx, tx, b, fresh, at); err != nil {
-		return 0, err
-	}
-	if err := raiseSeqs(ctx, tx, b.Store, fresh); err != nil {
-		return 0, fmt.Errorf("put batch: raise terminals' seqs: %w", err)
-	}
-	return len(fresh), nil
-}
-
-// distinctRows returns the batch's rows without their twins (the same key listed again with
-// the same hash), and a row_conflict if a key is listed with two hashes.
-func distinctRows(b *hqwire.Batch) ([]*hqwire.Row, error) {
-	seen := make(map[rowKey]*hqwire.Row, len(b.Rows))
-	out := make([]*hqwire.Row, 0, len(b.Rows))
-	for i := range b.Rows {
-		r := &b.Rows[i]
-		k := rowKey{r.Terminal, r.Seq}
-		if first, ok := seen[k]; ok {
-			if first.Hash != r.Hash {
-				return nil, hqstore.ErrRowConflict(b.Store, r.Terminal, r.Seq)
-			}
-			continue
-		}
-		seen[k] = r
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// heldSeqs returns the highest seq HQ holds of each terminal of rows (0: none).
-func heldSeqs(ctx context.Context, tx pgx.Tx, store string, rows []*hqwire.Row) (map[string]int64, error) {
-	var terms []string
-	for _, r := range rows {
-		if !slices.Contains(terms, r.Terminal) {
-			terms = append(terms, r.Terminal)
-		}
-	}
-	out := make(map[string]int64, len(terms))
-	q, err := tx.Query(ctx, `SELECT terminal, max_seq FROM terminal_seqs WHERE store = $1 AND terminal = ANY($2)`,
-		store, terms)
-	if err != nil {
 		return nil, err
 	}
-	defer q.Close()
-	for q.Next() {
-		var t string
-		var seq int64
-		if err := q.Scan(&t, &seq); err != nil {
-			return nil, err
-		}
-		out[t] = seq
-	}
-	return out, q.Err()
+	return fresh, nil
 }
 
 // unheld returns the rows of below that HQ does not hold, and a row_conflict for one HQ
@@ -164,26 +155,43 @@ func unheld(ctx context.Context, tx pgx.Tx, store string, below []*hqwire.Row, p
 	return out, nil
 }
 
-// lookRows returns the hashes HQ holds of the keys of rows: in each row's own day's
-// partition when ownDay, otherwise in any day's.
+// lookRows returns the hashes HQ holds of the keys of rows: in the partitions of the rows'
+// days when ownDay, otherwise in every day's. It reads, per terminal, the range of seqs
+// the rows span (one index range scan per terminal and partition: a resend of a whole
+// batch is one scan, where a lookup per key cost 25 µs a row), and keeps the keys asked.
+// OFFSET 0 keeps the planner from turning the scans into a join of the whole partition:
+// it cannot tell the ranges are narrow, and on a store's own day it chose a hash join
+// over a sequential scan (measured: 0.65 to 1.2 s for a batch of 5,000 rows).
 func lookRows(ctx context.Context, tx pgx.Tx, store string, rows []*hqwire.Row, ownDay bool) (map[rowKey]string, error) {
-	terms := make([]string, len(rows))
-	seqs := make([]int64, len(rows))
-	dates := make([]string, len(rows))
-	for i, r := range rows {
-		terms[i], seqs[i], dates[i] = r.Terminal, r.Seq, r.BusinessDate
+	type span struct{ lo, hi int64 }
+	spans := map[string]*span{}
+	var days []string
+	asked := make(map[rowKey]bool, len(rows))
+	for _, r := range rows {
+		asked[rowKey{r.Terminal, r.Seq}] = true
+		if sp := spans[r.Terminal]; sp == nil {
+			spans[r.Terminal] = &span{r.Seq, r.Seq}
+		} else {
+			sp.lo, sp.hi = min(sp.lo, r.Seq), max(sp.hi, r.Seq)
+		}
+		if !slices.Contains(days, r.BusinessDate) {
+			days = append(days, r.BusinessDate)
+		}
 	}
-	q := `SELECT r.terminal, r.seq, r.hash FROM unnest($2::text[], $3::bigint[]) AS k(terminal, seq)
-		JOIN rows r ON r.store = $1 AND r.terminal = k.terminal COLLATE "C" AND r.seq = k.seq`
-	args := []any{store, terms, seqs}
+	var terms []string
+	var los, his []int64
+	for t, sp := range spans {
+		terms, los, his = append(terms, t), append(los, sp.lo), append(his, sp.hi)
+	}
+	dayCond := ``
+	args := []any{store, terms, los, his}
 	if ownDay {
-		q = `SELECT r.terminal, r.seq, r.hash FROM unnest($2::text[], $3::bigint[], $4::text[]) AS k(terminal, seq, d)
-			JOIN rows r ON r.store = $1 AND r.terminal = k.terminal COLLATE "C" AND r.seq = k.seq
-				AND r.business_date = k.d COLLATE "C"
-			WHERE r.business_date = ANY($4::text[])`
-		args = append(args, dates)
+		dayCond = ` AND r.business_date = ANY($5::text[])`
+		args = append(args, days)
 	}
-	res, err := tx.Query(ctx, q, args...)
+	res, err := tx.Query(ctx, `SELECT r.terminal, r.seq, r.hash FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS k(terminal, lo, hi)
+		CROSS JOIN LATERAL (SELECT r.terminal, r.seq, r.hash FROM rows r WHERE r.store = $1
+			AND r.terminal = k.terminal COLLATE "C" AND r.seq BETWEEN k.lo AND k.hi`+dayCond+` OFFSET 0) r`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("put batch: look up rows held: %w", err)
 	}
@@ -195,7 +203,9 @@ func lookRows(ctx context.Context, tx pgx.Tx, store string, rows []*hqwire.Row, 
 		if err := res.Scan(&k.terminal, &k.seq, &h); err != nil {
 			return nil, fmt.Errorf("put batch: look up rows held: %w", err)
 		}
-		out[k] = h
+		if asked[k] {
+			out[k] = h
+		}
 	}
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("put batch: look up rows held: %w", err)
@@ -224,8 +234,12 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, rows []*hqwire.Ro
 	return nil
 }
 
-// raiseSeqs raises each terminal's highest seq HQ holds to that of rows.
-func raiseSeqs(ctx context.Context, tx pgx.Tx, store string, rows []*hqwire.Row) error {
+// queueRaiseSeqs queues, in pb, the raise of each terminal's highest seq HQ holds to that of
+// the rows stored.
+func queueRaiseSeqs(pb *pgx.Batch, store string, rows []*hqwire.Row) {
+	if len(rows) == 0 {
+		return
+	}
 	top := map[string]int64{}
 	for _, r := range rows {
 		top[r.Terminal] = max(top[r.Terminal], r.Seq)
@@ -235,11 +249,10 @@ func raiseSeqs(ctx context.Context, tx pgx.Tx, store string, rows []*hqwire.Row)
 	for t, s := range top {
 		terms, seqs = append(terms, t), append(seqs, s)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO terminal_seqs (store, terminal, max_seq)
+	pb.Queue(`INSERT INTO terminal_seqs (store, terminal, max_seq)
 		SELECT $1, t, s FROM unnest($2::text[], $3::bigint[]) AS k(t, s) ORDER BY t
 		ON CONFLICT (store, terminal) DO UPDATE SET max_seq = EXCLUDED.max_seq
 		WHERE terminal_seqs.max_seq < EXCLUDED.max_seq`, store, terms, seqs)
-	return err
 }
 
 // rowSource feeds rows to COPY in rowCols order. It fills one slice of values again for
