@@ -31,12 +31,14 @@ func main() {
 
 // Main is the store-server program.
 type Main struct {
-	Store         string
-	DataDir       string
-	TZ            string
-	Sentinels     string
-	MasterName    string
-	RedisAddr     string
+	Store      string
+	DataDir    string
+	TZ         string
+	Sentinels  string
+	MasterName string
+	RedisAddr  string
+	// Cluster lists seed addresses of a Redis Cluster the store shares with others.
+	Cluster       string
 	RedisPassword string
 	MQTTURL       string
 	MQTTUsername  string
@@ -86,6 +88,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Sentinels, "redis-sentinels", "POSGATE_REDIS_SENTINELS", "", "comma-separated Sentinel addresses (host:port,...)")
 	str(&m.MasterName, "redis-master", "POSGATE_REDIS_MASTER", "posgate", "the Sentinel master name")
 	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
+	str(&m.Cluster, "redis-cluster", "POSGATE_REDIS_CLUSTER", "", "comma-separated addresses of Redis Cluster nodes (host:port,...), for a cluster that serves many stores")
 	str(&m.RedisPassword, "redis-password", "POSGATE_REDIS_PASSWORD", "", "Redis password; prefer the environment variable")
 	str(&m.MQTTURL, "mqtt-url", "POSGATE_MQTT_URL", "", "an external MQTT broker (e.g. tcp://127.0.0.1:1883); empty runs the embedded broker")
 	str(&m.MQTTUsername, "mqtt-username", "POSGATE_MQTT_USERNAME", "", "the store's account on the external broker (--mqtt-url), if it asks for one")
@@ -124,8 +127,10 @@ func (m *Main) Validate() error {
 	switch {
 	case !wire.ValidID(m.Store):
 		return fmt.Errorf("--store %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Store, wire.MaxIDLen)
-	case m.Sentinels == "" && m.RedisAddr == "":
-		return errors.New("give --redis-sentinels (production) or --redis-addr")
+	case m.Sentinels == "" && m.RedisAddr == "" && m.Cluster == "":
+		return errors.New("give --redis-sentinels or --redis-cluster (production), or --redis-addr")
+	case (m.Sentinels != "") && (m.RedisAddr != "") || (m.Sentinels != "") && (m.Cluster != "") || (m.RedisAddr != "") && (m.Cluster != ""):
+		return errors.New("give one of --redis-sentinels, --redis-cluster and --redis-addr")
 	case m.APIToken == "":
 		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
 	case (m.MQTTUsername != "" || m.MQTTPassword != "") && m.MQTTURL == "":
