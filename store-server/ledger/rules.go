@@ -281,5 +281,5 @@ const (
 	selMaxFlow = `SELECT max(coalesce((SELECT max(flow_no) FROM events WHERE business_date = ?1 AND flow_no IS NOT NULL), 0),
 		coalesce((SELECT max_flow FROM archived_days WHERE business_date = ?1), 0))`
 	touchRedisDay = `UPDATE redis_days SET touched = touched + 1 WHERE business_date = ?`
-	selFlowTaken = `SELECT count(*) FROM events WHERE business_date = ? AND flow_no = ?`
+	selFlowTaken  = `SELECT count(*) FROM events WHERE business_date = ? AND flow_no = ?`
 )
