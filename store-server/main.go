@@ -15,6 +15,7 @@ import (
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/presence"
 )
 
@@ -61,9 +62,14 @@ type Main struct {
 	// clock is behind (presence.DefaultBehindConfirm; 0: at once).
 	ClockBehindConfirm time.Duration
 	APIToken           string
-	CatalogFile        string
-	UploadState        string
-	LogLevel           string
+	// RedisIdemTTL is how long Redis keeps an event's idempotency record.
+	RedisIdemTTL time.Duration
+	// RedisSweepEvery is how often the store lets go from Redis the keys of the closed days
+	// HQ holds whole (0: never).
+	RedisSweepEvery time.Duration
+	CatalogFile     string
+	UploadState     string
+	LogLevel        string
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -111,6 +117,10 @@ func (m *Main) ParseFlags(args []string) error {
 		"a till whose clock is further than this from the store's is flagged (its sales take their business date from it); 0: never")
 	fs.Duration(&m.ClockBehindConfirm, "clock-behind-confirm", "POSGATE_CLOCK_BEHIND_CONFIRM", presence.DefaultBehindConfirm,
 		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
+	fs.Duration(&m.RedisIdemTTL, "redis-idem-ttl", "POSGATE_REDIS_IDEM_TTL", gate.DefaultIdemTTL,
+		"how long Redis keeps each event's idempotency record (a till resending within it is answered from Redis; after it, from the ledger)")
+	fs.Duration(&m.RedisSweepEvery, "redis-sweep-every", "POSGATE_REDIS_SWEEP_EVERY", time.Minute,
+		"how often the keys of closed business days HQ holds whole (the uploader's state) leave Redis; 0: never")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -145,6 +155,10 @@ func (m *Main) Validate() error {
 		return errors.New("--mqtt-tls-cert is for the embedded broker; an external broker (--mqtt-url) has its own")
 	case m.ClockSkewWarn < 0:
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
+	case m.RedisIdemTTL < time.Second:
+		return fmt.Errorf("--redis-idem-ttl %v: want a second or more", m.RedisIdemTTL)
+	case m.RedisSweepEvery < 0:
+		return fmt.Errorf("--redis-sweep-every %v: want a duration, 0 or more", m.RedisSweepEvery)
 	case m.ClockBehindConfirm < 0:
 		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
 	case !validMB(m.DiskWarnMB):

@@ -178,7 +178,7 @@ func (m *Main) connectGate(s *server) redis.UniversalClient {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		c = clusterGate{ClusterClient: cc, key: slotKey(m.Store)}
 	}
-	s.gate = gate.New(c, m.Store, gate.Options{})
+	s.gate = gate.New(c, m.Store, gate.Options{IdemTTL: m.RedisIdemTTL})
 	gateOf.Store(s.gate)
 	return rdb
 }
@@ -322,11 +322,15 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 	return nil
 }
 
-// startBackground starts the catalog's catching up with the terminals, which background
-// waits for, and the watch of the Sentinels (or of the cluster) for failovers, which
-// nothing waits for.
+// startBackground starts the catalog's catching up with the terminals and the sweep of
+// closed days out of Redis, which background waits for, and the watch of the Sentinels
+// (or of the cluster) for failovers, which nothing waits for.
 func (m *Main) startBackground(ctx context.Context, s *server, background *sync.WaitGroup) {
 	background.Go(func() { m.catchUpCatalog(ctx, s.cat, s.led, s.pub, s.log) })
+	if m.RedisSweepEvery > 0 {
+		sweep := &daySweep{led: s.led, gate: s.gate, state: m.uploadState(), log: s.log}
+		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
+	}
 	if m.Sentinels != "" {
 		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, s.in.Rebuild, s.log)
 	}

@@ -24,6 +24,9 @@
 //	pg:{S}:promo              STRING promo coefficient, integer percent, expires by itself
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
 //	pg:{S}:epoch              STRING the rebuild epoch E, raised by every Rebuild
+//
+// The keys of a business date (cnt, cntidx, flow) go once HQ has acknowledged the day
+// (ExpireDay, called by the store's day sweep): Redis holds the days not yet at HQ.
 package gate
 
 import (
