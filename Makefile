@@ -175,6 +175,7 @@ chaos: deps
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeUp -fuzztime 30s ./internal/wire/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./internal/money/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeBatchLikeEncodingJSON -fuzztime 30s ./hq-sync/serve/
 
 clean:
 	rm -rf bin $(DIST)

@@ -14,11 +14,14 @@ import (
 
 // ServeOptions configure an hq-sync serve process (HQ's receiver).
 type ServeOptions struct {
+	Name        string            // for its log file and messages; default "serve"
 	DB          string            // a SQLite path or a postgres:// URL
 	Stores      map[string]string // store → secret, written to Dir/stores.json
+	StoresFile  string            // or a stores file already written
 	Dir         string            // its stores file and log
 	ViewerToken string            // the HQ page's token ("": no page)
 	LogLevel    string
+	Extra       []string // more flags
 }
 
 // Serve is an hq-sync serve process.
@@ -28,6 +31,8 @@ type Serve struct {
 	Addr       string // host:port of its HTTP listener (batches and the HQ page)
 	MetricsURL string // its GET /metrics
 	StoresFile string
+
+	metricsAddr string
 }
 
 // BatchesURL is the URL uploaders send their batches to.
@@ -43,21 +48,27 @@ func StartServe(ctx context.Context, bin string, o ServeOptions) (*Serve, error)
 	if o.LogLevel == "" {
 		o.LogLevel = "warn"
 	}
-	type secret struct {
-		Store  string `json:"store"`
-		Secret string `json:"secret"`
+	if o.Name == "" {
+		o.Name = "serve"
 	}
-	list := []secret{}
-	for st, sec := range o.Stores {
-		list = append(list, secret{st, sec})
-	}
-	b, err := json.Marshal(list)
-	if err != nil {
-		return nil, err
-	}
-	stores := filepath.Join(o.Dir, "stores.json")
-	if err := os.WriteFile(stores, b, 0o600); err != nil {
-		return nil, err
+	stores := o.StoresFile
+	if stores == "" {
+		type secret struct {
+			Store  string `json:"store"`
+			Secret string `json:"secret"`
+		}
+		list := []secret{}
+		for st, sec := range o.Stores {
+			list = append(list, secret{st, sec})
+		}
+		b, err := json.Marshal(list)
+		if err != nil {
+			return nil, err
+		}
+		stores = filepath.Join(o.Dir, o.Name+"-stores.json")
+		if err := os.WriteFile(stores, b, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		addr, err := freeAddr()
@@ -70,26 +81,27 @@ func StartServe(ctx context.Context, bin string, o ServeOptions) (*Serve, error)
 		}
 		args := []string{"serve", "--listen", addr, "--metrics-listen", maddr, "--db", o.DB, "--stores", stores,
 			"--log-level", o.LogLevel}
+		args = append(args, o.Extra...)
 		var env []string
 		if o.ViewerToken != "" {
 			env = append(env, "POSGATE_HQ_VIEWER_TOKEN="+o.ViewerToken)
 		}
-		s := &Serve{Proc: &Proc{Name: "hq-sync serve", Bin: bin, Args: args, Env: env, Log: filepath.Join(o.Dir, "serve.log")},
-			Opts: o, Addr: addr, MetricsURL: "http://" + maddr + "/metrics", StoresFile: stores}
-		if err = s.Restart(ctx, maddr); err == nil || attempt == 5 || !portTaken(err) {
+		s := &Serve{Proc: &Proc{Name: "hq-sync " + o.Name, Bin: bin, Args: args, Env: env, Log: filepath.Join(o.Dir, o.Name+".log")},
+			Opts: o, Addr: addr, MetricsURL: "http://" + maddr + "/metrics", StoresFile: stores, metricsAddr: maddr}
+		if err = s.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
 			return s, err
 		}
 	}
 }
 
 // Restart starts serve again and waits until it listens.
-func (s *Serve) Restart(ctx context.Context, metricsAddr string) error {
+func (s *Serve) Restart(ctx context.Context) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return s.waitUp(ctx, s.Addr, metricsAddr)
+	return s.waitUp(ctx, s.Addr, s.metricsAddr)
 }
 
 // UploaderOptions configure an hq-sync upload process at a store.

@@ -25,8 +25,9 @@ type StoreOptions struct {
 	Sentinels  []string // or RedisAddr
 	MasterName string
 	RedisAddr  string
-	MQTTURL    string // external broker; empty runs the embedded one on MQTTListen
-	MQTTListen string // default: a free loopback port
+	Cluster    []string // a Redis Cluster's nodes (--redis-cluster), instead of Sentinels or RedisAddr
+	MQTTURL    string   // external broker; empty runs the embedded one on MQTTListen
+	MQTTListen string   // default: a free loopback port
 	Token      string
 	Catalog    string // a catalog file to import at start
 	LogLevel   string
@@ -82,9 +83,12 @@ func newStore(bin string, o StoreOptions, api string) *StoreServer {
 	}
 	args := []string{"--store", o.Store, "--data-dir", o.DataDir, "--tz", o.TZ, "--api-listen", api,
 		"--api-token", o.Token, "--log-level", o.LogLevel}
-	if len(o.Sentinels) > 0 {
+	switch {
+	case len(o.Cluster) > 0:
+		args = append(args, "--redis-cluster", strings.Join(o.Cluster, ","))
+	case len(o.Sentinels) > 0:
 		args = append(args, "--redis-sentinels", strings.Join(o.Sentinels, ","), "--redis-master", o.MasterName)
-	} else {
+	default:
 		args = append(args, "--redis-addr", o.RedisAddr)
 	}
 	if o.MQTTURL != "" {

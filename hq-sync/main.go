@@ -134,14 +134,25 @@ func newFlags(name, about string, stderr io.Writer) *cli.Flags {
 // openStorage opens HQ's database: a postgres:// URL, or a SQLite path (optionally
 // "sqlite:" prefixed).
 func openStorage(ctx context.Context, db string) (hqstore.Storage, error) {
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		return postgres.Open(ctx, db)
+	return openStorageWith(ctx, db, 0)
+}
+
+// openStorageWith is openStorage with at most conns connections to a PostgreSQL database
+// (0: the driver's default).
+func openStorageWith(ctx context.Context, db string, conns int32) (hqstore.Storage, error) {
+	if isPostgres(db) {
+		return postgres.OpenWith(ctx, db, postgres.Options{MaxConns: conns})
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
 	if err := private.Files(slog.Default(), path); err != nil {
 		return nil, err
 	}
 	return sqlite.Open(ctx, path)
+}
+
+// isPostgres reports whether --db names a PostgreSQL database.
+func isPostgres(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
 // newRegistry returns a registry with the Go and process collectors.

@@ -23,6 +23,10 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		{"bad duration", [2]string{"POSGATE_HQ_DROP_PARTS_AFTER", "soon"}, []string{"serve"}, "POSGATE_HQ_DROP_PARTS_AFTER"},
 		{"bad number", [2]string{}, []string{"upload", "--batch-rows", "many"}, "batch-rows"},
 		{"unknown command", [2]string{}, []string{"sync"}, `unknown command "sync"`},
+		{"retain on SQLite", [2]string{}, []string{"serve", "--stores", "x.json", "--db", "hq.db", "--retain", "400d"}, "needs PostgreSQL"},
+		{"retain unreadable", [2]string{}, []string{"serve", "--stores", "x.json", "--db", "postgres://h/db", "--retain", "a year"}, "--retain"},
+		{"retain too short", [2]string{}, []string{"serve", "--stores", "x.json", "--db", "postgres://h/db", "--retain", "1d"}, "at least 2 days"},
+		{"reconcile workers", [2]string{}, []string{"reconcile", "--workers", "0"}, "--workers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.env[0] != "" {

@@ -37,6 +37,11 @@ type Reconcile struct {
 	Open   bool
 	HTML   string
 	Lang   string
+	// Workers is how many stores are read and compared at once.
+	Workers int
+	// Progress prints the stores done, the transactions compared and the time left on
+	// stderr as it goes.
+	Progress bool
 
 	stdout, stderr io.Writer
 	expect         []string // the stores of Stores, read by Validate
@@ -57,6 +62,8 @@ func (c *Reconcile) ParseFlags(args []string) error {
 	fs.StringVar(&c.Format, "format", "table", "table, json or csv")
 	fs.StringVar(&c.HTML, "html", "", "also write the report, with the stores' days, upload lag and open exceptions, as one self-contained HTML file (for the morning email)")
 	fs.String(&c.Lang, "lang", "POSGATE_LANG", "en", "the HTML report's language: en or zh-CN")
+	fs.IntVar(&c.Workers, "workers", 2, "stores read and compared at once (the report is the same whatever their number)")
+	fs.BoolVar(&c.Progress, "progress", false, "print progress on stderr: stores done, transactions compared, time left")
 	fs.BoolVar(&c.Open, "open", false, "instead, list the exceptions no store manager has resolved, of every business date (table or json); exit 0 if there are none, 1 if there are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,6 +95,9 @@ func (c *Reconcile) Validate() error {
 	}
 	if c.Open && c.HTML != "" {
 		return usageError{errors.New("--html writes a date's report: not with --open")}
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		return usageError{fmt.Errorf("--workers %d: want 1 to 64", c.Workers)}
 	}
 	if c.Format != "table" && c.Format != "json" && c.Format != "csv" {
 		return usageError{fmt.Errorf("--format %q: want table, json or csv", c.Format)}
@@ -145,10 +155,21 @@ func (c *Reconcile) listOpen(ctx context.Context, st hqstore.Storage) (bool, err
 	return len(list.Exceptions) == 0, err
 }
 
-// report writes the date's report; it reports whether the date reconciles.
+// report writes the date's report and records the run (HQ drops a day's rows only once a
+// run of every store has covered it: serve --retain); it reports whether the date
+// reconciles.
 func (c *Reconcile) report(ctx context.Context, st hqstore.Storage) (bool, error) {
-	rep, err := reconcile.Run(ctx, st, c.Date, c.Store, c.expect...)
+	o := reconcile.Options{Store: c.Store, Expect: c.expect, Workers: c.Workers}
+	if c.Progress {
+		o.Progress = c.stderr
+	}
+	rep, err := reconcile.RunWith(ctx, st, c.Date, o)
 	if err != nil {
+		return false, err
+	}
+	diffs := int64(len(rep.Txns) - rep.Counts[reconcile.Late] + len(rep.Totals) + len(rep.Missing))
+	if err := st.RecordReconcile(ctx, hqstore.ReconcileRun{Date: c.Date, Store: c.Store, Finished: time.Now(),
+		OK: rep.OK(), Stores: rep.Stores, HQTxns: int64(rep.HQTxns), Differences: diffs}); err != nil {
 		return false, err
 	}
 	switch c.Format {

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +39,19 @@ type Serve struct {
 	TLSCert        string
 	TLSKey         string
 	ViewerToken    string
+	// DBConns bounds the connections to a PostgreSQL database, and so the batches this
+	// process stores at once (0: the driver's default).
+	DBConns int
+	// PartitionsAhead is how many days ahead of today (UTC) a PostgreSQL database has its
+	// days' partitions made.
+	PartitionsAhead int
+	// Retain is how long a PostgreSQL database keeps a business day, as "400d" (days) or a
+	// Go duration; "" or "0" keeps every day. A day older than that is dropped once a
+	// reconciliation of every store has covered it.
+	Retain string
 
 	stderr  io.Writer
+	retain  time.Duration     // Retain, read by Validate
 	secrets map[string][]byte // the stores' secrets from Stores, read by Validate
 }
 
@@ -57,6 +70,9 @@ func (c *Serve) ParseFlags(args []string) error {
 	fs.String(&c.TLSCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
 	fs.String(&c.TLSKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
 	fs.String(&c.ViewerToken, "viewer-token", "POSGATE_HQ_VIEWER_TOKEN", "", "serve HQ finance's page (GET /) to this token, of at least 16 bytes; prefer the environment variable (empty: no page)")
+	fs.Int(&c.DBConns, "db-conns", "POSGATE_HQ_DB_CONNS", 0, "PostgreSQL: connections to the database, and so batches stored at once by this process (0: the larger of 4 and the number of CPUs)")
+	fs.Int(&c.PartitionsAhead, "partitions-ahead", "POSGATE_HQ_PARTITIONS_AHEAD", 7, "PostgreSQL: make each business day's partitions this many days ahead (checked at start and hourly)")
+	fs.String(&c.Retain, "retain", "POSGATE_HQ_RETAIN", "0", `PostgreSQL: drop a business day older than this ("400d", or a duration such as "9600h") once reconcile has covered every store of it; 0 keeps every day`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,12 +90,47 @@ func (c *Serve) Validate() error {
 	if c.ViewerToken != "" && len(c.ViewerToken) < hqview.MinTokenBytes {
 		return usageError{fmt.Errorf("--viewer-token: %d bytes, want at least %d", len(c.ViewerToken), hqview.MinTokenBytes)}
 	}
+	retain, err := parseDays(c.Retain)
+	if err != nil {
+		return usageError{fmt.Errorf("--retain %q: %w", c.Retain, err)}
+	}
+	c.retain = retain
+	pg := isPostgres(c.DB)
+	switch {
+	case c.retain > 0 && c.retain < 2*24*time.Hour:
+		return usageError{fmt.Errorf("--retain %v: keep at least 2 days", c.retain)}
+	case c.retain > 0 && !pg:
+		return usageError{errors.New("--retain needs PostgreSQL (--db postgres://…): the SQLite engine keeps every day")}
+	case c.DBConns < 0 || c.DBConns > 1000:
+		return usageError{fmt.Errorf("--db-conns %d: want 0 to 1000", c.DBConns)}
+	case c.PartitionsAhead < 0 || c.PartitionsAhead > 366:
+		return usageError{fmt.Errorf("--partitions-ahead %d: want 0 to 366", c.PartitionsAhead)}
+	}
 	secrets, err := loadSecrets(c.Stores)
 	if err != nil {
 		return usageError{err}
 	}
 	c.secrets = secrets
 	return nil
+}
+
+// parseDays reads a retention: whole days as "400d", or a Go duration; "" and "0" are 0.
+func parseDays(s string) (time.Duration, error) {
+	switch {
+	case s == "" || s == "0":
+		return 0, nil
+	case strings.HasSuffix(s, "d"):
+		n, err := strconv.Atoi(strings.TrimSuffix(s, "d"))
+		if err != nil || n < 0 || n > 100*366 {
+			return 0, errors.New(`want whole days such as "400d", or a duration`)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New(`want whole days such as "400d", or a duration`)
+	}
+	return d, nil
 }
 
 // StoreSecret is one line of the serve command's --stores file.
@@ -115,7 +166,7 @@ var hqLimits = httpserve.Limits{ReadHeader: 10 * time.Second, Read: 2 * time.Min
 
 // Run serves the stores' batches until ctx ends, then shuts the server down.
 func (c *Serve) Run(ctx context.Context) error {
-	st, err := openStorage(ctx, c.DB)
+	st, err := openStorageWith(ctx, c.DB, int32(c.DBConns))
 	if err != nil {
 		return err
 	}
@@ -155,6 +206,12 @@ func (c *Serve) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() { defer close(done); dropAbandonedParts(sweep, st, c.DropPartsAfter, time.Hour, log) }()
 		defer func() { stop(); <-done }() // before st.Close
+	}
+	if p, ok := st.(hqstore.Partitioner); ok {
+		keep, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); keepDays(keep, p, c.PartitionsAhead, c.retain, time.Hour, log) }()
+		defer func() { stop(); <-done }()
 	}
 	select {
 	case <-ctx.Done():
@@ -223,6 +280,40 @@ func dropAbandonedParts(ctx context.Context, st hqstore.Storage, keep, every tim
 			log.Warn("drop parts kept aside", "err", err)
 		case n > 0:
 			log.Info("dropped parts kept aside without their last part", "store_days", n, "kept_for", keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// keepDays makes the days' partitions from yesterday to ahead days on (UTC dates: a store's
+// business date is within a day of them) and, with retain, drops the days older than it
+// that reconcile has covered; now and then every, until ctx is done.
+func keepDays(ctx context.Context, p hqstore.Partitioner, ahead int, retain, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		now := time.Now().UTC()
+		err := p.PrepareDays(ctx, now.AddDate(0, 0, -1).Format(wire.BusinessDate), now.AddDate(0, 0, ahead).Format(wire.BusinessDate))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("make the days' partitions ahead", "err", err)
+		}
+		if retain > 0 {
+			before := now.Add(-retain).Format(wire.BusinessDate)
+			got, err := p.Retain(ctx, before)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("drop old days", "before", before, "err", err)
+			case len(got.Dropped) > 0:
+				log.Info("dropped old days reconcile has covered", "days", got.Dropped, "before", before)
+			}
+			if len(got.Unreconciled) > 0 {
+				log.Warn("old days kept: no reconciliation of every store has covered them (hq-sync reconcile --date)",
+					"days", got.Unreconciled, "before", before)
+			}
 		}
 		select {
 		case <-ctx.Done():

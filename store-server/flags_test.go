@@ -54,3 +54,28 @@ func TestMQTTAccountFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisFlags: the store's Redis is one of Sentinel, a Redis Cluster or one address.
+func TestRedisFlags(t *testing.T) {
+	base := []string{"--store", "S1", "--api-token", "x", "--mqtt-listen", "127.0.0.1:1883"}
+	for _, c := range []struct {
+		args []string
+		bad  string
+	}{
+		{[]string{"--redis-cluster", "127.0.0.1:7000,127.0.0.1:7001"}, ""},
+		{[]string{"--redis-sentinels", "127.0.0.1:26379"}, ""},
+		{[]string{"--redis-addr", "127.0.0.1:6379"}, ""},
+		{nil, "give --redis-sentinels or --redis-cluster"},
+		{[]string{"--redis-cluster", "127.0.0.1:7000", "--redis-addr", "127.0.0.1:6379"}, "one of"},
+		{[]string{"--redis-cluster", "127.0.0.1:7000", "--redis-sentinels", "127.0.0.1:26379"}, "one of"},
+		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-sentinels", "127.0.0.1:26379"}, "one of"},
+	} {
+		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("%v: error %v, want one about %q", c.args, err, c.bad)
+		}
+	}
+}

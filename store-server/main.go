@@ -18,6 +18,7 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/presence"
@@ -47,12 +48,14 @@ func main() {
 
 // Main is the store-server program.
 type Main struct {
-	Store         string
-	DataDir       string
-	TZ            string
-	Sentinels     string
-	MasterName    string
-	RedisAddr     string
+	Store      string
+	DataDir    string
+	TZ         string
+	Sentinels  string
+	MasterName string
+	RedisAddr  string
+	// Cluster lists seed addresses of a Redis Cluster the store shares with others.
+	Cluster       string
 	RedisPassword string
 	MQTTURL       string
 	MQTTUsername  string
@@ -83,6 +86,11 @@ type Main struct {
 	CatalogFile string
 	UploadState string
 	LogLevel    string
+	// RedisIdemTTL is how long Redis keeps an event's idempotency record.
+	RedisIdemTTL time.Duration
+	// RedisSweepEvery is how often the store lets go from Redis the keys of the closed days
+	// HQ holds whole (0: never).
+	RedisSweepEvery time.Duration
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -107,6 +115,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Sentinels, "redis-sentinels", "POSGATE_REDIS_SENTINELS", "", "comma-separated Sentinel addresses (host:port,...)")
 	str(&m.MasterName, "redis-master", "POSGATE_REDIS_MASTER", "posgate", "the Sentinel master name")
 	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
+	str(&m.Cluster, "redis-cluster", "POSGATE_REDIS_CLUSTER", "", "comma-separated addresses of Redis Cluster nodes (host:port,...), for a cluster that serves many stores")
 	str(&m.RedisPassword, "redis-password", "POSGATE_REDIS_PASSWORD", "", "Redis password; prefer the environment variable")
 	str(&m.MQTTURL, "mqtt-url", "POSGATE_MQTT_URL", "", "an external MQTT broker (e.g. tcp://127.0.0.1:1883); empty runs the embedded broker")
 	str(&m.MQTTUsername, "mqtt-username", "POSGATE_MQTT_USERNAME", "", "the store's account on the external broker (--mqtt-url), if it asks for one")
@@ -133,6 +142,10 @@ func (m *Main) ParseFlags(args []string) error {
 		"how often the drift audit compares Redis's stock and today's counters with the ledger, and rebuilds on a difference; 0: only after a live refusal for stock")
 	fs.Duration(&m.ChartEvery, "chart-every", "POSGATE_CHART_EVERY", history.DefaultEvery,
 		"how often the dashboard's charts sample the gate mode, the tills' backlogs and the ack times (an hour of them is kept in memory)")
+	fs.Duration(&m.RedisIdemTTL, "redis-idem-ttl", "POSGATE_REDIS_IDEM_TTL", gate.DefaultIdemTTL,
+		"how long Redis keeps each event's idempotency record (a till resending within it is answered from Redis; after it, from the ledger)")
+	fs.Duration(&m.RedisSweepEvery, "redis-sweep-every", "POSGATE_REDIS_SWEEP_EVERY", time.Minute,
+		"how often the keys of closed business days HQ holds whole (the uploader's state) leave Redis; 0: never")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -149,8 +162,10 @@ func (m *Main) Validate() error {
 	switch {
 	case !wire.ValidID(m.Store):
 		return fmt.Errorf("--store %q: want 1-%d characters of A-Z a-z 0-9 _ -", m.Store, wire.MaxIDLen)
-	case m.Sentinels == "" && m.RedisAddr == "":
-		return errors.New("give --redis-sentinels (production) or --redis-addr")
+	case m.Sentinels == "" && m.RedisAddr == "" && m.Cluster == "":
+		return errors.New("give --redis-sentinels or --redis-cluster (production), or --redis-addr")
+	case (m.Sentinels != "") && (m.RedisAddr != "") || (m.Sentinels != "") && (m.Cluster != "") || (m.RedisAddr != "") && (m.Cluster != ""):
+		return errors.New("give one of --redis-sentinels, --redis-cluster and --redis-addr")
 	case m.APIToken == "":
 		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
 	case (m.MQTTUsername != "" || m.MQTTPassword != "") && m.MQTTURL == "":
@@ -167,6 +182,10 @@ func (m *Main) Validate() error {
 		return fmt.Errorf("--clock-skew-warn %v: want a duration, 0 or more", m.ClockSkewWarn)
 	case m.ChartEvery < time.Second || m.ChartEvery > 5*time.Minute:
 		return fmt.Errorf("--chart-every %v: want 1s to 5m", m.ChartEvery)
+	case m.RedisIdemTTL < time.Second:
+		return fmt.Errorf("--redis-idem-ttl %v: want a second or more", m.RedisIdemTTL)
+	case m.RedisSweepEvery < 0:
+		return fmt.Errorf("--redis-sweep-every %v: want a duration, 0 or more", m.RedisSweepEvery)
 	case m.ClockBehindConfirm < 0:
 		return fmt.Errorf("--clock-behind-confirm %v: want a duration, 0 or more", m.ClockBehindConfirm)
 	case m.AuditEvery < 0:

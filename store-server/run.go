@@ -48,6 +48,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	rdb := m.connectGate(s)
 	defer rdb.Close()
+	s.rdb = rdb
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -94,6 +95,7 @@ type server struct {
 	cat       *catalog.Catalog
 	set       *settings.Settings
 	gate      *gate.Gate
+	rdb       redis.UniversalClient
 	out       *lateOut
 	met       *metrics.Metrics
 	hist      *history.Recorder
@@ -138,12 +140,26 @@ func (m *Main) openCatalog(ctx context.Context, s *server) error {
 	return nil
 }
 
-// redisClient fails fast: a gate call that cannot reach Redis should open the breaker in
-// well under a second, not retry its way past the terminals' verdict deadline.
-// redisClient returns the client of the store's Redis; onConnect runs on each new
-// connection (gate.Gate.Connected).
+// redisClient returns the client of the store's Redis (Sentinel, a Redis Cluster, or one
+// address); onConnect runs on each new connection (gate.Gate.Connected), on a cluster only
+// on a connection to the master of the store's slot. It fails fast: a gate call that cannot
+// reach Redis should open the breaker in well under a second, not retry its way past the
+// terminals' verdict deadline.
 func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
 	const dial, rw = 500 * time.Millisecond, time.Second
+	if m.Cluster != "" {
+		key := slotKey(m.Store)
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: strings.Split(m.Cluster, ","), Password: m.RedisPassword,
+			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
+			OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+				if ours, err := servesSlotOf(ctx, cn, key); err != nil || !ours {
+					return nil // another node, or one that cannot say: the next command tells
+				}
+				return onConnect(ctx, cn)
+			},
+		})
+	}
 	if m.Sentinels != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
@@ -166,7 +182,11 @@ func (m *Main) connectGate(s *server) redis.UniversalClient {
 		}
 		return nil
 	})
-	s.gate = gate.New(rdb, m.Store, gate.Options{})
+	var c gate.Client = rdb
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		c = clusterGate{ClusterClient: cc, key: slotKey(m.Store)}
+	}
+	s.gate = gate.New(c, m.Store, gate.Options{IdemTTL: m.RedisIdemTTL})
 	gateOf.Store(s.gate)
 	return rdb
 }
@@ -323,12 +343,20 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 	return nil
 }
 
-// startBackground starts the catalog's catching up with the terminals, which background
-// waits for, and the watch of the Sentinels for failovers, which nothing waits for.
+// startBackground starts the catalog's catching up with the terminals and the sweep of
+// closed days out of Redis, which background waits for, and the watch of the Sentinels
+// (or of the cluster) for failovers, which nothing waits for.
 func (m *Main) startBackground(ctx context.Context, s *server, background *sync.WaitGroup) {
 	background.Go(func() { m.catchUpCatalog(ctx, s.cat, s.led, s.pub, s.log) })
+	if m.RedisSweepEvery > 0 {
+		sweep := &daySweep{led: s.led, gate: s.gate, state: m.uploadState(), log: s.log}
+		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
+	}
 	if m.Sentinels != "" {
 		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, s.in.Rebuild, s.log)
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		go watchCluster(ctx, cc, slotKey(m.Store), s.in.Rebuild, s.log)
 	}
 }
 

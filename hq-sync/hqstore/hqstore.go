@@ -64,6 +64,13 @@ type Storage interface {
 	Rows(ctx context.Context, date, store string) ([]StoredRow, error)
 	// Days returns the latest declaration of a business date of each store (or one store).
 	Days(ctx context.Context, date, store string) ([]StoredDay, error)
+	// DateStores returns, in byte order, the stores HQ holds rows or a declaration of on a
+	// business date: what reconcile goes through, one store at a time.
+	DateStores(ctx context.Context, date string) ([]string, error)
+	// RecordReconcile records a reconciliation that ran to its end (hq-sync reconcile):
+	// an engine that drops old days (Partitioner) drops only those a run of every store
+	// has covered.
+	RecordReconcile(ctx context.Context, run ReconcileRun) error
 	// Exceptions returns the exceptions of a business date that are not withdrawn, of each
 	// store (or one store), by store, kind, terminal, seq and SKU.
 	Exceptions(ctx context.Context, date, store string) ([]StoredException, error)
@@ -84,6 +91,37 @@ type Storage interface {
 	Close() error
 }
 
+// ReconcileRun is one reconciliation of a business date that ran to its end.
+type ReconcileRun struct {
+	Date        string
+	Store       string // "" for every store
+	Finished    time.Time
+	OK          bool  // the date reconciled exactly
+	Stores      int   // stores compared
+	HQTxns      int64 // sale and refund rows at HQ
+	Differences int64 // transaction, totals and missing-declaration entries
+}
+
+// Partitioner is implemented by an engine that keeps each business day apart (the
+// PostgreSQL engine: a partition per day), so that serve can make the days to come ahead
+// of their first batch and drop old ones.
+type Partitioner interface {
+	// PrepareDays makes room for the days from first to last (YYYY-MM-DD), those not
+	// dropped.
+	PrepareDays(ctx context.Context, first, last string) error
+	// Retain drops every day before before (YYYY-MM-DD) that a reconciliation of every
+	// store has covered (RecordReconcile): its rows, declaration and exceptions. Rows of a
+	// dropped day sent again are acknowledged as held and not stored. A day not
+	// reconciled yet is kept, whatever its age.
+	Retain(ctx context.Context, before string) (Retained, error)
+}
+
+// Retained is what Partitioner.Retain did.
+type Retained struct {
+	Dropped      []string // days dropped
+	Unreconciled []string // days before the limit kept: no run of every store covered them
+}
+
 // ErrBatchIDReused returns the error for a batch id reused with other content.
 func ErrBatchIDReused(store, batchID string) error {
 	return perr.New(perr.Conflict, hqwire.CodeBatchIDReused,
@@ -97,7 +135,8 @@ func ErrRowConflict(store, terminal string, seq int64) error {
 }
 
 // Check verifies what an engine relies on before it writes a batch: a store, an id and a
-// content hash, payment methods it has columns for, declarations in parts numbered as
+// content hash, business dates of rows and days as YYYY-MM-DD, payment methods it has
+// columns for, declarations in parts numbered as
 // DayParts requires (an engine keys a day's parts by their number), and exceptions whose
 // text ExceptionText accepts, each listed once (of two states of one exception in a batch,
 // the order an engine applies them in would decide which stands). It is not the protocol's
@@ -116,8 +155,14 @@ func Check(b *hqwire.Batch, contentHash string) error {
 		if _, err := Split(b.Rows[i].ByMethod); err != nil {
 			return fmt.Errorf("rows[%d]: %w", i, err)
 		}
+		if err := CheckDate(b.Rows[i].BusinessDate); err != nil {
+			return fmt.Errorf("rows[%d]: %w", i, err)
+		}
 	}
 	for i := range b.Days {
+		if err := CheckDate(b.Days[i].BusinessDate); err != nil {
+			return fmt.Errorf("days[%d]: %w", i, err)
+		}
 		if _, _, err := DayParts(&b.Days[i]); err != nil {
 			return fmt.Errorf("days[%d]: %w", i, err)
 		}
@@ -143,6 +188,19 @@ func Check(b *hqwire.Batch, contentHash string) error {
 			return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "exceptions[%d] is the same exception as exceptions[%d]", i, j)
 		}
 		seen[k] = i
+	}
+	return nil
+}
+
+// CheckDate returns a perr.Invalid error unless date is a business date as YYYY-MM-DD: an
+// engine keeps each day apart by it (the PostgreSQL engine's partitions), and hq-sync serve
+// refuses any other first.
+func CheckDate(date string) error {
+	if len(date) != len(wire.BusinessDate) {
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "business_date %q is not YYYY-MM-DD", date)
+	}
+	if _, err := time.Parse(wire.BusinessDate, date); err != nil {
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, "business_date %q is not YYYY-MM-DD", date)
 	}
 	return nil
 }

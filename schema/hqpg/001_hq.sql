@@ -1,5 +1,7 @@
 -- HQ's database (PostgreSQL engine, hq-sync serve): the same tables and meaning as the
--- SQLite engine's schema/hq/001_hq.sql.
+-- SQLite engine's schema/hq/001_hq.sql, for a chain: several serve processes share it, and
+-- the two tables that grow with every sale (rows, day_txns) are partitioned by business
+-- date, one partition per day.
 --
 -- A batch id is unique per store and remembers its content hash and the receipt answered
 -- the first time. A row is unique per (store, terminal, seq) across all batches; sales and
@@ -12,6 +14,15 @@
 -- Keys are COLLATE "C" so that every engine orders them byte-wise. Money is integer fen;
 -- times HQ records itself are Unix milliseconds (*_ms); times a store sent (at, closed_at,
 -- resolved_at) are kept as the RFC 3339 text it sent.
+--
+-- The partitions (rows_pYYYYMMDD, day_txns_pYYYYMMDD) are not made here: serve makes them
+-- ahead of the days to come (--partitions-ahead), a batch makes one its rows need that is
+-- missing (a late sale of an old day, a till's clock ahead), and serve --retain detaches
+-- and drops those of the days reconcile has covered (reconcile_runs) once they are older
+-- than the retention. A batch of one store is stored under that store's advisory lock
+-- (hashtextextended('posgate-hq-store/' || store, 0)), so that two serve processes never
+-- store batches of one store at once: the same batch sent to both is stored once, and a
+-- row's key is looked for in other days' partitions without a race.
 
 CREATE TABLE batches (
     store        text COLLATE "C" NOT NULL,
@@ -44,11 +55,23 @@ CREATE TABLE rows (
     batch_id      text   NOT NULL, -- the batch that brought the row first
     received_ms   bigint NOT NULL,
     payload       bytea,           -- a day close's payload (the terminal's declared totals)
-    PRIMARY KEY (store, terminal, seq)
-);
+    -- One day per partition: within it the key is (store, terminal, seq), which is also the
+    -- order reconciliation reads a day in, store by store. A key is unique across days
+    -- through terminal_seqs and the store's lock (above).
+    PRIMARY KEY (store, terminal, seq, business_date)
+) PARTITION BY RANGE (business_date);
 
--- Reconciliation reads one business date, store by store, in key order.
-CREATE INDEX rows_by_date ON rows (business_date, store, terminal, seq);
+-- The highest seq HQ holds of each terminal of each store. A store's rows come in seq order
+-- per terminal (its ledger commits them so, and the uploader sends them in commit order): a
+-- row above it is new, and only a row at or below it (a resend, or the same key with other
+-- content) is looked for among the rows, first in its own day's partition and, when not
+-- there, in every day's.
+CREATE TABLE terminal_seqs (
+    store         text COLLATE "C" NOT NULL,
+    terminal      text COLLATE "C" NOT NULL,
+    max_seq       bigint NOT NULL,
+    PRIMARY KEY (store, terminal)
+);
 
 CREATE TABLE days (
     store         text COLLATE "C" NOT NULL,
@@ -63,7 +86,8 @@ CREATE TABLE days (
 
 CREATE INDEX days_by_date ON days (business_date, store);
 
--- The transactions of each day's current revision, in the order the store listed them.
+-- The transactions of each day's current revision, in the order the store listed them,
+-- partitioned by day as rows are.
 CREATE TABLE day_txns (
     business_date text COLLATE "C" NOT NULL,
     store         text COLLATE "C" NOT NULL,
@@ -78,7 +102,7 @@ CREATE TABLE day_txns (
     qr            bigint NOT NULL,
     methods       bigint NOT NULL,
     PRIMARY KEY (business_date, store, i)
-);
+) PARTITION BY RANGE (business_date);
 
 -- A store's declaration of a day in parts (hqwire.StoreDay.Part of Parts), for a day larger
 -- than one batch may carry. HQ keeps the parts aside here, in order, until the last one
@@ -162,3 +186,25 @@ CREATE INDEX exceptions_by_date ON exceptions (business_date, store, kind, termi
 -- of them all would grow with the years; this index holds the open ones alone.
 CREATE INDEX exceptions_open ON exceptions (business_date, store, kind, terminal, seq, sku)
     WHERE NOT withdrawn AND NOT resolved;
+
+-- Each reconciliation of a business date that ran to its end (hq-sync reconcile), of every
+-- store (store '') or of one: serve --retain drops a day's partitions only once a run of
+-- every store has covered the day.
+CREATE TABLE reconcile_runs (
+    business_date text COLLATE "C" NOT NULL,
+    store         text COLLATE "C" NOT NULL, -- '' for every store
+    finished_ms   bigint  NOT NULL,
+    ok            boolean NOT NULL, -- the date reconciled exactly
+    stores        integer NOT NULL,
+    hq_txns       bigint  NOT NULL,
+    differences   bigint  NOT NULL, -- transaction, totals and missing-declaration entries
+    PRIMARY KEY (business_date, store, finished_ms)
+);
+
+-- The days serve --retain dropped (their partitions, declarations and exceptions): rows of
+-- such a day a store sends again (a lost upload state sends everything) are acknowledged as
+-- held, and no partition is made for them again.
+CREATE TABLE dropped_days (
+    business_date text COLLATE "C" PRIMARY KEY,
+    dropped_ms    bigint NOT NULL
+);

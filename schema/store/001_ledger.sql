@@ -142,8 +142,10 @@ CREATE TABLE stock_moves (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
     sku           TEXT    NOT NULL,
     delta         INTEGER NOT NULL,
-    reason        TEXT    NOT NULL CHECK (reason IN ('opening', 'adjust', 'sale', 'refund')),
-    ref           TEXT    NOT NULL,              -- adjustment id, or terminal:seq of the event
+    reason        TEXT    NOT NULL CHECK (reason IN ('opening', 'adjust', 'sale', 'refund', 'archived')),
+    ref           TEXT    NOT NULL,              -- adjustment id, terminal:seq of the event, or archive:YYYY-MM
+    -- 'archived': the lines of the sales of a month's days moved to its archive (Archive),
+    -- summed per SKU, so that stock stays provable from the ledger alone
     at            TEXT    NOT NULL
 );
 
@@ -409,3 +411,28 @@ CREATE TRIGGER seq_gap_recorded AFTER INSERT ON seq_gaps BEGIN
         coalesce((SELECT nullif(e.business_date, '') FROM events e WHERE e.terminal = NEW.terminal
             AND e.seq = NEW.to_seq + 1), date(NEW.at_ms / 1000, 'unixepoch')));
 END;
+
+-- The business days whose keys the store let go from Redis (counters, counter index, flow
+-- counter): HQ had acknowledged the day, so Redis need not hold it any more, and a year of
+-- days does not pile up there. A rebuild leaves such a day out, and an event of it that
+-- arrives later (a till offline past it) takes its flow number from the ledger (the day's
+-- highest + 1, also above an archived day's), whatever the gate gave: the day's flow
+-- counter in Redis is gone or short. touched counts such events: the keys the gate made
+-- again for them are let go once more, and touched set back to 0 if no event came meanwhile.
+CREATE TABLE redis_days (
+    business_date TEXT    PRIMARY KEY,
+    expired_ms    INTEGER NOT NULL,
+    touched       INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+-- The business days moved to a month's archive (Archive: <data-dir>/archive/ledger-YYYY-MM.db,
+-- the same tables, checked before the days leave the ledger). Their events, sales, refunds,
+-- day closes and acknowledged HQ rows are there, not here; max_flow keeps the day's flow
+-- numbers unique if an event of it arrives after all (its flow number is above it).
+CREATE TABLE archived_days (
+    business_date TEXT    PRIMARY KEY,
+    file          TEXT    NOT NULL, -- the archive's file name, in the archive directory
+    events        INTEGER NOT NULL, -- events of the day moved
+    max_flow      INTEGER NOT NULL,
+    archived_ms   INTEGER NOT NULL
+) WITHOUT ROWID;

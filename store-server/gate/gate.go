@@ -28,6 +28,9 @@
 //	pg:{S}:adj:id             STRING "delta|sku" of an applied adjustment, expires after IdemTTL
 //	pg:{S}:projection         HASH   the projection marker: epoch E (raised by every Rebuild), the stock
 //	                                 hash's field count, each date's index count and flow counter
+//
+// The keys of a business date (cnt, cntidx, flow) go once HQ has acknowledged the day
+// (ExpireDay, called by the store's day sweep, which also stops the marker tracking them): Redis holds the days not yet at HQ.
 package gate
 
 import (

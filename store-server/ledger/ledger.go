@@ -58,7 +58,8 @@ const (
 
 // SnapshotDays is how many business dates before today (in the store's zone) Snapshot
 // returns counters for; later dates (a terminal clock running ahead) are included too.
-// MaxFlow is returned for every date, however old, so flow numbers never repeat.
+// MaxFlow is returned for every date whose keys are in Redis, however old, so flow numbers
+// never repeat; a date whose keys left Redis takes its flow numbers from the ledger.
 const SnapshotDays = 7
 
 const timeFormat = time.RFC3339Nano
@@ -75,6 +76,9 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	prep map[string]*sql.Stmt // statements prepared on the writer connection, by query
+
+	daysMu  sync.RWMutex
+	expired map[string]bool // business days whose keys left Redis (redis_days)
 }
 
 // openClock is a new Ledger's Now (tests set it to open a ledger at a time of theirs).
@@ -102,6 +106,10 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 	if err := l.takeRestore(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open ledger: restored: %w", err)
+	}
+	if err := l.loadRedisDays(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	return l, nil
 }

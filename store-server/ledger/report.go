@@ -110,9 +110,11 @@ func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[st
 // Snapshot returns, from one consistent read, what rebuilding the Redis projection needs:
 // the stock of every SKU; counters per business date and terminal for the dates from
 // SnapshotDays before today (store time, by the Now clock) onwards, every date up to
-// tomorrow included, with or without counters; and the highest flow
-// number of every business date in the ledger, however old, so that a late offline sale of
-// an old date can never be given a flow number again (invariant 8).
+// tomorrow included, with or without counters; and the highest flow number of every
+// business date in the ledger, however old, so that a late offline sale of an old date
+// can never be given a flow number again (invariant 8). The dates whose keys left Redis
+// (redis_days) are left out of both: a rebuild reads the current state, not the store's
+// history, and an event of such a date takes its flow number from the ledger.
 func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	var s store.Snapshot
 	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -128,29 +130,28 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	if s.Counters, err = counters(ctx, tx, ">= ?", from); err != nil {
 		return s, fmt.Errorf("snapshot: %w", err)
 	}
+	expired := l.expiredDays()
+	for d := range expired {
+		delete(s.Counters, d)
+	}
 	// Every date of the window is in the snapshot, those without a sale or refund in the
 	// ledger with no counters: Redis may hold counters of such a date that the ledger never
 	// took (the store killed between a gate call and its commit, on a day's first sale),
 	// and the rebuild must clear them, or the event's redelivery counts twice there.
 	for d := -SnapshotDays; d <= 1; d++ {
-		if date := l.BusinessDate(now.AddDate(0, 0, d)); s.Counters[date] == nil {
+		if date := l.BusinessDate(now.AddDate(0, 0, d)); s.Counters[date] == nil && !expired[date] {
 			s.Counters[date] = map[string]client.Counters{}
 		}
 	}
 	s.MaxFlow = map[string]int64{}
-	err = sqlitedb.Each(ctx, tx, `SELECT business_date, max(flow_no) FROM events WHERE flow_no IS NOT NULL
-		GROUP BY business_date`, nil,
-		func(rows *sql.Rows) error {
-			var date string
-			var flow int64
-			if err := rows.Scan(&date, &flow); err != nil {
-				return err
-			}
-			s.MaxFlow[date] = flow
-			return nil
-		})
+	days, err := flowDays(ctx, tx)
 	if err != nil {
 		return s, fmt.Errorf("snapshot: %w", err)
+	}
+	for _, d := range days {
+		if !expired[d.date] {
+			s.MaxFlow[d.date] = d.max
+		}
 	}
 	return s, nil
 }

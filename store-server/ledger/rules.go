@@ -27,6 +27,8 @@ type state interface {
 	topFlow(ctx context.Context, date string) (int64, error)
 	// flowTaken reports whether a flow number is taken; claimFlow takes it.
 	flowTaken(ctx context.Context, f flowKey) (bool, error)
+	// ledger returns the ledger the state is of.
+	ledger() *Ledger
 	claimFlow(f flowKey)
 	// rows returns where the rules put the rows they write.
 	rows() *rowSet
@@ -182,10 +184,15 @@ func dayClose(st state, e *entry, d *decision) error {
 }
 
 // takeFlow gives the record its flow number on its business date: the one it brings, or the
-// date's highest + 1 when it brings none (degrade mode). A number taken already refuses the
-// record.
+// date's highest + 1 when it brings none (degrade mode) or when the date's keys left Redis
+// (redis_days: the gate's counter for it is gone or short; the record's day is touched). A
+// number taken already refuses the record.
 func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	flow := r.FlowNo
+	if flow != 0 && st.ledger().redisExpired(d.date) {
+		flow = 0
+		st.rows().one(touchRedisDay, d.date)
+	}
 	if flow == 0 {
 		top, err := st.topFlow(ctx, d.date)
 		if err != nil {
@@ -267,8 +274,12 @@ const (
 		WHERE excluded.seq > day_closes.seq`
 )
 
-// selMaxFlow reads a business date's highest flow number; selFlowTaken whether one is taken.
+// selMaxFlow reads a business date's highest flow number, of the ledger or of its archive;
+// selFlowTaken whether one is taken; touchRedisDay counts an event of a day whose keys left
+// Redis.
 const (
-	selMaxFlow   = `SELECT coalesce(max(flow_no), 0) FROM events WHERE business_date = ? AND flow_no IS NOT NULL`
-	selFlowTaken = `SELECT count(*) FROM events WHERE business_date = ? AND flow_no = ?`
+	selMaxFlow = `SELECT max(coalesce((SELECT max(flow_no) FROM events WHERE business_date = ?1 AND flow_no IS NOT NULL), 0),
+		coalesce((SELECT max_flow FROM archived_days WHERE business_date = ?1), 0))`
+	touchRedisDay = `UPDATE redis_days SET touched = touched + 1 WHERE business_date = ?`
+	selFlowTaken  = `SELECT count(*) FROM events WHERE business_date = ? AND flow_no = ?`
 )

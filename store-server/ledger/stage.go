@@ -229,6 +229,8 @@ func (s *stage) claimFlow(f flowKey) {
 
 func (s *stage) rows() *rowSet { return &s.rs }
 
+func (s *stage) ledger() *Ledger { return s.l }
+
 // record stages the events row, in place of prior: a row staged before is dropped, a row of
 // the ledger deleted when the group is written.
 func (s *stage) record(_ context.Context, k eventKey, prior *known, st Stored, row []any) error {

@@ -206,6 +206,8 @@ func (w *writer) flowTaken(ctx context.Context, f flowKey) (bool, error) {
 // unique through the index events_flow.
 func (w *writer) claimFlow(flowKey) {}
 
+func (w *writer) ledger() *Ledger { return w.l }
+
 func (w *writer) rows() *rowSet {
 	if w.rs.by == nil {
 		w.rs.by = map[*multi][]any{}

@@ -568,6 +568,41 @@ func (s *Store) Rows(ctx context.Context, date, store string) ([]hqstore.StoredR
 	return out, nil
 }
 
+// DateStores implements hqstore.Storage: the stores with rows on the date, one seek of the
+// date's rows per store (a skip scan of their key), and those with a declaration of it.
+func (s *Store) DateStores(ctx context.Context, date string) ([]string, error) {
+	var out []string
+	err := s.read(ctx, func(c *rawConn) error {
+		return c.each(`WITH RECURSIVE st(store) AS (
+				SELECT min(store) FROM rows WHERE business_date = ?1
+				UNION ALL
+				SELECT (SELECT min(store) FROM rows WHERE business_date = ?1 AND store > st.store)
+				FROM st WHERE st.store IS NOT NULL
+			)
+			SELECT store FROM st WHERE store IS NOT NULL
+			UNION SELECT store FROM days WHERE business_date = ?1
+			ORDER BY 1`, []driver.NamedValue{{Ordinal: 1, Value: date}}, func(v []driver.Value) error {
+			out = append(out, asString(v[0]))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stores of %s: %w", date, err)
+	}
+	return out, nil
+}
+
+// RecordReconcile implements hqstore.Storage.
+func (s *Store) RecordReconcile(ctx context.Context, r hqstore.ReconcileRun) error {
+	_, err := s.db.W.ExecContext(ctx, `INSERT OR IGNORE INTO reconcile_runs (business_date, store, finished_ms, ok,
+		stores, hq_txns, differences) VALUES (?, ?, ?, ?, ?, ?, ?)`, r.Date, r.Store, r.Finished.UnixMilli(), r.OK,
+		r.Stores, r.HQTxns, r.Differences)
+	if err != nil {
+		return fmt.Errorf("record reconciliation of %s: %w", r.Date, err)
+	}
+	return nil
+}
+
 // Days implements hqstore.Storage. Declarations come in store order.
 func (s *Store) Days(ctx context.Context, date, store string) ([]hqstore.StoredDay, error) {
 	filter, args := ` WHERE business_date = ?`, []driver.NamedValue{{Ordinal: 1, Value: date}}

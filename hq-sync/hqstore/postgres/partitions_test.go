@@ -1,0 +1,206 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
+	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/hqwire"
+)
+
+// partitionsOf lists the partitions of table in the schema of url's search_path.
+func partitionsOf(t *testing.T, schema, table string) []string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = p.relnamespace
+		WHERE p.relname = $1 AND n.nspname = $2 ORDER BY 1`, table, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// newSchema makes an empty schema and returns its name and the URL of the database with
+// that schema as its search path.
+func newSchema(t *testing.T) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("hq_test_%d", schemas.Add(1))
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	return name, pgURL + "&search_path=" + name
+}
+
+func openURL(t *testing.T, url string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestPartitionsByDay: a batch makes the partitions of the days it stores, PrepareDays
+// those of the days to come, and each day's rows are in its own partition.
+func TestPartitionsByDay(t *testing.T) {
+	ctx := context.Background()
+	schema, url := newSchema(t)
+	s := openURL(t, url)
+	rows := append(storetest.Sales("S1", "T1", 1, 3, storetest.D1, storetest.T0),
+		storetest.Sales("S1", "T1", 10, 2, storetest.D2, storetest.T0)...)
+	b, h := storetest.NewBatch("S1", "b", rows, storetest.Day(storetest.D1, 1, storetest.T0, rows))
+	if rc := storetest.MustPut(t, s, b, h, storetest.T0); rc.New != 5 || rc.Days != 1 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if err := s.PrepareDays(ctx, "2025-03-02", "2025-03-04"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"rows_p20250301", "rows_p20250302", "rows_p20250303", "rows_p20250304"}
+	if got := partitionsOf(t, schema, "rows"); !slices.Equal(got, want) {
+		t.Fatalf("partitions of rows: %v, want %v", got, want)
+	}
+	if got := partitionsOf(t, schema, "day_txns"); len(got) != 4 {
+		t.Fatalf("partitions of day_txns: %v", got)
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n1, n2 int
+	if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM rows_p20250301), (SELECT count(*) FROM rows_p20250302)`).
+		Scan(&n1, &n2); err != nil {
+		t.Fatal(err)
+	}
+	if n1 != 3 || n2 != 2 {
+		t.Fatalf("rows by partition %d and %d, want 3 and 2", n1, n2)
+	}
+}
+
+// TestRetain: Retain drops the days before its limit that a reconciliation of every store
+// covered, and keeps the others; rows and declarations of a dropped day sent again are
+// acknowledged as held and not stored, and another process that still knew the day's
+// partition learns it is gone.
+func TestRetain(t *testing.T) {
+	ctx := context.Background()
+	schema, url := newSchema(t)
+	s, other := openURL(t, url), openURL(t, url)
+	d3 := "2025-03-03"
+	var all []hqwire.Row
+	for i, d := range []string{storetest.D1, storetest.D2, d3} {
+		rows := storetest.Sales("S1", "T1", int64(1+10*i), 3, d, storetest.T0)
+		all = append(all, rows...)
+		b, h := storetest.NewBatch("S1", "b-"+d, rows, storetest.Day(d, 1, storetest.T0, rows))
+		storetest.MustPut(t, s, b, h, storetest.T0)
+	}
+	// The other process sees D1's partition before it is dropped.
+	b, h := storetest.NewBatch("S2", "b", storetest.Sales("S2", "T1", 1, 1, storetest.D1, storetest.T0))
+	storetest.MustPut(t, other, b, h, storetest.T0)
+	for _, run := range []hqstore.ReconcileRun{
+		{Date: storetest.D1, Finished: time.Now(), OK: true},
+		{Date: storetest.D2, Store: "S1", Finished: time.Now(), OK: true}, // one store only: not covered
+		{Date: d3, Finished: time.Now(), OK: false},                       // covered, though it did not reconcile
+	} {
+		if err := s.RecordReconcile(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Retain(ctx, d3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Dropped, []string{storetest.D1}) || !slices.Equal(got.Unreconciled, []string{storetest.D2}) {
+		t.Fatalf("retained %+v, want D1 dropped and D2 kept unreconciled", got)
+	}
+	if parts := partitionsOf(t, schema, "rows"); !slices.Equal(parts, []string{"rows_p20250302", "rows_p20250303"}) {
+		t.Fatalf("partitions after Retain: %v", parts)
+	}
+	for _, st := range []hqstore.Storage{s, other} {
+		if rows, err := st.Rows(ctx, storetest.D1, ""); err != nil || len(rows) != 0 {
+			t.Fatalf("rows of the dropped day: %d (%v)", len(rows), err)
+		}
+	}
+	// Everything sent again, through both processes: the dropped day's rows and declaration
+	// are held, the others duplicates of what HQ keeps.
+	for i, st := range []hqstore.Storage{other, s} {
+		b, h := storetest.NewBatch("S1", fmt.Sprintf("again-%d", i), all, storetest.Day(storetest.D1, 2, storetest.T0, all[:3]))
+		rc := storetest.MustPut(t, st, b, h, storetest.T0.Add(time.Hour))
+		if rc.New != 0 || rc.Days != 0 {
+			t.Fatalf("resent through process %d: %+v, want nothing new", i, rc)
+		}
+	}
+	if days, err := s.Days(ctx, storetest.D1, ""); err != nil || len(days) != 0 {
+		t.Fatalf("declarations of the dropped day: %v (%v)", days, err)
+	}
+	if rows, err := s.Rows(ctx, storetest.D2, ""); err != nil || len(rows) != 3 {
+		t.Fatalf("rows of the kept day: %d (%v)", len(rows), err)
+	}
+	if parts := partitionsOf(t, schema, "rows"); len(parts) != 2 {
+		t.Fatalf("partitions after the resend: %v (a dropped day's made again?)", parts)
+	}
+}
+
+// TestTwoProcessesSameBatch: two stores on one database (as two serve processes) given the
+// same batches at once, over and over: each batch is stored once, answered once as new and
+// otherwise as a duplicate, and every row is held once.
+func TestTwoProcessesSameBatch(t *testing.T) {
+	ctx := context.Background()
+	_, url := newSchema(t)
+	procs := []*postgres.Store{openURL(t, url), openURL(t, url)}
+	const batches, per = 30, 50
+	for i := range batches {
+		rows := storetest.Sales("S1", "T1", int64(1+i*per), per, storetest.D1, storetest.T0)
+		b, h := storetest.NewBatch("S1", fmt.Sprintf("b-%d", i), rows)
+		var wg sync.WaitGroup
+		rcs := make([]hqwire.Receipt, 4)
+		errs := make([]error, 4)
+		for k := range 4 {
+			wg.Go(func() { rcs[k], errs[k] = procs[k%2].PutBatch(ctx, b, h, storetest.T0) })
+		}
+		wg.Wait()
+		fresh := 0
+		for k := range 4 {
+			if errs[k] != nil {
+				t.Fatal(errs[k])
+			}
+			if !rcs[k].Duplicate {
+				fresh++
+			}
+			if rcs[k].New != per {
+				t.Fatalf("batch %d answer %d: %+v", i, k, rcs[k])
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("batch %d answered new %d times, want once", i, fresh)
+		}
+	}
+	rows, err := procs[0].Rows(ctx, storetest.D1, "S1")
+	if err != nil || len(rows) != batches*per {
+		t.Fatalf("%d rows (%v), want %d", len(rows), err, batches*per)
+	}
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
+	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/stack"
+)
+
+// Ingest benchmark: ingestStores stores upload at once, each its own batches one after the
+// other, ingestRows rows in all per run.
+const (
+	ingestStores = 8
+	ingestRows   = 400_000
+)
+
+// BenchmarkServeIngest measures HQ's intake on PostgreSQL: the hq-sync serve binary, with
+// PostgreSQL on the same two cores, taking signed batches of sales (realistic payloads,
+// 10 terminals a store) from 8 stores uploading at once, by batch size; each batch one
+// request, checked and stored as in production. Its reference in the same run is the
+// bare load of the same rows: a plain COPY of the values serve writes (one transaction per
+// batch, 8 connections at once) into a table of the same key that grows as the day's
+// partition does, as pgbench would load it.
+// It reports rows/s through serve, the reference's ref-rows/s, their ratio, and the CPU
+// time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
+// PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
+// does not inflate as much as the wall clock.
+// go test -run '^$' -bench ServeIngest -benchtime 1x -timeout 30m ./hq-sync/
+func BenchmarkServeIngest(b *testing.B) {
+	bins := binaries(b)
+	st := stack.Run(b, stack.Options{Postgres: true})
+	ctx := context.Background()
+	url := st.PostgresURL()
+	dir := b.TempDir()
+	var secrets []StoreSecret
+	for _, size := range []int{1000, 2500, 5000} {
+		for i := range ingestStores {
+			secrets = append(secrets, StoreSecret{Store: ingestStore(size, i), Secret: ingestStore(size, i) + "-bench-secret"})
+		}
+	}
+	storesFile := filepath.Join(dir, "stores.json")
+	js, _ := json.Marshal(secrets)
+	if err := os.WriteFile(storesFile, js, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	hq, err := e2e.StartServe(ctx, bins.HQSync, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: dir,
+		Extra: []string{"--db-conns", strconv.Itoa(ingestStores)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { hq.Kill() })
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE ingest_ref (LIKE rows INCLUDING ALL)`); err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{1000, 2500, 5000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			var serveS, refS, serveCPU, pgCPU, refCPU float64
+			rows := 0
+			for run := 0; b.Loop(); run++ {
+				uploads := buildUploads(b, size, run)
+				r0 := postgresCPU(st.Postgres.Pid())
+				refS += loadReference(b, pool, uploads)
+				refCPU += postgresCPU(st.Postgres.Pid()) - r0
+				s0, p0 := procCPU(hq.Pid()), postgresCPU(st.Postgres.Pid())
+				start := time.Now()
+				sendUploads(b, hq.BatchesURL(), uploads, run)
+				serveS += time.Since(start).Seconds()
+				serveCPU += procCPU(hq.Pid()) - s0
+				pgCPU += postgresCPU(st.Postgres.Pid()) - p0
+				rows += ingestRows
+			}
+			b.ReportMetric(float64(rows)/serveS, "rows/s")
+			b.ReportMetric(float64(rows)/refS, "ref-rows/s")
+			b.ReportMetric(refS/serveS, "x-ref")
+			b.ReportMetric(serveCPU/float64(rows)*1e6, "serve-cpu-µs/row")
+			b.ReportMetric(pgCPU/float64(rows)*1e6, "pg-cpu-µs/row")
+			b.ReportMetric(refCPU/float64(rows)*1e6, "ref-pg-cpu-µs/row")
+		})
+	}
+}
+
+func ingestStore(size, i int) string { return fmt.Sprintf("B%d-S%02d", size, i) }
+
+// storeUpload is one store's batches of a run, and the same rows as the reference loads them.
+type storeUpload struct {
+	store   string
+	secret  []byte
+	batches []*hqwire.Batch
+}
+
+// buildUploads builds each store's batches of size rows for run: 10 terminals' sales of
+// one day, each run's after the last run's.
+func buildUploads(tb testing.TB, size, run int) []*storeUpload {
+	per := ingestRows / ingestStores
+	out := make([]*storeUpload, ingestStores)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			u := &storeUpload{store: ingestStore(size, i), secret: []byte(ingestStore(size, i) + "-bench-secret")}
+			var rows []hqwire.Row
+			for t := range 10 {
+				rows = append(rows, storetest.Sales(u.store, fmt.Sprintf("T%d", t), int64(1+run*per/10), per/10,
+					storetest.D1, storetest.T0)...)
+			}
+			for k := 0; k < len(rows); k += size {
+				u.batches = append(u.batches, &hqwire.Batch{V: hqwire.Version, Store: u.store, SentAt: storetest.T0,
+					Rows: rows[k:min(k+size, len(rows))]})
+			}
+			out[i] = u
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// sendUploads sends every store's batches, each store's one after the other, the stores at
+// once, under batch ids of run, and checks that every row was new.
+func sendUploads(tb testing.TB, url string, uploads []*storeUpload, run int) {
+	type req struct {
+		s    *simStore
+		b    simBatch
+		rows int
+	}
+	// Bodies are encoded and signed before the clock starts.
+	reqs := make([][]req, len(uploads))
+	for i, u := range uploads {
+		s := &simStore{id: u.store, secret: u.secret}
+		for k, bt := range u.batches {
+			bt.ID = fmt.Sprintf("%s-r%d-%06d", u.store, run, k)
+			body, err := json.Marshal(bt)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			reqs[i] = append(reqs[i], req{s, simBatch{id: bt.ID, body: body}, len(bt.Rows)})
+		}
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() {
+			for _, r := range reqs[i] {
+				a := r.s.send(ctx, url, r.b)
+				if a.err != nil || a.rc.New != r.rows {
+					tb.Errorf("%s: %v %+v", r.b.id, a.err, a.rc)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+}
+
+// loadReference COPYs the uploads' rows into ingest_ref as serve writes them (the same
+// columns and values), a batch per transaction, a connection per store, and returns the
+// seconds it took.
+func loadReference(tb testing.TB, pool *pgxpool.Pool, uploads []*storeUpload) float64 {
+	cols := []string{"store", "terminal", "seq", "kind", "business_date", "flow_no", "at", "hash", "amount", "cash",
+		"card", "qr", "methods", "payload", "batch_id", "received_ms"}
+	vals := make([][][][]any, len(uploads))
+	for i, u := range uploads {
+		for _, bt := range u.batches {
+			var vs [][]any
+			for _, r := range bt.Rows {
+				m, _ := hqstore.Split(r.ByMethod)
+				vs = append(vs, []any{u.store, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
+					r.At.UTC().Format(time.RFC3339Nano), r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, nil,
+					"ref", time.Now().UnixMilli()})
+			}
+			vals[i] = append(vals[i], vs)
+		}
+	}
+	ctx := context.Background()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range vals {
+		wg.Go(func() {
+			for _, vs := range vals[i] {
+				if _, err := pool.CopyFrom(ctx, pgx.Identifier{"ingest_ref"}, cols, pgx.CopyFromRows(vs)); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	return time.Since(start).Seconds()
+}
+
+// procCPU returns the CPU seconds (user and system) process pid has used, 0 if unknown.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and stime are 14th and 15th
+	// of the line, the 12th and 13th after it.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return (u + k) / 100 // clock ticks: USER_HZ is 100 on Linux
+}
+
+// postgresCPU returns the CPU seconds the postmaster pid and its children have used: those
+// that ended (the postmaster's cutime and cstime) and those alive.
+func postgresCPU(pid int) float64 {
+	total := procCPU(pid)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 14 {
+			cu, _ := strconv.ParseFloat(f[13], 64)
+			cs, _ := strconv.ParseFloat(f[14], 64)
+			total += (cu + cs) / 100
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			total += procCPU(child)
+		}
+	}
+	return total
+}
