@@ -81,6 +81,7 @@ func (s *simStore) send(ctx context.Context, url string, b simBatch) answer {
 	req.Header.Set(hqwire.HeaderStore, s.id)
 	req.Header.Set(hqwire.HeaderTimestamp, ts)
 	req.Header.Set(hqwire.HeaderIdemKey, b.id)
+	req.Header.Set(hqwire.HeaderContentHash, hqwire.ContentHash(b.body))
 	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(s.secret, http.MethodPost, "/v1/batches", s.id, ts, b.id, b.body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -90,7 +91,11 @@ func (s *simStore) send(ctx context.Context, url string, b simBatch) answer {
 	raw, err := io.ReadAll(resp.Body)
 	a := answer{status: resp.StatusCode, err: err}
 	if err == nil && resp.StatusCode == http.StatusOK {
-		a.err = json.Unmarshal(raw, &a.rc)
+		if !hqwire.VerifyReceipt(s.secret, resp.Header.Get(hqwire.HeaderSignature), s.id, b.id, raw) {
+			a.err = fmt.Errorf("a receipt not signed by HQ with store %s's secret", s.id)
+		} else {
+			a.err = json.Unmarshal(raw, &a.rc)
+		}
 	} else if err == nil {
 		a.err = fmt.Errorf("%d %s", resp.StatusCode, raw)
 	}
@@ -198,7 +203,13 @@ func TestConcurrentServes(t *testing.T) {
 			}
 		})
 	}
-	<-killed
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-killed:
+	case <-finished: // every store stopped early: the errors say why
+		t.Fatalf("the stores stopped before a third of the batches were answered")
+	}
 	serves[1].Kill()
 	t.Logf("%s SIGKILLed after %d of %d batches, %v in", serves[1].Name, batches/3, batches, time.Since(start).Round(time.Millisecond))
 	time.Sleep(time.Second)
