@@ -57,9 +57,16 @@ func TestServeKeepsDays(t *testing.T) {
 			t.Fatalf("reconcile %s: exit %d: %s", d, code, errs)
 		}
 	}
-	keep()
-	if got := stores(old); len(got) != 0 {
-		t.Fatalf("the old day, reconciled, was kept: stores %v", got)
+	// A pass of keepDays may be cut short by its 200 ms on a loaded machine: a few passes.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		keep()
+		got := stores(old)
+		if len(got) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old day, reconciled, was kept: stores %v", got)
+		}
 	}
 	if got := stores(young); !slices.Equal(got, []string{"S1"}) {
 		t.Fatalf("the young day was dropped: stores %v", got)
