@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/posgate/posgate/internal/sqlitedb"
@@ -22,7 +21,7 @@ import (
 // ledger's directory: archive/ledger-YYYY-MM.db, a ledger of the same tables holding those
 // days' events, sales, refunds, their lines and payments, day closes and HQ rows. A day is
 // copied, the copy checked against the ledger, the file made durable and put in place, and
-// only then is the day deleted from the ledger (each day in its own transaction), leaving
+// only then is the day deleted from the ledger (a month's days in one transaction), leaving
 // in its place: a stock move per SKU of its sales' lines ('archived', so that stock stays
 // provable), its highest flow number (archived_days), and each terminal's last event (the
 // ledger's next seq of a terminal idle since). The readers of a day (Totals, DayCloses,
@@ -46,22 +45,37 @@ type Archived struct {
 	Events int64    // their events
 }
 
-// archivedTables are the tables a day's rows are copied from, and how a row is of the day:
-// the day's own column, or its event's (lines are keyed by their event).
+// archivedTables are the tables a day's rows are copied from, and how a row is of the days
+// moved: the condition on table "t" of database {db} naming them ({days}: the list of
+// their dates), the day's own column or, for lines (sale_lines and refund_lines are keyed
+// by nothing: the ledger's commits stay cheap), their sale's or refund's. Each condition
+// reads the table once, whatever the number of days.
 var archivedTables = []struct {
-	name, of string // of: the condition on the ledger's table "t" naming the day (?1)
+	name, of string
 	check    string // a checksum of its rows, compared between ledger and archive
 }{
-	{"events", "t.business_date = ?1", "count(*) || '/' || total(seq) || '/' || total(length(payload)) || '/' || total(coalesce(flow_no, 0))"},
-	{"sales", "t.business_date = ?1", "count(*) || '/' || total(total) || '/' || total(flow_no)"},
-	{"sale_lines", "EXISTS (SELECT 1 FROM %s.sales s WHERE s.terminal = t.terminal AND s.seq = t.seq AND s.business_date = ?1)",
+	{"events", "t.business_date IN ({days})", "count(*) || '/' || total(seq) || '/' || total(length(payload)) || '/' || total(coalesce(flow_no, 0))"},
+	{"sales", "t.business_date IN ({days})", "count(*) || '/' || total(total) || '/' || total(flow_no)"},
+	{"sale_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.sales WHERE business_date IN ({days}))",
 		"count(*) || '/' || total(qty) || '/' || total(amount)"},
-	{"payments", "t.business_date = ?1", "count(*) || '/' || total(amount)"},
-	{"refunds", "t.business_date = ?1", "count(*) || '/' || total(amount)"},
-	{"refund_lines", "EXISTS (SELECT 1 FROM %s.refunds r WHERE r.terminal = t.terminal AND r.seq = t.seq AND r.business_date = ?1)",
+	{"payments", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
+	{"refunds", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
+	{"refund_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.refunds WHERE business_date IN ({days}))",
 		"count(*) || '/' || total(qty) || '/' || total(amount)"},
-	{"day_closes", "t.business_date = ?1", "count(*) || '/' || total(length(payload))"},
-	{"hq_outbox", "t.business_date = ?1", "count(*) || '/' || total(id)"},
+	{"day_closes", "t.business_date IN ({days})", "count(*) || '/' || total(length(payload))"},
+	{"hq_outbox", "t.business_date IN ({days})", "count(*) || '/' || total(id)"},
+}
+
+// daysCond returns cond for database db and n days (n placeholders), and the days as
+// arguments.
+func daysCond(cond, db string, days []string) (string, []any) {
+	cond = strings.ReplaceAll(cond, "{db}", db)
+	cond = strings.ReplaceAll(cond, "{days}", strings.TrimSuffix(strings.Repeat("?,", len(days)), ","))
+	args := make([]any, len(days))
+	for i, d := range days {
+		args[i] = d
+	}
+	return cond, args
 }
 
 // Archive moves the days before before (YYYY-MM-DD) that are out of Redis (HQ held them
@@ -139,15 +153,11 @@ func (l *Ledger) archiveMonth(ctx context.Context, days []string, ackedThrough i
 	if err := syncFile(filepath.Dir(final)); err != nil {
 		return a, err
 	}
-	for _, d := range days {
-		moved, err := l.pruneDay(ctx, d, filepath.Base(final), counts[d], ackedThrough)
-		if err != nil {
-			return a, err
-		}
-		if moved {
-			a.Days = append(a.Days, d)
-			a.Events += counts[d]
-		}
+	if a.Days, err = l.pruneDays(ctx, days, filepath.Base(final), counts, ackedThrough); err != nil {
+		return a, err
+	}
+	for _, d := range a.Days {
+		a.Events += counts[d]
 	}
 	return a, nil
 }
@@ -192,36 +202,33 @@ func (l *Ledger) copyDays(ctx context.Context, tmp string, days []string) (map[s
 		return nil, err
 	}
 	defer tx.Rollback()
-	counts := map[string]int64{}
-	for _, d := range days {
-		// A day copied before and left in the ledger (an event came meanwhile) is copied anew.
-		for _, t := range slices.Backward(archivedTables) {
-			mainCond := strings.ReplaceAll(t.of, "%s", "main")
-			if _, err := tx.ExecContext(ctx, `DELETE FROM main.`+t.name+` AS t WHERE `+mainCond, d); err != nil {
-				return nil, fmt.Errorf("clear %s of %s: %w", t.name, d, err)
-			}
+	// Days copied before and left in the ledger (an event came meanwhile) are copied anew.
+	for _, t := range slices.Backward(archivedTables) {
+		cond, args := daysCond(t.of, "main", days)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM main.`+t.name+` AS t WHERE `+cond, args...); err != nil {
+			return nil, fmt.Errorf("clear %s: %w", t.name, err)
 		}
-		for _, t := range archivedTables {
-			cond := strings.ReplaceAll(t.of, "%s", "led")
-			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO main.`+t.name+` SELECT t.* FROM led.`+t.name+` t WHERE `+cond, d); err != nil {
-				return nil, fmt.Errorf("copy %s of %s: %w", t.name, d, err)
-			}
-			var src, dst string
-			if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM led.`+t.name+` t WHERE `+cond, d).Scan(&src); err != nil {
-				return nil, fmt.Errorf("check %s of %s: %w", t.name, d, err)
-			}
-			mainCond := strings.ReplaceAll(t.of, "%s", "main")
-			if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM main.`+t.name+` t WHERE `+mainCond, d).Scan(&dst); err != nil {
-				return nil, fmt.Errorf("check %s of %s: %w", t.name, d, err)
-			}
-			if src != dst {
-				return nil, fmt.Errorf("the archive's %s of %s (%s) differ from the ledger's (%s)", t.name, d, dst, src)
-			}
-			if t.name == "events" {
-				n, _ := strconv.ParseInt(src[:strings.IndexByte(src, '/')], 10, 64)
-				counts[d] = n
-			}
+	}
+	for _, t := range archivedTables {
+		cond, args := daysCond(t.of, "led", days)
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO main.`+t.name+` SELECT t.* FROM led.`+t.name+` t WHERE `+cond, args...); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", t.name, err)
 		}
+		var src, dst string
+		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM led.`+t.name+` t WHERE `+cond, args...).Scan(&src); err != nil {
+			return nil, fmt.Errorf("check %s: %w", t.name, err)
+		}
+		mainCond, _ := daysCond(t.of, "main", days)
+		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM main.`+t.name+` t WHERE `+mainCond, args...).Scan(&dst); err != nil {
+			return nil, fmt.Errorf("check %s: %w", t.name, err)
+		}
+		if src != dst {
+			return nil, fmt.Errorf("the archive's %s (%s) differ from the ledger's (%s)", t.name, dst, src)
+		}
+	}
+	counts, err := eventsPerDay(ctx, tx, "main", days)
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
@@ -239,49 +246,88 @@ func (l *Ledger) copyDays(ctx context.Context, tmp string, days []string) (map[s
 	return counts, nil
 }
 
-// pruneDay deletes business date d, copied to the archive file with events events, from the
-// ledger in one transaction, and reports whether it did: not if an event of the day came
-// since it was copied (the day is touched, or holds other events). It books a stock move per
-// SKU of the day's sales' lines, keeps each terminal's last event and the HQ row HQ
-// acknowledged last, and records the day archived with its highest flow number.
-func (l *Ledger) pruneDay(ctx context.Context, d, file string, events, ackedThrough int64) (bool, error) {
+// eventsPerDay counts the events of days in database db, and their highest flow numbers.
+func eventsPerDay(ctx context.Context, q sqlitedb.Querier, db string, days []string) (map[string]int64, error) {
+	cond, args := daysCond("business_date IN ({days})", db, days)
+	out := map[string]int64{}
+	err := sqlitedb.Each(ctx, q, `SELECT business_date, count(*) FROM `+db+`.events WHERE `+cond+` GROUP BY 1`, args,
+		func(rows *sql.Rows) error {
+			var d string
+			var n int64
+			if err := rows.Scan(&d, &n); err != nil {
+				return err
+			}
+			out[d] = n
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("events of the days: %w", err)
+	}
+	return out, nil
+}
+
+// pruneDays deletes days, copied to the archive file with counts events each, from the
+// ledger in one transaction, and returns those it deleted: not a day an event came for
+// since it was copied (the day is touched, or holds other events). It books a stock move
+// per SKU of the days' sales' lines, keeps each terminal's last event and the HQ row HQ
+// acknowledged last, and records each day archived with its highest flow number.
+func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, counts map[string]int64, ackedThrough int64) ([]string, error) {
 	tx, err := l.db.W.BeginTx(ctx, nil)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer tx.Rollback()
-	var touched, held, maxFlow int64
-	if err := tx.QueryRowContext(ctx, `SELECT (SELECT touched FROM redis_days WHERE business_date = ?1),
-		(SELECT count(*) FROM events WHERE business_date = ?1),
-		(SELECT coalesce(max(flow_no), 0) FROM events WHERE business_date = ?1)`, d).Scan(&touched, &held, &maxFlow); err != nil {
-		return false, fmt.Errorf("prune %s: %w", d, err)
+	held, err := eventsPerDay(ctx, tx, "main", days)
+	if err != nil {
+		return nil, err
 	}
-	if touched != 0 || held != events {
-		return false, nil
+	var gone []string
+	for _, d := range days {
+		var touched, maxFlow int64
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT touched FROM redis_days WHERE business_date = ?1),
+			(SELECT coalesce(max(flow_no), 0) FROM events WHERE business_date = ?1 AND flow_no IS NOT NULL)`, d).
+			Scan(&touched, &maxFlow); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", d, err)
+		}
+		if touched != 0 || held[d] != counts[d] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO archived_days (business_date, file, events, max_flow, archived_ms)
+			VALUES (?, ?, ?, ?, ?)`, d, file, counts[d], maxFlow, l.now().UnixMilli()); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", d, err)
+		}
+		gone = append(gone, d)
+	}
+	if len(gone) == 0 {
+		return nil, nil
 	}
 	at := l.now().UTC().Format(timeFormat)
 	for _, q := range []string{
 		`INSERT INTO stock_moves (sku, delta, reason, ref, at)
-			SELECT l.sku, -sum(l.qty), 'archived', 'archive:' || ?1, ?2 FROM sale_lines l
-			JOIN sales s ON s.terminal = l.terminal AND s.seq = l.seq WHERE s.business_date = ?1 GROUP BY l.sku`,
-		`DELETE FROM sale_lines WHERE EXISTS (SELECT 1 FROM sales s WHERE s.terminal = sale_lines.terminal
-			AND s.seq = sale_lines.seq AND s.business_date = ?1)`,
-		`DELETE FROM refund_lines WHERE EXISTS (SELECT 1 FROM refunds r WHERE r.terminal = refund_lines.terminal
-			AND r.seq = refund_lines.seq AND r.business_date = ?1)`,
-		`DELETE FROM payments WHERE business_date = ?1`,
-		`DELETE FROM sales WHERE business_date = ?1`,
-		`DELETE FROM refunds WHERE business_date = ?1`,
-		`DELETE FROM day_closes WHERE business_date = ?1`,
-		`DELETE FROM hq_outbox WHERE business_date = ?1 AND id < ?3`,
-		`DELETE FROM events WHERE business_date = ?1
+			SELECT sku, -sum(qty), 'archived', 'archive:' || substr(?, 1, 7), ? FROM sale_lines
+			WHERE (terminal, seq) IN (SELECT terminal, seq FROM sales WHERE business_date IN ({days})) GROUP BY sku`,
+		`DELETE FROM sale_lines WHERE (terminal, seq) IN (SELECT terminal, seq FROM sales WHERE business_date IN ({days}))`,
+		`DELETE FROM refund_lines WHERE (terminal, seq) IN (SELECT terminal, seq FROM refunds WHERE business_date IN ({days}))`,
+		`DELETE FROM payments WHERE business_date IN ({days})`,
+		`DELETE FROM sales WHERE business_date IN ({days})`,
+		`DELETE FROM refunds WHERE business_date IN ({days})`,
+		`DELETE FROM day_closes WHERE business_date IN ({days})`,
+		`DELETE FROM hq_outbox WHERE id < ? AND business_date IN ({days})`,
+		`DELETE FROM events WHERE business_date IN ({days})
 			AND seq < (SELECT max(e.seq) FROM events e WHERE e.terminal = events.terminal)`,
-		`INSERT INTO archived_days (business_date, file, events, max_flow, archived_ms) VALUES (?1, ?4, ?5, ?6, ?7)`,
 	} {
-		if _, err := tx.ExecContext(ctx, q, d, at, ackedThrough, file, events, maxFlow, l.now().UnixMilli()); err != nil {
-			return false, fmt.Errorf("prune %s: %w", d, err)
+		q, args := daysCond(q, "main", gone)
+		switch {
+		case strings.HasPrefix(q, "INSERT"):
+			args = append([]any{gone[0], at}, args...)
+		case strings.Contains(q, "id < ?"):
+			args = append([]any{ackedThrough}, args...)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", strings.Join(gone, ","), err)
 		}
 	}
-	return true, tx.Commit()
+	return gone, tx.Commit()
 }
 
 // syncFile makes a file (or a directory's entries) durable.
