@@ -313,6 +313,10 @@ func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, coun
 		`DELETE FROM refunds WHERE business_date IN ({days})`,
 		`DELETE FROM day_closes WHERE business_date IN ({days})`,
 		`DELETE FROM hq_outbox WHERE id < ? AND business_date IN ({days})`,
+		`INSERT INTO archived_seqs (terminal, max_seq)
+			SELECT terminal, max(seq) FROM events WHERE business_date IN ({days})
+				AND seq < (SELECT max(e.seq) FROM events e WHERE e.terminal = events.terminal) GROUP BY terminal
+			ON CONFLICT (terminal) DO UPDATE SET max_seq = max(max_seq, excluded.max_seq)`,
 		`DELETE FROM events WHERE business_date IN ({days})
 			AND seq < (SELECT max(e.seq) FROM events e WHERE e.terminal = events.terminal)`,
 	} {
@@ -327,7 +331,76 @@ func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, coun
 			return nil, fmt.Errorf("prune %s: %w", strings.Join(gone, ","), err)
 		}
 	}
-	return gone, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	l.daysMu.Lock()
+	l.archSeqs = nil // read again
+	l.daysMu.Unlock()
+	return gone, nil
+}
+
+// archivedSeq returns the highest seq of terminal whose event moved to an archive (0: none).
+func (l *Ledger) archivedSeq(terminal string) (int64, error) {
+	l.daysMu.RLock()
+	m := l.archSeqs
+	l.daysMu.RUnlock()
+	if m == nil {
+		m = map[string]int64{}
+		err := sqlitedb.Each(context.Background(), l.db.R, `SELECT terminal, max_seq FROM archived_seqs`, nil,
+			func(rows *sql.Rows) error {
+				var t string
+				var seq int64
+				if err := rows.Scan(&t, &seq); err != nil {
+					return err
+				}
+				m[t] = seq
+				return nil
+			})
+		if err != nil {
+			return 0, fmt.Errorf("archived seqs: %w", err)
+		}
+		l.daysMu.Lock()
+		l.archSeqs = m
+		l.daysMu.Unlock()
+	}
+	return m[terminal], nil
+}
+
+// lookupArchived is Lookup in the archives, newest first, for a key at or below its
+// terminal's archived seq.
+func (l *Ledger) lookupArchived(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
+	top, err := l.archivedSeq(terminal)
+	if err != nil || seq > top {
+		return Stored{}, false, err
+	}
+	files, err := l.ArchiveFiles()
+	if err != nil {
+		return Stored{}, false, err
+	}
+	for _, f := range slices.Backward(files) {
+		a, err := sqlitedb.OpenQueryOnly(ctx, f, 1)
+		if err != nil {
+			return Stored{}, false, fmt.Errorf("archive %s: %w", filepath.Base(f), err)
+		}
+		s, ok, err := scanStored(a.QueryRowContext(ctx, lookupQuery, terminal, seq))
+		a.Close()
+		if err != nil || ok {
+			return s, ok, err
+		}
+	}
+	return Stored{}, false, nil
+}
+
+// archivedPrior is what an archive holds, final, for a key the ledger does not: a commit
+// answers a delivery of it again as a duplicate or a conflict. An archive that cannot be
+// read is nil: the record is decided as the ledger holds nothing of it.
+func (l *Ledger) archivedPrior(terminal string, seq int64) *known {
+	s, ok, err := l.lookupArchived(context.Background(), terminal, seq)
+	if err != nil || !ok || !s.Final {
+		return nil
+	}
+	return &known{Stored: s, row: -1}
 }
 
 // syncFile makes a file (or a directory's entries) durable.

@@ -207,4 +207,25 @@ func TestArchive(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(files, []string{jan}) {
 		t.Errorf("archive files %v (%v)", files, err)
 	}
+
+	// An archived event delivered again is its duplicate, with its flow number; with other
+	// content, a conflict. Neither counts again.
+	s2 := withFlow(accepted("T2", 1, jan10, salePayload("s2", []item{{"A", 1, 100}}, card(100))), 9)
+	if st := mustLookup(t, l, "T2", 1); st.Hash != s2.Hash || st.FlowNo != 2 {
+		t.Errorf("lookup of an archived event: %+v", st)
+	}
+	out = MustCommit(t, l, s2)
+	if !out[0].Duplicate || out[0].FlowNo != 2 || out[0].Status != wire.AckAccepted {
+		t.Errorf("an archived sale again: %+v, want its duplicate with flow 2", out[0])
+	}
+	other := withFlow(accepted("T1", 1, jan10, salePayload("s1-other", []item{{"B", 1, 50}}, cash(50))), 9)
+	out = MustCommit(t, l, other)
+	if out[0].Status != wire.AckConflict {
+		t.Errorf("an archived key with other content: %+v, want a conflict", out[0])
+	}
+	if v := mustDayView(t, l, "2025-01-10"); !reflect.DeepEqual(v.Totals["T1"], before["2025-01-10"].Totals["T1"]) ||
+		!reflect.DeepEqual(v.Totals["T2"], before["2025-01-10"].Totals["T2"]) {
+		t.Errorf("totals of the archived day after its events came again: %+v", v.Totals)
+	}
+	mustStock(t, l)
 }
