@@ -91,35 +91,36 @@ func openStocked(b *testing.B, path string, now time.Time) *ledger.Ledger {
 // the days before keepInRedis as out of Redis, as the store's day sweep leaves a year.
 func spreadYear(b *testing.B, path string, first time.Time, keepInRedis string) {
 	b.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL")
+	// A fixture: written without a journal, then back to the ledger's WAL.
+	db, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000&_journal_mode=OFF&_synchronous=OFF")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	d0 := first.Format(wire.BusinessDate)
-	days := fmt.Sprintf(`WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < %d) `, yearDays-1)
-	shift := `date(business_date, '+' || k.n || ' days')`
+	days := fmt.Sprintf(`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < %d) `, yearDays-1)
+	shift := `date(business_date, '+' || k.i || ' days')`
 	for _, q := range []string{
 		days + `INSERT INTO events (terminal, seq, kind, hash, at, business_date, offline, status, final, code, message,
 			flow_no, oversold, received_ms, payload)
-			SELECT terminal, seq + k.n * ` + fmt.Sprint(yearSeqStride) + `, kind, hash, at, ` + shift + `, offline, status, final,
-				code, message, flow_no, oversold, received_ms + k.n * 86400000, payload
-			FROM events, k WHERE business_date = '` + d0 + `' ORDER BY terminal, k.n, seq`,
-		days + `INSERT INTO sales SELECT terminal, seq + k.n * ` + fmt.Sprint(yearSeqStride) + `, sale_id, at, ` + shift + `,
-			flow_no, total, change, offline, oversold FROM sales, k WHERE business_date = '` + d0 + `' ORDER BY k.n, flow_no`,
-		days + `INSERT INTO sale_lines SELECT terminal, seq + k.n * ` + fmt.Sprint(yearSeqStride) + `, n, line, sku, name, qty,
-			unit_price, amount FROM sale_lines, k ORDER BY k.n, rowid`,
-		days + `INSERT INTO payments SELECT ` + shift + `, flow_no, n, terminal, seq + k.n * ` + fmt.Sprint(yearSeqStride) + `,
-			method, amount, reference FROM payments, k WHERE business_date = '` + d0 + `' ORDER BY k.n, flow_no, n`,
+			SELECT terminal, seq + k.i * ` + fmt.Sprint(yearSeqStride) + `, kind, hash, at, ` + shift + `, offline, status, final,
+				code, message, flow_no, oversold, received_ms + k.i * 86400000, payload
+			FROM events, k WHERE business_date = '` + d0 + `' ORDER BY terminal, k.i, seq`,
+		days + `INSERT INTO sales SELECT terminal, seq + k.i * ` + fmt.Sprint(yearSeqStride) + `, sale_id, at, ` + shift + `,
+			flow_no, total, change, offline, oversold FROM sales, k WHERE business_date = '` + d0 + `' ORDER BY k.i, flow_no`,
+		days + `INSERT INTO sale_lines SELECT terminal, seq + k.i * ` + fmt.Sprint(yearSeqStride) + `, n, line, sku, name, qty,
+			unit_price, amount FROM sale_lines, k ORDER BY k.i, rowid`,
+		days + `INSERT INTO payments SELECT ` + shift + `, flow_no, n, terminal, seq + k.i * ` + fmt.Sprint(yearSeqStride) + `,
+			method, amount, reference FROM payments, k WHERE business_date = '` + d0 + `' ORDER BY k.i, flow_no, n`,
 		days + `INSERT INTO hq_outbox (kind, terminal, seq, business_date, flow_no)
-			SELECT kind, terminal, seq + k.n * ` + fmt.Sprint(yearSeqStride) + `, ` + shift + `, flow_no
-			FROM hq_outbox, k WHERE business_date = '` + d0 + `' ORDER BY k.n, id`,
+			SELECT kind, terminal, seq + k.i * ` + fmt.Sprint(yearSeqStride) + `, ` + shift + `, flow_no
+			FROM hq_outbox, k WHERE business_date = '` + d0 + `' ORDER BY k.i, id`,
 		`CREATE TEMP TABLE moved AS SELECT sku, sum(delta) AS qty FROM stock_flow GROUP BY sku`,
 		`UPDATE stock SET qty = (SELECT qty FROM moved WHERE moved.sku = stock.sku)`,
 		`INSERT INTO redis_days (business_date, expired_ms, touched)
 			SELECT DISTINCT business_date, 0, 0 FROM sales WHERE business_date < '` + keepInRedis + `'`,
-		`PRAGMA wal_checkpoint(TRUNCATE)`,
+		`PRAGMA journal_mode = WAL`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			b.Fatalf("%v\n%s", err, q)
