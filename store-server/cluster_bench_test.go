@@ -28,7 +28,7 @@ func clusterBenchStore(b *testing.B, bin string, st *stack.Stack, store, dir str
 	for _, it := range benchSKUs {
 		fmt.Fprintf(&csv, "%s,%s,%s\n", it.SKU, it.Name, it.Price)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "store"), 0o700); err != nil {
 		b.Fatal(err)
 	}
 	catalog := filepath.Join(dir, "catalog.csv")
