@@ -330,7 +330,7 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 // benchConnectTo is benchConnect to a store at a broker.
 func benchConnectTo(b *testing.B, broker, store, terminal string, onAcks func(a *wire.Acks, at time.Time)) mqtt.Client {
 	b.Helper()
-	opts := mqtt.NewClientOptions().AddBroker(broker).SetClientID("bench-" + terminal).SetCleanSession(true).
+	opts := mqtt.NewClientOptions().AddBroker(broker).SetClientID("bench-" + store + "-" + terminal).SetCleanSession(true).
 		SetOrderMatters(true).SetAutoReconnect(false).SetKeepAlive(30 * time.Second).SetWriteTimeout(10 * time.Second)
 	mqttconn.Use(opts, broker, nil) // as the agent connects
 	c := mqtt.NewClient(opts)
