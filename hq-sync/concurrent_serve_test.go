@@ -81,8 +81,9 @@ func (s *simStore) send(ctx context.Context, url string, b simBatch) answer {
 	req.Header.Set(hqwire.HeaderStore, s.id)
 	req.Header.Set(hqwire.HeaderTimestamp, ts)
 	req.Header.Set(hqwire.HeaderIdemKey, b.id)
-	req.Header.Set(hqwire.HeaderContentHash, hqwire.ContentHash(b.body))
-	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(s.secret, http.MethodPost, "/v1/batches", s.id, ts, b.id, b.body))
+	hash := hqwire.ContentHash(b.body)
+	req.Header.Set(hqwire.HeaderContentHash, hash)
+	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(s.secret, http.MethodPost, "/v1/batches", s.id, ts, b.id, hash))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return answer{err: err}

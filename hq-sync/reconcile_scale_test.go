@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,10 +71,14 @@ func TestReconcileMemoryFlat(t *testing.T) {
 // throws them away. It reports the reconciliation's seconds (s/reconcile), the
 // reference's (s/copy), their ratio (x-copy) and reconcile's peak RSS (rss-MiB, goal
 // ≤ 1024). POSGATE_BENCH_PG=url reuses a database that holds the day already (loading
-// it takes minutes): go test -run '^$' -bench Reconcile10M -benchtime 1x -timeout 60m ./hq-sync/
+// it takes minutes); POSGATE_BENCH_STORES=n runs a day of n stores instead of 2,000:
+// go test -run '^$' -bench Reconcile10M -benchtime 1x -timeout 60m ./hq-sync/
 func BenchmarkReconcile10M(b *testing.B) {
 	bins := binaries(b)
 	day := chainDay{Date: "2025-06-01", Stores: 2000, Terminals: 5, PerTerminal: 1000}
+	if n, err := strconv.Atoi(os.Getenv("POSGATE_BENCH_STORES")); err == nil && n > 0 {
+		day.Stores = n
+	}
 	url := os.Getenv("POSGATE_BENCH_PG")
 	if url == "" {
 		st := stack.Run(b, stack.Options{Postgres: true})

@@ -291,6 +291,11 @@ func (e *benchEnv) ledgerTotals(b *testing.B, date string) (sales map[string]int
 // benchSale returns a sealed sale envelope: three lines (one SKU twice), paid in cash with
 // change, as a terminal-agent encodes it.
 func benchSale(terminal string, seq int64, at time.Time, offline bool) []byte {
+	return benchSaleOf(benchStoreID, terminal, seq, at, offline)
+}
+
+// benchSaleOf is benchSale of a store.
+func benchSaleOf(store, terminal string, seq int64, at time.Time, offline bool) []byte {
 	p := wire.SalePayload{SaleID: fmt.Sprintf("%s-%d", terminal, seq), OpenedAt: at.Add(-time.Minute)}
 	for i, k := range []int64{seq % 20, (seq*7 + 3) % 20, 19} {
 		it := benchSKUs[k]
@@ -306,7 +311,7 @@ func benchSale(terminal string, seq int64, at time.Time, offline bool) []byte {
 	if err != nil {
 		panic(err)
 	}
-	env := wire.NewEnvelope(wire.KindSale, benchStoreID, terminal, seq, at, body)
+	env := wire.NewEnvelope(wire.KindSale, store, terminal, seq, at, body)
 	env.Offline = offline
 	out, err := json.Marshal(env)
 	if err != nil {
@@ -319,9 +324,15 @@ func benchSale(terminal string, seq int64, at time.Time, offline bool) []byte {
 // gets every acks message with the time it arrived.
 func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wire.Acks, at time.Time)) mqtt.Client {
 	b.Helper()
-	opts := mqtt.NewClientOptions().AddBroker(e.broker).SetClientID("bench-" + terminal).SetCleanSession(true).
+	return benchConnectTo(b, e.broker, benchStoreID, terminal, onAcks)
+}
+
+// benchConnectTo is benchConnect to a store at a broker.
+func benchConnectTo(b *testing.B, broker, store, terminal string, onAcks func(a *wire.Acks, at time.Time)) mqtt.Client {
+	b.Helper()
+	opts := mqtt.NewClientOptions().AddBroker(broker).SetClientID("bench-" + store + "-" + terminal).SetCleanSession(true).
 		SetOrderMatters(true).SetAutoReconnect(false).SetKeepAlive(30 * time.Second).SetWriteTimeout(10 * time.Second)
-	mqttconn.Use(opts, e.broker, nil) // as the agent connects
+	mqttconn.Use(opts, broker, nil) // as the agent connects
 	c := mqtt.NewClient(opts)
 	// The client's goroutines carry the label role=bench, so that an in-process profile can
 	// leave the load generator out: go tool pprof -tagignore role=bench.
@@ -331,7 +342,7 @@ func (e *benchEnv) benchConnect(b *testing.B, terminal string, onAcks func(a *wi
 		b.Fatalf("connect %s: %v", terminal, t.Error())
 	}
 	b.Cleanup(func() { c.Disconnect(100) })
-	t := c.Subscribe(wire.DownTopic(benchStoreID, terminal), 1, func(_ mqtt.Client, m mqtt.Message) {
+	t := c.Subscribe(wire.DownTopic(store, terminal), 1, func(_ mqtt.Client, m mqtt.Message) {
 		now := time.Now()
 		a, err := wire.DecodeAcks(m.Payload()) // as the agent reads them
 		if err != nil {
@@ -485,6 +496,7 @@ func (e *benchEnv) redisBenchmark(b *testing.B, evalsha []string, n int64) (rps,
 // order with a window of unacked events, as the agent's uplink does (out_of_order and a 5 s
 // ack timeout rewind it; rate_limited pauses it).
 type drainTerm struct {
+	store string
 	id    string
 	msgs  [][]byte
 	first []int64 // first seq of each message
@@ -509,12 +521,17 @@ const (
 )
 
 func newDrainTerm(id string, n int64, at time.Time) *drainTerm {
-	d := &drainTerm{id: id, n: n, acked: make([]bool, n+1), low: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return newDrainTermOf(benchStoreID, id, n, at)
+}
+
+// newDrainTermOf is newDrainTerm of a store.
+func newDrainTermOf(store, id string, n int64, at time.Time) *drainTerm {
+	d := &drainTerm{store: store, id: id, n: n, acked: make([]bool, n+1), low: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for from := int64(1); from <= n; from += drainBatch {
 		to := min(n, from+drainBatch-1)
-		bt := wire.Batch{V: wire.Version, Kind: wire.KindBatch, Store: benchStoreID, Terminal: id}
+		bt := wire.Batch{V: wire.Version, Kind: wire.KindBatch, Store: store, Terminal: id}
 		for seq := from; seq <= to; seq++ {
-			bt.Events = append(bt.Events, benchSale(id, seq, at.Add(time.Duration(seq)*time.Millisecond), true))
+			bt.Events = append(bt.Events, benchSaleOf(store, id, seq, at.Add(time.Duration(seq)*time.Millisecond), true))
 		}
 		msg, err := json.Marshal(bt)
 		if err != nil {
@@ -576,7 +593,7 @@ func (d *drainTerm) rewindLocked(seq int64) {
 func (d *drainTerm) run(ctx context.Context, c mqtt.Client) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	topic := wire.UpTopic(benchStoreID, d.id)
+	topic := wire.UpTopic(d.store, d.id)
 	d.mu.Lock()
 	d.moved = time.Now()
 	d.mu.Unlock()

@@ -24,7 +24,7 @@ type clusterStore struct {
 }
 
 // storesOnMasters picks n store ids whose slots are served by n different masters.
-func storesOnMasters(t *testing.T, st *stack.Stack, n int) []*clusterStore {
+func storesOnMasters(t testing.TB, st *stack.Stack, n int) []*clusterStore {
 	t.Helper()
 	ctx := context.Background()
 	var out []*clusterStore

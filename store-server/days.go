@@ -21,7 +21,8 @@ import (
 //     marked out of Redis at an earlier pass, and those an event arrived for since their
 //     keys went (the gate made them again), and confirms each (ledger.KeysGone);
 //  2. marks out of Redis (ledger.ExpireFromRedis) each closed day whose keys are there and
-//     that HQ holds whole, as the uploader's state records it (uploadstate.ReadAcked).
+//     that HQ holds whole, as the uploader's state records it (uploadstate.ReadAcked);
+//  3. moves the days out of Redis older than keep to their month's archive (archive).
 //
 // A day is marked at one pass and its keys deleted at the next: a rebuild that read its
 // snapshot before the mark, and set the day's keys after the deletion, would otherwise
@@ -31,6 +32,7 @@ type daySweep struct {
 	led   *ledger.Ledger
 	gate  *gate.Gate
 	state string // the uploader's state file
+	keep  int    // business days the ledger keeps at hand (archive); 0: every day
 	log   *slog.Logger
 }
 
@@ -52,6 +54,14 @@ func (d *daySweep) run(ctx context.Context, every time.Duration) {
 
 // pass is one sweep.
 func (d *daySweep) pass(ctx context.Context) error {
+	if err := d.redis(ctx); err != nil {
+		return err
+	}
+	return d.archive(ctx)
+}
+
+// redis lets the keys of the days HQ holds whole go from Redis.
+func (d *daySweep) redis(ctx context.Context) error {
 	touched, err := d.led.TouchedDays(ctx)
 	if err != nil {
 		return err

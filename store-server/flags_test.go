@@ -31,6 +31,12 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--clock-behind-confirm", "-1s"}, "clock-behind-confirm"},
 		{[]string{"--disk-warn-mb", "-1"}, "disk-warn-mb"},
 		{[]string{"--disk-warn-mb", "1G"}, "disk-warn-mb"},
+		{[]string{"--keep", "90d"}, ""},
+		{[]string{"--keep", "30"}, ""},
+		{[]string{"--keep", "0"}, ""},
+		{[]string{"--keep", "-1d"}, "--keep"},
+		{[]string{"--keep", "3mo"}, "--keep"},
+		{[]string{"--keep", "2160h"}, "--keep"},
 		// The embedded broker admits anyone only on loopback, unless told to: on the store's
 		// network it let any device record sales as any terminal.
 		{[]string{"--mqtt-listen", "0.0.0.0:1883"}, "anyone on the network"},

@@ -91,6 +91,10 @@ type Main struct {
 	// RedisSweepEvery is how often the store lets go from Redis the keys of the closed days
 	// HQ holds whole (0: never).
 	RedisSweepEvery time.Duration
+	// Keep is how many business days the ledger keeps at hand ("90d"); older days HQ holds
+	// whole move to the month's archive (0: none moves). Read into keepDays by Validate.
+	Keep     string
+	keepDays int
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -146,6 +150,8 @@ func (m *Main) ParseFlags(args []string) error {
 		"how long Redis keeps each event's idempotency record (a till resending within it is answered from Redis; after it, from the ledger)")
 	fs.Duration(&m.RedisSweepEvery, "redis-sweep-every", "POSGATE_REDIS_SWEEP_EVERY", time.Minute,
 		"how often the keys of closed business days HQ holds whole (the uploader's state) leave Redis; 0: never")
+	str(&m.Keep, "keep", "POSGATE_KEEP", "90d",
+		`days the ledger keeps at hand ("90d"): an older day whose keys left Redis (HQ holds it whole) moves to its month's archive, <data-dir>/archive/ledger-YYYY-MM.db, checked, then leaves the ledger; 0 keeps every day in the ledger`)
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
@@ -184,6 +190,8 @@ func (m *Main) Validate() error {
 		return fmt.Errorf("--chart-every %v: want 1s to 5m", m.ChartEvery)
 	case m.RedisIdemTTL < time.Second:
 		return fmt.Errorf("--redis-idem-ttl %v: want a second or more", m.RedisIdemTTL)
+	case !m.parseKeep():
+		return fmt.Errorf("--keep %q: want whole days such as \"90d\" , or 0", m.Keep)
 	case m.RedisSweepEvery < 0:
 		return fmt.Errorf("--redis-sweep-every %v: want a duration, 0 or more", m.RedisSweepEvery)
 	case m.ClockBehindConfirm < 0:

@@ -349,7 +349,7 @@ func (m *Main) importCatalog(cat *catalog.Catalog, pub catalog.Publisher, log *s
 func (m *Main) startBackground(ctx context.Context, s *server, background *sync.WaitGroup) {
 	background.Go(func() { m.catchUpCatalog(ctx, s.cat, s.led, s.pub, s.log) })
 	if m.RedisSweepEvery > 0 {
-		sweep := &daySweep{led: s.led, gate: s.gate, state: m.uploadState(), log: s.log}
+		sweep := &daySweep{led: s.led, gate: s.gate, state: m.uploadState(), keep: m.keepDays, log: s.log}
 		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
 	}
 	if m.Sentinels != "" {

@@ -436,3 +436,12 @@ CREATE TABLE archived_days (
     max_flow      INTEGER NOT NULL,
     archived_ms   INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- Each terminal's highest seq whose event moved to an archive. An event of the terminal at
+-- or below it that the ledger does not hold is looked for in the archives before it is
+-- decided: a delivery of an archived event again is its duplicate (or a conflict), never a
+-- new sale.
+CREATE TABLE archived_seqs (
+    terminal      TEXT    PRIMARY KEY,
+    max_seq       INTEGER NOT NULL
+) WITHOUT ROWID;

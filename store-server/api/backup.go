@@ -72,6 +72,19 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		s.backupFailed(w, err)
 		return
 	}
+	// The archives, opened after the ledger's copy was made: every day the copy lists as
+	// archived is in the file opened (an archive is replaced whole, by a rename, before the
+	// ledger lets its days go), and one replaced while it is sent is sent as opened.
+	archives, err := openArchives(s.Ledger)
+	if err != nil {
+		s.backupFailed(w, err)
+		return
+	}
+	defer func() {
+		for _, a := range archives {
+			a.f.Close()
+		}
+	}()
 	f, err := os.Open(path)
 	if err != nil {
 		s.backupFailed(w, err)
@@ -89,6 +102,9 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	for _, c := range files {
 		size += tarSize(int64(len(c.Body)))
 	}
+	for _, a := range archives {
+		size += tarSize(a.size)
+	}
 	size += 2 * 512
 	name := fmt.Sprintf("posgate-%s-%s.tar", s.Store, start.UTC().Format("20060102T150405Z"))
 	h := w.Header()
@@ -104,23 +120,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	pw := &progressWriter{w: w, rc: http.NewResponseController(w), stall: stall}
 	// The connection may serve the client's next request: no deadline is left on it.
 	defer pw.rc.SetWriteDeadline(time.Time{})
-	tw := tar.NewWriter(pw)
-	err = tw.WriteHeader(&tar.Header{Name: ledger.FileName, Mode: 0o600, Size: fi.Size(), ModTime: start, Format: tar.FormatUSTAR})
-	if err == nil {
-		_, err = io.Copy(tw, f)
-	}
-	for _, c := range files {
-		if err != nil {
-			break
-		}
-		err = tw.WriteHeader(&tar.Header{Name: c.Name, Mode: 0o600, Size: int64(len(c.Body)), ModTime: start, Format: tar.FormatUSTAR})
-		if err == nil {
-			_, err = tw.Write(c.Body)
-		}
-	}
-	if err == nil {
-		err = tw.Close()
-	}
+	err = writeBackup(tar.NewWriter(pw), f, fi.Size(), archives, files, start)
 	if err == nil {
 		err = pw.flush() // the end of the tar, still within the deadline
 	}
@@ -129,6 +129,37 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Logger.Info("backup of the store sent", "file", name, "bytes", size, "took", s.Now().Sub(start).Round(time.Millisecond))
+}
+
+// writeBackup writes the tar of a backup: the ledger's copy (f, of size bytes), the
+// archives and the files, and its end.
+func writeBackup(tw *tar.Writer, f io.Reader, size int64, archives []archiveFile, files []catalog.File, at time.Time) error {
+	err := tw.WriteHeader(&tar.Header{Name: ledger.FileName, Mode: 0o600, Size: size, ModTime: at, Format: tar.FormatUSTAR})
+	if err == nil {
+		_, err = io.Copy(tw, f)
+	}
+	for _, a := range archives {
+		if err != nil {
+			return err
+		}
+		err = tw.WriteHeader(&tar.Header{Name: a.name, Mode: 0o600, Size: a.size, ModTime: at, Format: tar.FormatUSTAR})
+		if err == nil {
+			_, err = io.Copy(tw, io.LimitReader(a.f, a.size))
+		}
+	}
+	for _, c := range files {
+		if err != nil {
+			return err
+		}
+		err = tw.WriteHeader(&tar.Header{Name: c.Name, Mode: 0o600, Size: int64(len(c.Body)), ModTime: at, Format: tar.FormatUSTAR})
+		if err == nil {
+			_, err = tw.Write(c.Body)
+		}
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	return err
 }
 
 // progressWriter writes a download, each write to be taken by the client within stall: a
@@ -163,6 +194,38 @@ func (p *progressWriter) arm() error {
 		return err
 	}
 	return nil
+}
+
+// archiveFile is an archive of the ledger's, opened for a backup.
+type archiveFile struct {
+	name string // its name in the tar: archive/ledger-YYYY-MM.db
+	f    *os.File
+	size int64
+}
+
+// openArchives opens the ledger's archives (ledger.ArchiveFiles) for a backup.
+func openArchives(l *ledger.Ledger) ([]archiveFile, error) {
+	paths, err := l.ArchiveFiles()
+	if err != nil {
+		return nil, err
+	}
+	var out []archiveFile
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = f.Stat(); err == nil {
+				out = append(out, archiveFile{name: ledger.ArchiveDir + "/" + filepath.Base(p), f: f, size: fi.Size()})
+				continue
+			}
+			f.Close()
+		}
+		for _, a := range out {
+			a.f.Close()
+		}
+		return nil, fmt.Errorf("archive %s: %w", p, err)
+	}
+	return out, nil
 }
 
 // tarSize is what a file of n bytes takes in a tar: its header and its body in 512-byte

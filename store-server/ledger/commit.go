@@ -299,6 +299,9 @@ func (d *decision) outcome() Outcome {
 // the key holds (nil: nothing). done is false when the record is to be decided (decide).
 func (l *Ledger) settled(st state, e *entry, prior *known, nowMs int64) (o Outcome, done bool) {
 	r := &e.r
+	if prior == nil {
+		prior = l.archivedPrior(r.Terminal, r.Seq)
+	}
 	if prior != nil && prior.Final {
 		if prior.Hash != r.Hash {
 			o, args := l.conflict(r, nowMs)

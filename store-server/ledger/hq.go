@@ -270,12 +270,36 @@ func (r *HQReader) HasOutboxAfter(ctx context.Context, date string, afterID int6
 	return n > 0, nil
 }
 
-// DayManifest is Ledger.DayManifest inside the reader's snapshot.
+// DayManifest is Ledger.DayManifest inside the reader's snapshot. An archived date's
+// transactions are those of its archive and of the ledger (arrived since it was archived).
 func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, error) {
+	out, err := manifestOf(ctx, r.tx, date)
+	if err != nil {
+		return nil, err
+	}
+	err = r.l.fromArchive(ctx, r.tx, date, func(a *sql.DB) error {
+		more, err := manifestOf(ctx, a, date)
+		out = append(out, more...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", date, err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Terminal != out[j].Terminal {
+			return out[i].Terminal < out[j].Terminal
+		}
+		return out[i].Seq < out[j].Seq
+	})
+	return out, nil
+}
+
+// manifestOf reads a date's accepted sales and refunds from q (the ledger or an archive).
+func manifestOf(ctx context.Context, q sqlitedb.Querier, date string) ([]hqwire.Txn, error) {
 	out := []hqwire.Txn{}
 	sales := map[txnKey]int{}
 	var change []money.Fen
-	err := sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
+	err := sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
 			t := hqwire.Txn{Kind: hqwire.KindSale, ByMethod: map[string]money.Fen{}}
 			var chg money.Fen
@@ -290,7 +314,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, 
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: sales: %w", date, err)
 	}
-	err = sqlitedb.Each(ctx, r.tx, `SELECT p.terminal, p.seq, p.method, p.amount
+	err = sqlitedb.Each(ctx, q, `SELECT p.terminal, p.seq, p.method, p.amount
 		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
 		WHERE s.business_date = ?`, []any{date}, func(rows *sql.Rows) error {
 		var k txnKey
@@ -312,7 +336,7 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, 
 			out[i].ByMethod[wire.MethodCash] -= c
 		}
 	}
-	err = sqlitedb.Each(ctx, r.tx, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
+	err = sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
 		[]any{date}, func(rows *sql.Rows) error {
 			t := hqwire.Txn{Kind: hqwire.KindRefund}
 			var method string
@@ -326,12 +350,6 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, 
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: refunds: %w", date, err)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Terminal != out[j].Terminal {
-			return out[i].Terminal < out[j].Terminal
-		}
-		return out[i].Seq < out[j].Seq
-	})
 	return out, nil
 }
 

@@ -77,8 +77,9 @@ type Ledger struct {
 	mu   sync.Mutex
 	prep map[string]*sql.Stmt // statements prepared on the writer connection, by query
 
-	daysMu  sync.RWMutex
-	expired map[string]bool // business days whose keys left Redis (redis_days)
+	daysMu   sync.RWMutex
+	expired  map[string]bool  // business days whose keys left Redis (redis_days)
+	archSeqs map[string]int64 // archived_seqs, read when first needed (nil: not read)
 }
 
 // openClock is a new Ledger's Now (tests set it to open a ledger at a time of theirs).
@@ -328,6 +329,9 @@ func scanStored(row *sql.Row) (Stored, bool, error) {
 // refusal) does not bind a later delivery of the key.
 func (l *Ledger) Lookup(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
 	s, ok, err := scanStored(l.db.R.QueryRowContext(ctx, lookupQuery, terminal, seq))
+	if err == nil && !ok {
+		s, ok, err = l.lookupArchived(ctx, terminal, seq)
+	}
 	if err != nil {
 		return Stored{}, false, fmt.Errorf("lookup %s: %w", wire.Key(terminal, seq), err)
 	}

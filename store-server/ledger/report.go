@@ -22,15 +22,45 @@ import (
 // their totals; ByMethod sums tenders per method with the change taken off cash, so that
 // Σ ByMethod = Amount; refunds count and sum per refund method. Terminals without a sale or
 // refund that date are absent.
+// An archived date's totals are those of its archive and of the ledger (an event of the
+// day that arrived after it was archived) added up.
 func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Counters, error) {
 	all, err := counters(ctx, l.db.R, "= ?", date)
 	if err != nil {
 		return nil, fmt.Errorf("totals %s: %w", date, err)
 	}
-	if all[date] == nil {
-		return map[string]client.Counters{}, nil
+	out := all[date]
+	if out == nil {
+		out = map[string]client.Counters{}
 	}
-	return all[date], nil
+	err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB) error {
+		arch, err := counters(ctx, a, "= ?", date)
+		for t, c := range arch[date] {
+			out[t] = addCounters(out[t], c)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("totals %s: %w", date, err)
+	}
+	return out, nil
+}
+
+// addCounters returns a + b.
+func addCounters(a, b client.Counters) client.Counters {
+	out := client.Counters{Sales: a.Sales + b.Sales, Amount: a.Amount + b.Amount, Refunds: a.Refunds + b.Refunds,
+		RefundAmount: a.RefundAmount + b.RefundAmount, ByMethod: map[string]money.Fen{}, RefundByMethod: map[string]money.Fen{}}
+	for _, m := range []map[string]money.Fen{a.ByMethod, b.ByMethod} {
+		for k, v := range m {
+			out.ByMethod[k] += v
+		}
+	}
+	for _, m := range []map[string]money.Fen{a.RefundByMethod, b.RefundByMethod} {
+		for k, v := range m {
+			out.RefundByMethod[k] += v
+		}
+	}
+	return out
 }
 
 // counters computes counters per business date and terminal for the dates matching
@@ -412,22 +442,34 @@ func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, 
 
 // DayCloses returns each terminal's declared totals for a business date (the date the day
 // close names, not the time it was sent).
+// An archived date's come from its archive, and from the ledger for a close that arrived
+// since (the later close of a terminal's day stands).
 func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.DayClosePayload, error) {
 	out := map[string]wire.DayClosePayload{}
-	err := sqlitedb.Each(ctx, l.db.R, `SELECT terminal, payload FROM day_closes WHERE business_date = ?`, []any{date},
-		func(rows *sql.Rows) error {
-			var terminal string
-			var body []byte
-			if err := rows.Scan(&terminal, &body); err != nil {
-				return err
-			}
-			var p wire.DayClosePayload
-			if err := json.Unmarshal(body, &p); err != nil {
-				return fmt.Errorf("terminal %s: %w", terminal, err)
-			}
-			out[terminal] = p
-			return nil
-		})
+	seqs := map[string]int64{}
+	read := func(q sqlitedb.Querier) error {
+		return sqlitedb.Each(ctx, q, `SELECT terminal, seq, payload FROM day_closes WHERE business_date = ?`, []any{date},
+			func(rows *sql.Rows) error {
+				var terminal string
+				var seq int64
+				var body []byte
+				if err := rows.Scan(&terminal, &seq, &body); err != nil {
+					return err
+				}
+				var p wire.DayClosePayload
+				if err := json.Unmarshal(body, &p); err != nil {
+					return fmt.Errorf("terminal %s: %w", terminal, err)
+				}
+				if seq > seqs[terminal] {
+					out[terminal], seqs[terminal] = p, seq
+				}
+				return nil
+			})
+	}
+	err := read(l.db.R)
+	if err == nil {
+		err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB) error { return read(a) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("day closes %s: %w", date, err)
 	}

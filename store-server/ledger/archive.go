@@ -1,0 +1,457 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/schema"
+)
+
+// A store trades for years on one ledger. The days HQ holds whole and that are older than
+// the store keeps at hand (store-server --keep) move to one archive per month, in the
+// ledger's directory: archive/ledger-YYYY-MM.db, a ledger of the same tables holding those
+// days' events, sales, refunds, their lines and payments, day closes and HQ rows. A day is
+// copied, the copy checked against the ledger, the file made durable and put in place, and
+// only then is the day deleted from the ledger (a month's days in one transaction), leaving
+// in its place: a stock move per SKU of its sales' lines ('archived', so that stock stays
+// provable), its highest flow number (archived_days), and each terminal's last event (the
+// ledger's next seq of a terminal idle since). The readers of a day (Totals, DayCloses,
+// DayManifest) read its archive too; a backup carries the archives.
+
+// ArchiveDir is the directory of the archives, in the ledger's.
+const ArchiveDir = "archive"
+
+// ArchiveFile returns the name of the archive of business date's month.
+func ArchiveFile(date string) string { return "ledger-" + date[:7] + ".db" }
+
+// ArchivePath returns the path of the archive that holds date, in the ledger's directory.
+func (l *Ledger) ArchivePath(date string) string {
+	return filepath.Join(l.Dir(), ArchiveDir, ArchiveFile(date))
+}
+
+// Archived is what Archive moved of one month.
+type Archived struct {
+	File   string   // the archive's path
+	Days   []string // the days moved out of the ledger
+	Events int64    // their events
+}
+
+// archivedTables are the tables a day's rows are copied from, and how a row is of the days
+// moved: the condition on table "t" of database {db} naming them ({days}: the list of
+// their dates), the day's own column or, for lines (sale_lines and refund_lines are keyed
+// by nothing: the ledger's commits stay cheap), their sale's or refund's. Each condition
+// reads the table once, whatever the number of days.
+var archivedTables = []struct {
+	name, of string
+	check    string // a checksum of its rows, compared between ledger and archive
+}{
+	{"events", "t.business_date IN ({days})", "count(*) || '/' || total(seq) || '/' || total(length(payload)) || '/' || total(coalesce(flow_no, 0))"},
+	{"sales", "t.business_date IN ({days})", "count(*) || '/' || total(total) || '/' || total(flow_no)"},
+	{"sale_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.sales WHERE business_date IN ({days}))",
+		"count(*) || '/' || total(qty) || '/' || total(amount)"},
+	{"payments", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
+	{"refunds", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
+	{"refund_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.refunds WHERE business_date IN ({days}))",
+		"count(*) || '/' || total(qty) || '/' || total(amount)"},
+	{"day_closes", "t.business_date IN ({days})", "count(*) || '/' || total(length(payload))"},
+	{"hq_outbox", "t.business_date IN ({days})", "count(*) || '/' || total(id)"},
+}
+
+// daysCond returns cond for database db and n days (n placeholders), and the days as
+// arguments.
+func daysCond(cond, db string, days []string) (string, []any) {
+	cond = strings.ReplaceAll(cond, "{db}", db)
+	cond = strings.ReplaceAll(cond, "{days}", strings.TrimSuffix(strings.Repeat("?,", len(days)), ","))
+	args := make([]any, len(days))
+	for i, d := range days {
+		args[i] = d
+	}
+	return cond, args
+}
+
+// Archive moves the days before before (YYYY-MM-DD) that are out of Redis (HQ held them
+// whole: store-server's day sweep), untouched since, not archived yet, and whose HQ rows
+// are all at or below ackedThrough (the uploader's acknowledged id), to their month's
+// archive, and returns what it moved. A day an event arrives for while it is copied stays
+// in the ledger (its copy in the archive is not read) and goes at a later call.
+func (l *Ledger) Archive(ctx context.Context, before string, ackedThrough int64) ([]Archived, error) {
+	days, err := l.archivable(ctx, before, ackedThrough)
+	if err != nil || len(days) == 0 {
+		return nil, err
+	}
+	byMonth := map[string][]string{}
+	for _, d := range days {
+		byMonth[d[:7]] = append(byMonth[d[:7]], d)
+	}
+	var out []Archived
+	for _, m := range slices.Sorted(maps.Keys(byMonth)) {
+		a, err := l.archiveMonth(ctx, byMonth[m], ackedThrough)
+		if err != nil {
+			return out, fmt.Errorf("archive %s: %w", m, err)
+		}
+		if len(a.Days) > 0 {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// archivable lists the days Archive may move.
+func (l *Ledger) archivable(ctx context.Context, before string, ackedThrough int64) ([]string, error) {
+	var days []string
+	err := sqlitedb.Each(ctx, l.db.R, `SELECT r.business_date FROM redis_days r
+		WHERE r.business_date < ? AND r.touched = 0
+			AND NOT EXISTS (SELECT 1 FROM archived_days a WHERE a.business_date = r.business_date)
+			AND NOT EXISTS (SELECT 1 FROM hq_outbox o WHERE o.business_date = r.business_date AND o.id > ?)
+		ORDER BY r.business_date`, []any{before, ackedThrough}, func(rows *sql.Rows) error {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return err
+		}
+		days = append(days, d)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archivable days: %w", err)
+	}
+	return days, nil
+}
+
+// archiveMonth copies days (of one month) into the month's archive, checked, puts it in
+// place, and then deletes them from the ledger one by one.
+func (l *Ledger) archiveMonth(ctx context.Context, days []string, ackedThrough int64) (Archived, error) {
+	final := l.ArchivePath(days[0])
+	a := Archived{File: final}
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+		return a, err
+	}
+	tmp := final + ".new"
+	os.Remove(tmp)
+	defer os.Remove(tmp)
+	if err := startArchive(ctx, final, tmp, l.storeID); err != nil {
+		return a, err
+	}
+	counts, err := l.copyDays(ctx, tmp, days)
+	if err != nil {
+		return a, err
+	}
+	if err := syncFile(tmp); err != nil {
+		return a, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return a, err
+	}
+	if err := syncFile(filepath.Dir(final)); err != nil {
+		return a, err
+	}
+	if a.Days, err = l.pruneDays(ctx, days, filepath.Base(final), counts, ackedThrough); err != nil {
+		return a, err
+	}
+	for _, d := range a.Days {
+		a.Events += counts[d]
+	}
+	return a, nil
+}
+
+// startArchive makes tmp the month's archive to add to: a copy of the archive at final if
+// there is one, or a new, empty ledger of the store's.
+func startArchive(ctx context.Context, final, tmp, store string) error {
+	if src, err := os.Open(final); err == nil {
+		defer src.Close()
+		dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(dst, src)
+		return errors.Join(err, dst.Close())
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	db, err := sqlitedb.Open(ctx, tmp, schema.Store())
+	if err != nil {
+		return err
+	}
+	_, err = db.W.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('store_id', ?), ('archive', 'days moved out of the ledger')`, store)
+	return errors.Join(err, db.Close())
+}
+
+// copyDays copies the rows of days from the ledger into the archive at tmp, in one
+// transaction that reads one snapshot of the ledger, checks every table's copy against the
+// ledger (counts and sums) and the archive's integrity, and returns each day's events.
+func (l *Ledger) copyDays(ctx context.Context, tmp string, days []string) (map[string]int64, error) {
+	db, err := sql.Open("sqlite3", "file:"+tmp+"?_busy_timeout=10000&_journal_mode=DELETE&_synchronous=FULL")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `ATTACH DATABASE ? AS led`, "file:"+l.db.Path+"?mode=ro"); err != nil {
+		return nil, fmt.Errorf("attach the ledger: %w", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	// Days copied before and left in the ledger (an event came meanwhile) are copied anew.
+	for _, t := range slices.Backward(archivedTables) {
+		cond, args := daysCond(t.of, "main", days)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM main.`+t.name+` AS t WHERE `+cond, args...); err != nil {
+			return nil, fmt.Errorf("clear %s: %w", t.name, err)
+		}
+	}
+	for _, t := range archivedTables {
+		cond, args := daysCond(t.of, "led", days)
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO main.`+t.name+` SELECT t.* FROM led.`+t.name+` t WHERE `+cond, args...); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", t.name, err)
+		}
+		var src, dst string
+		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM led.`+t.name+` t WHERE `+cond, args...).Scan(&src); err != nil {
+			return nil, fmt.Errorf("check %s: %w", t.name, err)
+		}
+		mainCond, _ := daysCond(t.of, "main", days)
+		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM main.`+t.name+` t WHERE `+mainCond, args...).Scan(&dst); err != nil {
+			return nil, fmt.Errorf("check %s: %w", t.name, err)
+		}
+		if src != dst {
+			return nil, fmt.Errorf("the archive's %s (%s) differ from the ledger's (%s)", t.name, dst, src)
+		}
+	}
+	counts, err := eventsPerDay(ctx, tx, "main", days)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `DETACH DATABASE led`); err != nil {
+		return nil, err
+	}
+	var check string
+	if err := db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil {
+		return nil, err
+	}
+	if check != "ok" {
+		return nil, fmt.Errorf("the archive fails its check: %s", check)
+	}
+	return counts, nil
+}
+
+// eventsPerDay counts the events of days in database db, and their highest flow numbers.
+func eventsPerDay(ctx context.Context, q sqlitedb.Querier, db string, days []string) (map[string]int64, error) {
+	cond, args := daysCond("business_date IN ({days})", db, days)
+	out := map[string]int64{}
+	err := sqlitedb.Each(ctx, q, `SELECT business_date, count(*) FROM `+db+`.events WHERE `+cond+` GROUP BY 1`, args,
+		func(rows *sql.Rows) error {
+			var d string
+			var n int64
+			if err := rows.Scan(&d, &n); err != nil {
+				return err
+			}
+			out[d] = n
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("events of the days: %w", err)
+	}
+	return out, nil
+}
+
+// pruneDays deletes days, copied to the archive file with counts events each, from the
+// ledger in one transaction, and returns those it deleted: not a day an event came for
+// since it was copied (the day is touched, or holds other events). It books a stock move
+// per SKU of the days' sales' lines, keeps each terminal's last event and the HQ row HQ
+// acknowledged last, and records each day archived with its highest flow number.
+func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, counts map[string]int64, ackedThrough int64) ([]string, error) {
+	tx, err := l.db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	held, err := eventsPerDay(ctx, tx, "main", days)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for _, d := range days {
+		var touched, maxFlow int64
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT touched FROM redis_days WHERE business_date = ?1),
+			(SELECT coalesce(max(flow_no), 0) FROM events WHERE business_date = ?1 AND flow_no IS NOT NULL)`, d).
+			Scan(&touched, &maxFlow); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", d, err)
+		}
+		if touched != 0 || held[d] != counts[d] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO archived_days (business_date, file, events, max_flow, archived_ms)
+			VALUES (?, ?, ?, ?, ?)`, d, file, counts[d], maxFlow, l.now().UnixMilli()); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", d, err)
+		}
+		gone = append(gone, d)
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	at := l.now().UTC().Format(timeFormat)
+	for _, q := range []string{
+		`INSERT INTO stock_moves (sku, delta, reason, ref, at)
+			SELECT sku, -sum(qty), 'archived', 'archive:' || substr(?, 1, 7), ? FROM sale_lines
+			WHERE (terminal, seq) IN (SELECT terminal, seq FROM sales WHERE business_date IN ({days})) GROUP BY sku`,
+		`DELETE FROM sale_lines WHERE (terminal, seq) IN (SELECT terminal, seq FROM sales WHERE business_date IN ({days}))`,
+		`DELETE FROM refund_lines WHERE (terminal, seq) IN (SELECT terminal, seq FROM refunds WHERE business_date IN ({days}))`,
+		`DELETE FROM payments WHERE business_date IN ({days})`,
+		`DELETE FROM sales WHERE business_date IN ({days})`,
+		`DELETE FROM refunds WHERE business_date IN ({days})`,
+		`DELETE FROM day_closes WHERE business_date IN ({days})`,
+		`DELETE FROM hq_outbox WHERE id < ? AND business_date IN ({days})`,
+		`INSERT INTO archived_seqs (terminal, max_seq)
+			SELECT terminal, max(seq) FROM events WHERE business_date IN ({days})
+				AND seq < (SELECT max(e.seq) FROM events e WHERE e.terminal = events.terminal) GROUP BY terminal
+			ON CONFLICT (terminal) DO UPDATE SET max_seq = max(max_seq, excluded.max_seq)`,
+		`DELETE FROM events WHERE business_date IN ({days})
+			AND seq < (SELECT max(e.seq) FROM events e WHERE e.terminal = events.terminal)`,
+	} {
+		q, args := daysCond(q, "main", gone)
+		switch {
+		case strings.HasPrefix(q, "INSERT"):
+			args = append([]any{gone[0], at}, args...)
+		case strings.Contains(q, "id < ?"):
+			args = append([]any{ackedThrough}, args...)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("prune %s: %w", strings.Join(gone, ","), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	l.daysMu.Lock()
+	l.archSeqs = nil // read again
+	l.daysMu.Unlock()
+	return gone, nil
+}
+
+// archivedSeq returns the highest seq of terminal whose event moved to an archive (0: none).
+func (l *Ledger) archivedSeq(terminal string) (int64, error) {
+	l.daysMu.RLock()
+	m := l.archSeqs
+	l.daysMu.RUnlock()
+	if m == nil {
+		m = map[string]int64{}
+		err := sqlitedb.Each(context.Background(), l.db.R, `SELECT terminal, max_seq FROM archived_seqs`, nil,
+			func(rows *sql.Rows) error {
+				var t string
+				var seq int64
+				if err := rows.Scan(&t, &seq); err != nil {
+					return err
+				}
+				m[t] = seq
+				return nil
+			})
+		if err != nil {
+			return 0, fmt.Errorf("archived seqs: %w", err)
+		}
+		l.daysMu.Lock()
+		l.archSeqs = m
+		l.daysMu.Unlock()
+	}
+	return m[terminal], nil
+}
+
+// lookupArchived is Lookup in the archives, newest first, for a key at or below its
+// terminal's archived seq.
+func (l *Ledger) lookupArchived(ctx context.Context, terminal string, seq int64) (Stored, bool, error) {
+	top, err := l.archivedSeq(terminal)
+	if err != nil || seq > top {
+		return Stored{}, false, err
+	}
+	files, err := l.ArchiveFiles()
+	if err != nil {
+		return Stored{}, false, err
+	}
+	for _, f := range slices.Backward(files) {
+		a, err := sqlitedb.OpenQueryOnly(ctx, f, 1)
+		if err != nil {
+			return Stored{}, false, fmt.Errorf("archive %s: %w", filepath.Base(f), err)
+		}
+		s, ok, err := scanStored(a.QueryRowContext(ctx, lookupQuery, terminal, seq))
+		a.Close()
+		if err != nil || ok {
+			return s, ok, err
+		}
+	}
+	return Stored{}, false, nil
+}
+
+// archivedPrior is what an archive holds, final, for a key the ledger does not: a commit
+// answers a delivery of it again as a duplicate or a conflict. An archive that cannot be
+// read is nil: the record is decided as the ledger holds nothing of it.
+func (l *Ledger) archivedPrior(terminal string, seq int64) *known {
+	s, ok, err := l.lookupArchived(context.Background(), terminal, seq)
+	if err != nil || !ok || !s.Final {
+		return nil
+	}
+	return &known{Stored: s, row: -1}
+}
+
+// syncFile makes a file (or a directory's entries) durable.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
+}
+
+// rowQuerier is what reads the ledger: its read pool, or a read transaction of it.
+type rowQuerier interface {
+	sqlitedb.Querier
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// archivedFile returns the path of the archive holding business date, when it is archived.
+func (l *Ledger) archivedFile(ctx context.Context, q rowQuerier, date string) (string, bool, error) {
+	var file string
+	err := q.QueryRowContext(ctx, `SELECT file FROM archived_days WHERE business_date = ?`, date).Scan(&file)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("archived day %s: %w", date, err)
+	}
+	return filepath.Join(l.Dir(), ArchiveDir, file), true, nil
+}
+
+// fromArchive runs fn on the archive holding date, opened for reading, if the date is
+// archived; otherwise it does nothing.
+func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn func(a *sql.DB) error) error {
+	path, ok, err := l.archivedFile(ctx, q, date)
+	if err != nil || !ok {
+		return err
+	}
+	a, err := sqlitedb.OpenQueryOnly(ctx, path, 1)
+	if err != nil {
+		return fmt.Errorf("archive of %s: %w", date, err)
+	}
+	defer a.Close()
+	return fn(a)
+}
+
+// ArchiveFiles returns the paths of the archives, in name order.
+func (l *Ledger) ArchiveFiles() ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(l.Dir(), ArchiveDir, "ledger-*.db"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	return files, nil
+}
