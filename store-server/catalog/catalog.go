@@ -425,6 +425,9 @@ func parseJSON(b []byte) ([]wire.CatalogItem, error) {
 		if it.Price == nil {
 			return nil, perr.New(perr.Invalid, money.CodeEmpty, "item %d (sku %q) has no price", i+1, it.SKU)
 		}
+		if err := priceInLimit(*it.Price, fmt.Sprintf("item %d (sku %q)", i+1, it.SKU)); err != nil {
+			return nil, err
+		}
 		items[i] = wire.CatalogItem{SKU: it.SKU, Barcode: it.Barcode, Name: it.Name, Price: *it.Price}
 	}
 	return items, nil
@@ -462,9 +465,21 @@ func parseCSV(b []byte) ([]wire.CatalogItem, error) {
 			e := perr.As(err)
 			return nil, perr.New(perr.Invalid, e.Code, "line %d: %s", n+2, e.Message)
 		}
+		if err := priceInLimit(price, fmt.Sprintf("line %d (sku %q)", n+2, get("sku"))); err != nil {
+			return nil, err
+		}
 		items = append(items, wire.CatalogItem{SKU: get("sku"), Barcode: get("barcode"), Name: get("name"), Price: price})
 	}
 	return items, nil
+}
+
+// priceInLimit refuses a price above what one event may carry (wire.MaxAmount), naming the
+// row: every scan of such an item would be refused at the till, and every sale of it.
+func priceInLimit(p money.Fen, row string) error {
+	if p > wire.MaxAmount {
+		return perr.New(perr.Invalid, wire.CodeTooLarge, "%s: price %s is above the %s one event may carry", row, p, wire.MaxAmount)
+	}
+	return nil
 }
 
 // DefaultPath is where a store-server keeps its catalog in its data directory.
