@@ -55,6 +55,7 @@ CREATE TABLE sale_lines (
     removed      INTEGER NOT NULL DEFAULT 0,
     refunded_qty INTEGER NOT NULL DEFAULT 0,
     scan_seq     INTEGER,
+    catalog_version INTEGER NOT NULL DEFAULT 0,  -- the catalog the line was priced from
     PRIMARY KEY (sale_id, line)
 );
 CREATE INDEX sale_lines_scan ON sale_lines (scan_seq);

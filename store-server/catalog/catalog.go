@@ -44,8 +44,9 @@ type Catalog struct {
 	mu        sync.RWMutex
 	cur       wire.Catalog
 	skus      map[string]bool
-	known     map[string]bool // the SKUs of every version installed here, kept in knownPath
-	floor     func() int64    // the highest version a terminal holds (SetVersionFloor)
+	prices    map[string]money.Fen // the current catalog's, replaced whole (never changed in place)
+	known     map[string]bool      // the SKUs of every version installed here, kept in knownPath
+	floor     func() int64         // the highest version a terminal holds (SetVersionFloor)
 }
 
 // MaxVersionJump bounds how far above the store's version a terminal's report may lift the
@@ -104,11 +105,13 @@ func Open(path, store string) (*Catalog, error) {
 
 func (c *Catalog) set(cat wire.Catalog) {
 	skus := make(map[string]bool, len(cat.Items))
+	prices := make(map[string]money.Fen, len(cat.Items))
 	for _, it := range cat.Items {
 		skus[it.SKU] = true
+		prices[it.SKU] = it.Price
 	}
 	c.mu.Lock()
-	c.cur, c.skus = cat, skus
+	c.cur, c.skus, c.prices = cat, skus, prices
 	for sku := range skus {
 		c.known[sku] = true
 	}
@@ -127,6 +130,14 @@ func (c *Catalog) Has(sku string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.skus[sku]
+}
+
+// PriceList returns the current catalog's version and its price per SKU, of one moment. The
+// map is the catalog's own and never changes: do not change it.
+func (c *Catalog) PriceList() (int64, map[string]money.Fen) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cur.Version, c.prices
 }
 
 // Known reports whether sku is in this catalog or was in an earlier version of it.
