@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
@@ -47,6 +48,7 @@ type Catalog struct {
 	prices    map[string]money.Fen // the current catalog's, replaced whole (never changed in place)
 	known     map[string]bool      // the SKUs of every version installed here, kept in knownPath
 	floor     func() int64         // the highest version a terminal holds (SetVersionFloor)
+	key       ed25519.PrivateKey   // signs what is published (SetSigner)
 }
 
 // MaxVersionJump bounds how far above the store's version a terminal's report may lift the
@@ -163,14 +165,18 @@ type File struct {
 }
 
 // Files returns the files the catalog keeps (the catalog, the SKUs of every version, the
-// digest of the file last imported from --catalog), those that exist, read under the import
+// digest of the file last imported from --catalog, the signing key and its public key), those that exist, read under the import
 // lock: a set of one moment, which Open takes back as it was. They are what a backup of
 // the store holds of its catalog.
 func (c *Catalog) Files() ([]File, error) {
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
 	var out []File
-	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path)} {
+	// The signing key goes too: a store restored from its backup keeps the key its
+	// terminals pinned, and they go on taking its catalogs.
+	dir := filepath.Dir(c.path)
+	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path), filepath.Join(dir, KeyFile),
+		filepath.Join(dir, PubKeyFile)} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -213,6 +219,10 @@ func (c *Catalog) replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 			"the catalog has no items: every scan would be refused as unknown_sku; import the items the store sells")
 	}
 	if err := next.Validate(); err != nil {
+		return next, err
+	}
+	next, err := c.signed(next)
+	if err != nil {
 		return next, err
 	}
 	body, err := json.Marshal(next)
@@ -372,9 +382,9 @@ func (c *Catalog) Publish(pub Publisher) error {
 	// broker after the import's, would leave the old one retained.
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
-	cur := c.Current()
-	if cur.Version == 0 {
-		return nil
+	cur, err := c.signed(c.Current())
+	if err != nil || cur.Version == 0 {
+		return err
 	}
 	body, err := json.Marshal(cur)
 	if err != nil {
