@@ -81,7 +81,7 @@ func newMilkPrice(t *testing.T, srv *e2e.StoreServer, price string) client.Impor
 // TestOfflinePriceChange: the till is offline; the store raises MILK from 12.50 to 13.80;
 // the till sells MILK offline at the 12.50 it holds; back online, the sale is booked as the
 // customer paid it (12.50), with a price exception (price_changed, catalog versions 1 and 2)
-// in the manager's API and /metrics, which the manager resolves like an oversell.
+// in the manager's API, the dashboard and /metrics, which the manager resolves like an oversell.
 func TestOfflinePriceChange(t *testing.T) {
 	e := newEnv(t, "Asia/Shanghai", []string{"T01"}, "T01")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -127,6 +127,11 @@ func TestOfflinePriceChange(t *testing.T) {
 	}
 	if body := metricsOf(t, srv); !strings.Contains(body, `posgate_store_open_exceptions{kind="price"} 1`) {
 		t.Errorf("/metrics does not count the open price exception:\n%s", strings.Join(grepLines(body, "open_exceptions"), "\n"))
+	}
+	dom := browse(t, "http://"+srv.API+"/#token="+srv.Opts.Token)
+	if want := `<td>MILK</td><td class="bad">price_changed</td><td class="num">1</td><td class="num">¥12.50</td>` +
+		`<td class="num">¥13.80</td><td class="num bad">¥1.30</td><td>1 / 2</td>`; !strings.Contains(dom, want) {
+		t.Errorf("the dashboard does not show the price exception (want %s):\n%s", want, dom)
 	}
 	r, err := m.ResolvePrice(ctx, client.ResolvePriceRequest{Terminal: x.Terminal, Seq: x.Seq, SKU: x.SKU,
 		Note: "price raised while T01 was offline"})
@@ -250,7 +255,7 @@ func TestLiveUnderpricedSale(t *testing.T) {
 			t.Logf("store-server log: %s", tail(srv.Log))
 		}
 	})
-	c := startAgent(t, e, "T01") // pins the forger's key from the catalog on the topic
+	c := startAgent(t, e, "T01")  // pins the forger's key from the catalog on the topic
 	newMilkPrice(t, srv, "12.50") // the store's catalog, signed by its own key
 	if _, err := srv.Manager().Adjust(ctx, client.AdjustRequest{ID: "opening-MILK", SKU: "MILK", Delta: 100,
 		Reason: client.ReasonOpening}); err != nil {
