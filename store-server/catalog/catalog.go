@@ -165,9 +165,9 @@ type File struct {
 }
 
 // Files returns the files the catalog keeps (the catalog, the SKUs of every version, the
-// digest of the file last imported from --catalog, the signing key and its public key), those that exist, read under the import
-// lock: a set of one moment, which Open takes back as it was. They are what a backup of
-// the store holds of its catalog.
+// digest of the file last imported from --catalog, the signing key and its public key),
+// those that exist, read under the import lock: a set of one moment, which Open takes back
+// as it was. They are what a backup of the store holds of its catalog.
 func (c *Catalog) Files() ([]File, error) {
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
