@@ -37,6 +37,8 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/v1/totals"},
 	{"GET", "/v1/oversells"},
 	{"POST", "/v1/oversells/resolve"},
+	{"GET", "/v1/price-exceptions"},
+	{"POST", "/v1/price-exceptions/resolve"},
 	{"GET", "/v1/refund-exceptions"},
 	{"POST", "/v1/refund-exceptions/resolve"},
 	{"GET", "/v1/parked"},
@@ -147,7 +149,7 @@ func TestManagerAPI(t *testing.T) {
 			return regexp.MustCompile(`"(/v1/[a-z/-]+)"`).FindAllStringSubmatch(m[1], -1)
 		}
 		reads, actions := block("ENDPOINTS"), block("ACTIONS")
-		if len(reads) < 9 || len(actions) != 4 {
+		if len(reads) < 9 || len(actions) != 5 {
 			t.Fatalf("found %d endpoints and %d actions in dashboard.js", len(reads), len(actions))
 		}
 		for _, p := range reads {

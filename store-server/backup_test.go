@@ -106,7 +106,7 @@ func TestBackupRestores(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if want := []string{"ledger.db", "catalog.json", "catalog.json.skus"}; !slices.Equal(names, want) {
+	if want := []string{"ledger.db", "catalog.json", "catalog.json.skus", "catalog-key.pem", "catalog-key.pub"}; !slices.Equal(names, want) {
 		t.Fatalf("files in the backup: %v, want %v", names, want)
 	}
 	restored := biRunServer(t, "--data-dir", dir)

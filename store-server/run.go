@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -126,6 +127,14 @@ func (m *Main) openCatalog(ctx context.Context, s *server) error {
 	if err != nil {
 		return err
 	}
+	// The terminals take only catalogs signed by the key they pinned (docs/security.md).
+	key, err := catalog.LoadKey(m.DataDir)
+	if err != nil {
+		return err
+	}
+	cat.SetSigner(key)
+	s.log.Info("catalogs are signed", "key", wire.KeyID(key.Public().(ed25519.PublicKey)),
+		"public_key_file", filepath.Join(m.DataDir, catalog.PubKeyFile))
 	if s.set, err = settings.Open(settings.DefaultPath(m.DataDir), m.Store); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -56,6 +57,7 @@ type Main struct {
 	CloseLookbackDays  int
 	Heartbeat          time.Duration
 	BacklogEvery       time.Duration
+	StoreKey           string
 	LogLevel           string
 	apiFlags
 	LogFile string
@@ -96,6 +98,8 @@ func (m *Main) ParseFlags(args []string) error {
 		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
+	str(&m.StoreKey, "store-key", "POSGATE_STORE_KEY", "",
+		"the store's public catalog key (its data directory's catalog-key.pub): only catalogs it signed are taken; empty: the key of the first signed catalog received is pinned")
 	m.apiFlags.define(fs)
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&m.LogFile, "log-file", "POSGATE_LOG_FILE", "", "write the log to this file, rotated at 10 MB, 5 old files kept for 30 days (empty: stderr; the Windows service writes to logs\\terminal-agent.log in --data-dir)")
@@ -203,10 +207,20 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	var storeKey ed25519.PublicKey
+	if m.StoreKey != "" {
+		b, err := os.ReadFile(m.StoreKey)
+		if err != nil {
+			return fmt.Errorf("--store-key: %w", err)
+		}
+		if storeKey, err = wire.ParseStoreKey(b); err != nil {
+			return fmt.Errorf("--store-key %s: %w", m.StoreKey, err)
+		}
+	}
 	up := uplink.New(uplink.Config{
 		BrokerURL: m.Broker, TLS: tlsCfg, Store: m.Store, Terminal: m.Terminal, Username: m.Username, Password: m.Password,
 		Window: m.Window, BatchMax: m.Batch, AckTimeout: m.AckTimeout, VerdictTimeout: m.VerdictTimeout,
-		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, Logger: log,
+		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, StoreKey: storeKey, Logger: log,
 	}, store)
 
 	acc, err := m.apiFlags.access(m.DataDir, log)

@@ -568,8 +568,8 @@ func TestValidateExceptions(t *testing.T) {
 		mod    func(x *hqwire.Exception)
 		detail string // the detail must contain "exceptions[i] (" and this
 	}{
-		{"unknown kind", refund, func(x *hqwire.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, refund, parked or seq_gap`},
-		{"no kind", oversell, func(x *hqwire.Exception) { x.Kind = "" }, "is not oversell, refund, parked or seq_gap"},
+		{"unknown kind", refund, func(x *hqwire.Exception) { x.Kind = "Refund" }, `kind "Refund" is not oversell, price, refund, parked or seq_gap`},
+		{"no kind", oversell, func(x *hqwire.Exception) { x.Kind = "" }, "is not oversell, price, refund, parked or seq_gap"},
 		{"parked with a sku too long", refund, func(x *hqwire.Exception) {
 			x.Kind, x.SKU = hqwire.ExceptionParked, strings.Repeat("a", hqwire.MaxExceptionSKU+1)
 		}, "a parked exception's sku is longer than 256 bytes"},
@@ -588,6 +588,10 @@ func TestValidateExceptions(t *testing.T) {
 		{"oversell without sku", oversell, func(x *hqwire.Exception) { x.SKU = "" }, "an oversell needs a sku"},
 		{"oversell sku too long", oversell, func(x *hqwire.Exception) { x.SKU = strings.Repeat("s", hqwire.MaxExceptionSKU+1) },
 			"an oversell needs a sku of 1 to 256 bytes"},
+		{"price without sku", refund, func(x *hqwire.Exception) { x.Kind, x.Code = hqwire.ExceptionPrice, "price_changed" },
+			"a price exception needs a sku"},
+		{"price with qty_short", oversell, func(x *hqwire.Exception) { x.Kind, x.Code = hqwire.ExceptionPrice, "price_changed" },
+			"a price exception has no qty_short"},
 		{"refund with a sku", refund, func(x *hqwire.Exception) { x.SKU = "SKU-0001" }, "a refund exception has no sku"},
 		{"seq gap with a sku", refund, func(x *hqwire.Exception) { x.Kind, x.SKU = hqwire.ExceptionSeqGap, "SKU-0001" },
 			"a seq_gap exception has no sku"},

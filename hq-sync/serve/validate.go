@@ -289,8 +289,9 @@ func checkTxn(t *hqwire.Txn) error {
 func checkException(x *hqwire.Exception) error {
 	oversell := x.Kind == hqwire.ExceptionOversell
 	switch {
-	case !oversell && x.Kind != hqwire.ExceptionRefund && x.Kind != hqwire.ExceptionParked && x.Kind != hqwire.ExceptionSeqGap:
-		return fmt.Errorf("kind %q is not oversell, refund, parked or seq_gap", clip(x.Kind))
+	case !oversell && x.Kind != hqwire.ExceptionPrice && x.Kind != hqwire.ExceptionRefund && x.Kind != hqwire.ExceptionParked &&
+		x.Kind != hqwire.ExceptionSeqGap:
+		return fmt.Errorf("kind %q is not oversell, price, refund, parked or seq_gap", clip(x.Kind))
 	case !wire.ValidID(x.Terminal):
 		return fmt.Errorf("terminal is not an id of 1 to %d characters [A-Za-z0-9_-]", wire.MaxIDLen)
 	case x.Seq <= 0:
@@ -301,6 +302,8 @@ func checkException(x *hqwire.Exception) error {
 		return fmt.Errorf("business_date %q is not YYYY-MM-DD", clip(x.BusinessDate))
 	case oversell && (x.SKU == "" || len(x.SKU) > hqwire.MaxExceptionSKU):
 		return fmt.Errorf("an oversell needs a sku of 1 to %d bytes", hqwire.MaxExceptionSKU)
+	case x.Kind == hqwire.ExceptionPrice && (x.SKU == "" || len(x.SKU) > hqwire.MaxExceptionSKU):
+		return fmt.Errorf("a price exception needs a sku of 1 to %d bytes", hqwire.MaxExceptionSKU)
 	case (x.Kind == hqwire.ExceptionRefund || x.Kind == hqwire.ExceptionSeqGap) && x.SKU != "":
 		return fmt.Errorf("a %s exception has no sku", x.Kind)
 	case x.Kind == hqwire.ExceptionParked && len(x.SKU) > hqwire.MaxExceptionSKU:

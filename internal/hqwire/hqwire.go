@@ -80,6 +80,11 @@ const (
 	ExceptionOversell = "oversell"
 	// ExceptionRefund: an accepted refund the store's records of its sale do not cover.
 	ExceptionRefund = "refund"
+	// ExceptionPrice: an offline sale charged, for a SKU, another unit price than the store's
+	// catalog (one per sale and SKU; the SKU escaped as an oversell's). Code is
+	// price_changed (priced from an older catalog version) or price_mismatch (from the
+	// store's version or none); Detail gives the prices, units and versions.
+	ExceptionPrice = "price"
 	// ExceptionParked: an event the store refused for good (bad input, a key used again with
 	// other content), which the till kept: a sale or refund of the till's day close that
 	// the ledger does not hold.
@@ -111,7 +116,7 @@ const CodeOversold = "oversold"
 // and they change after the fact (a resolution, a late sale), which rows never do.
 type Exception struct {
 	Change   int64  `json:"change"` // the ledger's change number, > 0
-	Kind     string `json:"kind"`   // ExceptionOversell, ExceptionRefund, ExceptionParked or ExceptionSeqGap
+	Kind     string `json:"kind"`   // ExceptionOversell, ExceptionPrice, ExceptionRefund, ExceptionParked or ExceptionSeqGap
 	Terminal string `json:"terminal"`
 	Seq      int64  `json:"seq"` // the sale's (oversell), the refund's, the parked event or a seq gap's first
 	// SKU is, for an oversell, the SKU taken below zero, with each NUL written as SUB "0"

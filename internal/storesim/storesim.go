@@ -11,6 +11,8 @@ package storesim
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -293,9 +295,19 @@ func (r *Responder) SetDecide(f DecideFunc) {
 	r.mu.Unlock()
 }
 
+// Key is the catalog key of every simulated store: PublishCatalog signs with it, and a
+// terminal pins it as it would a store's.
+var Key = ed25519.NewKeyFromSeed(func() []byte { s := sha256.Sum256([]byte("posgate storesim catalog key")); return s[:] }())
+
 // PublishCatalog publishes c as the store's retained catalog (QoS 1) on wire.CatalogTopic and
-// waits for the broker to take it. c is sent as given, not validated.
+// waits for the broker to take it. c is sent as given, not validated; one with no key and no
+// signature is signed with Key first, as a store signs its catalogs.
 func (r *Responder) PublishCatalog(c wire.Catalog) error {
+	if c.Key == "" && c.Sig == "" {
+		if err := wire.SignCatalog(&c, Key); err != nil {
+			return fmt.Errorf("storesim: sign catalog: %w", err)
+		}
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("storesim: encode catalog: %w", err)

@@ -4,6 +4,7 @@ package storesim
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -682,6 +683,11 @@ func TestCatalogRetained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Signed with the simulator's key, as a store signs its catalogs.
+		if err := wire.VerifyCatalog(dec, Key.Public().(ed25519.PublicKey)); err != nil {
+			t.Fatalf("catalog not signed by the simulator's key: %v", err)
+		}
+		dec.Key, dec.Sig = "", ""
 		if !reflect.DeepEqual(dec, cat) {
 			t.Fatalf("catalog %+v, want %+v", dec, cat)
 		}

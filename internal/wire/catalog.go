@@ -22,10 +22,15 @@ type Catalog struct {
 	Store   string        `json:"store"`
 	Version int64         `json:"version"`
 	Items   []CatalogItem `json:"items"`
+	// Key is the store's public ed25519 key (base64), Sig the signature of the catalog by it
+	// (base64, SignCatalog). A terminal takes only a catalog signed by the key it pinned
+	// (VerifyCatalog): any client of an anonymous broker can retain a catalog on the topic.
+	Key string `json:"key,omitempty"`
+	Sig string `json:"sig,omitempty"`
 }
 
 // DecodeCatalog strictly decodes and checks a catalog message: version, unique SKUs and
-// barcodes, non-negative prices.
+// barcodes, prices from 0 to MaxAmount.
 func DecodeCatalog(b []byte) (Catalog, error) {
 	var c Catalog
 	if len(b) > MaxCatalogBytes {
@@ -46,6 +51,8 @@ func (c *Catalog) Validate() error {
 		return invalid(CodeID, "catalog store id %q is not valid", c.Store)
 	case c.Version <= 0:
 		return invalid(CodePayload, "catalog version must be positive")
+	case len(c.Key) > 64 || len(c.Sig) > 128:
+		return invalid(CodePayload, "a catalog's key is at most 64 characters and its signature 128")
 	}
 	skus := make(map[string]bool, len(c.Items))
 	codes := make(map[string]bool, len(c.Items))
@@ -59,6 +66,9 @@ func (c *Catalog) Validate() error {
 			return invalid(CodePayload, "catalog lists barcode %q twice", it.Barcode)
 		case it.Price < 0:
 			return invalid(CodeAmount, "sku %q has a negative price", it.SKU)
+		case it.Price > MaxAmount:
+			// A till refuses every scan of it (a unit price above what one event may carry).
+			return invalid(CodeTooLarge, "sku %q: price %s is above the %s one event may carry", it.SKU, it.Price, MaxAmount)
 		}
 		skus[it.SKU] = true
 		if it.Barcode != "" {

@@ -83,6 +83,11 @@ type SalePayload struct {
 	Total    money.Fen `json:"total"`
 	Payments []Payment `json:"payments"`
 	Change   money.Fen `json:"change"`
+	// CatalogVersion is the version of the store's catalog the sale was priced from: the
+	// oldest one any of its lines was scanned under (0: the terminal names none). The store
+	// holds a live sale's unit prices to its current catalog (price_mismatch), and flags an
+	// offline sale's that differ as a price exception.
+	CatalogVersion int64 `json:"catalog_version"`
 }
 
 // RefundLine is a returned quantity of one line of the original sale.
@@ -171,6 +176,9 @@ func (p *SalePayload) Validate() error {
 	}
 	if len(p.Lines) == 0 || len(p.Lines) > MaxLines {
 		return bad(CodePayload, "a sale needs 1 to %d lines, got %d", MaxLines, len(p.Lines))
+	}
+	if p.CatalogVersion < 0 {
+		return bad(CodePayload, "a sale's catalog_version must not be negative")
 	}
 	var total money.Fen
 	for _, l := range p.Lines {

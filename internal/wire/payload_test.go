@@ -155,6 +155,8 @@ func saleCases() []payloadCase {
 	pay := func(i int, f func(p obj)) func(m obj) { return func(m obj) { f(item(m, "payments", i)) } }
 	return []payloadCase{
 		{name: "valid", code: ""},
+		{name: "no catalog version", f: func(m obj) { delete(m, "catalog_version") }, code: ""},
+		{name: "negative catalog version", f: func(m obj) { m["catalog_version"] = -1 }, code: wire.CodePayload},
 		{name: "exact cash no change", f: func(m obj) {
 			m["payments"] = []any{obj{"method": "cash", "amount": "7.99"}}
 			m["change"] = "0.00"
@@ -337,6 +339,7 @@ func TestDecodeCatalog(t *testing.T) {
 		{name: "duplicate sku", f: it(2, func(p obj) { p["sku"] = "A-1" }), code: wire.CodePayload},
 		{name: "duplicate barcode", f: it(2, func(p obj) { p["barcode"] = "6901234567890" }), code: wire.CodePayload},
 		{name: "negative price", f: it(1, func(p obj) { p["price"] = "-0.01" }), code: wire.CodeAmount},
+		{name: "price above one event", f: it(1, func(p obj) { p["price"] = "1000000000.01" }), code: wire.CodeTooLarge},
 		{name: "price as number", f: it(1, func(p obj) { p["price"] = num("1") }), code: money.CodeSyntax},
 		{name: "price sub-fen", f: it(1, func(p obj) { p["price"] = "1.005" }), code: money.CodeSubFen},
 		{name: "no sku", f: it(1, func(p obj) { delete(p, "sku") }), code: wire.CodePayload},

@@ -28,7 +28,7 @@ const (
 		`{"line":1,"sku":"A-1","name":"Tea","qty":2,"unit_price":"3.50","amount":"7.00"},` +
 		`{"line":2,"sku":"B-2","qty":1,"unit_price":"0.99","amount":"0.99"}],` +
 		`"total":"7.99","payments":[{"method":"card","amount":"5.00","reference":"REF-1"},` +
-		`{"method":"cash","amount":"5.00"}],"change":"2.01"}`
+		`{"method":"cash","amount":"5.00"}],"change":"2.01","catalog_version":3}`
 	refundJSON = `{"refund_id":"R1","sale_id":"S1","sale_seq":5,"lines":[` +
 		`{"line":1,"sku":"A-1","qty":1,"amount":"3.50"}],"amount":"3.50",` +
 		`"method":"card","reference":"REF-9","restock":true}`

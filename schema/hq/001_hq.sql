@@ -137,10 +137,10 @@ CREATE TABLE draft_txns (
 -- Times a store sent (at, resolved_at) are kept as RFC 3339 text, '' when none.
 CREATE TABLE exceptions (
     store         TEXT    NOT NULL,
-    kind          TEXT    NOT NULL, -- oversell, refund, parked or seq_gap
+    kind          TEXT    NOT NULL, -- oversell, price, refund, parked or seq_gap
     terminal      TEXT    NOT NULL,
     seq           INTEGER NOT NULL, -- the sale's (oversell), the refund's, the parked event's or the gap's first
-    -- oversell: the SKU taken below zero (hqwire.EscapeSKU); parked: '' for a key's first
+    -- oversell: the SKU taken below zero, price: the SKU sold at another price (hqwire.EscapeSKU); parked: '' for a key's first
     -- content, the content's hash for each later one; refund and seq_gap: ''
     sku           TEXT    NOT NULL,
     change        INTEGER NOT NULL, -- the store ledger's change number of this state

@@ -157,10 +157,10 @@ CREATE TABLE draft_txns (
 -- back; reads leave it out. Times a store sent (at, resolved_at) are '' when none.
 CREATE TABLE exceptions (
     store         text COLLATE "C" NOT NULL,
-    kind          text COLLATE "C" NOT NULL, -- oversell, refund, parked or seq_gap
+    kind          text COLLATE "C" NOT NULL, -- oversell, price, refund, parked or seq_gap
     terminal      text COLLATE "C" NOT NULL,
     seq           bigint  NOT NULL, -- the sale's (oversell), the refund's, the parked event's or the gap's first
-    -- oversell: the SKU taken below zero (hqwire.EscapeSKU); parked: '' for a key's first
+    -- oversell: the SKU taken below zero, price: the SKU sold at another price (hqwire.EscapeSKU); parked: '' for a key's first
     -- content, the content's hash for each later one; refund and seq_gap: ''
     sku           text COLLATE "C" NOT NULL,
     change        bigint  NOT NULL, -- the store ledger's change number of this state

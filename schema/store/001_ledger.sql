@@ -218,6 +218,34 @@ CREATE TABLE refund_exceptions (
 );
 CREATE INDEX refund_exceptions_date ON refund_exceptions (business_date);
 
+-- Offline sales that charged, for a SKU, another unit price than the store's catalog held
+-- when the ledger recorded them (one row per sale and SKU). The customer paid what the till
+-- asked and the sale stands (invariant 5); the difference is for a manager to explain: code
+-- price_changed when the till priced from an older catalog version than the store's (the
+-- price changed while it was offline), price_mismatch when it names the store's version or
+-- none (a price the store never set at that version). qty counts the units of the SKU sold at
+-- another price, sold_price is the first such line's unit price, difference is Σ (catalog −
+-- sold) × qty over them in fen (positive: the till charged less).
+CREATE TABLE price_exceptions (
+    terminal      TEXT    NOT NULL,
+    seq           INTEGER NOT NULL,
+    sku           TEXT    NOT NULL,
+    code          TEXT    NOT NULL,
+    qty           INTEGER NOT NULL CHECK (qty > 0),
+    sold_price    INTEGER NOT NULL,
+    catalog_price INTEGER NOT NULL,
+    difference    INTEGER NOT NULL,
+    sale_version  INTEGER NOT NULL,   -- the catalog version the sale names
+    store_version INTEGER NOT NULL,   -- the store's catalog version it was held to
+    at            TEXT    NOT NULL,
+    business_date TEXT    NOT NULL,
+    resolved      INTEGER NOT NULL DEFAULT 0,
+    resolved_at   TEXT    NOT NULL DEFAULT '',
+    resolution    TEXT    NOT NULL DEFAULT '',
+    PRIMARY KEY (terminal, seq, sku)
+);
+CREATE INDEX price_exceptions_date ON price_exceptions (business_date);
+
 -- Events refused for good (final rejected or conflict). The till kept its sale or refund,
 -- and counts it in its day close; the ledger does not. A parked event is an exception like
 -- an oversell: the manager resolves it with what explained it, and every change goes to
@@ -337,10 +365,10 @@ CREATE TABLE seq_gaps (
 -- changes. Rows are never deleted: numbers only grow, and are never reused.
 CREATE TABLE exception_changes (
     id            INTEGER PRIMARY KEY,
-    kind          TEXT    NOT NULL, -- oversell, refund, parked or seq_gap
+    kind          TEXT    NOT NULL, -- oversell, price, refund, parked or seq_gap
     terminal      TEXT    NOT NULL,
     seq           INTEGER NOT NULL, -- seq_gap: from_seq
-    sku           TEXT    NOT NULL, -- oversell: the SKU; parked: the content's sku; else ''
+    sku           TEXT    NOT NULL, -- oversell, price: the SKU; parked: the content's sku; else ''
     business_date TEXT    NOT NULL  -- what the exception is filed under, also once withdrawn
 );
 
@@ -358,6 +386,22 @@ CREATE TRIGGER oversells_withdrawn AFTER DELETE ON oversells BEGIN
     INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
     VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
         FROM exception_changes), 'oversell', OLD.terminal, OLD.seq, OLD.sku, OLD.business_date);
+END;
+
+CREATE TRIGGER price_exceptions_flagged AFTER INSERT ON price_exceptions BEGIN
+    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
+    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
+        FROM exception_changes), 'price', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
+END;
+CREATE TRIGGER price_exceptions_changed AFTER UPDATE ON price_exceptions BEGIN
+    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
+    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
+        FROM exception_changes), 'price', NEW.terminal, NEW.seq, NEW.sku, NEW.business_date);
+END;
+CREATE TRIGGER price_exceptions_withdrawn AFTER DELETE ON price_exceptions BEGIN
+    INSERT INTO exception_changes (id, kind, terminal, seq, sku, business_date)
+    VALUES ((SELECT max(coalesce(max(id), 0) + 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) * 1000)
+        FROM exception_changes), 'price', OLD.terminal, OLD.seq, OLD.sku, OLD.business_date);
 END;
 
 CREATE TRIGGER refund_exceptions_flagged AFTER INSERT ON refund_exceptions BEGIN

@@ -55,6 +55,7 @@ CREATE TABLE sale_lines (
     removed      INTEGER NOT NULL DEFAULT 0,
     refunded_qty INTEGER NOT NULL DEFAULT 0,
     scan_seq     INTEGER,
+    catalog_version INTEGER NOT NULL DEFAULT 0,  -- the catalog the line was priced from
     PRIMARY KEY (sale_id, line)
 );
 CREATE INDEX sale_lines_scan ON sale_lines (scan_seq);
@@ -160,7 +161,16 @@ CREATE TABLE supervisor_failures (
     locked_until_ms INTEGER NOT NULL DEFAULT 0
 );
 
--- Small named values: catalog_version, offline_since_ms, last_ack_ms.
+-- The store's public catalog key the terminal pinned (ed25519, 32 bytes): the key of the first
+-- signed catalog it took, unless --store-key names one. A catalog not signed by it is
+-- ignored and counted (kv catalogs_refused).
+CREATE TABLE store_key (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    key          BLOB    NOT NULL,
+    pinned_ms    INTEGER NOT NULL
+);
+
+-- Small named values: catalog_version, catalogs_refused, offline_since_ms, last_ack_ms.
 CREATE TABLE kv (
     k            TEXT    PRIMARY KEY,
     v            INTEGER NOT NULL

@@ -110,6 +110,8 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/totals", s.totals)
 	s.route("GET /v1/oversells", s.oversells)
 	s.route("POST /v1/oversells/resolve", s.resolveOversell)
+	s.route("GET /v1/price-exceptions", s.prices)
+	s.route("POST /v1/price-exceptions/resolve", s.resolvePrice)
 	s.route("GET /v1/refund-exceptions", s.refundExceptions)
 	s.route("POST /v1/refund-exceptions/resolve", s.resolveRefundException)
 	s.route("GET /v1/parked", s.parked)

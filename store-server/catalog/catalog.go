@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
@@ -44,8 +45,10 @@ type Catalog struct {
 	mu        sync.RWMutex
 	cur       wire.Catalog
 	skus      map[string]bool
-	known     map[string]bool // the SKUs of every version installed here, kept in knownPath
-	floor     func() int64    // the highest version a terminal holds (SetVersionFloor)
+	prices    map[string]money.Fen // the current catalog's, replaced whole (never changed in place)
+	known     map[string]bool      // the SKUs of every version installed here, kept in knownPath
+	floor     func() int64         // the highest version a terminal holds (SetVersionFloor)
+	key       ed25519.PrivateKey   // signs what is published (SetSigner)
 }
 
 // MaxVersionJump bounds how far above the store's version a terminal's report may lift the
@@ -104,11 +107,13 @@ func Open(path, store string) (*Catalog, error) {
 
 func (c *Catalog) set(cat wire.Catalog) {
 	skus := make(map[string]bool, len(cat.Items))
+	prices := make(map[string]money.Fen, len(cat.Items))
 	for _, it := range cat.Items {
 		skus[it.SKU] = true
+		prices[it.SKU] = it.Price
 	}
 	c.mu.Lock()
-	c.cur, c.skus = cat, skus
+	c.cur, c.skus, c.prices = cat, skus, prices
 	for sku := range skus {
 		c.known[sku] = true
 	}
@@ -127,6 +132,14 @@ func (c *Catalog) Has(sku string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.skus[sku]
+}
+
+// PriceList returns the current catalog's version and its price per SKU, of one moment. The
+// map is the catalog's own and never changes: do not change it.
+func (c *Catalog) PriceList() (int64, map[string]money.Fen) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cur.Version, c.prices
 }
 
 // Known reports whether sku is in this catalog or was in an earlier version of it.
@@ -152,14 +165,18 @@ type File struct {
 }
 
 // Files returns the files the catalog keeps (the catalog, the SKUs of every version, the
-// digest of the file last imported from --catalog), those that exist, read under the import
-// lock: a set of one moment, which Open takes back as it was. They are what a backup of
-// the store holds of its catalog.
+// digest of the file last imported from --catalog, the signing key and its public key),
+// those that exist, read under the import lock: a set of one moment, which Open takes back
+// as it was. They are what a backup of the store holds of its catalog.
 func (c *Catalog) Files() ([]File, error) {
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
 	var out []File
-	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path)} {
+	// The signing key goes too: a store restored from its backup keeps the key its
+	// terminals pinned, and they go on taking its catalogs.
+	dir := filepath.Dir(c.path)
+	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path), filepath.Join(dir, KeyFile),
+		filepath.Join(dir, PubKeyFile)} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -202,6 +219,10 @@ func (c *Catalog) replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 			"the catalog has no items: every scan would be refused as unknown_sku; import the items the store sells")
 	}
 	if err := next.Validate(); err != nil {
+		return next, err
+	}
+	next, err := c.signed(next)
+	if err != nil {
 		return next, err
 	}
 	body, err := json.Marshal(next)
@@ -361,9 +382,9 @@ func (c *Catalog) Publish(pub Publisher) error {
 	// broker after the import's, would leave the old one retained.
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
-	cur := c.Current()
-	if cur.Version == 0 {
-		return nil
+	cur, err := c.signed(c.Current())
+	if err != nil || cur.Version == 0 {
+		return err
 	}
 	body, err := json.Marshal(cur)
 	if err != nil {
@@ -425,6 +446,9 @@ func parseJSON(b []byte) ([]wire.CatalogItem, error) {
 		if it.Price == nil {
 			return nil, perr.New(perr.Invalid, money.CodeEmpty, "item %d (sku %q) has no price", i+1, it.SKU)
 		}
+		if err := priceInLimit(*it.Price, fmt.Sprintf("item %d (sku %q)", i+1, it.SKU)); err != nil {
+			return nil, err
+		}
 		items[i] = wire.CatalogItem{SKU: it.SKU, Barcode: it.Barcode, Name: it.Name, Price: *it.Price}
 	}
 	return items, nil
@@ -462,9 +486,21 @@ func parseCSV(b []byte) ([]wire.CatalogItem, error) {
 			e := perr.As(err)
 			return nil, perr.New(perr.Invalid, e.Code, "line %d: %s", n+2, e.Message)
 		}
+		if err := priceInLimit(price, fmt.Sprintf("line %d (sku %q)", n+2, get("sku"))); err != nil {
+			return nil, err
+		}
 		items = append(items, wire.CatalogItem{SKU: get("sku"), Barcode: get("barcode"), Name: get("name"), Price: price})
 	}
 	return items, nil
+}
+
+// priceInLimit refuses a price above what one event may carry (wire.MaxAmount), naming the
+// row: every scan of such an item would be refused at the till, and every sale of it.
+func priceInLimit(p money.Fen, row string) error {
+	if p > wire.MaxAmount {
+		return perr.New(perr.Invalid, wire.CodeTooLarge, "%s: price %s is above the %s one event may carry", row, p, wire.MaxAmount)
+	}
+	return nil
 }
 
 // DefaultPath is where a store-server keeps its catalog in its data directory.

@@ -37,19 +37,22 @@ type HealthAnswer struct {
 
 // Stats counts what the store's ingest has done since the store-server started.
 type Stats struct {
-	Messages    int64 `json:"messages"`
-	Bad         int64 `json:"bad_messages"`
-	Events      int64 `json:"events"`
-	Accepted    int64 `json:"accepted"`
-	Replays     int64 `json:"replays"`
-	Rejected    int64 `json:"rejected"`
-	Refused     int64 `json:"refused_live"`
-	OutOfOrder  int64 `json:"out_of_order"`
-	SeqGaps     int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
-	Groups      int64 `json:"groups"`
-	Rebuilds    int64 `json:"rebuilds"`
-	GateErrors  int64 `json:"gate_errors"`
-	CommitError int64 `json:"commit_errors"`
+	Messages   int64 `json:"messages"`
+	Bad        int64 `json:"bad_messages"`
+	Events     int64 `json:"events"`
+	Accepted   int64 `json:"accepted"`
+	Replays    int64 `json:"replays"`
+	Rejected   int64 `json:"rejected"`
+	Refused    int64 `json:"refused_live"`
+	OutOfOrder int64 `json:"out_of_order"`
+	// PriceMismatch counts live scans and sales refused price_mismatch: a unit price that is
+	// not the store's catalog's.
+	PriceMismatch int64 `json:"price_mismatch"`
+	SeqGaps       int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
+	Groups        int64 `json:"groups"`
+	Rebuilds      int64 `json:"rebuilds"`
+	GateErrors    int64 `json:"gate_errors"`
+	CommitError   int64 `json:"commit_errors"`
 	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
 	// when. While commits fail nothing is acked; the terminals keep their events and resend.
 	LastCommitError   string    `json:"last_commit_error,omitempty"`

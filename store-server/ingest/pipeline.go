@@ -237,6 +237,12 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		reject(x, perr.New(perr.Invalid, CodeUnknownSKU, "SKU %q is not in the store's catalog", sku))
 		return nil
 	}
+	prices, err := in.checkPrices(terminal, p, !it.Env.Offline)
+	if err != nil {
+		reject(x, err)
+		return nil
+	}
+	x.rec.Prices = prices
 	x.payload = p
 	x.rec.Status = wire.AckAccepted
 	switch v := p.(type) {

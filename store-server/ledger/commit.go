@@ -53,6 +53,9 @@ type Record struct {
 	// content was refused live, or not stored), nothing of it is written and its Outcome is
 	// Undecided.
 	OtherContent bool
+	// Prices are the SKUs of an accepted offline sale sold at another unit price than the
+	// store's catalog: a price_exceptions row each, written with the sale.
+	Prices []PriceException
 	// Gap, if not nil, is the gap in the terminal's seq order this record's event jumped
 	// (its From..To, the events before it the ledger does not hold): stored in seq_gaps in
 	// the record's transaction when the record is written (not for a Duplicate, Undecided

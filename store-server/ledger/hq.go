@@ -435,6 +435,8 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hqwire.Exception) erro
 		x.Code = hqwire.CodeOversold
 		err = r.tx.QueryRowContext(ctx, selOversellState, x.Terminal, x.Seq, x.SKU).Scan(&x.QtyShort, &at, &x.Resolved,
 			&resolvedAt, &x.Resolution)
+	case hqwire.ExceptionPrice:
+		err = r.priceState(ctx, x, &at, &resolvedAt)
 	case hqwire.ExceptionRefund:
 		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)

@@ -62,7 +62,7 @@ func (rs *rowSet) one(query string, args ...any) {
 // AUTOINCREMENT ids follow the records, as hq_outbox's order must), then the statements run
 // on their own, then hq_outbox.
 func (rs *rowSet) write(ctx context.Context, w *writer) error {
-	for _, m := range []*multi{insMoves, insOversells, insSales, insSaleLines, insPayments,
+	for _, m := range []*multi{insMoves, insOversells, insPriceExceptions, insSales, insSaleLines, insPayments,
 		insRefunds, insRefundLines} {
 		if err := w.insert(ctx, m, rs.by[m]); err != nil {
 			return err
@@ -126,6 +126,7 @@ func sale(ctx context.Context, st state, e *entry, d *decision) error {
 		}
 	}
 	d.oversold = d.oversold || r.Oversold
+	priceRows(rs, r, d)
 	rs.add(insSales, r.Terminal, r.Seq, p.SaleID, d.at, d.date, d.flowNo, int64(p.Total), int64(p.Change),
 		r.Offline, d.oversold)
 	for i, ln := range p.Lines {

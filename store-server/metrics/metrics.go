@@ -132,6 +132,7 @@ var counters = []struct {
 	{"rejected_total", "Events rejected as bad input (parked).", func(s client.Stats) int64 { return s.Rejected }},
 	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s client.Stats) int64 { return s.Refused }},
 	{"out_of_order_total", "Events answered out_of_order.", func(s client.Stats) int64 { return s.OutOfOrder }},
+	{"price_mismatch_total", "Live scans and sales refused price_mismatch: a unit price that is not the store's catalog's.", func(s client.Stats) int64 { return s.PriceMismatch }},
 	{"seq_gaps_total", "Gaps in a till's seq order taken (its first event after a restore from a backup, or in a ledger without its events, skipping events the ledger lost).", func(s client.Stats) int64 { return s.SeqGaps }},
 	{"groups_total", "Groups decided and committed.", func(s client.Stats) int64 { return s.Groups }},
 	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s client.Stats) int64 { return s.Rebuilds }},
@@ -156,7 +157,7 @@ var (
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
 	driftDesc   = desc("projection_drift_total", "Times Redis was found not to hold the ledger's projection (keys it dropped), each followed by a rebuild, by reason: marker_missing, epoch_mismatch, stock_missing, counters_missing, flow_missing (the scripts' marker check), audit_stock, audit_counters (the drift audit).", "reason")
-	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept).", "kind")
+	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept), price (an offline sale charged another price than the catalog's).", "kind")
 	counterDesc = func() map[string]*prometheus.Desc {
 		d := map[string]*prometheus.Desc{}
 		for _, c := range counters {
@@ -291,6 +292,11 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(over), "oversell")
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(refunds), "refund")
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(parked), "parked")
+	}
+	if prices, err := s.led.OpenPriceExceptions(ctx); err != nil {
+		s.log.Warn("metrics: open price exceptions", "err", err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(prices), "price")
 	}
 	terms, err := s.led.Terminals(ctx)
 	if err != nil {

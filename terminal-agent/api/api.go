@@ -508,6 +508,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	refused, err := s.store.KV(ctx, outbox.KVCatalogsRefused)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	old, err := s.store.OldOpenDays(ctx, s.now())
 	if err != nil {
 		writeError(w, err)
@@ -527,7 +532,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	cfg := s.store.Config()
 	a := client.StatusAnswer{Store: cfg.Store, Terminal: cfg.Terminal, Online: st.Online, Backlog: b.Count,
 		OldestSeq: b.OldestSeq, StoredCard: b.StoredCard, Parked: b.Parked, InFlight: st.InFlight, CatalogVersion: cv,
-		SettingsVersion: set.Version, OldOpenDays: old, DatesApart: apart}
+		CatalogsRefused: refused, SettingsVersion: set.Version, OldOpenDays: old, DatesApart: apart}
 	if !b.OldestAt.IsZero() {
 		a.OldestAgeMs = max(0, s.now().Sub(b.OldestAt).Milliseconds())
 	}

@@ -212,6 +212,9 @@ type StatusAnswer struct {
 	InFlight       int        `json:"in_flight"`
 	LastAckAt      *time.Time `json:"last_ack_at,omitempty"`
 	CatalogVersion int64      `json:"catalog_version"`
+	// CatalogsRefused counts the catalogs the terminal ignored as not signed by the store's
+	// key it pinned (a catalog another client retained on the store's topic).
+	CatalogsRefused int64 `json:"catalogs_refused"`
 	// SettingsVersion is the version of the store's settings (supervisors, refund rules)
 	// the terminal holds: 0 until it has received them, and no supervisor is known.
 	SettingsVersion int64 `json:"settings_version"`

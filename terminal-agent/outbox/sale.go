@@ -115,12 +115,17 @@ func (t *Tx) AddLine(saleID, sku, barcode string, qty int64) (int, error) {
 	if err := t.queryRow(`SELECT next_line FROM sales WHERE id = ?`, saleID).Scan(&line); err != nil {
 		return 0, err
 	}
+	var version int64 // the catalog the line is priced from
+	if err := t.queryRow(`SELECT coalesce((SELECT v FROM kv WHERE k = ?), 0)`, KVCatalogVersion).Scan(&version); err != nil {
+		return 0, err
+	}
 	seq, err := t.enqueue(wire.KindScan, wire.ScanPayload{SaleID: saleID, Line: line, SKU: it.SKU, Qty: qty, UnitPrice: it.Price}, 0)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := t.exec(`INSERT INTO sale_lines (sale_id, line, sku, name, qty, unit_price, amount, scan_seq)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, saleID, line, it.SKU, it.Name, qty, int64(it.Price), int64(amount), seq); err != nil {
+	if _, err := t.exec(`INSERT INTO sale_lines (sale_id, line, sku, name, qty, unit_price, amount, scan_seq, catalog_version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, saleID, line, it.SKU, it.Name, qty, int64(it.Price), int64(amount), seq,
+		version); err != nil {
 		return 0, fmt.Errorf("add line: %w", err)
 	}
 	if _, err := t.exec(`UPDATE sales SET next_line = next_line + 1 WHERE id = ?`, saleID); err != nil {
@@ -265,16 +270,22 @@ func (t *Tx) complete(saleID string, total, paid money.Fen) error {
 		return err
 	}
 	p.OpenedAt, _ = time.Parse(time.RFC3339Nano, openedAt)
-	rows, err := t.query(`SELECT line, sku, name, qty, unit_price, amount FROM sale_lines
+	rows, err := t.query(`SELECT line, sku, name, qty, unit_price, amount, catalog_version FROM sale_lines
 		WHERE sale_id = ? AND removed = 0 ORDER BY line`, saleID)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var l wire.Line
-		if err := rows.Scan(&l.Line, &l.SKU, &l.Name, &l.Qty, &l.UnitPrice, &l.Amount); err != nil {
+		var v int64
+		if err := rows.Scan(&l.Line, &l.SKU, &l.Name, &l.Qty, &l.UnitPrice, &l.Amount, &v); err != nil {
 			rows.Close()
 			return err
+		}
+		// The sale names the oldest catalog its lines were priced from (a catalog that
+		// came mid-sale priced only the lines after it).
+		if len(p.Lines) == 0 || v < p.CatalogVersion {
+			p.CatalogVersion = v
 		}
 		p.Lines = append(p.Lines, l)
 	}

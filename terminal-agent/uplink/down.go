@@ -160,6 +160,9 @@ func (u *Uplink) onCatalog(ctx context.Context, payload []byte) {
 		u.log.Warn("catalog for another store", "store", c.Store)
 		return
 	}
+	if !u.catalogSigned(ctx, c) {
+		return
+	}
 	changed, err := u.store.ReplaceCatalog(context.WithoutCancel(ctx), c)
 	if err != nil {
 		u.log.Error("store catalog", "err", err)

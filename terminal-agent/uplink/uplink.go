@@ -10,6 +10,7 @@ package uplink
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -55,8 +56,11 @@ type Config struct {
 	// if not; at most half a refresh); it also publishes it on each connection. 0: never, and a connection clears the
 	// retained report an earlier run left, which would otherwise stand for the till.
 	BacklogEvery time.Duration
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// StoreKey, if not nil, is the store's public catalog key (--store-key): the only key
+	// whose catalogs are taken. Nil: the key of the first signed catalog is pinned.
+	StoreKey ed25519.PublicKey
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 func (c *Config) defaults() {

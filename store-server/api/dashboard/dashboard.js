@@ -16,6 +16,7 @@ const ENDPOINTS = {
   terminals: "/v1/terminals",
   stock: "/v1/stock",
   oversells: "/v1/oversells",
+  prices: "/v1/price-exceptions",
   refundExceptions: "/v1/refund-exceptions",
   parked: "/v1/parked",
   limits: "/v1/limits",
@@ -24,11 +25,12 @@ const ENDPOINTS = {
   history: "/v1/charts/history",
 };
 
-// The changes the page makes (POST): a manager resolves an oversell, a refund exception or
+// The changes the page makes (POST): a manager resolves an oversell, a price exception, a refund exception or
 // a parked event, or books a shelf count (the store books the difference from the ledger's
 // stock).
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
+  resolvePrice: "/v1/price-exceptions/resolve",
   resolveRefundException: "/v1/refund-exceptions/resolve",
   resolveParked: "/v1/parked/resolve",
   countStock: "/v1/stock/count",
@@ -358,6 +360,34 @@ async function resolveOversell(x) {
   refresh();
 }
 
+function drawPrices(p) {
+  fill("prices", p.price_exceptions.map((x) => {
+    const button = el("button", t("resolve"));
+    button.addEventListener("click", () => resolvePrice(x));
+    const action = el("td");
+    action.append(button);
+    return row([x.business_date, x.terminal, x.seq, x.sku, el("td", x.code, "bad"), el("td", x.qty, "num"),
+      el("td", I18N.amount(x.sold_price), "num"), el("td", I18N.amount(x.catalog_price), "num"),
+      el("td", I18N.amount(x.difference), "num bad"),
+      x.sale_catalog_version + " / " + x.store_catalog_version, storeTime(x.at), action]);
+  }), t("none"));
+}
+
+// resolvePrice asks what explained a sale at another price than the catalog's and records
+// it. The sale stands as the customer paid it.
+async function resolvePrice(x) {
+  const note = prompt(t("price.prompt", { n: x.qty, sku: x.sku, sold: x.sold_price, catalog: x.catalog_price,
+    till: x.terminal, seq: x.seq }));
+  if (note === null) return;
+  try {
+    await api(ACTIONS.resolvePrice, { terminal: x.terminal, seq: x.seq, sku: x.sku, note: note });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("resolve.failed", { error: e.message }));
+  }
+  refresh();
+}
+
 function drawRefundExceptions(r) {
   fill("refund-exceptions", r.refund_exceptions.map((x) => {
     const button = el("button", t("resolve"));
@@ -514,6 +544,7 @@ async function refresh() {
   });
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
+  draw("prices", () => drawPrices(got.prices));
   draw("refundExceptions", () => drawRefundExceptions(got.refundExceptions));
   draw("parked", () => drawParked(got.parked));
   draw("hq", () => drawHQ(got.hq, got.terminals ? Date.parse(got.terminals.now) : Date.now(), alerts));

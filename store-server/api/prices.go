@@ -1,0 +1,38 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/store-server/client"
+)
+
+// prices lists the price exceptions (GET /v1/price-exceptions?date=&all=).
+func (s *Server) prices(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	all := q.Get("all")
+	if all != "" && all != "1" && all != "0" {
+		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	}
+	if err := checkDate(q.Get("date")); err != nil {
+		return nil, err
+	}
+	x, err := s.Ledger.PriceExceptions(r.Context(), q.Get("date"), all == "1")
+	if x == nil {
+		x = []client.PriceException{}
+	}
+	return client.PriceExceptionsAnswer{Prices: x}, err
+}
+
+// resolvePrice resolves one price exception (POST /v1/price-exceptions/resolve).
+func (s *Server) resolvePrice(r *http.Request) (any, error) {
+	var req client.ResolvePriceRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	x, applied, err := s.Ledger.ResolvePrice(r.Context(), req.Terminal, req.Seq, req.SKU, req.Note)
+	if err != nil {
+		return nil, err
+	}
+	return client.ResolvePriceAnswer{Price: x, Applied: applied}, nil
+}
