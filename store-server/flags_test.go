@@ -9,20 +9,25 @@ import (
 // needs a user name; the embedded broker admits anyone only on loopback unless told to; the
 // manager API's certificate and key go together.
 func TestMQTTAccountFlags(t *testing.T) {
-	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token", "x", "--mqtt-listen", "127.0.0.1:1883"}
+	base := []string{"--store", "S1", "--redis-addr", "127.0.0.1:6379", "--api-token-file", secretFile(t, biToken), "--mqtt-listen", "127.0.0.1:1883"}
+	pass, mtok := secretFile(t, "p"), secretFile(t, "metrics-token-of-the-tests")
 	for _, c := range []struct {
 		args []string
 		bad  string // a part of the error, "" when the flags are valid
 	}{
-		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-username", "store-S1", "--mqtt-password", "p"}, ""},
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-username", "store-S1", "--mqtt-password-file", pass}, ""},
 		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
 		{[]string{"--mqtt-username", "store-S1"}, "external broker"},
-		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-password", "p"}, "needs --mqtt-username"},
+		{[]string{"--mqtt-url", "tcp://127.0.0.1:1883", "--mqtt-password-file", pass}, "needs --mqtt-username"},
 		{[]string{"--api-tls-cert", "c.pem", "--api-tls-key", "k.pem"}, ""},
 		{[]string{"--api-tls-cert", "c.pem"}, "go together"},
 		{[]string{"--api-tls-key", "k.pem"}, "go together"},
-		{[]string{"--metrics-token", "m"}, ""},
-		{[]string{"--metrics-token", "x"}, "must differ"},
+		{[]string{"--metrics-token-file", mtok}, ""},
+		{[]string{"--metrics-token-file", secretFile(t, biToken)}, "must differ"},
+		{[]string{"--metrics-token-file", secretFile(t, "short")}, "5 bytes, want at least 16"},
+		{[]string{"--metrics-token", "metrics-token-of-the-tests"}, "not defined"},
+		{[]string{"--api-token", biToken}, "not defined"},
+		{[]string{"--redis-password", "p"}, "not defined"},
 		{[]string{"--disk-warn-mb", "0"}, ""},
 		{[]string{"--clock-skew-warn", "5m"}, ""},
 		{[]string{"--clock-skew-warn", "0"}, ""},
@@ -57,7 +62,7 @@ func TestMQTTAccountFlags(t *testing.T) {
 
 // TestRedisFlags: the store's Redis is one of Sentinel, a Redis Cluster or one address.
 func TestRedisFlags(t *testing.T) {
-	base := []string{"--store", "S1", "--api-token", "x", "--mqtt-listen", "127.0.0.1:1883"}
+	base := []string{"--store", "S1", "--api-token-file", secretFile(t, biToken), "--mqtt-listen", "127.0.0.1:1883"}
 	for _, c := range []struct {
 		args []string
 		bad  string

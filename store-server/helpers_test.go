@@ -20,7 +20,7 @@ import (
 
 const (
 	biStoreID = "S1"
-	biToken   = "tok"
+	biToken   = "manager-token-of-the-tests"
 	biTZ      = "Asia/Shanghai"
 )
 
@@ -46,7 +46,7 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 		"--redis-addr", s.Redis[0].Addr(),
 		"--mqtt-url", s.MQTTURL(),
 		"--api-listen", "127.0.0.1:0",
-		"--api-token", biToken,
+		"--api-token-file", secretFile(t, biToken),
 		"--tz", biTZ,
 		"--log-level", "error",
 	}

@@ -92,12 +92,12 @@ func tlsClient(t *testing.T, certPath string) *http.Client {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// TestMetricsToken: --metrics-token opens GET /metrics and nothing else; the manager token
+// TestMetricsToken: the metrics token opens GET /metrics and nothing else; the manager token
 // still opens it too.
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
-	const mtok = "prometheus-only"
-	srv := biRunServer(t, "--metrics-token", mtok)
+	const mtok = "prometheus-only-token"
+	srv := biRunServer(t, "--metrics-token-file", secretFile(t, mtok))
 	for _, tok := range []string{mtok, biToken} {
 		if status, _, b := srv.do(t, "GET", "/metrics", tok, "", nil); status != http.StatusOK ||
 			!strings.Contains(string(b), "posgate_store_gate_mode") {
