@@ -74,6 +74,11 @@ func TestRedisFlags(t *testing.T) {
 		{[]string{"--redis-cluster", "127.0.0.1:7000", "--redis-addr", "127.0.0.1:6379"}, "one of"},
 		{[]string{"--redis-cluster", "127.0.0.1:7000", "--redis-sentinels", "127.0.0.1:26379"}, "one of"},
 		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-sentinels", "127.0.0.1:26379"}, "one of"},
+		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-tls-cert", "c.pem", "--redis-tls-key", "k.pem"}, "need --redis-tls-ca"},
+		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-tls-ca", "/nonexistent/ca.pem"}, "--redis-tls-ca"},
+		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-tls-ca", secretFile(t, "not a certificate")}, "no PEM certificate"},
+		{[]string{"--redis-addr", "127.0.0.1:6379", "--redis-sentinel-password-file", secretFile(t, "p")}, "for --redis-sentinels"},
+		{[]string{"--redis-sentinels", "127.0.0.1:26379", "--redis-sentinel-password-file", secretFile(t, "p")}, ""},
 	} {
 		err := NewMain().ParseFlags(append(append([]string{}, base...), c.args...))
 		switch {

@@ -39,11 +39,19 @@ type biServer struct {
 func biRunServer(t *testing.T, extra ...string) *biServer {
 	t.Helper()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
+	srv := biStartServer(t, s, append([]string{"--redis-addr", s.Redis[0].Addr()}, extra...)...)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
+	return srv
+}
+
+// biStartServer starts a store-server on the stack s (its mosquitto) with args, which name
+// its Redis, and returns once it listens, whatever its gate's mode.
+func biStartServer(t *testing.T, s *stack.Stack, extra ...string) *biServer {
+	t.Helper()
 	m := NewMain()
 	args := []string{
 		"--store", biStoreID,
 		"--data-dir", t.TempDir(),
-		"--redis-addr", s.Redis[0].Addr(),
 		"--mqtt-url", s.MQTTURL(),
 		"--api-listen", "127.0.0.1:0",
 		"--api-token-file", secretFile(t, biToken),
@@ -83,7 +91,6 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 		srv.Base = "https://" + addrs.API
 		srv.Client = tlsClient(t, m.APITLSCert)
 	}
-	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv
 }
 

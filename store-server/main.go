@@ -4,6 +4,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,11 +58,16 @@ type Main struct {
 	// Cluster lists seed addresses of a Redis Cluster the store shares with others.
 	Cluster       string
 	RedisPassword string
-	MQTTURL       string
-	MQTTUsername  string
-	MQTTPassword  string
-	MQTTListen    string
-	MQTTUsers     string
+	// SentinelPassword is the Sentinels' own password (their requirepass).
+	SentinelPassword string
+	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
+	RedisTLSCA, RedisTLSCert, RedisTLSKey string
+	redisTLS                              *tls.Config // read by Validate
+	MQTTURL                               string
+	MQTTUsername                          string
+	MQTTPassword                          string
+	MQTTListen                            string
+	MQTTUsers                             string
 	// MQTTAnonymous lets the embedded broker admit anyone on a non-loopback address.
 	MQTTAnonymous bool
 	MQTTTLSCert   string
@@ -199,7 +205,7 @@ func (m *Main) Validate() error {
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
 	}
-	return nil
+	return m.validateAccess()
 }
 
 func validMB(s string) bool {

@@ -150,7 +150,7 @@ func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) r
 	if m.Cluster != "" {
 		key := slotKey(m.Store)
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: strings.Split(m.Cluster, ","), Password: m.RedisPassword,
+			Addrs: strings.Split(m.Cluster, ","), Password: m.RedisPassword, TLSConfig: m.redisTLS,
 			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
 			OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 				if ours, err := servesSlotOf(ctx, cn, key); err != nil || !ours {
@@ -163,11 +163,12 @@ func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) r
 	if m.Sentinels != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
+			SentinelPassword: m.SentinelPassword, TLSConfig: m.redisTLS,
 			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
 			OnConnect: onConnect,
 		})
 	}
-	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
+	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword, TLSConfig: m.redisTLS,
 		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1, OnConnect: onConnect})
 }
 
@@ -353,7 +354,7 @@ func (m *Main) startBackground(ctx context.Context, s *server, background *sync.
 		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
 	}
 	if m.Sentinels != "" {
-		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, s.in.Rebuild, s.log)
+		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.SentinelPassword, m.redisTLS, s.in.Rebuild, s.log)
 	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		go watchCluster(ctx, cc, slotKey(m.Store), s.in.Rebuild, s.log)
