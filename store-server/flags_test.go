@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -41,8 +43,19 @@ func TestMQTTAccountFlags(t *testing.T) {
 		{[]string{"--mqtt-listen", "0.0.0.0:1883"}, "anyone on the network"},
 		{[]string{"--mqtt-listen", ":1883"}, "anyone on the network"},
 		{[]string{"--mqtt-listen", "192.168.1.10:1883"}, "anyone on the network"},
-		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-allow-anonymous"}, ""},
-		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-users", "users.json"}, ""},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-allow-anonymous"}, "in clear"},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-allow-anonymous", "--insecure-lan"}, ""},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-users", "users.json"}, "in clear"},
+		{[]string{"--mqtt-listen", "192.168.1.10:1883", "--mqtt-users", "users.json"}, "--insecure-lan"},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-users", "users.json", "--insecure-lan"}, ""},
+		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-users", "users.json", "--mqtt-tls-cert", "c.pem", "--mqtt-tls-key", "k.pem"}, ""},
+		// The manager API beyond loopback speaks TLS too, unless told otherwise.
+		{[]string{"--api-listen", "0.0.0.0:8282"}, "manager API on 0.0.0.0:8282 would carry its tokens in clear"},
+		{[]string{"--api-listen", ":8282"}, "in clear"},
+		{[]string{"--api-listen", "10.0.0.2:8282", "--insecure-lan"}, ""},
+		{[]string{"--api-listen", "0.0.0.0:8282", "--api-tls-cert", "c.pem", "--api-tls-key", "k.pem"}, ""},
+		{[]string{"--api-listen", "[::1]:8282"}, ""},
+		{[]string{"--api-listen", "localhost:8282"}, ""},
 		{[]string{"--mqtt-listen", "localhost:1883"}, ""},
 		{[]string{"--mqtt-listen", "[::1]:1883"}, ""},
 		{[]string{"--mqtt-listen", "0.0.0.0:1883", "--mqtt-url", "tcp://127.0.0.1:1883"}, ""},
@@ -86,6 +99,31 @@ func TestRedisFlags(t *testing.T) {
 			t.Errorf("%v: %v", c.args, err)
 		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
 			t.Errorf("%v: error %v, want one about %q", c.args, err, c.bad)
+		}
+	}
+}
+
+// TestInsecureLANSaysSo: a store that listens beyond loopback in clear (--insecure-lan) says
+// so at every start, naming each such listener; one on loopback or over TLS says nothing.
+func TestInsecureLANSaysSo(t *testing.T) {
+	for _, c := range []struct {
+		m    Main
+		want []string
+	}{
+		{Main{MQTTListen: "0.0.0.0:1883", APIListen: "0.0.0.0:8282"}, []string{"embedded broker", "manager API"}},
+		{Main{MQTTListen: "0.0.0.0:1883", APIListen: "127.0.0.1:8282"}, []string{"embedded broker"}},
+		{Main{MQTTURL: "tcp://10.0.0.1:1883", MQTTListen: "0.0.0.0:1883", APIListen: "10.0.0.2:8282"}, []string{"manager API"}},
+		{Main{MQTTListen: "0.0.0.0:1883", MQTTTLSCert: "c.pem", APIListen: "0.0.0.0:8282", APITLSCert: "c.pem"}, nil},
+	} {
+		var out bytes.Buffer
+		c.m.warnInsecure(slog.New(slog.NewTextHandler(&out, nil)))
+		if got := strings.Count(out.String(), "INSECURE"); got != len(c.want) {
+			t.Errorf("%+v: %d warnings, want %d:\n%s", c.m, got, len(c.want), out.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), "level=WARN msg=\"INSECURE: the "+w) {
+				t.Errorf("%+v: no warning about the %s:\n%s", c.m, w, out.String())
+			}
 		}
 	}
 }

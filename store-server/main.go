@@ -63,11 +63,13 @@ type Main struct {
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 	redisTLS                              *tls.Config // read by Validate
-	MQTTURL                               string
-	MQTTUsername                          string
-	MQTTPassword                          string
-	MQTTListen                            string
-	MQTTUsers                             string
+	// InsecureLAN lets the broker and the API listen beyond loopback without TLS.
+	InsecureLAN  bool
+	MQTTURL      string
+	MQTTUsername string
+	MQTTPassword string
+	MQTTListen   string
+	MQTTUsers    string
 	// MQTTAnonymous lets the embedded broker admit anyone on a non-loopback address.
 	MQTTAnonymous bool
 	MQTTTLSCert   string

@@ -39,6 +39,7 @@ import (
 // commits and acks the group it holds before the broker and the ledger close.
 func (m *Main) Run(ctx context.Context) error {
 	s := &server{log: cli.Logger(m.LogLevel).With("store", m.Store)}
+	m.warnInsecure(s.log)
 	if err := m.openLedger(ctx, s); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/posgate/posgate/internal/cli"
@@ -16,6 +17,8 @@ const MinTokenBytes = 16
 // defineSecrets defines the store-server's secrets: each from its file (--X-file) or its
 // environment variable, never an argument (cli.Flags.Secret).
 func (m *Main) defineSecrets(fs *cli.Flags) {
+	fs.Bool(&m.InsecureLAN, "insecure-lan", "POSGATE_INSECURE_LAN", false,
+		"let the embedded broker and the manager API listen beyond loopback without TLS (passwords, tokens and sales in clear on the network: for a trial only)")
 	fs.Secret(&m.APIToken, "api-token", "POSGATE_API_TOKEN", MinTokenBytes, "the manager API's bearer token (required)")
 	fs.Secret(&m.MetricsToken, "metrics-token", "POSGATE_METRICS_TOKEN", MinTokenBytes,
 		"a bearer token for GET /metrics only (for Prometheus), besides the manager token")
@@ -63,11 +66,22 @@ func (m *Main) redisTLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// validateAccess checks the settings of who may reach what: Redis's TLS, and (for
-// --sentinel password) that Sentinels are in use.
+// validateAccess checks the settings of who may reach what: listeners beyond loopback
+// speak TLS unless --insecure-lan; Redis's TLS; the Sentinels' password with Sentinels.
 func (m *Main) validateAccess() error {
 	if m.SentinelPassword != "" && m.Sentinels == "" {
 		return errors.New("the Sentinels' password is for --redis-sentinels")
+	}
+	if !m.InsecureLAN {
+		if m.MQTTURL == "" && m.MQTTTLSCert == "" && !isLoopback(m.MQTTListen) {
+			return fmt.Errorf("the embedded broker on %s would carry the tills' passwords and sales in clear on the network: "+
+				"give it a certificate (--mqtt-tls-cert, --mqtt-tls-key; tills use tls://), listen on loopback, "+
+				"or say --insecure-lan for a trial", m.MQTTListen)
+		}
+		if m.APITLSCert == "" && !isLoopback(m.APIListen) {
+			return fmt.Errorf("the manager API on %s would carry its tokens in clear on the network: "+
+				"give it a certificate (--api-tls-cert, --api-tls-key), listen on loopback, or say --insecure-lan for a trial", m.APIListen)
+		}
 	}
 	cfg, err := m.redisTLSConfig()
 	if err != nil {
@@ -75,4 +89,16 @@ func (m *Main) validateAccess() error {
 	}
 	m.redisTLS = cfg
 	return nil
+}
+
+// warnInsecure says, at every start, which listener speaks in clear beyond loopback.
+func (m *Main) warnInsecure(log *slog.Logger) {
+	if m.MQTTURL == "" && m.MQTTTLSCert == "" && !isLoopback(m.MQTTListen) {
+		log.Warn("INSECURE: the embedded broker listens beyond loopback without TLS (--insecure-lan): "+
+			"the tills' passwords and sales cross the network in clear", "listen", m.MQTTListen)
+	}
+	if m.APITLSCert == "" && !isLoopback(m.APIListen) {
+		log.Warn("INSECURE: the manager API listens beyond loopback without TLS (--insecure-lan): "+
+			"its tokens cross the network in clear", "listen", m.APIListen)
+	}
 }
