@@ -63,6 +63,8 @@ type Main struct {
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 	redisTLS                              *tls.Config // read by Validate
+	// TerminalsFile lists the enrolled terminals besides the accounts' (enrol).
+	TerminalsFile string
 	// InsecureLAN lets the broker and the API listen beyond loopback without TLS.
 	InsecureLAN  bool
 	MQTTURL      string

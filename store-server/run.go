@@ -25,12 +25,14 @@ import (
 	"github.com/posgate/posgate/store-server/broker"
 	"github.com/posgate/posgate/store-server/bus"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/enrol"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
 	"github.com/posgate/posgate/store-server/presence"
+	"github.com/posgate/posgate/store-server/refusals"
 	"github.com/posgate/posgate/store-server/settings"
 )
 
@@ -47,13 +49,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.openCatalog(ctx, s); err != nil {
 		return err
 	}
+	if err := m.enrolTerminals(s); err != nil {
+		return err
+	}
 	rdb := m.connectGate(s)
 	defer rdb.Close()
 	s.rdb = rdb
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	onUp := m.newIngest(s)
+	onUp := s.enrolled.Up(m.newIngest(s))
+	s.met.Register(s.book)
 	stopMQTT, err := m.startMQTT(runCtx, s, onUp)
 	if err != nil {
 		return err
@@ -103,7 +109,9 @@ type server struct {
 	in        *ingest.Ingest
 	seen      *presence.Board
 	pub       publisher // the embedded broker or the client of an external one
-	brokerURL string    // where the terminals reach the broker
+	book      *refusals.Book
+	enrolled  *enrol.List
+	brokerURL string // where the terminals reach the broker
 }
 
 // openLedger opens the ledger in --data-dir, which it makes if need be.
@@ -232,7 +240,7 @@ func (m *Main) startMQTT(ctx context.Context, s *server, onUp func(topic string,
 	if err != nil {
 		return nil, err
 	}
-	s.out.p = s.pub // before in.Run: only Run publishes
+	s.out.p = refusals.Acks{P: s.pub, Book: s.book} // before in.Run: only Run publishes
 	return stop, nil
 }
 
@@ -257,7 +265,7 @@ func (m *Main) startBroker(s *server, onUp func(topic string, payload []byte)) (
 		s.met.FollowCert("mqtt", pair.NotAfter)
 	}
 	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
-		OnUp: onUp, OnStatus: s.seen.Handle, Logger: s.log})
+		OnUp: onUp, OnStatus: s.enrolled.Status(s.seen.Handle), Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +296,7 @@ func (m *Main) connectBus(ctx context.Context, s *server, onUp func(topic string
 		}
 	}
 	client, err := bus.Connect(ctx, bus.Config{URL: m.MQTTURL, Store: m.Store, Username: m.MQTTUsername,
-		Password: m.MQTTPassword, OnUp: onUp, OnStatus: s.seen.Handle, OnConnected: republish, Logger: s.log})
+		Password: m.MQTTPassword, OnUp: onUp, OnStatus: s.enrolled.Status(s.seen.Handle), OnConnected: republish, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -491,6 +499,6 @@ func (o observers) Acked(d time.Duration) {
 }
 
 // lateOut lets ingest exist (and queue messages) before what it publishes through.
-type lateOut struct{ p publisher }
+type lateOut struct{ p ingest.Publisher }
 
 func (o *lateOut) Publish(topic string, payload []byte) error { return o.p.Publish(topic, payload) }

@@ -9,6 +9,9 @@ import (
 	"os"
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/store-server/broker"
+	"github.com/posgate/posgate/store-server/enrol"
+	"github.com/posgate/posgate/store-server/refusals"
 )
 
 // MinTokenBytes is the shortest manager or metrics token the store-server takes.
@@ -17,6 +20,8 @@ const MinTokenBytes = 16
 // defineSecrets defines the store-server's secrets: each from its file (--X-file) or its
 // environment variable, never an argument (cli.Flags.Secret).
 func (m *Main) defineSecrets(fs *cli.Flags) {
+	fs.String(&m.TerminalsFile, "terminals", "POSGATE_TERMINALS", "",
+		"file of the enrolled terminals, one id a line (read again when it changes), besides those of --mqtt-users; a message of any other terminal is dropped (terminal_unknown). Neither: every terminal is welcome")
 	fs.Bool(&m.InsecureLAN, "insecure-lan", "POSGATE_INSECURE_LAN", false,
 		"let the embedded broker and the manager API listen beyond loopback without TLS (passwords, tokens and sales in clear on the network: for a trial only)")
 	fs.Secret(&m.APIToken, "api-token", "POSGATE_API_TOKEN", MinTokenBytes, "the manager API's bearer token (required)")
@@ -101,4 +106,31 @@ func (m *Main) warnInsecure(log *slog.Logger) {
 		log.Warn("INSECURE: the manager API listens beyond loopback without TLS (--insecure-lan): "+
 			"its tokens cross the network in clear", "listen", m.APIListen)
 	}
+}
+
+// enrolTerminals makes the book of refusals and the list of enrolled terminals: those of the
+// broker's accounts and of --terminals.
+func (m *Main) enrolTerminals(s *server) error {
+	s.book = refusals.New(s.log, refusals.DefaultEvery)
+	var accounts []string
+	if m.MQTTUsers != "" && m.MQTTURL == "" {
+		users, err := broker.LoadUsers(m.MQTTUsers)
+		if err != nil {
+			return err
+		}
+		for _, u := range users {
+			accounts = append(accounts, u.Terminal)
+		}
+	}
+	list, err := enrol.New(m.TerminalsFile, accounts, s.book, s.log)
+	if err != nil {
+		return fmt.Errorf("--terminals: %w", err)
+	}
+	s.enrolled = list
+	if list.Open() {
+		s.log.Warn("no enrolled-terminal list (--terminals, --mqtt-users): any terminal id the broker lets publish is taken")
+	} else {
+		s.log.Info("enrolled terminals", "count", list.Count())
+	}
+	return nil
 }
