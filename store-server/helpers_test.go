@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/posgate/posgate/internal/guard"
 	"io"
 	"net/http"
 	"strings"
@@ -49,6 +50,9 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 func biStartServer(t *testing.T, s *stack.Stack, extra ...string) *biServer {
 	t.Helper()
 	m := NewMain()
+	// These tests send wrong tokens on purpose, many of them; the guard that makes a
+	// guesser wait is tested on the binary (TestManagerTokenRoles).
+	m.APIFailures = guard.New(guard.Config{Free: 1 << 20})
 	args := []string{
 		"--store", biStoreID,
 		"--data-dir", t.TempDir(),

@@ -17,6 +17,7 @@ import (
 	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/gate"
@@ -63,6 +64,11 @@ type Main struct {
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 	redisTLS                              *tls.Config // read by Validate
+	// APIFailures counts the manager API's requests without a valid token per address
+	// (nil: api.Server's default guard; tests that send many on purpose set their own).
+	APIFailures *guard.Guard
+	// APITokens is the file of the manager API's tokens with roles (api.LoadTokens).
+	APITokens string
 	// TerminalsFile lists the enrolled terminals besides the accounts' (enrol).
 	TerminalsFile string
 	// InsecureLAN lets the broker and the API listen beyond loopback without TLS.

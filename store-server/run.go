@@ -111,7 +111,8 @@ type server struct {
 	pub       publisher // the embedded broker or the client of an external one
 	book      *refusals.Book
 	enrolled  *enrol.List
-	brokerURL string // where the terminals reach the broker
+	tokens    []api.RoleToken // --api-tokens
+	brokerURL string          // where the terminals reach the broker
 }
 
 // openLedger opens the ledger in --data-dir, which it makes if need be.
@@ -448,7 +449,7 @@ var certCheckEvery = certfile.DefaultEvery
 // history until ctx ends (in background); a failure of the server goes to errc.
 func (m *Main) serveAPI(ctx context.Context, s *server, ln net.Listener, errc chan<- error, background *sync.WaitGroup) *http.Server {
 	a := &api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
-		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
+		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken, Tokens: s.tokens, Refusals: s.book, Failures: m.APIFailures,
 		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), History: s.hist, Logger: s.log}
 	background.Add(1)
 	go func() { defer background.Done(); s.hist.Run(ctx, a.Probe) }()

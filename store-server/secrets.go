@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
 	"github.com/posgate/posgate/store-server/enrol"
 	"github.com/posgate/posgate/store-server/refusals"
@@ -20,6 +22,8 @@ const MinTokenBytes = 16
 // defineSecrets defines the store-server's secrets: each from its file (--X-file) or its
 // environment variable, never an argument (cli.Flags.Secret).
 func (m *Main) defineSecrets(fs *cli.Flags) {
+	fs.String(&m.APITokens, "api-tokens", "POSGATE_API_TOKENS", "",
+		`file of the manager API's tokens of one role each, besides --api-token-file's, which may do everything: [{"name":"wall","role":"viewer","token":"…"}]; roles viewer (the dashboard, reads), operator (reads and changes), backup (GET /v1/backup)`)
 	fs.String(&m.TerminalsFile, "terminals", "POSGATE_TERMINALS", "",
 		"file of the enrolled terminals, one id a line (read again when it changes), besides those of --mqtt-users; a message of any other terminal is dropped (terminal_unknown). Neither: every terminal is welcome")
 	fs.Bool(&m.InsecureLAN, "insecure-lan", "POSGATE_INSECURE_LAN", false,
@@ -108,8 +112,8 @@ func (m *Main) warnInsecure(log *slog.Logger) {
 	}
 }
 
-// enrolTerminals makes the book of refusals and the list of enrolled terminals: those of the
-// broker's accounts and of --terminals.
+// enrolTerminals makes the book of refusals, reads the manager API's tokens with roles, and
+// makes the list of enrolled terminals: those of the broker's accounts and of --terminals.
 func (m *Main) enrolTerminals(s *server) error {
 	s.book = refusals.New(s.log, refusals.DefaultEvery)
 	var accounts []string
@@ -121,6 +125,21 @@ func (m *Main) enrolTerminals(s *server) error {
 		for _, u := range users {
 			accounts = append(accounts, u.Terminal)
 		}
+	}
+	if m.APITokens != "" {
+		if err := private.Files(s.log, m.APITokens); err != nil {
+			return err
+		}
+		tokens, err := api.LoadTokens(m.APITokens)
+		if err != nil {
+			return fmt.Errorf("--api-tokens: %w", err)
+		}
+		for _, t := range tokens {
+			if t.Token == m.APIToken || t.Token == m.MetricsToken {
+				return fmt.Errorf("--api-tokens: %s: the token is the store's own or the metrics token", t.Name)
+			}
+		}
+		s.tokens = tokens
 	}
 	list, err := enrol.New(m.TerminalsFile, accounts, s.book, s.log)
 	if err != nil {
