@@ -185,7 +185,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
 		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
-		CloseLookbackDays: m.CloseLookbackDays,
+		CloseLookbackDays: m.CloseLookbackDays, Logger: log,
 	})
 	if err != nil {
 		return err
