@@ -20,6 +20,7 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
@@ -32,7 +33,6 @@ import (
 	"github.com/posgate/posgate/store-server/ledger"
 	"github.com/posgate/posgate/store-server/metrics"
 	"github.com/posgate/posgate/store-server/presence"
-	"github.com/posgate/posgate/store-server/refusals"
 	"github.com/posgate/posgate/store-server/settings"
 )
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
 	"github.com/posgate/posgate/store-server/enrol"
-	"github.com/posgate/posgate/store-server/refusals"
 )
 
 // MinTokenBytes is the shortest manager or metrics token the store-server takes.
@@ -115,7 +115,7 @@ func (m *Main) warnInsecure(log *slog.Logger) {
 // enrolTerminals makes the book of refusals, reads the manager API's tokens with roles, and
 // makes the list of enrolled terminals: those of the broker's accounts and of --terminals.
 func (m *Main) enrolTerminals(s *server) error {
-	s.book = refusals.New(s.log, refusals.DefaultEvery)
+	s.book = refusals.New(s.log, refusals.DefaultEvery, refusals.StoreMetric)
 	var accounts []string
 	if m.MQTTUsers != "" && m.MQTTURL == "" {
 		users, err := broker.LoadUsers(m.MQTTUsers)

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/refusals"
 )
 
 // CodeTerminalUnknown is the refusal of a message of a terminal not enrolled.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/posgate/posgate/store-server/refusals"
+	"github.com/posgate/posgate/internal/refusals"
 )
 
 // TestList: the accounts' terminals and the file's are enrolled, others not; a message of
@@ -17,7 +17,7 @@ import (
 func TestList(t *testing.T) {
 	var out bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
-	book := refusals.New(log, time.Minute)
+	book := refusals.New(log, time.Minute, refusals.StoreMetric)
 	path := filepath.Join(t.TempDir(), "terminals")
 	if err := os.WriteFile(path, []byte("# the tills of S1\nT01\n  T02  # by the door\n\n"), 0o600); err != nil {
 		t.Fatal(err)

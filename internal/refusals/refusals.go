@@ -1,7 +1,8 @@
-// Package refusals is the store's book of what it refused: every refusal is counted by its
-// stable code (posgate_store_refusals_total{code}) and logged, at most once per code in a
-// window, with the number held back since the last line: a flood of one refusal neither
-// goes unseen nor fills the journal.
+// Package refusals is a daemon's book of what it refused: every refusal is counted by its
+// stable code (the store's posgate_store_refusals_total{code}, HQ's
+// posgate_hq_refusals_total{code}) and logged, at most once per code in a window, with the
+// number held back since the last line: a flood of one refusal neither goes unseen nor
+// fills the journal.
 package refusals
 
 import (
@@ -33,11 +34,18 @@ type Book struct {
 	held   map[string]int64     // refusals of the code not logged since
 }
 
-// New returns a book logging to log, each code at most once per every.
-func New(log *slog.Logger, every time.Duration) *Book {
+// The metrics of the books of the store and of HQ.
+const (
+	StoreMetric = "posgate_store_refusals_total"
+	HQMetric    = "posgate_hq_refusals_total"
+)
+
+// New returns a book logging to log, each code at most once per every, whose counter
+// (Collect) is metric.
+func New(log *slog.Logger, every time.Duration, metric string) *Book {
 	return &Book{log: log, every: every, now: time.Now,
-		desc: prometheus.NewDesc("posgate_store_refusals_total",
-			"Refusals by the store, by their stable code: events rejected or refused (their acks), unknown terminals.",
+		desc: prometheus.NewDesc(metric,
+			"Refusals by their stable code: events rejected or in conflict (their acks), messages of terminals not enrolled, requests refused.",
 			[]string{"code"}, nil),
 		counts: map[string]int64{}, last: map[string]time.Time{}, held: map[string]int64{}}
 }

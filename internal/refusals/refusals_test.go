@@ -23,7 +23,7 @@ func (s *sink) Publish(_ string, p []byte) error { s.got = append(s.got, p); ret
 // not logged since.
 func TestBookCountsEveryRefusalAndLogsOnceAWhile(t *testing.T) {
 	var out bytes.Buffer
-	b := New(slog.New(slog.NewTextHandler(&out, nil)), 10*time.Second)
+	b := New(slog.New(slog.NewTextHandler(&out, nil)), 10*time.Second, StoreMetric)
 	now := time.Unix(1000, 0)
 	b.now = func() time.Time { return now }
 	for range 5 {
@@ -41,7 +41,7 @@ func TestBookCountsEveryRefusalAndLogsOnceAWhile(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(b)
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`# HELP posgate_store_refusals_total Refusals by the store, by their stable code: events rejected or refused (their acks), unknown terminals.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`# HELP posgate_store_refusals_total Refusals by their stable code: events rejected or in conflict (their acks), messages of terminals not enrolled, requests refused.
 # TYPE posgate_store_refusals_total counter
 posgate_store_refusals_total{code="terminal_unknown"} 6
 posgate_store_refusals_total{code="wire_terminal_mismatch"} 1
@@ -54,7 +54,7 @@ posgate_store_refusals_total{code="wire_terminal_mismatch"} 1
 // conflict), the others not, and every message goes on unchanged.
 func TestAcksBookRefusals(t *testing.T) {
 	var out bytes.Buffer
-	b := New(slog.New(slog.NewTextHandler(&out, nil)), time.Minute)
+	b := New(slog.New(slog.NewTextHandler(&out, nil)), time.Minute, StoreMetric)
 	s := &sink{}
 	a := Acks{P: s, Book: b}
 	msg := func(acks ...wire.Ack) []byte {
