@@ -265,7 +265,7 @@ func (m *Main) startBroker(s *server, onUp func(topic string, payload []byte)) (
 		tlsCfg = pair.TLSConfig()
 		s.met.FollowCert("mqtt", pair.NotAfter)
 	}
-	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
+	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users, Refusals: s.book,
 		OnUp: onUp, OnStatus: s.enrolled.Status(s.seen.Handle), Logger: s.log})
 	if err != nil {
 		return nil, err
