@@ -4,7 +4,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	_ "time/tzdata" // the zone database, for devices that have none (Windows, Android)
 
 	"github.com/posgate/posgate/internal/cli"
-	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/gate"
@@ -59,25 +57,11 @@ type Main struct {
 	// Cluster lists seed addresses of a Redis Cluster the store shares with others.
 	Cluster       string
 	RedisPassword string
-	// SentinelPassword is the Sentinels' own password (their requirepass).
-	SentinelPassword string
-	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
-	RedisTLSCA, RedisTLSCert, RedisTLSKey string
-	redisTLS                              *tls.Config // read by Validate
-	// APIFailures counts the manager API's requests without a valid token per address
-	// (nil: api.Server's default guard; tests that send many on purpose set their own).
-	APIFailures *guard.Guard
-	// APITokens is the file of the manager API's tokens with roles (api.LoadTokens).
-	APITokens string
-	// TerminalsFile lists the enrolled terminals besides the accounts' (enrol).
-	TerminalsFile string
-	// InsecureLAN lets the broker and the API listen beyond loopback without TLS.
-	InsecureLAN  bool
-	MQTTURL      string
-	MQTTUsername string
-	MQTTPassword string
-	MQTTListen   string
-	MQTTUsers    string
+	MQTTURL       string
+	MQTTUsername  string
+	MQTTPassword  string
+	MQTTListen    string
+	MQTTUsers     string
 	// MQTTAnonymous lets the embedded broker admit anyone on a non-loopback address.
 	MQTTAnonymous bool
 	MQTTTLSCert   string
@@ -107,6 +91,8 @@ type Main struct {
 	// RedisSweepEvery is how often the store lets go from Redis the keys of the closed days
 	// HQ holds whole (0: never).
 	RedisSweepEvery time.Duration
+
+	accessFlags
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
@@ -159,7 +145,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Duration(&m.RedisSweepEvery, "redis-sweep-every", "POSGATE_REDIS_SWEEP_EVERY", time.Minute,
 		"how often the keys of closed business days HQ holds whole (the uploader's state) leave Redis; 0: never")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
-	m.defineSecrets(fs)
+	m.defineAccess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
 		fs.PrintDefaults()

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/store-server/api"
@@ -16,12 +17,31 @@ import (
 	"github.com/posgate/posgate/store-server/enrol"
 )
 
+// accessFlags are the settings of who may reach what (Main embeds them).
+type accessFlags struct {
+	// SentinelPassword is the Sentinels' own password (their requirepass).
+	SentinelPassword string
+	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis (redisTLSConfig).
+	RedisTLSCA, RedisTLSCert, RedisTLSKey string
+	redisTLS                              *tls.Config // read by Validate
+	// APIFailures counts the manager API's requests without a valid token per address
+	// (nil: api.Server's default guard; tests that send many on purpose set their own).
+	APIFailures *guard.Guard
+	// APITokens is the file of the manager API's tokens with roles (api.LoadTokens).
+	APITokens string
+	// TerminalsFile lists the enrolled terminals besides the accounts' (enrol).
+	TerminalsFile string
+	// InsecureLAN lets the broker and the API listen beyond loopback without TLS.
+	InsecureLAN bool
+}
+
 // MinTokenBytes is the shortest manager or metrics token the store-server takes.
 const MinTokenBytes = 16
 
-// defineSecrets defines the store-server's secrets: each from its file (--X-file) or its
-// environment variable, never an argument (cli.Flags.Secret).
-func (m *Main) defineSecrets(fs *cli.Flags) {
+// defineAccess defines the flags of who may reach what: the secrets (each from its file,
+// --X-file, or its environment variable, never an argument: cli.Flags.Secret), the tokens
+// with roles, the enrolled terminals and --insecure-lan.
+func (m *Main) defineAccess(fs *cli.Flags) {
 	fs.String(&m.APITokens, "api-tokens", "POSGATE_API_TOKENS", "",
 		`file of the manager API's tokens of one role each, besides --api-token-file's, which may do everything: [{"name":"wall","role":"viewer","token":"…"}]; roles viewer (the dashboard, reads), operator (reads and changes), backup (GET /v1/backup)`)
 	fs.String(&m.TerminalsFile, "terminals", "POSGATE_TERMINALS", "",
