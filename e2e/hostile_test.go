@@ -22,7 +22,9 @@ import (
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/broker"
 	"github.com/posgate/posgate/store-server/client"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // The hostile-input suite: requests and messages an attacker on the store's network or on
@@ -168,10 +170,17 @@ func TestHostileInput(t *testing.T) {
 	t.Run("manager api", func(t *testing.T) { e.managerCases(t, storeCodes) })
 	t.Run("mqtt", func(t *testing.T) { e.mqttCases(t, storeCodes) })
 	t.Run("hq", func(t *testing.T) { e.hqCases(t, hqCodes) })
+	accounts := e.startAccountsStore(t, bins.StoreServer, st.Redis[0].Addr(), dir)
+	accountsBefore := accounts.snapshot(t)
+	accountCodes := map[string]bool{}
+	t.Run("mqtt accounts", func(t *testing.T) { accounts.accountCases(t, accountCodes); e.cases += accounts.cases })
+	if after := accounts.snapshot(t); after != accountsBefore {
+		t.Errorf("the hostile cases changed the store with accounts:\nbefore %s\nafter  %s", accountsBefore, after)
+	}
 	if after := e.snapshot(t); after != before {
 		t.Errorf("the hostile cases changed the store or HQ:\nbefore %s\nafter  %s", before, after)
 	}
-	for log, codes := range map[string]map[string]bool{e.store.Log: storeCodes, e.hq.Log: hqCodes} {
+	for log, codes := range map[string]map[string]bool{e.store.Log: storeCodes, e.hq.Log: hqCodes, accounts.store.Log: accountCodes} {
 		b, _ := os.ReadFile(log)
 		for code := range codes {
 			if !regexp.MustCompile(`code=` + regexp.QuoteMeta(code) + `\b`).Match(b) {
@@ -537,4 +546,107 @@ func hsMetricPrefix(t *testing.T, url, prefix string) float64 {
 		}
 	}
 	return sum
+}
+
+// startAccountsStore starts a second store, S002, whose embedded broker admits only the
+// accounts of its users file (T01's), on the same Redis and HQ.
+func (e *hsEnv) startAccountsStore(t *testing.T, bin, redisAddr, dir string) *hsEnv {
+	t.Helper()
+	u, err := broker.NewUser("t01", "t01-password-of-the-suite", "T01", bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, _ := json.Marshal([]broker.User{u})
+	path := filepath.Join(dir, "users.json")
+	if err := os.WriteFile(path, users, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(dir, "store2")
+	os.MkdirAll(sdir, 0o700)
+	a := &hsEnv{hq: e.hq}
+	if a.store, err = StartStore(context.Background(), bin, StoreOptions{Store: "S002", DataDir: sdir, RedisAddr: redisAddr,
+		Extra: []string{"--mqtt-users", path}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.store.Stop() })
+	return a
+}
+
+// accountCases are devices that try the accounts store's broker: each refused login,
+// publish and subscription is counted under its code.
+func (e *hsEnv) accountCases(t *testing.T, codes map[string]bool) {
+	// Each device connects from a loopback address of its own (as fromNewAddr), so that the
+	// waits after failed logins per address do not change the answers.
+	connect := func(id, user, pass string) (mqtt.Client, error) {
+		n := e.addrs.Add(1)
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(101+n/250), byte(2+n%250))}, Timeout: 5 * time.Second}
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(e.store.Broker).SetClientID(id).SetUsername(user).SetDialer(d).
+			SetPassword(pass).SetProtocolVersion(4).SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
+		tok := c.Connect()
+		if !tok.WaitTimeout(5 * time.Second) {
+			return nil, fmt.Errorf("timed out")
+		}
+		return c, tok.Error()
+	}
+	counted := func(t *testing.T, code string, was float64) {
+		deadline := time.Now().Add(5 * time.Second)
+		for e.storeRefusals(t, code) <= was {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not counted", code)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, c := range []struct{ name, id, user, pass, code string }{
+		{"an unknown user", "x1", "admin", "admin-password-guess", broker.CodeUserUnknown},
+		{"an empty user", "x2", "", "", broker.CodeUserUnknown},
+		{"the store's own name", "x3", "store-S002", "a-password-guess", broker.CodeUserUnknown},
+		{"a wrong password", "x4", "t01", "a-wrong-password-1", broker.CodePasswordWrong},
+		{"an empty password", "x5", "t01", "", broker.CodePasswordWrong},
+		{"the password's prefix", "x6", "t01", "t01-password", broker.CodePasswordWrong},
+		{"another terminal's agent id", "posgate-S002-T02", "t01", "t01-password-of-the-suite", broker.CodeClientIDForeign},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e.cases++
+			codes[c.code] = true
+			was := e.storeRefusals(t, c.code)
+			if cl, err := connect(c.id, c.user, c.pass); err == nil {
+				cl.Disconnect(10)
+				t.Fatal("let in")
+			}
+			counted(t, c.code, was)
+		})
+	}
+	cl, err := connect("posgate-S002-T01", "t01", "t01-password-of-the-suite")
+	if err != nil {
+		t.Fatalf("T01's own login: %v", err)
+	}
+	defer cl.Disconnect(50)
+	for _, c := range []struct {
+		name, topic string
+		publish     bool
+		code        string
+	}{
+		{"publish as T02", wire.UpTopic("S002", "T02"), true, broker.CodePublishDenied},
+		{"publish T02's status", wire.StatusTopic("S002", "T02"), true, broker.CodePublishDenied},
+		{"publish the catalog", wire.CatalogTopic("S002"), true, broker.CodePublishDenied},
+		{"publish the settings", wire.SettingsTopic("S002"), true, broker.CodePublishDenied},
+		{"publish acks to itself", wire.DownTopic("S002", "T01"), true, broker.CodePublishDenied},
+		{"publish to another store", wire.UpTopic("S001", "T01"), true, broker.CodePublishDenied},
+		{"subscribe to T02's acks", wire.DownTopic("S002", "T02"), false, broker.CodeSubscribeDenied},
+		{"subscribe to every up topic", "pos/S002/+/up", false, broker.CodeSubscribeDenied},
+		{"subscribe to everything", "#", false, broker.CodeSubscribeDenied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e.cases++
+			codes[c.code] = true
+			was := e.storeRefusals(t, c.code)
+			if c.publish {
+				cl.Publish(c.topic, 0, false, []byte(`{"v":1}`)).WaitTimeout(2 * time.Second)
+			} else {
+				cl.Subscribe(c.topic, 1, func(mqtt.Client, mqtt.Message) {}).WaitTimeout(2 * time.Second)
+			}
+			counted(t, c.code, was)
+		})
+	}
 }
