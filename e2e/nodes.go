@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,10 +29,12 @@ type StoreOptions struct {
 	Cluster    []string // a Redis Cluster's nodes (--redis-cluster), instead of Sentinels or RedisAddr
 	MQTTURL    string   // external broker; empty runs the embedded one on MQTTListen
 	MQTTListen string   // default: a free loopback port
-	Token      string
-	Catalog    string // a catalog file to import at start
-	LogLevel   string
-	Extra      []string // more flags
+	Token      string   // the manager API's token (POSGATE_API_TOKEN), at least 16 bytes
+	// RedisPassword is the password of Redis and the Sentinels (POSGATE_REDIS_PASSWORD).
+	RedisPassword string
+	Catalog       string // a catalog file to import at start
+	LogLevel      string
+	Extra         []string // more flags
 }
 
 // StoreServer is a store-server process.
@@ -47,7 +50,7 @@ type StoreServer struct {
 // other ports (up to five times); restarts keep the ports.
 func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, error) {
 	if o.Token == "" {
-		o.Token = "manager-token"
+		o.Token = "manager-token-of-the-tests"
 	}
 	if o.TZ == "" {
 		o.TZ = "Asia/Shanghai"
@@ -82,7 +85,11 @@ func newStore(bin string, o StoreOptions, api string) *StoreServer {
 		broker = "tcp://" + o.MQTTListen
 	}
 	args := []string{"--store", o.Store, "--data-dir", o.DataDir, "--tz", o.TZ, "--api-listen", api,
-		"--api-token", o.Token, "--log-level", o.LogLevel}
+		"--log-level", o.LogLevel}
+	env := []string{"POSGATE_API_TOKEN=" + o.Token}
+	if o.RedisPassword != "" {
+		env = append(env, "POSGATE_REDIS_PASSWORD="+o.RedisPassword)
+	}
 	switch {
 	case len(o.Cluster) > 0:
 		args = append(args, "--redis-cluster", strings.Join(o.Cluster, ","))
@@ -100,7 +107,7 @@ func newStore(bin string, o StoreOptions, api string) *StoreServer {
 		args = append(args, "--catalog", o.Catalog)
 	}
 	args = append(args, o.Extra...)
-	return &StoreServer{Proc: &Proc{Name: "store-server " + o.Store, Bin: bin, Args: args,
+	return &StoreServer{Proc: &Proc{Name: "store-server " + o.Store, Bin: bin, Args: args, Env: env,
 		Log: filepath.Join(o.DataDir, "store-server.log")}, Opts: o, API: api, Broker: broker}
 }
 
@@ -173,6 +180,8 @@ type AgentOptions struct {
 	DataDir         string
 	TZ              string
 	TokenFile       string   // --api-token-file; empty: the one the agent makes in DataDir
+	Username        string   // the till's MQTT account (--username), if the broker asks for one
+	Password        string   // its password (POSGATE_MQTT_PASSWORD)
 	Extra           []string // more flags
 	Runner          *Runner  // runs a binary built for another platform; nil: the binary itself
 	Env             []string // more environment
@@ -210,7 +219,14 @@ func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error)
 		if o.TokenFile != "" {
 			args = append(args, "--api-token-file", o.TokenFile)
 		}
-		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args, Env: o.Env,
+		env := o.Env
+		if o.Username != "" {
+			args = append(args, "--username", o.Username)
+		}
+		if o.Password != "" {
+			env = append(slices.Clip(env), "POSGATE_MQTT_PASSWORD="+o.Password)
+		}
+		a := &Agent{Proc: &Proc{Name: "terminal-agent " + o.Terminal, Bin: bin, Args: args, Env: env,
 			Log: filepath.Join(o.DataDir, "agent.log"), Runner: o.Runner}, Opts: o, API: api}
 		if err = a.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
 			return a, err

@@ -193,7 +193,7 @@ func TestChainReconciles(t *testing.T) {
 	for name, db := range engines {
 		url, metricsURL := startServe(t, db, stores)
 		state := filepath.Join(dir, "upload-"+name+".db")
-		os.Setenv("POSGATE_HQ_SECRET", e2eSecret)
+		t.Setenv("POSGATE_HQ_SECRET", e2eSecret)
 		// The CLI sends every row; the day is not over yet, so it is not declared.
 		code, _, errs := runCmd(ctx, "upload", "--once", "--store", e2eStore, "--ledger", filepath.Join(sdir, "ledger.db"),
 			"--state", state, "--hq-url", url, "--tz", e2eTZ, "--log-level", "warn")

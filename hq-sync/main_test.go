@@ -49,20 +49,29 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestServeViewerToken: a viewer token shorter than 16 bytes is a usage error, whether it
-// comes from the flag or the environment.
+// TestServeViewerToken: a viewer token comes from its file or the environment, never an
+// argument, and one shorter than 16 bytes is a usage error whichever it came from.
 func TestServeViewerToken(t *testing.T) {
 	dir := t.TempDir()
 	stores := filepath.Join(dir, "stores.json")
 	if err := os.WriteFile(stores, []byte(`[{"store":"S1","secret":"s1-secret-of-16-bytes"}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores, "--viewer-token", "too-short"); code != 2 ||
-		!strings.Contains(errs, "--viewer-token: 9 bytes, want at least 16") {
-		t.Errorf("serve --viewer-token too-short: exit %d: %s", code, errs)
+	short := filepath.Join(dir, "viewer")
+	if err := os.WriteFile(short, []byte("too-short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores, "--viewer-token-file", short); code != 2 ||
+		!strings.Contains(errs, "--viewer-token-file "+short+": 9 bytes, want at least 16") {
+		t.Errorf("serve --viewer-token-file (too short): exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores, "--viewer-token", "a-viewer-token-of-the-test"); code != 2 ||
+		!strings.Contains(errs, "not defined: -viewer-token") || strings.Contains(errs, "a-viewer-token-of-the-test") {
+		t.Errorf("serve --viewer-token as an argument: exit %d: %s", code, errs)
 	}
 	t.Setenv("POSGATE_HQ_VIEWER_TOKEN", "short")
-	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores); code != 2 || !strings.Contains(errs, "--viewer-token") {
+	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores); code != 2 ||
+		!strings.Contains(errs, "POSGATE_HQ_VIEWER_TOKEN: 5 bytes") || strings.Contains(errs, "short\n") {
 		t.Errorf("serve with POSGATE_HQ_VIEWER_TOKEN=short: exit %d: %s", code, errs)
 	}
 }

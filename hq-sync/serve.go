@@ -69,7 +69,7 @@ func (c *Serve) ParseFlags(args []string) error {
 	fs.String(&c.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.String(&c.TLSCert, "tls-cert", "POSGATE_HQ_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key), taken again when the file is renewed")
 	fs.String(&c.TLSKey, "tls-key", "POSGATE_HQ_TLS_KEY", "", "the private key of --tls-cert (PEM)")
-	fs.String(&c.ViewerToken, "viewer-token", "POSGATE_HQ_VIEWER_TOKEN", "", "serve HQ finance's page (GET /) to this token, of at least 16 bytes; prefer the environment variable (empty: no page)")
+	fs.Secret(&c.ViewerToken, "viewer-token", "POSGATE_HQ_VIEWER_TOKEN", hqview.MinTokenBytes, "the token HQ finance's page (GET /) is served to (none: no page)")
 	fs.Int(&c.DBConns, "db-conns", "POSGATE_HQ_DB_CONNS", 0, "PostgreSQL: connections to the database, and so batches stored at once by this process (0: the larger of 4 and the number of CPUs)")
 	fs.Int(&c.PartitionsAhead, "partitions-ahead", "POSGATE_HQ_PARTITIONS_AHEAD", 7, "PostgreSQL: make each business day's partitions this many days ahead (checked at start and hourly)")
 	fs.String(&c.Retain, "retain", "POSGATE_HQ_RETAIN", "0", `PostgreSQL: drop a business day older than this ("400d", or a duration such as "9600h") once reconcile has covered every store of it; 0 keeps every day`)

@@ -81,7 +81,7 @@ func TestUploadOverTLS(t *testing.T) {
 
 	upload := func(ctx context.Context, state string, extra ...string) (int, string) {
 		args := append([]string{"upload", "--once", "--store", e2eStore, "--ledger", ledgerPath, "--state", state,
-			"--hq-url", url, "--secret", e2eSecret, "--tz", e2eTZ, "--log-level", "warn"}, extra...)
+			"--hq-url", url, "--secret-file", secretFile(t, e2eSecret), "--tz", e2eTZ, "--log-level", "warn"}, extra...)
 		code, _, errs := runCmd(ctx, args...)
 		return code, errs
 	}

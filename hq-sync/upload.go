@@ -52,7 +52,7 @@ func (c *Upload) ParseFlags(args []string) error {
 	fs.String(&c.Ledger, "ledger", "POSGATE_LEDGER", "./data/ledger.db", "the store-server's ledger (read only)")
 	fs.String(&c.State, "state", "POSGATE_UPLOAD_STATE", "./data/upload.db", "the uploader's own state database")
 	fs.String(&c.HQURL, "hq-url", "POSGATE_HQ_URL", "", "HQ's batch endpoint, e.g. https://hq.example/v1/batches (required)")
-	fs.String(&c.Secret, "secret", "POSGATE_HQ_SECRET", "", "the store's signing secret shared with HQ; prefer the environment variable")
+	fs.Secret(&c.Secret, "secret", "POSGATE_HQ_SECRET", upload.MinSecretBytes, "the store's signing secret shared with HQ (required)")
 	fs.String(&c.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (when a business day is over)")
 	fs.String(&c.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.String(&c.MetricsListen, "metrics-listen", "POSGATE_UPLOAD_METRICS_LISTEN", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9465 (empty: off)")

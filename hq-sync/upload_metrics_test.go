@@ -33,7 +33,7 @@ func TestUploadMetricsListen(t *testing.T) {
 		exited := make(chan string, 1)
 		go func() {
 			code, _, errs := runCmd(ctx, "upload", "--store", e2eStore, "--ledger", ledgerPath, "--state",
-				filepath.Join(dir, "upload.db"), "--hq-url", "http://"+freePort(t)+"/v1/batches", "--secret", e2eSecret,
+				filepath.Join(dir, "upload.db"), "--hq-url", "http://"+freePort(t)+"/v1/batches", "--secret-file", secretFile(t, e2eSecret),
 				"--tz", e2eTZ, "--log-level", "error", "--metrics-listen", addr)
 			exited <- fmt.Sprintf("upload exited %d: %s", code, errs)
 		}()

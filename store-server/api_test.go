@@ -50,6 +50,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"PUT", "/v1/limits"},
 	{"POST", "/v1/promo"},
 	{"GET", "/v1/backup"},
+	{"GET", "/v1/whoami"},
 }
 
 func TestManagerAPI(t *testing.T) {

@@ -44,7 +44,7 @@ import (
 
 const (
 	benchStoreID    = "S1"
-	benchToken      = "bench-token"
+	benchToken      = "bench-manager-token"
 	benchTZ         = "Asia/Shanghai"
 	benchInProcEnv  = "POSGATE_BENCH_INPROC"
 	benchLatsEnv    = "POSGATE_BENCH_LATS"       // a file for every live sale's send time and latency
@@ -107,7 +107,7 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 			broker = []string{"--mqtt-listen", mqttListen}
 		}
 		err := m.ParseFlags(append([]string{"--store", benchStoreID, "--data-dir", data, "--redis-addr", s.Redis[0].Addr(),
-			"--api-listen", "127.0.0.1:0", "--api-token", benchToken, "--tz", benchTZ,
+			"--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(b, benchToken), "--tz", benchTZ,
 			"--catalog", catalog, "--log-level", "warn"}, broker...))
 		if err != nil {
 			b.Fatal(err)

@@ -128,7 +128,7 @@ func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	startMain(t, "--store", biStoreID, "--data-dir", dir, "--redis-addr", s.Redis[0].Addr(),
-		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken), "--tz", biTZ,
 		"--log-level", "error", "--catalog", file)
 }
 
@@ -145,7 +145,7 @@ func TestCatalogAfterABrokerRestart(t *testing.T) {
 	}
 	startMain(t, "--store", biStoreID, "--data-dir", filepath.Join(dir, "data"),
 		"--redis-addr", s.Redis[0].Addr(), "--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0",
-		"--api-token", biToken, "--tz", biTZ, "--log-level", "error", "--catalog", file)
+		"--api-token-file", secretFile(t, biToken), "--tz", biTZ, "--log-level", "error", "--catalog", file)
 	if err := s.Mosquitto.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestClient(t *testing.T) {
 	s := stack.Run(t, stack.Options{Redis: true, Replicas: 1, Sentinels: 3})
 	addrs, _ := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(),
 		"--redis-sentinels", strings.Join(s.SentinelAddrs(), ","), "--redis-master", s.MasterName,
-		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken), "--tz", biTZ,
 		"--log-level", "error")
 	srv := &biServer{Base: "http://" + addrs.API, Broker: addrs.Broker, Client: &http.Client{Timeout: 10 * time.Second}}
 	srv.waitMode(t, client.ModeRedis, 20*time.Second)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,14 +20,14 @@ const sameSwitch = 30 * time.Second
 // to failovers while that one was down: go-redis reconnects a subscription to the Sentinel
 // it was made on, for as long as it takes. A switch missed here is still caught (the gate
 // sees another server behind a new connection, gate.Connected), only later.
-func watchFailover(ctx context.Context, addrs []string, master, password string, rebuild func(), log *slog.Logger) {
+func watchFailover(ctx context.Context, addrs []string, master, password string, tlsCfg *tls.Config, rebuild func(), log *slog.Logger) {
 	heard := make(chan string)
 	var wg sync.WaitGroup
 	for _, addr := range addrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			followSentinel(ctx, addr, password, heard)
+			followSentinel(ctx, addr, password, tlsCfg, heard)
 		}()
 	}
 	defer wg.Wait()
@@ -53,8 +54,8 @@ func watchFailover(ctx context.Context, addrs []string, master, password string,
 // followSentinel hands every +switch-master the Sentinel at addr announces to heard until
 // ctx is done. go-redis subscribes again after a lost connection, and pings a quiet one to
 // find out.
-func followSentinel(ctx context.Context, addr, password string, heard chan<- string) {
-	sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password, DialTimeout: time.Second})
+func followSentinel(ctx context.Context, addr, password string, tlsCfg *tls.Config, heard chan<- string) {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password, TLSConfig: tlsCfg, DialTimeout: time.Second})
 	defer sc.Close()
 	sub := sc.Subscribe(ctx, "+switch-master")
 	defer sub.Close()

@@ -26,7 +26,7 @@ func TestFailoverHeardWithASentinelDown(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchFailover(watch, s.SentinelAddrs(), s.MasterName, "", func() { rebuilds.Add(1) },
+		watchFailover(watch, s.SentinelAddrs(), s.MasterName, "", nil, func() { rebuilds.Add(1) },
 			slog.New(slog.DiscardHandler))
 	}()
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/posgate/posgate/internal/guard"
 	"io"
 	"net/http"
 	"strings"
@@ -20,7 +21,7 @@ import (
 
 const (
 	biStoreID = "S1"
-	biToken   = "tok"
+	biToken   = "manager-token-of-the-tests"
 	biTZ      = "Asia/Shanghai"
 )
 
@@ -39,14 +40,25 @@ type biServer struct {
 func biRunServer(t *testing.T, extra ...string) *biServer {
 	t.Helper()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
+	srv := biStartServer(t, s, append([]string{"--redis-addr", s.Redis[0].Addr()}, extra...)...)
+	srv.waitMode(t, client.ModeRedis, 20*time.Second)
+	return srv
+}
+
+// biStartServer starts a store-server on the stack s (its mosquitto) with args, which name
+// its Redis, and returns once it listens, whatever its gate's mode.
+func biStartServer(t *testing.T, s *stack.Stack, extra ...string) *biServer {
+	t.Helper()
 	m := NewMain()
+	// These tests send wrong tokens on purpose, many of them; the guard that makes a
+	// guesser wait is tested on the binary (TestManagerTokenRoles).
+	m.APIFailures = guard.New(guard.Config{Free: 1 << 20})
 	args := []string{
 		"--store", biStoreID,
 		"--data-dir", t.TempDir(),
-		"--redis-addr", s.Redis[0].Addr(),
 		"--mqtt-url", s.MQTTURL(),
 		"--api-listen", "127.0.0.1:0",
-		"--api-token", biToken,
+		"--api-token-file", secretFile(t, biToken),
 		"--tz", biTZ,
 		"--log-level", "error",
 	}
@@ -83,7 +95,6 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 		srv.Base = "https://" + addrs.API
 		srv.Client = tlsClient(t, m.APITLSCert)
 	}
-	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv
 }
 

@@ -96,6 +96,8 @@ type Main struct {
 	Keep     string
 	keepDays int
 
+	accessFlags
+
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
 }
@@ -120,10 +122,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.MasterName, "redis-master", "POSGATE_REDIS_MASTER", "posgate", "the Sentinel master name")
 	str(&m.RedisAddr, "redis-addr", "POSGATE_REDIS_ADDR", "", "a single Redis address, when not using Sentinel")
 	str(&m.Cluster, "redis-cluster", "POSGATE_REDIS_CLUSTER", "", "comma-separated addresses of Redis Cluster nodes (host:port,...), for a cluster that serves many stores")
-	str(&m.RedisPassword, "redis-password", "POSGATE_REDIS_PASSWORD", "", "Redis password; prefer the environment variable")
 	str(&m.MQTTURL, "mqtt-url", "POSGATE_MQTT_URL", "", "an external MQTT broker (e.g. tcp://127.0.0.1:1883); empty runs the embedded broker")
 	str(&m.MQTTUsername, "mqtt-username", "POSGATE_MQTT_USERNAME", "", "the store's account on the external broker (--mqtt-url), if it asks for one")
-	str(&m.MQTTPassword, "mqtt-password", "POSGATE_MQTT_PASSWORD", "", "that account's password; prefer the environment variable")
 	str(&m.MQTTListen, "mqtt-listen", "POSGATE_MQTT_LISTEN", "0.0.0.0:1883", "the embedded broker's listen address")
 	str(&m.MQTTUsers, "mqtt-users", "POSGATE_MQTT_USERS", "", "JSON file of terminal credentials for the embedded broker ([{username,password,terminal}]); without it the broker admits anyone, and listens only on loopback unless --mqtt-allow-anonymous")
 	str(&m.MQTTTLSCert, "mqtt-tls-cert", "POSGATE_MQTT_TLS_CERT", "", "PEM certificate (chain): the embedded broker speaks MQTT over TLS only (terminals use --broker tls://…); with --mqtt-tls-key")
@@ -133,8 +133,6 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.APIListen, "api-listen", "POSGATE_API_LISTEN", "127.0.0.1:8282", "the manager API's listen address")
 	str(&m.APITLSCert, "api-tls-cert", "POSGATE_API_TLS_CERT", "", "PEM certificate (chain) for HTTPS on the manager API and dashboard; with --api-tls-key")
 	str(&m.APITLSKey, "api-tls-key", "POSGATE_API_TLS_KEY", "", "PEM private key of --api-tls-cert")
-	str(&m.MetricsToken, "metrics-token", "POSGATE_METRICS_TOKEN", "", "a bearer token for GET /metrics only (for Prometheus), besides the manager token")
-	str(&m.APIToken, "api-token", "POSGATE_API_TOKEN", "", "the manager API's bearer token (required)")
 	str(&m.CatalogFile, "catalog", "POSGATE_CATALOG", "", "a catalog (CSV or JSON) to import at start when the file has changed since it was last imported")
 	str(&m.UploadState, "upload-state", "POSGATE_UPLOAD_STATE", "", "the hq-sync uploader's state file, for GET /v1/hq (default: upload.db in --data-dir, where hq-sync upload keeps it by default)")
 	str(&m.DiskWarnMB, "disk-warn-mb", "POSGATE_DISK_WARN_MB", "1024", "below this much free room (MiB) on the ledger's disk, the API and dashboard warn (0: never)")
@@ -153,6 +151,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Keep, "keep", "POSGATE_KEEP", "90d",
 		`days the ledger keeps at hand ("90d"): an older day whose keys left Redis (HQ holds it whole) moves to its month's archive, <data-dir>/archive/ledger-YYYY-MM.db, checked, then leaves the ledger; 0 keeps every day in the ledger`)
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	m.defineAccess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "store-server: a store's POS gateway (MQTT ingest, Redis gate, SQLite ledger, manager API).\n\n")
 		fs.PrintDefaults()
@@ -173,11 +172,11 @@ func (m *Main) Validate() error {
 	case (m.Sentinels != "") && (m.RedisAddr != "") || (m.Sentinels != "") && (m.Cluster != "") || (m.RedisAddr != "") && (m.Cluster != ""):
 		return errors.New("give one of --redis-sentinels, --redis-cluster and --redis-addr")
 	case m.APIToken == "":
-		return errors.New("--api-token (or POSGATE_API_TOKEN) is required")
+		return errors.New("the manager API's token is required: --api-token-file or POSGATE_API_TOKEN")
 	case (m.MQTTUsername != "" || m.MQTTPassword != "") && m.MQTTURL == "":
-		return errors.New("--mqtt-username and --mqtt-password are for an external broker (--mqtt-url); the embedded broker's accounts are --mqtt-users")
+		return errors.New("--mqtt-username and the MQTT password are for an external broker (--mqtt-url); the embedded broker's accounts are --mqtt-users")
 	case m.MQTTPassword != "" && m.MQTTUsername == "":
-		return errors.New("--mqtt-password needs --mqtt-username")
+		return errors.New("the MQTT password (--mqtt-password-file, POSGATE_MQTT_PASSWORD) needs --mqtt-username")
 	case (m.APITLSCert == "") != (m.APITLSKey == ""):
 		return errors.New("--api-tls-cert and --api-tls-key go together")
 	case (m.MQTTTLSCert == "") != (m.MQTTTLSKey == ""):
@@ -201,7 +200,7 @@ func (m *Main) Validate() error {
 	case !validMB(m.DiskWarnMB):
 		return fmt.Errorf("--disk-warn-mb %q: want a whole number of MiB, 0 or more", m.DiskWarnMB)
 	case m.MetricsToken != "" && m.MetricsToken == m.APIToken:
-		return errors.New("--metrics-token must differ from --api-token (it opens /metrics only)")
+		return errors.New("the metrics token must differ from the manager API's token (it opens /metrics only)")
 	case m.MQTTURL == "" && m.MQTTUsers == "" && !m.MQTTAnonymous && !isLoopback(m.MQTTListen):
 		return fmt.Errorf("the embedded broker on %s without --mqtt-users would let anyone on the network record sales as "+
 			"any terminal: give each terminal its account (--mqtt-users), or listen on loopback (--mqtt-listen 127.0.0.1:1883), "+
@@ -210,7 +209,7 @@ func (m *Main) Validate() error {
 	if _, err := wire.LoadLocation(m.TZ); err != nil {
 		return fmt.Errorf("--tz: %w", err)
 	}
-	return nil
+	return m.validateAccess()
 }
 
 func validMB(s string) bool {

@@ -42,7 +42,7 @@ func TestTerminalOverTLS(t *testing.T) {
 	}
 	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: addrs.Broker, DataDir: filepath.Join(dir, "T01"),
-		Extra: []string{"--broker-ca", cert, "--username", "t01", "--password", "t01-pass-of-the-tests"}})
+		Extra: []string{"--broker-ca", cert}, Username: "t01", Password: "t01-pass-of-the-tests"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestTerminalOverTLSRenewed(t *testing.T) {
 	}
 	a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: "S1", Terminal: "T01",
 		Broker: "tls://" + proxy.Addr(), DataDir: filepath.Join(dir, "T01"),
-		Extra: []string{"--broker-ca", ca.Path, "--username", "t01", "--password", "t01-pass-of-the-tests"}})
+		Extra: []string{"--broker-ca", ca.Path}, Username: "t01", Password: "t01-pass-of-the-tests"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func startTLSMain(t *testing.T, s *stack.Stack, dir, cert, key string, users ...
 	}
 	addrs, _ := startMain(t, "--store", "S1", "--data-dir", filepath.Join(dir, "data"),
 		"--redis-addr", s.Redis[0].Addr(), "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", usersFile,
-		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token", biToken,
+		"--mqtt-tls-cert", cert, "--mqtt-tls-key", key, "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken),
 		"--tz", "Asia/Shanghai", "--catalog", catalog, "--log-level", "error")
 	return addrs
 }

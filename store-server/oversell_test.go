@@ -33,7 +33,7 @@ func TestOversellResolution(t *testing.T) {
 		t.Fatalf("open oversells: %+v", open.Oversells)
 	}
 	if dom := browse(t, srv.Base+"/#token="+biToken); !strings.Contains(dom, `<td>D4</td><td class="num bad">3</td>`) ||
-		!strings.Contains(dom, "<button>Resolve…</button>") {
+		!strings.Contains(dom, `<button class="write">Resolve…</button>`) {
 		t.Errorf("the dashboard does not offer the oversell for resolution:\n%s", dom)
 	}
 

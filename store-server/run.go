@@ -21,11 +21,13 @@ import (
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/httpserve"
 	"github.com/posgate/posgate/internal/private"
+	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/api"
 	"github.com/posgate/posgate/store-server/broker"
 	"github.com/posgate/posgate/store-server/bus"
 	"github.com/posgate/posgate/store-server/catalog"
+	"github.com/posgate/posgate/store-server/enrol"
 	"github.com/posgate/posgate/store-server/gate"
 	"github.com/posgate/posgate/store-server/history"
 	"github.com/posgate/posgate/store-server/ingest"
@@ -40,11 +42,15 @@ import (
 // commits and acks the group it holds before the broker and the ledger close.
 func (m *Main) Run(ctx context.Context) error {
 	s := &server{log: cli.Logger(m.LogLevel).With("store", m.Store)}
+	m.warnInsecure(s.log)
 	if err := m.openLedger(ctx, s); err != nil {
 		return err
 	}
 	defer s.led.Close()
 	if err := m.openCatalog(ctx, s); err != nil {
+		return err
+	}
+	if err := m.enrolTerminals(s); err != nil {
 		return err
 	}
 	rdb := m.connectGate(s)
@@ -53,7 +59,8 @@ func (m *Main) Run(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	onUp := m.newIngest(s)
+	onUp := s.enrolled.Up(m.newIngest(s))
+	s.met.Register(s.book)
 	stopMQTT, err := m.startMQTT(runCtx, s, onUp)
 	if err != nil {
 		return err
@@ -103,7 +110,10 @@ type server struct {
 	in        *ingest.Ingest
 	seen      *presence.Board
 	pub       publisher // the embedded broker or the client of an external one
-	brokerURL string    // where the terminals reach the broker
+	book      *refusals.Book
+	enrolled  *enrol.List
+	tokens    []api.RoleToken // --api-tokens
+	brokerURL string          // where the terminals reach the broker
 }
 
 // openLedger opens the ledger in --data-dir, which it makes if need be.
@@ -159,7 +169,7 @@ func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) r
 	if m.Cluster != "" {
 		key := slotKey(m.Store)
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: strings.Split(m.Cluster, ","), Password: m.RedisPassword,
+			Addrs: strings.Split(m.Cluster, ","), Password: m.RedisPassword, TLSConfig: m.redisTLS,
 			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
 			OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 				if ours, err := servesSlotOf(ctx, cn, key); err != nil || !ours {
@@ -172,11 +182,12 @@ func (m *Main) redisClient(onConnect func(context.Context, *redis.Conn) error) r
 	if m.Sentinels != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.MasterName, SentinelAddrs: strings.Split(m.Sentinels, ","), Password: m.RedisPassword,
+			SentinelPassword: m.SentinelPassword, TLSConfig: m.redisTLS,
 			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1,
 			OnConnect: onConnect,
 		})
 	}
-	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword,
+	return redis.NewClient(&redis.Options{Addr: m.RedisAddr, Password: m.RedisPassword, TLSConfig: m.redisTLS,
 		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, MaxRetries: 1, DialerRetries: 1, OnConnect: onConnect})
 }
 
@@ -239,7 +250,7 @@ func (m *Main) startMQTT(ctx context.Context, s *server, onUp func(topic string,
 	if err != nil {
 		return nil, err
 	}
-	s.out.p = s.pub // before in.Run: only Run publishes
+	s.out.p = refusals.Acks{P: s.pub, Book: s.book} // before in.Run: only Run publishes
 	return stop, nil
 }
 
@@ -263,8 +274,8 @@ func (m *Main) startBroker(s *server, onUp func(topic string, payload []byte)) (
 		tlsCfg = pair.TLSConfig()
 		s.met.FollowCert("mqtt", pair.NotAfter)
 	}
-	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users,
-		OnUp: onUp, OnStatus: s.seen.Handle, Logger: s.log})
+	b, err := broker.Start(broker.Config{Addr: m.MQTTListen, TLS: tlsCfg, Store: m.Store, Users: users, Refusals: s.book,
+		OnUp: onUp, OnStatus: s.enrolled.Status(s.seen.Handle), Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +306,7 @@ func (m *Main) connectBus(ctx context.Context, s *server, onUp func(topic string
 		}
 	}
 	client, err := bus.Connect(ctx, bus.Config{URL: m.MQTTURL, Store: m.Store, Username: m.MQTTUsername,
-		Password: m.MQTTPassword, OnUp: onUp, OnStatus: s.seen.Handle, OnConnected: republish, Logger: s.log})
+		Password: m.MQTTPassword, OnUp: onUp, OnStatus: s.enrolled.Status(s.seen.Handle), OnConnected: republish, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +373,7 @@ func (m *Main) startBackground(ctx context.Context, s *server, background *sync.
 		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
 	}
 	if m.Sentinels != "" {
-		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.RedisPassword, s.in.Rebuild, s.log)
+		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.SentinelPassword, m.redisTLS, s.in.Rebuild, s.log)
 	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		go watchCluster(ctx, cc, slotKey(m.Store), s.in.Rebuild, s.log)
@@ -447,7 +458,7 @@ var certCheckEvery = certfile.DefaultEvery
 // history until ctx ends (in background); a failure of the server goes to errc.
 func (m *Main) serveAPI(ctx context.Context, s *server, ln net.Listener, errc chan<- error, background *sync.WaitGroup) *http.Server {
 	a := &api.Server{Token: m.APIToken, Store: m.Store, Ledger: s.led, Gate: s.gate, Ingest: s.in,
-		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken,
+		Catalog: s.cat, Settings: s.set, Pub: s.pub, Presence: s.seen, Metrics: s.met.Handler(), MetricsToken: m.MetricsToken, Tokens: s.tokens, Refusals: s.book, Failures: m.APIFailures,
 		DiskWarnBytes: m.diskWarnBytes(), UploadState: m.uploadState(), History: s.hist, Logger: s.log}
 	background.Add(1)
 	go func() { defer background.Done(); s.hist.Run(ctx, a.Probe) }()
@@ -498,6 +509,6 @@ func (o observers) Acked(d time.Duration) {
 }
 
 // lateOut lets ingest exist (and queue messages) before what it publishes through.
-type lateOut struct{ p publisher }
+type lateOut struct{ p ingest.Publisher }
 
 func (o *lateOut) Publish(topic string, payload []byte) error { return o.p.Publish(topic, payload) }

@@ -35,7 +35,7 @@ func TestRunReturnsPromptly(t *testing.T) {
 	run := func(name string, sentinels []string, before func()) {
 		_, stop := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(),
 			"--redis-sentinels", strings.Join(sentinels, ","), "--redis-master", s.MasterName,
-			"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+			"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken), "--tz", biTZ,
 			"--log-level", "error")
 		if before != nil {
 			before()

@@ -239,7 +239,7 @@ func TestTillClockSkew(t *testing.T) {
 	t.Parallel()
 	s := stack.Run(t, stack.Options{Redis: true})
 	addrs, _ := startMain(t, "--store", biStoreID, "--data-dir", t.TempDir(), "--redis-addr", s.Redis[0].Addr(),
-		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--mqtt-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken), "--tz", biTZ,
 		"--clock-behind-confirm", "1s", "--log-level", "error")
 	srv := &biServer{Base: "http://" + addrs.API, Broker: addrs.Broker, Client: &http.Client{Timeout: 10 * time.Second}}
 	srv.waitMode(t, client.ModeRedis, 20*time.Second)

@@ -92,12 +92,12 @@ func tlsClient(t *testing.T, certPath string) *http.Client {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// TestMetricsToken: --metrics-token opens GET /metrics and nothing else; the manager token
+// TestMetricsToken: the metrics token opens GET /metrics and nothing else; the manager token
 // still opens it too.
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
-	const mtok = "prometheus-only"
-	srv := biRunServer(t, "--metrics-token", mtok)
+	const mtok = "prometheus-only-token"
+	srv := biRunServer(t, "--metrics-token-file", secretFile(t, mtok))
 	for _, tok := range []string{mtok, biToken} {
 		if status, _, b := srv.do(t, "GET", "/metrics", tok, "", nil); status != http.StatusOK ||
 			!strings.Contains(string(b), "posgate_store_gate_mode") {
@@ -106,7 +106,7 @@ func TestMetricsToken(t *testing.T) {
 	}
 	srv.problem(t, "no token", "GET", "/metrics", "", "", nil, http.StatusUnauthorized, "unauthorized")
 	for _, r := range apiRoutes {
-		if r.path == "/metrics" {
+		if r.path == "/metrics" || r.path == "/v1/whoami" {
 			continue
 		}
 		body := []byte(`{}`)
@@ -114,7 +114,7 @@ func TestMetricsToken(t *testing.T) {
 			body = nil
 		}
 		srv.problem(t, "metrics token on "+r.path, r.method, r.path, mtok, "application/json", body,
-			http.StatusUnauthorized, "unauthorized")
+			http.StatusForbidden, "forbidden")
 	}
 }
 

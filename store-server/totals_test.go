@@ -19,7 +19,7 @@ func totalsServer(t *testing.T, dataDir string) (*biServer, func()) {
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
 	m := NewMain()
 	if err := m.ParseFlags([]string{"--store", biStoreID, "--data-dir", dataDir, "--redis-addr", s.Redis[0].Addr(),
-		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token", biToken, "--tz", biTZ,
+		"--mqtt-url", s.MQTTURL(), "--api-listen", "127.0.0.1:0", "--api-token-file", secretFile(t, biToken), "--tz", biTZ,
 		"--log-level", "error"}); err != nil {
 		t.Fatal(err)
 	}

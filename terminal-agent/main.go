@@ -78,7 +78,7 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.Broker, "broker", "POSGATE_BROKER", "tcp://127.0.0.1:1883", "the store's MQTT broker URL")
 	str(&m.BrokerCA, "broker-ca", "POSGATE_BROKER_CA", "", "PEM certificate(s) to trust for a tls:// broker (the store's own certificate or its authority); empty: the system's")
 	str(&m.Username, "username", "POSGATE_MQTT_USERNAME", "", "MQTT user name (the terminal's own credentials)")
-	str(&m.Password, "password", "POSGATE_MQTT_PASSWORD", "", "MQTT password; prefer the environment variable")
+	fs.Secret(&m.Password, "password", "POSGATE_MQTT_PASSWORD", 1, "the MQTT password of --username")
 	str(&m.DataDir, "data-dir", "POSGATE_DATA_DIR", defaultDataDir(), "directory of the outbox database")
 	str(&m.Listen, "listen", "POSGATE_LISTEN", "127.0.0.1:8181", "address of the local API for the POS app (keep it on localhost)")
 	str(&m.TZ, "tz", "POSGATE_TZ", "Local", "the store's time zone (business dates), e.g. Asia/Shanghai, or a fixed offset such as UTC+08:00")
@@ -189,7 +189,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
 		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
-		CloseLookbackDays: m.CloseLookbackDays,
+		CloseLookbackDays: m.CloseLookbackDays, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package serve
 import (
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -51,7 +52,8 @@ func (h *handler) authenticate(r *http.Request) (string, []byte, error) {
 	}
 	if reason != "" {
 		wait := max(h.guard.Fail("addr:"+addr), h.guard.Fail("store:"+store))
-		h.log.Warn("request not authenticated", "store", clip(store), "addr", addr, "reason", reason, "wait", wait)
+		h.refused.Note(slog.LevelWarn, hqwire.CodeUnauthorized, "request not authenticated", "store", clip(store), "addr", addr,
+			"reason", reason, "wait", wait)
 		return store, nil, perr.New(perr.Unauthorized, hqwire.CodeUnauthorized,
 			"the request is not signed by a store HQ knows")
 	}

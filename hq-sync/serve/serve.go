@@ -36,6 +36,7 @@ import (
 	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/refusals"
 )
 
 // Paths the handler serves.
@@ -136,7 +137,7 @@ func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "rows_total",
 			Help: "Rows new to HQ, by store."}, []string{"store"}),
 	}
-	reg.MustRegister(m.batches, m.rows, &lastBatches{h: h})
+	reg.MustRegister(m.batches, m.rows, &lastBatches{h: h}, h.refused)
 	return m
 }
 
@@ -174,7 +175,8 @@ type handler struct {
 	skew    time.Duration
 	met     *metrics // nil: none
 	guard   *guard.Guard
-	nobody  []byte // the secret an unknown store's signature is checked against
+	nobody  []byte         // the secret an unknown store's signature is checked against
+	refused *refusals.Book // every refusal, counted and logged by code
 }
 
 // label is the store label of a request from store.
@@ -212,6 +214,7 @@ func New(store hqstore.Storage, secrets map[string][]byte, opts Options) http.Ha
 		h.guard = defaultGuard(h.now)
 	}
 	h.log = h.log.With("component", "hq-serve")
+	h.refused = refusals.New(h.log, refusals.DefaultEvery, refusals.HQMetric)
 	if h.skew <= 0 {
 		h.skew = hqwire.MaxClockSkew
 	}
@@ -418,9 +421,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, store string, err
 		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "store", store, "err", err)
 		code, status = hqwire.CodeInternal, http.StatusInternalServerError
 		detail = "HQ could not store the batch; retry later with the same batch id"
+	case code == hqwire.CodeUnauthorized:
+		// Booked by authenticate, with its real reason.
 	default:
-		h.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "store", store, "status", status,
-			"code", code, "detail", detail)
+		h.refused.Note(slog.LevelWarn, code, "request refused", "method", r.Method, "path", clip(r.URL.Path),
+			"store", clip(store), "status", status, "detail", detail)
 	}
 	if r.URL.Path == BatchesPath && r.Method == http.MethodPost {
 		h.count(store, code)

@@ -76,8 +76,9 @@ func WantsVersion(args []string) bool {
 // a value from the environment is never printed.
 type Flags struct {
 	*flag.FlagSet
-	env  []envFlag
-	args map[string]bool // the flags the arguments gave, once parsed
+	env     []envFlag
+	secrets []*secretFlag
+	args    map[string]bool // the flags the arguments gave, once parsed
 }
 
 type envFlag struct{ flag, env string }
@@ -157,6 +158,11 @@ func (f *Flags) Parse(args []string) error {
 		}
 		if err := f.Set(e.flag, v); err != nil {
 			return fmt.Errorf("environment variable %s=%q: %w", e.env, v, err)
+		}
+	}
+	for _, s := range f.secrets {
+		if err := s.load(); err != nil {
+			return err
 		}
 	}
 	return nil

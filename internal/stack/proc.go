@@ -47,7 +47,9 @@ const (
 type Proc struct {
 	Name string // "redis-0", "sentinel-2", "mosquitto", "pg"
 	Port int    // loopback TCP port; fixed once Start (the package function) returns
-	Dir  string // working directory holding the config file, data and logs
+	// TLSPort is a redis node's TLS port (Options.RedisTLS), 0 without one.
+	TLSPort int
+	Dir     string // working directory holding the config file, data and logs
 
 	kind  kind
 	bin   string
@@ -59,6 +61,18 @@ type Proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{} // closed once cmd has been reaped
 	exitErr error         // cmd.Wait's result, set before done is closed
+}
+
+// TLSAddr returns a redis node's TLS address, "127.0.0.1:TLSPORT" (Options.RedisTLS).
+func (p *Proc) TLSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.TLSPort)) }
+
+// password is what the launcher's own probes AUTH with: the stack's RedisPassword for
+// redis and sentinel, "" otherwise.
+func (p *Proc) password() string {
+	if p.owner == nil || (p.kind != kindRedis && p.kind != kindSentinel) {
+		return ""
+	}
+	return p.owner.password
 }
 
 // Addr returns the process's address, "127.0.0.1:PORT".
@@ -239,11 +253,11 @@ func (p *Proc) waitReady(ctx context.Context, pid int, done chan struct{}, logOf
 func (p *Proc) answers(ctx context.Context, pid int, logOff int64) bool {
 	switch p.kind {
 	case kindRedis, kindSentinel:
-		info, err := commandString(ctx, p.Addr(), "INFO", "server")
+		info, err := commandStringAuth(ctx, p.Addr(), p.password(), "INFO", "server")
 		if err != nil || infoField(info, "process_id") != strconv.Itoa(pid) {
 			return false
 		}
-		pong, err := commandString(ctx, p.Addr(), "PING") // fails while loading a dump
+		pong, err := commandStringAuth(ctx, p.Addr(), p.password(), "PING") // fails while loading a dump
 		return err == nil && pong == "PONG"
 	case kindPostgres:
 		// postmaster.pid: line 1 is the postmaster's pid, line 8 its status ("ready" once it

@@ -25,6 +25,12 @@ func (e respError) Error() string { return string(e) }
 // command sends one command to addr on a fresh connection and returns the decoded reply:
 // string, int64, nil, []any or a respError. Each call is bounded by ctx and by 3 seconds.
 func command(ctx context.Context, addr string, args ...string) (any, error) {
+	return commandAuth(ctx, addr, "", args...)
+}
+
+// commandAuth is command on a server that asks for a password: AUTH password first on the
+// same connection ("" sends no AUTH).
+func commandAuth(ctx context.Context, addr, password string, args ...string) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var d net.Dialer
@@ -37,14 +43,22 @@ func command(ctx context.Context, addr string, args ...string) (any, error) {
 		_ = conn.SetDeadline(dl)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	if password != "" {
+		writeCommand(&b, "AUTH", password)
 	}
+	writeCommand(&b, args...)
 	if _, err := io.WriteString(conn, b.String()); err != nil {
 		return nil, err
 	}
-	v, err := readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if v, err := readReply(r); err != nil {
+			return nil, err
+		} else if e, ok := v.(respError); ok {
+			return nil, fmt.Errorf("AUTH: %w", e)
+		}
+	}
+	v, err := readReply(r)
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +68,21 @@ func command(ctx context.Context, addr string, args ...string) (any, error) {
 	return v, nil
 }
 
+func writeCommand(b *strings.Builder, args ...string) {
+	fmt.Fprintf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+}
+
 // commandString is command for replies that are a simple or bulk string.
 func commandString(ctx context.Context, addr string, args ...string) (string, error) {
-	v, err := command(ctx, addr, args...)
+	return commandStringAuth(ctx, addr, "", args...)
+}
+
+// commandStringAuth is commandString with AUTH password first.
+func commandStringAuth(ctx context.Context, addr, password string, args ...string) (string, error) {
+	v, err := commandAuth(ctx, addr, password, args...)
 	if err != nil {
 		return "", err
 	}

@@ -64,6 +64,13 @@ type Options struct {
 	// SlotMaster and WaitClusterFailover.
 	Cluster bool
 
+	// RedisPassword, if set, is every redis node's requirepass and masterauth and every
+	// sentinel's requirepass and auth-pass: clients (and the launcher's own probes) AUTH.
+	RedisPassword string
+	// RedisTLS, if set, gives every redis node a TLS port (Proc.TLSPort) beside its plain
+	// one, serving this certificate; clients need no certificate of their own.
+	RedisTLS *TLSFiles
+
 	MQTT bool // start mosquitto
 	// MosquittoExtra is appended to mosquitto.conf after the listener line, e.g.
 	// password_file, acl_file or max_queued_messages. A setting it names replaces the
@@ -81,6 +88,10 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
+// TLSFiles are a server's certificate and key and the authority that signed them (PEM
+// files, e.g. from internal/certtest).
+type TLSFiles struct{ Cert, Key, CA string }
+
 // Stack is a set of running processes started by Start or Run. Its fields are fixed once
 // Start returns.
 type Stack struct {
@@ -92,9 +103,11 @@ type Stack struct {
 	MasterName string  // sentinel master name
 	Dir        string  // absolute working directory
 
-	created bool // Dir was made by Start and is removed by Close
-	logfn   func(format string, args ...any)
-	ports   map[int]bool // ports handed out, never handed out twice
+	created  bool // Dir was made by Start and is removed by Close
+	logfn    func(format string, args ...any)
+	ports    map[int]bool // ports handed out, never handed out twice
+	password string       // Options.RedisPassword
+	tls      *TLSFiles    // Options.RedisTLS
 
 	mu       sync.Mutex
 	closed   bool
@@ -120,7 +133,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{MasterName: o.MasterName, logfn: o.Logf, ports: map[int]bool{}}
+	s = &Stack{MasterName: o.MasterName, logfn: o.Logf, ports: map[int]bool{}, password: o.RedisPassword, tls: o.RedisTLS}
 	if s.MasterName == "" {
 		s.MasterName = DefaultMasterName
 	}
@@ -146,7 +159,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	if o.Redis {
 		master, err := s.first(ctx, kindRedis, "redis-0", bins.redis, func(p *Proc) string {
-			return redisConf(p, 0)
+			return s.redisConf(p, 0)
 		}, nil)
 		if err != nil {
 			return nil, err
@@ -154,7 +167,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Redis = append(s.Redis, master)
 		for i := 1; i <= o.Replicas; i++ {
 			r, err := s.first(ctx, kindRedis, fmt.Sprintf("redis-%d", i), bins.redis, func(p *Proc) string {
-				return redisConf(p, master.Port)
+				return s.redisConf(p, master.Port)
 			}, nil)
 			if err != nil {
 				return nil, err
@@ -166,7 +179,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		for i := range o.Sentinels {
 			sn, err := s.first(ctx, kindSentinel, fmt.Sprintf("sentinel-%d", i), bins.sentinel, func(p *Proc) string {
-				return sentinelConf(p, s.MasterName, master.Port, o.Sentinels/2+1)
+				return sentinelConf(p, s.MasterName, master.Port, o.Sentinels/2+1) + s.sentinelAuth()
 			}, nil)
 			if err != nil {
 				return nil, err
@@ -311,7 +324,7 @@ func (s *Stack) WaitFailover(ctx context.Context, oldMaster string) (string, err
 			last = err.Error()
 		} else if addr == oldMaster {
 			last = "the old master " + addr
-		} else if role, err := command(ctx, addr, "ROLE"); err != nil {
+		} else if role, err := commandAuth(ctx, addr, s.password, "ROLE"); err != nil {
 			last = fmt.Sprintf("new master %s: ROLE: %v", addr, err)
 		} else if arr, _ := role.([]any); len(arr) == 0 || arr[0] != "master" {
 			last = fmt.Sprintf("new master %s: ROLE %v", addr, role)
@@ -448,7 +461,7 @@ func (s *Stack) waitReplicas(ctx context.Context) error {
 	}
 	return s.poll(ctx, "replicas to sync", func() error {
 		for _, r := range s.Redis[1:] {
-			info, err := commandString(ctx, r.Addr(), "INFO", "replication")
+			info, err := commandStringAuth(ctx, r.Addr(), s.password, "INFO", "replication")
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.Name, err)
 			}
@@ -469,7 +482,7 @@ func (s *Stack) waitSentinels(ctx context.Context) error {
 	}
 	return s.poll(ctx, "sentinels to discover the topology", func() error {
 		for _, sn := range s.Sentinels {
-			v, err := command(ctx, sn.Addr(), "SENTINEL", "MASTER", s.MasterName)
+			v, err := commandAuth(ctx, sn.Addr(), s.password, "SENTINEL", "MASTER", s.MasterName)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sn.Name, err)
 			}
@@ -478,7 +491,7 @@ func (s *Stack) waitSentinels(ctx context.Context) error {
 				return fmt.Errorf("%s: master flags %q, %s replicas, %s other sentinels", sn.Name, m["flags"], m["num-slaves"], m["num-other-sentinels"])
 			}
 			for _, what := range []string{"REPLICAS", "SENTINELS"} {
-				v, err := command(ctx, sn.Addr(), "SENTINEL", what, s.MasterName)
+				v, err := commandAuth(ctx, sn.Addr(), s.password, "SENTINEL", what, s.MasterName)
 				if err != nil {
 					return fmt.Errorf("%s: %w", sn.Name, err)
 				}
@@ -493,7 +506,7 @@ func (s *Stack) waitSentinels(ctx context.Context) error {
 					}
 				}
 			}
-			if ok, err := commandString(ctx, sn.Addr(), "SENTINEL", "CKQUORUM", s.MasterName); err != nil {
+			if ok, err := commandStringAuth(ctx, sn.Addr(), s.password, "SENTINEL", "CKQUORUM", s.MasterName); err != nil {
 				return fmt.Errorf("%s: ckquorum: %w", sn.Name, err)
 			} else if !strings.HasPrefix(ok, "OK") {
 				return fmt.Errorf("%s: ckquorum: %s", sn.Name, ok)
@@ -525,7 +538,7 @@ func (s *Stack) poll(ctx context.Context, what string, check func() error) error
 }
 
 func (s *Stack) askMaster(ctx context.Context, sn *Proc) (string, error) {
-	v, err := command(ctx, sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+	v, err := commandAuth(ctx, sn.Addr(), s.password, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", sn.Name, err)
 	}
@@ -598,6 +611,33 @@ func lookBinaries(o Options) (binaries, error) {
 		}
 	}
 	return b, err
+}
+
+// redisConf is redisConf with the stack's password and TLS port.
+func (s *Stack) redisConf(p *Proc, masterPort int) string {
+	conf := redisConf(p, masterPort)
+	if s.password != "" {
+		conf += fmt.Sprintf("requirepass %q\nmasterauth %q\n", s.password, s.password)
+	}
+	if s.tls != nil {
+		port, err := s.freePort()
+		if err != nil {
+			return conf // the node then serves no TLS, and the test that wants it fails
+		}
+		p.TLSPort = port
+		conf += fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n",
+			port, s.tls.Cert, s.tls.Key, s.tls.CA)
+	}
+	return conf
+}
+
+// sentinelAuth is the lines of a sentinel's config for the stack's password: its own
+// requirepass, the one it gives the master and replicas, and the one it gives other sentinels.
+func (s *Stack) sentinelAuth() string {
+	if s.password == "" {
+		return ""
+	}
+	return fmt.Sprintf("requirepass %q\nsentinel auth-pass %s %q\nsentinel sentinel-pass %q\n", s.password, s.MasterName, s.password, s.password)
 }
 
 func redisConf(p *Proc, masterPort int) string {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/internal/disk"
+	"github.com/posgate/posgate/internal/guard"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/wire"
@@ -67,6 +68,15 @@ type Server struct {
 	// or to MetricsToken, which opens nothing else.
 	Metrics      http.Handler
 	MetricsToken string
+	// Tokens are the tokens of one role each (LoadTokens), besides Token, which may do
+	// everything.
+	Tokens []RoleToken
+	// Failures counts requests without a valid token per client address (nil: a guard
+	// of the defaults).
+	Failures *guard.Guard
+	// Refusals, if not nil, books every request refused (unauthorized, forbidden,
+	// too_many_failures).
+	Refusals Booker
 	// UploadState is the state file of the store's hq-sync uploader, read for GET /v1/hq
 	// ("": not shown).
 	UploadState string
@@ -83,6 +93,7 @@ type Server struct {
 
 	mux      *http.ServeMux
 	backupMu sync.Mutex // one backup at a time
+	failOnce sync.Once
 }
 
 // Handler returns the API's handler.
@@ -123,9 +134,10 @@ func (s *Server) Handler() http.Handler {
 	s.route("GET /v1/limits", s.limits)
 	s.route("PUT /v1/limits", s.setLimits)
 	s.route("POST /v1/promo", s.setPromo)
-	s.mux.Handle("GET /v1/backup", s.guard(http.HandlerFunc(s.backup)))
+	s.routeNeeding("GET /v1/whoami", needAny, s.whoami)
+	s.mux.Handle("GET /v1/backup", s.guard(http.HandlerFunc(s.backup), needBackup))
 	if s.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.guardWith(s.Metrics, s.MetricsToken))
+		s.mux.Handle("GET /metrics", s.guard(s.Metrics, needMetrics))
 	}
 	// The dashboard's files hold no data and need no token; the page asks for it and sends
 	// it with every API request.
@@ -174,22 +186,27 @@ func dashboardFile(name, ctype string) http.Handler {
 	})
 }
 
-// guard puts h behind the token check.
-func (s *Server) guard(h http.Handler) http.Handler { return s.guardWith(h, "") }
-
-// guardWith puts h behind the token check, letting in another token too if it is not "".
-func (s *Server) guardWith(h http.Handler, also string) http.Handler {
+// guard puts h behind the token check: a token whose role may do what n asks.
+func (s *Server) guard(h http.Handler, n need) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !bearer(r, s.Token) && !bearer(r, also) {
-			writeError(w, perr.New(perr.Unauthorized, "unauthorized", "send the manager token as 'Authorization: Bearer <token>'"))
-			return
+		if s.authorize(w, r, n) {
+			h.ServeHTTP(w, r)
 		}
-		h.ServeHTTP(w, r)
 	})
 }
 
-// route registers a JSON handler behind the token check.
+// route registers a JSON handler behind the token check: a read (GET) for the viewer's
+// role, anything else for the operator's.
 func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
+	n := needWrite
+	if strings.HasPrefix(pattern, "GET ") {
+		n = needRead
+	}
+	s.routeNeeding(pattern, n, h)
+}
+
+// routeNeeding registers a JSON handler behind the token check for what n asks.
+func (s *Server) routeNeeding(pattern string, n need, h func(*http.Request) (any, error)) {
 	s.mux.Handle(pattern, s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := h(r)
 		if err != nil {
@@ -200,7 +217,7 @@ func (s *Server) route(pattern string, h func(*http.Request) (any, error)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
-	})))
+	}), n))
 }
 
 // bearer reports whether r carries token ("" matches nothing).

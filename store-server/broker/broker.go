@@ -13,6 +13,7 @@ package broker
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -62,6 +63,10 @@ type Config struct {
 	// Logins counts failed logins per account and per address (nil: five free, then a wait
 	// doubling from 1 s to 5 minutes).
 	Logins *guard.Guard
+	// Refusals, if not nil, books every refused login, publish and subscription by its
+	// code (refusals.Book: counted, and logged at most once in a while); nil: each is
+	// logged as a warning.
+	Refusals Booker
 }
 
 // ConnectWithin is how long a new connection has to send its CONNECT packet: mochi sets no
@@ -186,6 +191,7 @@ type authHook struct {
 	// id follows).
 	agentPrefix string
 	log         *slog.Logger
+	book        Booker
 	// owner returns the user name of the client (connected, or with a session kept) that
 	// has client id id.
 	owner func(id string) (user string, ok bool)
@@ -200,7 +206,7 @@ type account struct {
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store),
-		settings: wire.SettingsTopic(cfg.Store), log: log,
+		settings: wire.SettingsTopic(cfg.Store), log: log, book: cfg.Refusals,
 		agentPrefix: "posgate-" + cfg.Store + "-", logins: newLogins(cfg.Logins)}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
@@ -234,12 +240,20 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		if h.logins.fail(addr) != nil {
 			reason = "too many failed logins from the address"
 		}
-		h.log.Warn("connection refused: "+reason, "client", pk.Connect.ClientIdentifier,
+		code := CodeUserUnknown
+		if reason != "unknown user" {
+			code = CodeTooManyLogins
+		}
+		h.refuse(code, "connection refused: "+reason, "client", pk.Connect.ClientIdentifier,
 			"user", string(pk.Connect.Username), "remote", cl.Net.Remote)
 		return false
 	}
 	if err := h.logins.check(a, pk.Connect.Password, addr); err != nil {
-		h.log.Warn("connection refused: "+err.Error(), "client", pk.Connect.ClientIdentifier,
+		code := CodePasswordWrong
+		if errors.Is(err, errWait) {
+			code = CodeTooManyLogins
+		}
+		h.refuse(code, "connection refused: "+err.Error(), "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
@@ -247,7 +261,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	// on its own status topic (its agent's "offline"), or it could publish as another
 	// terminal, or replace the retained catalog, by dropping its connection.
 	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.status {
-		h.log.Warn("connection refused: last will not on the terminal's status topic", "client", pk.Connect.ClientIdentifier,
+		h.refuse(CodeWillTopic, "connection refused: last will not on the terminal's status topic", "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "will_topic", pk.Connect.WillTopic, "remote", cl.Net.Remote)
 		return false
 	}
@@ -255,7 +269,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	// client id of another terminal, or after a restart of the broker (which keeps no
 	// sessions) it could hold that terminal's session first and lock it out.
 	if id := pk.Connect.ClientIdentifier; strings.HasPrefix(id, h.agentPrefix) && id != h.agentPrefix+a.Terminal {
-		h.log.Warn("connection refused: another terminal's client id", "client", id,
+		h.refuse(CodeClientIDForeign, "connection refused: another terminal's client id", "client", id,
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
@@ -265,7 +279,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	// each new id would leave a session behind, its subscriptions and queued messages held
 	// for as long as the broker runs.
 	if id := pk.Connect.ClientIdentifier; id != h.agentPrefix+a.Terminal && !sessionEndsWithConnection(pk) {
-		h.log.Warn("connection refused: a kept session under another client id than the terminal agent's", "client", id,
+		h.refuse(CodeSessionKept, "connection refused: a kept session under another client id than the terminal agent's", "client", id,
 			"user", a.Username, "terminal", a.Terminal, "want_client", h.agentPrefix+a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
@@ -273,7 +287,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	// would take over its session, and the messages queued for it, which the broker sends
 	// again without an ACL check.
 	if owner, ok := h.ownerOf(pk.Connect.ClientIdentifier); ok && owner != a.Username {
-		h.log.Warn("connection refused: client id held by another account", "client", pk.Connect.ClientIdentifier,
+		h.refuse(CodeClientIDHeld, "connection refused: client id held by another account", "client", pk.Connect.ClientIdentifier,
 			"user", a.Username, "terminal", a.Terminal, "remote", cl.Net.Remote)
 		return false
 	}
@@ -302,16 +316,43 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		if topic == a.up || topic == a.status || topic == a.backlog {
 			return true
 		}
-		h.log.Warn("publish refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
+		h.refuse(CodePublishDenied, "publish refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
 			"terminal", a.Terminal, "topic", topic)
 		return false
 	}
 	if topic == a.down || topic == h.catalog || topic == h.settings {
 		return true
 	}
-	h.log.Warn("subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
+	h.refuse(CodeSubscribeDenied, "subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,
 		"terminal", a.Terminal, "topic", topic)
 	return false
+}
+
+// The codes of the broker's refusals.
+const (
+	CodeUserUnknown     = "mqtt_user_unknown"
+	CodePasswordWrong   = "mqtt_password_wrong"
+	CodeTooManyLogins   = "mqtt_too_many_failures"
+	CodeWillTopic       = "mqtt_will_topic_denied"
+	CodeClientIDForeign = "mqtt_client_id_foreign"
+	CodeSessionKept     = "mqtt_session_denied"
+	CodeClientIDHeld    = "mqtt_client_id_held"
+	CodePublishDenied   = "mqtt_publish_denied"
+	CodeSubscribeDenied = "mqtt_subscribe_denied"
+)
+
+// Booker books a refusal by its code (refusals.Book).
+type Booker interface {
+	Note(level slog.Level, code, msg string, attrs ...any)
+}
+
+// refuse books a refusal, or logs it when the broker has no book.
+func (h *authHook) refuse(code, msg string, attrs ...any) {
+	if h.book != nil {
+		h.book.Note(slog.LevelWarn, code, msg, attrs...)
+		return
+	}
+	h.log.Warn(msg, append([]any{"code", code}, attrs...)...)
 }
 
 // remoteHost is the host of a client's remote address, without its port.

@@ -87,6 +87,9 @@ func (m *Metrics) FollowUpload(statePath string, led *ledger.Ledger, log *slog.L
 	m.reg.MustRegister(&uploadScraped{state: statePath, led: led, log: log})
 }
 
+// Register adds a collector of the store's own (the book of refusals) to /metrics.
+func (m *Metrics) Register(c prometheus.Collector) { m.reg.MustRegister(c) }
+
 // FollowCert registers the expiry of the TLS certificate a listener ("mqtt", "api") is
 // serving, read when scraped: notAfter gives the certificate in service, after a look at
 // its files (certfile.Pair.NotAfter), so that a renewal that did not take shows.

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
@@ -54,6 +55,9 @@ type Config struct {
 	// KeepRequests is how many requests must be recorded after a request before Prune may
 	// delete its record (DefaultKeepRequests if 0).
 	KeepRequests int64
+	// Logger receives the storage refusals of Do, each code at most once in 10 s
+	// (slog.Default if nil).
+	Logger *slog.Logger
 }
 
 // Store is the terminal's database.
@@ -64,6 +68,7 @@ type Store struct {
 	rstmts *stmtCache // statements prepared on the reader pool
 
 	approving sync.Mutex // one supervisor's PIN checked at a time (Approve)
+	storage   storageLog
 }
 
 // Dir returns the directory of the outbox's files.

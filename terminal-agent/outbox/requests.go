@@ -65,7 +65,9 @@ func Fingerprint(method, path string, body []byte) string {
 func (s *Store) Do(ctx context.Context, token, fingerprint string, mode Mode,
 	fn func(*Tx) (ref string, err error)) (ref string, seq int64, prior *Prior, err error) {
 	ref, seq, prior, err = s.do(ctx, token, fingerprint, mode, fn)
-	return ref, seq, prior, storageError(err)
+	err = storageError(err)
+	s.noteStorage(err)
+	return ref, seq, prior, err
 }
 
 // The codes of the storage errors (Do).

@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/posgate/posgate/internal/perr"
@@ -107,6 +110,8 @@ func TestApplyLeavesWriterDurable(t *testing.T) {
 func TestStorageFull(t *testing.T) {
 	ctx := context.Background()
 	s, scanOnce := openSale(t)
+	var logged bytes.Buffer
+	s.cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	scan := func() error {
 		_, err := scanOnce()
 		return err
@@ -140,6 +145,18 @@ func TestStorageFull(t *testing.T) {
 		}
 		if after := events(); after != before {
 			t.Fatalf("the failed scan left %d events, %d before", after, before)
+		}
+		// Refused and counted, and logged once however often the till tries.
+		for range 3 {
+			if err := scan(); perr.CodeOf(err) != CodeStorageFull {
+				t.Fatalf("scan again into a full outbox: %v", err)
+			}
+		}
+		if n := s.StorageRefusals()[CodeStorageFull]; n != 4 {
+			t.Errorf("storage_full counted %d times, want 4", n)
+		}
+		if got := strings.Count(logged.String(), "code=storage_full"); got != 1 {
+			t.Errorf("storage_full logged %d times, want once:\n%s", got, logged.String())
 		}
 		break
 	}

@@ -264,7 +264,7 @@ function drawStock(stock) {
     .map((s) => {
       const p = proof && proof.rows.get(s.sku);
       const proven = p ? el("td", p.proven, "num" + (p.proven !== p.ledger ? " bad" : "")) : el("td", "—", "num muted");
-      const button = el("button", t("stock.count"));
+      const button = el("button", t("stock.count"), "write");
       button.addEventListener("click", () => countShelf(s));
       const action = el("td");
       action.append(button);
@@ -337,7 +337,7 @@ async function proveStock() {
 
 function drawOversells(o) {
   fill("oversells", o.oversells.map((x) => {
-    const button = el("button", t("resolve"));
+    const button = el("button", t("resolve"), "write");
     button.addEventListener("click", () => resolveOversell(x));
     const action = el("td");
     action.append(button);
@@ -390,7 +390,7 @@ async function resolvePrice(x) {
 
 function drawRefundExceptions(r) {
   fill("refund-exceptions", r.refund_exceptions.map((x) => {
-    const button = el("button", t("resolve"));
+    const button = el("button", t("resolve"), "write");
     button.addEventListener("click", () => resolveRefundException(x));
     const action = el("td");
     action.append(button);
@@ -421,7 +421,7 @@ function drawParked(p) {
   const open = typeof p.open === "number" ? p.open : shown.length;
   $("parked-more").textContent = open > shown.length ? t("parked.more", { shown: shown.length, open }) : "";
   fill("parked", shown.map((x) => {
-    const button = el("button", t("resolve"));
+    const button = el("button", t("resolve"), "write");
     button.addEventListener("click", () => resolveParked(x));
     const action = el("td");
     action.append(button);
@@ -610,12 +610,22 @@ async function downloadBackup() {
   }
 }
 
-function signIn() {
+// signIn shows what the token's role may do (GET /v1/whoami): the board to a reader, the
+// count and resolve buttons to an operator, the backup button to a backup token.
+async function signIn() {
   $("signin").hidden = true;
-  $("board").hidden = false;
   $("signout").hidden = false;
-  $("backup").hidden = false;
-  refresh();
+  let who;
+  try {
+    who = await api("/v1/whoami");
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    who = { read: true };
+  }
+  document.body.dataset.may = ["read", "write", "backup"].filter((m) => who[m]).join(" ");
+  $("backup").hidden = !who.backup;
+  $("board").hidden = !who.read;
+  if (who.read) refresh();
 }
 
 // relabel draws the page again in the language just chosen.
