@@ -37,15 +37,19 @@ type HealthAnswer struct {
 
 // Stats counts what the store's ingest has done since the store-server started.
 type Stats struct {
-	Messages    int64 `json:"messages"`
-	Bad         int64 `json:"bad_messages"`
-	Events      int64 `json:"events"`
-	Accepted    int64 `json:"accepted"`
-	Replays     int64 `json:"replays"`
-	Rejected    int64 `json:"rejected"`
-	Refused     int64 `json:"refused_live"`
-	OutOfOrder  int64 `json:"out_of_order"`
-	SeqGaps     int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
+	Messages   int64 `json:"messages"`
+	Bad        int64 `json:"bad_messages"`
+	Events     int64 `json:"events"`
+	Accepted   int64 `json:"accepted"`
+	Replays    int64 `json:"replays"`
+	Rejected   int64 `json:"rejected"`
+	Refused    int64 `json:"refused_live"`
+	OutOfOrder int64 `json:"out_of_order"`
+	SeqGaps    int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lacks and the till no longer holds
+	// Resends counts requests to a till to send events the ledger lacks again; Replayed the
+	// events tills sent again on them and the store booked with their first answer.
+	Resends     int64 `json:"resends"`
+	Replayed    int64 `json:"replayed"`
 	Groups      int64 `json:"groups"`
 	Rebuilds    int64 `json:"rebuilds"`
 	GateErrors  int64 `json:"gate_errors"`
@@ -399,9 +403,9 @@ type TerminalSeen struct {
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
 	// Parked counts the terminal's parked events no manager has resolved.
 	Parked int64 `json:"parked"`
-	// SeqGaps are the gaps in its seq order the store took (after a restore from a backup,
-	// or in a ledger that held none of its events), oldest first: events the till sent to a
-	// ledger this one is not.
+	// SeqGaps are the gaps in its seq order the store took, oldest first: events the till
+	// sent to a ledger this one is not (restored from a backup, or started empty) and no
+	// longer held when the store asked for them again.
 	SeqGaps []SeqGap `json:"seq_gaps,omitempty"`
 }
 
@@ -415,7 +419,7 @@ type Heartbeat struct {
 
 // SeqGap is a gap in a terminal's seq order the store took: the events From..To were sent
 // to a ledger this one is not (the till holds them, and HQ may), and the event To+1 was
-// accepted without them. Reason is restored or new_ledger.
+// accepted without them. Reason is pruned: the till no longer held them when asked.
 type SeqGap struct {
 	From   int64     `json:"from_seq"`
 	To     int64     `json:"to_seq"`

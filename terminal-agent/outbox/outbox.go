@@ -110,6 +110,9 @@ type Event struct {
 	Hash    string
 	Offline bool
 	Created time.Time
+	// Replay and LostFrom are set on an event sent again on the store's request (Sendable).
+	Replay   *wire.Replay
+	LostFrom int64
 }
 
 // Envelope returns the event's wire envelope.
@@ -117,6 +120,7 @@ func (e *Event) Envelope(store, terminal string) wire.Envelope {
 	return wire.Envelope{
 		V: wire.Version, Kind: e.Kind, Store: store, Terminal: terminal, Seq: e.Seq,
 		Key: wire.Key(terminal, e.Seq), Hash: e.Hash, At: e.At, Offline: e.Offline, Payload: e.Payload,
+		Replay: e.Replay, LostFrom: e.LostFrom,
 	}
 }
 
