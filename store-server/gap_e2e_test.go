@@ -311,7 +311,7 @@ func TestPrunedTillLeavesAGap(t *testing.T) {
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	a.Args = append(a.Args, "--retention", "1ms", "--log-level", "info")
+	a.Args = append(a.Args, "--retention", "1ms", "--retention-max", "1ms", "--log-level", "info")
 	if err := a.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}

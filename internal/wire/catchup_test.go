@@ -78,3 +78,21 @@ func TestDecodeDown(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeHQHeld(t *testing.T) {
+	h, err := wire.DecodeHQHeld([]byte(`{"v":1,"store":"S1","through":"2026-11-29","at":"2026-11-30T09:00:00+08:00"}`))
+	if err != nil || h.Store != "S1" || h.Through != "2026-11-29" {
+		t.Fatalf("%+v %v", h, err)
+	}
+	for name, tc := range map[string]struct{ body, code string }{
+		"bad day":       {`{"v":1,"store":"S1","through":"2026/11/29","at":"2026-11-30T09:00:00+08:00"}`, wire.CodePayload},
+		"no day":        {`{"v":1,"store":"S1","at":"2026-11-30T09:00:00+08:00"}`, wire.CodePayload},
+		"unknown field": {`{"v":1,"store":"S1","through":"2026-11-29","x":1}`, wire.CodeUnknownField},
+		"version":       {`{"v":3,"store":"S1","through":"2026-11-29"}`, wire.CodeVersion},
+		"bad store":     {`{"v":1,"store":"S/1","through":"2026-11-29"}`, wire.CodeID},
+	} {
+		if _, err := wire.DecodeHQHeld([]byte(tc.body)); perr.As(err).Code != tc.code {
+			t.Errorf("%s: %v, want %s", name, err, tc.code)
+		}
+	}
+}

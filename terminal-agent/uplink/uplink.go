@@ -368,6 +368,9 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	if t := c.Subscribe(wire.SettingsTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onSettings(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
 		u.log.Error("subscribe settings", "err", t.Error())
 	}
+	if t := c.Subscribe(wire.HQHeldTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onHQHeld(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
+		u.log.Error("subscribe hq", "err", t.Error())
+	}
 	online, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: u.cfg.Terminal, Online: true, At: u.cfg.Now()})
 	c.Publish(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), 1, true, online)
 	if err := u.store.SetKV(ctx, outbox.KVOfflineSince, 0); err != nil {
