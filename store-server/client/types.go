@@ -48,12 +48,15 @@ type Stats struct {
 	SeqGaps    int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lacks and the till no longer holds
 	// Resends counts requests to a till to send events the ledger lacks again; Replayed the
 	// events tills sent again on them and the store booked with their first answer.
-	Resends     int64 `json:"resends"`
-	Replayed    int64 `json:"replayed"`
-	Groups      int64 `json:"groups"`
-	Rebuilds    int64 `json:"rebuilds"`
-	GateErrors  int64 `json:"gate_errors"`
-	CommitError int64 `json:"commit_errors"`
+	Resends  int64 `json:"resends"`
+	Replayed int64 `json:"replayed"`
+	// HeldBehindReplays counts new events sent back to their till to wait for the replays
+	// of their group to reach Redis.
+	HeldBehindReplays int64 `json:"held_behind_replays"`
+	Groups            int64 `json:"groups"`
+	Rebuilds          int64 `json:"rebuilds"`
+	GateErrors        int64 `json:"gate_errors"`
+	CommitError       int64 `json:"commit_errors"`
 	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
 	// when. While commits fail nothing is acked; the terminals keep their events and resend.
 	LastCommitError   string    `json:"last_commit_error,omitempty"`

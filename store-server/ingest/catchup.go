@@ -114,3 +114,36 @@ func (in *Ingest) publishResends(msgs []groupMsg) {
 		}
 	}
 }
+
+// holdBehindReplays holds back the new events of a group that carries replays and that the
+// gate would decide: Redis does not hold the replays' stock until the group is committed
+// and Redis rebuilt from the ledger, and a live sale it let through on the stock the
+// replays take would oversell. A live event gets no answer (its till decides it locally
+// and sends it again offline at once); another is paced (rate_limited, the sync lane's
+// verdict): it comes back to the next group, decided on a Redis that holds the replays.
+func (in *Ingest) holdBehindReplays(items []*item) {
+	for _, x := range items {
+		if x.rec == nil || x.replay || x.rec.Status != wire.AckAccepted || x.rec.OtherContent {
+			continue
+		}
+		switch x.payload.(type) {
+		case *wire.ScanPayload, *wire.SalePayload, *wire.RefundPayload:
+		default:
+			continue
+		}
+		x.rec, x.done = nil, true
+		if x.live {
+			x.ack.Status = ""
+			continue
+		}
+		x.ack.Status, x.ack.Code, x.ack.RetryAfterMs = wire.AckRateLimited, CodeCatchingUp, catchUpPause.Milliseconds()
+		x.ack.Message = "the store is booking events a till sent again; send this one shortly"
+		in.count(func(s *client.Stats) { s.HeldBehindReplays++ })
+	}
+}
+
+// CodeCatchingUp is the code of an event held back behind replays (holdBehindReplays).
+const CodeCatchingUp = "catching_up"
+
+// catchUpPause is how long a till waits before it sends an event held back behind replays.
+const catchUpPause = 200 * time.Millisecond

@@ -153,3 +153,71 @@ func TestPrunedTillLeavesAGap(t *testing.T) {
 		t.Fatalf("stats: %d gaps, want 1", st.SeqGaps)
 	}
 }
+
+// replayBytes is an offline sale of terminal at seq sent again with the store's first
+// answer rp.
+func replayBytes(t *testing.T, terminal string, seq int64, at time.Time, rp *wire.Replay) []byte {
+	t.Helper()
+	var env wire.Envelope
+	if err := json.Unmarshal(testSale(terminal, seq, at, true), &env); err != nil {
+		t.Fatal(err)
+	}
+	env.Replay = rp
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestNewEventsWaitBehindReplays: new events the gate would decide in a group that carries
+// replays wait for the next group (Redis holds the replays' stock only once it is rebuilt
+// from the ledger): a live one gets no answer, an offline one is paced (catching_up). The
+// replay is booked with its flow number; the events come back and are accepted.
+func TestNewEventsWaitBehindReplays(t *testing.T) {
+	in, _, out := newIngest(t)
+	at := time.Now()
+	in.Handle(wire.UpTopic(testStore, "T1"), replayBytes(t, "T1", 1, at, &wire.Replay{Status: wire.ReplayAccepted, FlowNo: 7}))
+	in.Handle(wire.UpTopic(testStore, "T2"), testSale("T2", 1, at, false)) // live
+	in.Handle(wire.UpTopic(testStore, "T3"), testSale("T3", 1, at, true))  // offline
+	runIngest(t, in)
+	for range 2 {
+		select {
+		case <-out.got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no acks within 20s")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // an acks message for T2 would be a failure
+	out.mu.Lock()
+	msgs := append([]wire.Acks(nil), out.msgs...)
+	out.mu.Unlock()
+	if len(msgs) != 2 {
+		t.Fatalf("%d acks messages, want 2 (T1, T3): %+v", len(msgs), msgs)
+	}
+	for _, m := range msgs {
+		a := m.Acks[0]
+		switch m.Terminal {
+		case "T1":
+			if a.Status != wire.AckAccepted || a.Result == nil || a.Result.FlowNo != 7 {
+				t.Errorf("T1's replay: %+v, want accepted with flow 7", a)
+			}
+		case "T3":
+			if a.Status != wire.AckRateLimited || a.Code != CodeCatchingUp || a.Live || a.RetryAfterMs <= 0 {
+				t.Errorf("T3's offline sale: %+v, want rate_limited catching_up", a)
+			}
+		default:
+			t.Errorf("acks for %s: %+v", m.Terminal, m.Acks)
+		}
+	}
+	for i, term := range []string{"T2", "T3"} {
+		in.Handle(wire.UpTopic(testStore, term), testSale(term, 1, at, true))
+		if a := acksOf(t, out, 2+i)[0]; a.Status != wire.AckAccepted || a.Result.FlowNo <= 7 {
+			t.Fatalf("%s:1 sent again: %+v, want accepted above flow 7", term, a)
+		}
+	}
+	waitRedisStock(t, in, "A", 997)
+	if st := in.Stats(); st.HeldBehindReplays != 1 || st.Replayed != 1 {
+		t.Fatalf("stats: %d held, %d replayed; want 1, 1", st.HeldBehindReplays, st.Replayed)
+	}
+}

@@ -133,6 +133,9 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) (replays bool) {
 	for t, n := range next {
 		in.next[t] = max(in.next[t], n)
 	}
+	if replays && in.Mode() == client.ModeRedis {
+		in.holdBehindReplays(items)
+	}
 	in.decide(ctx, items)
 	in.committing.Add(1)
 	in.commits <- &decided{items: items, msgs: msgs}
