@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"time"
+
+	segjson "github.com/segmentio/encoding/json"
 )
 
 // Catch-up: when a store's ledger lacks events a terminal sent (it was restored from a
@@ -84,11 +86,15 @@ func DecodeDown(b []byte) (Down, error) {
 	if len(b) > MaxMessageBytes {
 		return Down{}, invalid(CodeOversize, "message of %d bytes is over the %d byte limit", len(b), MaxMessageBytes)
 	}
+	// Only the kind is read here (segmentio skips the other members; encoding/json says
+	// why a document is refused).
 	var head struct {
 		Kind string `json:"kind"`
 	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return Down{}, jsonError(err)
+	if segjson.Unmarshal(b, &head) != nil {
+		if err := json.Unmarshal(b, &head); err != nil {
+			return Down{}, jsonError(err)
+		}
 	}
 	if head.Kind != KindResend {
 		a, err := DecodeAcks(b)
