@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -13,9 +14,14 @@ import (
 // destroyed and the backup restored, and it is started again while the tills go on selling.
 // Within a minute the ledger holds every event each till was answered 2xx for, exactly
 // once, each sale and refund with the flow number the till holds (its receipt's); till =
-// ledger = Redis per terminal and day, stock agrees; no seq gap is recorded.
+// ledger = Redis per terminal and day, stock agrees; no seq gap is recorded. The store's
+// uploader, its state kept, refuses the restored ledger while it lacks HQ's last row and
+// goes on by itself once the tills refilled it: HQ then holds the ledger's every sale and
+// refund with its flow number and amount.
 func TestRestoreUnderLoadLosesNoSale(t *testing.T) {
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
+	dir := e.store.Opts.DataDir
+	hq := startHQ(t, binaries(t), dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wg := e.load(ctx)
@@ -25,8 +31,10 @@ func TestRestoreUnderLoadLosesNoSale(t *testing.T) {
 	time.Sleep(catchupSelling)
 	lostWith := len(e.allOK()) - atBackup
 
+	hq.up.Kill()
 	e.store.Kill()
-	dir := e.store.Opts.DataDir
+	// The uploader's state is kept (as on a disk of its own): HQ holds rows the backup lacks.
+	state := keepFiles(t, dir, "upload.db", "upload.db-wal")
 	if err := os.RemoveAll(dir); err != nil { // the disk is gone
 		t.Fatal(err)
 	}
@@ -34,10 +42,15 @@ func TestRestoreUnderLoadLosesNoSale(t *testing.T) {
 		t.Fatal(err)
 	}
 	unpackBackup(t, body, dir)
+	putFiles(t, dir, state)
 	restart := time.Now()
 	if err := e.store.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	sup, stopSup := context.WithCancel(context.Background())
+	supervised := make(chan struct{})
+	go func() { defer close(supervised); hq.superviseUploader(sup) }()
+	defer func() { stopSup(); <-supervised }()
 	time.Sleep(5 * time.Second) // selling on while the store catches up
 	cancel()
 	wg.Wait()
@@ -77,6 +90,39 @@ func TestRestoreUnderLoadLosesNoSale(t *testing.T) {
 	}
 	t.Logf("%d sales and refunds carry the till's flow number in the ledger; %d resend requests, %d events replayed",
 		n, mode.Stats.Resends, mode.Stats.Replayed)
+
+	// The uploader goes on by itself once the ledger caught up: HQ = ledger, row by row.
+	hq.waitUploaded(e.store, time.Minute)
+	stopSup()
+	<-supervised
+	rows := hq.checkHQ(dir)
+	t.Logf("HQ holds the ledger's %d sales and refunds with their flow numbers and amounts %v after the restart (uploader started %d times)",
+		rows, time.Since(restart).Round(100*time.Millisecond), hq.starts)
+}
+
+// keepFiles reads the named files of dir that exist.
+func keepFiles(t *testing.T, dir string, names ...string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err == nil {
+			out[n] = b
+		} else if !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// putFiles writes files into dir.
+func putFiles(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	for n, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // catchupSelling is how long the tills sell between the backup and the loss of the disk.

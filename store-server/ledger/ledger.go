@@ -205,6 +205,12 @@ func (l *Ledger) takeRestore(ctx context.Context) error {
 		ON CONFLICT (k) DO UPDATE SET v = excluded.v`, strconv.FormatInt(at, 10)); err != nil {
 		return err
 	}
+	// The copy's rows for HQ are the lost ledger's up to their highest id: the uploader
+	// resumes from there once the tills refilled the ledger (RestoredOutbox).
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('restored_outbox', (SELECT coalesce(max(id), 0) FROM hq_outbox))
+		ON CONFLICT (k) DO UPDATE SET v = excluded.v`); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE k = 'backup_ms'`); err != nil {
 		return err
 	}
