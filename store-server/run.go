@@ -372,6 +372,12 @@ func (m *Main) startBackground(ctx context.Context, s *server, background *sync.
 		sweep := &daySweep{led: s.led, gate: s.gate, state: m.uploadState(), keep: m.keepDays, log: s.log}
 		background.Go(func() { sweep.run(ctx, m.RedisSweepEvery) })
 	}
+	hq := &hqHeld{led: s.led, state: m.uploadState(), store: m.Store, pub: s.pub, log: s.log}
+	every := hqHeldEvery
+	if m.RedisSweepEvery > 0 { // both read the uploader's state: at the same pace
+		every = m.RedisSweepEvery
+	}
+	background.Go(func() { hq.run(ctx, every) })
 	if m.Sentinels != "" {
 		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.SentinelPassword, m.redisTLS, s.in.Rebuild, s.log)
 	}

@@ -54,6 +54,7 @@ type Main struct {
 	AckTimeout         time.Duration
 	Window, Batch      int
 	Retention          time.Duration
+	RetentionMax       time.Duration
 	CloseLookbackDays  int
 	Heartbeat          time.Duration
 	BacklogEvery       time.Duration
@@ -93,7 +94,8 @@ func (m *Main) ParseFlags(args []string) error {
 	dur(&m.AckTimeout, "ack-timeout", "POSGATE_ACK_TIMEOUT", 5*time.Second, "resend unacked events after this long")
 	fs.Int(&m.Window, "window", "POSGATE_WINDOW", 2000, "most events published and not yet acked")
 	fs.Int(&m.Batch, "batch", "POSGATE_BATCH", 250, "most events in one MQTT message when draining a backlog")
-	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events, and the answers of requests (Idempotency-Key), this long by the clock; unacked events are never pruned, and an answer also stays until 10,000 later requests (the clock may jump)")
+	dur(&m.Retention, "retention", "POSGATE_RETENTION", 7*24*time.Hour, "keep acked events, and the answers of requests (Idempotency-Key), at least this long by the clock, and an acked event also until HQ holds its business day (the store says which); unacked events are never pruned, and an answer also stays until 10,000 later requests (the clock may jump)")
+	dur(&m.RetentionMax, "retention-max", "POSGATE_RETENTION_MAX", outbox.DefaultKeepUnheld, "keep an acked event whose business day HQ does not hold at most this long (the outbox's bound when the store's uploader does not run)")
 	fs.Int(&m.CloseLookbackDays, "day-close-lookback", "POSGATE_DAY_CLOSE_LOOKBACK", outbox.DefaultCloseLookbackDays,
 		"a day close naming no day looks this many days back for the open business day; older open days are listed in status and closed by name")
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
@@ -189,7 +191,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
 		Store: m.Store, Terminal: m.Terminal, Location: loc,
 		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
-		CloseLookbackDays: m.CloseLookbackDays, Logger: log,
+		CloseLookbackDays: m.CloseLookbackDays, KeepUnheld: m.RetentionMax, Logger: log,
 	})
 	if err != nil {
 		return err

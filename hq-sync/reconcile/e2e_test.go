@@ -219,7 +219,7 @@ func TestSeqGapListedEndToEnd(t *testing.T) {
 	s.flow++
 	r := ledger.Record{Terminal: "T1", Seq: 4, Kind: wire.KindSale, At: at, Payload: body, Status: wire.AckAccepted,
 		Final: true, Hash: wire.Hash(wire.KindSale, "S1", "T1", 4, at, body), FlowNo: s.flow, Sale: p,
-		Gap: &ledger.SeqGap{From: 1, To: 3, Reason: ledger.GapNewLedger}}
+		Gap: &ledger.SeqGap{From: 1, To: 3, Reason: ledger.GapPruned}}
 	if out, err := l.Commit(ctx, []ledger.Record{r}); err != nil || out[0].Status != wire.AckAccepted || !out[0].GapRecorded {
 		t.Fatalf("commit T1:4 after the gap: %+v, %v", out, err)
 	}
@@ -260,11 +260,11 @@ func TestSeqGapListedEndToEnd(t *testing.T) {
 	if gap == nil {
 		t.Fatalf("the reconciliation lists no seq gap:\n%s", table.String())
 	}
-	if gap.Store != "S1" || gap.Terminal != "T1" || gap.Seq != 1 || gap.SKU != "" || gap.Code != hqwire.SeqGapNewLedger ||
+	if gap.Store != "S1" || gap.Terminal != "T1" || gap.Seq != 1 || gap.SKU != "" || gap.Code != hqwire.SeqGapPruned ||
 		gap.BusinessDate != date || gap.Resolved || !strings.HasPrefix(gap.Detail, "seqs 1 to 3 of terminal T1: ") {
 		t.Errorf("the gap listed: %+v", *gap)
 	}
-	if !strings.Contains(squeeze(table.String()), "seq_gap  S1  T1  1  -  new_ledger  -  open  seqs 1 to 3 of terminal T1") {
+	if !strings.Contains(squeeze(table.String()), "seq_gap  S1  T1  1  -  pruned  -  open  seqs 1 to 3 of terminal T1") {
 		t.Errorf("the table lacks the gap:\n%s", table.String())
 	}
 	js, err := json.Marshal(&rep)
@@ -285,7 +285,7 @@ func TestSeqGapListedEndToEnd(t *testing.T) {
 	}
 	if !slices.ContainsFunc(recs, func(r []string) bool {
 		return slices.Equal(r[:5], []string{"exception", "seq_gap", "S1", "T1", "1"}) && r[11] == "" &&
-			r[12] == hqwire.SeqGapNewLedger && r[14] == "false" && strings.HasPrefix(r[10], "seqs 1 to 3 of terminal T1")
+			r[12] == hqwire.SeqGapPruned && r[14] == "false" && strings.HasPrefix(r[10], "seqs 1 to 3 of terminal T1")
 	}) {
 		t.Errorf("the CSV lacks the gap: %q", recs)
 	}

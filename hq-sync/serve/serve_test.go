@@ -543,7 +543,7 @@ func TestValidateExceptions(t *testing.T) {
 		{"a parked event without time", refund, func(x *hqwire.Exception) { x.Kind, x.At = hqwire.ExceptionParked, time.Time{} }},
 		{"a withdrawn parked event", refund, withdrawn(func(x *hqwire.Exception) { x.Kind = hqwire.ExceptionParked })},
 		{"a seq gap", refund, func(x *hqwire.Exception) {
-			x.Kind, x.Code, x.Detail = hqwire.ExceptionSeqGap, hqwire.SeqGapRestored, "seqs 4 to 9 of T1: restored"
+			x.Kind, x.Code, x.Detail = hqwire.ExceptionSeqGap, hqwire.SeqGapPruned, "seqs 4 to 9 of T1: pruned"
 			x.Resolved, x.ResolvedAt, x.Resolution = false, time.Time{}, ""
 		}},
 	} {

@@ -96,6 +96,10 @@ func (next *draft) add(d hqwire.StoreDay, covered int64, n int) bool {
 // build makes the next batch from the ledger rows after the watermark and the declarations
 // that are due, or returns nil when there is nothing to send yet.
 func (u *Uploader) build(ctx context.Context, force bool) (*batch, error) {
+	// A ledger the tills refilled after it lost rows HQ acknowledged: on from there.
+	if _, err := u.resumeCaughtUp(ctx); err != nil {
+		return nil, err
+	}
 	kv, err := u.kv(ctx)
 	if err != nil {
 		return nil, err

@@ -54,11 +54,11 @@ func TestSeqGapsReachHQ(t *testing.T) {
 
 	s.Sales(3, day0)
 	MustOnce(t, u)
-	s.GapSale("T2", day0.Add(2*time.Minute), 4, ledger.GapRestored)
+	s.GapSale("T2", day0.Add(2*time.Minute), 4, ledger.GapPruned)
 	s.OfflineSale("T9", day0.Add(3*time.Minute)) // an oversell, changed after the gap
 	MustOnce(t, u)
 	all := inLedger(t, s.l)
-	if !slices.Contains(all, "seq_gap T2:2  restored") || !slices.Contains(all, "oversell T2:6 SKU004 oversold") ||
+	if !slices.Contains(all, "seq_gap T2:2  pruned") || !slices.Contains(all, "oversell T2:6 SKU004 oversold") ||
 		!slices.ContainsFunc(all, func(x string) bool { return strings.HasPrefix(x, "oversell T9:1 ") }) {
 		t.Fatalf("the ledger holds %q, want T2's gap, the oversell of its sale after it and T9's oversell", all)
 	}

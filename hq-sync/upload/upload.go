@@ -289,6 +289,9 @@ func (u *Uploader) claim(ctx context.Context) error {
 		return err
 	}
 	if !held {
+		if resumed, err := u.resumeCaughtUp(ctx); err != nil || resumed {
+			return err
+		}
 		return u.behind(through, kv["sent_key"])
 	}
 	return nil

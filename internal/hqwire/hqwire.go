@@ -92,15 +92,16 @@ const (
 	// ExceptionSeqGap: a gap in a terminal's seq order the store took (its ledger restored
 	// from a backup, or a data directory lost): the events From..To the till sent to a
 	// ledger the store no longer holds. The till's day close counts them; the store's rows
-	// do not. Seq is the gap's first seq, SKU empty; Code is its reason (SeqGapRestored,
-	// SeqGapNewLedger). No manager resolves one.
+	// do not. Seq is the gap's first seq, SKU empty; Code is its reason (SeqGapPruned). No
+	// manager resolves one.
 	ExceptionSeqGap = "seq_gap"
 )
 
 // Codes of a seq_gap exception: why the store's ledger lacks the events.
 const (
-	SeqGapRestored  = "restored"   // the ledger was restored from a backup made before the till sent them
-	SeqGapNewLedger = "new_ledger" // the ledger held no event of the terminal (a data directory lost)
+	// SeqGapPruned: the ledger lost the events (restored from a backup, or started empty)
+	// and the till, asked for them again, no longer held them.
+	SeqGapPruned = "pruned"
 )
 
 // CodeOversold is the code of every oversell exception.

@@ -153,7 +153,7 @@ func (e *Envelope) Check() error {
 	if want := Hash(e.Kind, e.Store, e.Terminal, e.Seq, e.At, e.Payload); e.Hash != want {
 		return invalid(CodeHash, "content hash does not match the event")
 	}
-	return nil
+	return e.checkReplay()
 }
 
 // Item is one event of an up message: the decoded envelope, or the error that rejects it.

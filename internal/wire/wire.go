@@ -73,6 +73,11 @@ type Envelope struct {
 	At       time.Time       `json:"at"`
 	Offline  bool            `json:"offline,omitempty"`
 	Payload  json.RawMessage `json:"payload"`
+	// Replay marks an event sent again on the store's Resend, with the store's first answer
+	// to it; LostFrom, if not 0, says that the terminal no longer holds its events from
+	// LostFrom to Seq-1 (pruned). Neither is content (catchup.go).
+	Replay   *Replay `json:"replay,omitempty"`
+	LostFrom int64   `json:"lost_from,omitempty"`
 }
 
 // Key returns the idempotency key of a terminal's event.

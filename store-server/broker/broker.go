@@ -187,6 +187,7 @@ type authHook struct {
 	logins   *logins
 	catalog  string
 	settings string // the store's settings: read by every terminal, written by the store alone
+	hq       string // the last day HQ holds (wire.HQHeld): read by every terminal, written by the store alone
 	// agentPrefix starts the client id of every terminal agent of the store (the terminal's
 	// id follows).
 	agentPrefix string
@@ -206,7 +207,7 @@ type account struct {
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store),
-		settings: wire.SettingsTopic(cfg.Store), log: log, book: cfg.Refusals,
+		settings: wire.SettingsTopic(cfg.Store), hq: wire.HQHeldTopic(cfg.Store), log: log, book: cfg.Refusals,
 		agentPrefix: "posgate-" + cfg.Store + "-", logins: newLogins(cfg.Logins)}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
@@ -320,7 +321,7 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 			"terminal", a.Terminal, "topic", topic)
 		return false
 	}
-	if topic == a.down || topic == h.catalog || topic == h.settings {
+	if topic == a.down || topic == h.catalog || topic == h.settings || topic == h.hq {
 		return true
 	}
 	h.refuse(CodeSubscribeDenied, "subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,

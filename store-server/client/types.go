@@ -48,11 +48,18 @@ type Stats struct {
 	// PriceMismatch counts live scans and sales refused price_mismatch: a unit price that is
 	// not the store's catalog's.
 	PriceMismatch int64 `json:"price_mismatch"`
-	SeqGaps       int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lost, jumped
-	Groups        int64 `json:"groups"`
-	Rebuilds      int64 `json:"rebuilds"`
-	GateErrors    int64 `json:"gate_errors"`
-	CommitError   int64 `json:"commit_errors"`
+	SeqGaps       int64 `json:"seq_gaps"` // gaps recorded: a till's events the ledger lacks and the till no longer holds
+	// Resends counts requests to a till to send events the ledger lacks again; Replayed the
+	// events tills sent again on them and the store booked with their first answer.
+	Resends  int64 `json:"resends"`
+	Replayed int64 `json:"replayed"`
+	// HeldBehindReplays counts new events sent back to their till to wait for the replays
+	// of their group to reach Redis.
+	HeldBehindReplays int64 `json:"held_behind_replays"`
+	Groups            int64 `json:"groups"`
+	Rebuilds          int64 `json:"rebuilds"`
+	GateErrors        int64 `json:"gate_errors"`
+	CommitError       int64 `json:"commit_errors"`
 	// The last ledger commit that failed (a full disk, an I/O error): what SQLite said and
 	// when. While commits fail nothing is acked; the terminals keep their events and resend.
 	LastCommitError   string    `json:"last_commit_error,omitempty"`
@@ -402,9 +409,9 @@ type TerminalSeen struct {
 	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
 	// Parked counts the terminal's parked events no manager has resolved.
 	Parked int64 `json:"parked"`
-	// SeqGaps are the gaps in its seq order the store took (after a restore from a backup,
-	// or in a ledger that held none of its events), oldest first: events the till sent to a
-	// ledger this one is not.
+	// SeqGaps are the gaps in its seq order the store took, oldest first: events the till
+	// sent to a ledger this one is not (restored from a backup, or started empty) and no
+	// longer held when the store asked for them again.
 	SeqGaps []SeqGap `json:"seq_gaps,omitempty"`
 }
 
@@ -418,7 +425,7 @@ type Heartbeat struct {
 
 // SeqGap is a gap in a terminal's seq order the store took: the events From..To were sent
 // to a ledger this one is not (the till holds them, and HQ may), and the event To+1 was
-// accepted without them. Reason is restored or new_ledger.
+// accepted without them. Reason is pruned: the till no longer held them when asked.
 type SeqGap struct {
 	From   int64     `json:"from_seq"`
 	To     int64     `json:"to_seq"`

@@ -42,6 +42,7 @@ func (in *Ingest) ackAll(msgs []groupMsg) {
 			acks = acks[n:]
 		}
 	}
+	in.publishResends(msgs)
 	if o := in.cfg.Observer; o != nil && len(order) > 0 {
 		now := time.Now()
 		for _, m := range msgs {

@@ -98,14 +98,11 @@ type Ingest struct {
 	mu   sync.Mutex
 	mode client.Mode
 	next map[string]int64 // terminal → next expected seq; owned by the loop
-	// restoredAt is when the ledger was restored from a backup (zero if it never was); heard
-	// holds the terminals the ledger has, or this process gave, an event of since then, and
-	// jumps the gap each terminal's first event after it jumped (order). Owned by the loop.
-	restoredAt time.Time
-	heard      map[string]bool
-	jumps      map[string]*ledger.SeqGap
-	stats      client.Stats
-	limiter    *localLimiter
+	// asked is, per terminal, the last request to send events again (catchup.go). Owned by
+	// the loop.
+	asked   map[string]resendAsk
+	stats   client.Stats
+	limiter *localLimiter
 
 	failures int
 
@@ -168,7 +165,7 @@ func New(cfg Config) *Ingest {
 	return &Ingest{
 		cfg: cfg, log: cfg.Logger.With("component", "ingest"), queue: make(chan upMsg, cfg.QueueLen),
 		kick: make(chan struct{}, 1), mode: client.ModeStarting, next: map[string]int64{}, commits: make(chan *decided),
-		heard: map[string]bool{}, jumps: map[string]*ledger.SeqGap{},
+		asked:   map[string]resendAsk{},
 		limiter: newLocalLimiter(store.Policy{PromoPercent: 100}), stopped: make(chan struct{}),
 	}
 }
@@ -231,8 +228,7 @@ func (in *Ingest) Run(ctx context.Context) error {
 	if at, ok, err := in.cfg.Ledger.RestoredAt(ctx); err != nil {
 		return err
 	} else if ok {
-		in.restoredAt = at
-		in.log.Info("the ledger was restored from a backup: each till's first event since may skip what the backup lacks",
+		in.log.Info("the ledger was restored from a backup: each till is asked for what the backup lacks",
 			"restored_at", at)
 	}
 	// The limiter of degraded mode holds to the manager's limits from the start: Redis may
@@ -313,6 +309,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 				break fill
 			}
 		}
-		in.process(ctx, group)
+		if in.process(ctx, group) && in.Mode() == client.ModeRedis {
+			// Replays were booked on the ledger alone, with the flow numbers they were
+			// given: Redis takes their stock and counters from the ledger before the next
+			// group is decided (its flow counters are never lowered).
+			in.tryRebuild(ctx)
+		}
 	}
 }

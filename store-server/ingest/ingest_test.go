@@ -30,16 +30,27 @@ const testStore = "S1"
 
 // sent records the down messages ingest publishes.
 type sent struct {
-	mu   sync.Mutex
-	msgs []wire.Acks
-	got  chan struct{}
+	mu      sync.Mutex
+	msgs    []wire.Acks
+	resends []wire.Resend // resend requests, beside the acks
+	got     chan struct{}
 }
 
 func (s *sent) Publish(topic string, payload []byte) error {
-	a, err := wire.DecodeAcks(payload)
+	d, err := wire.DecodeDown(payload)
 	if err != nil {
 		return err
 	}
+	if r := d.Resend; r != nil {
+		if topic != wire.DownTopic(r.Store, r.Terminal) {
+			return fmt.Errorf("resend for %s published on %s", r.Terminal, topic)
+		}
+		s.mu.Lock()
+		s.resends = append(s.resends, *r)
+		s.mu.Unlock()
+		return nil
+	}
+	a := *d.Acks
 	if topic != wire.DownTopic(a.Store, a.Terminal) {
 		return fmt.Errorf("acks for %s published on %s", a.Terminal, topic)
 	}

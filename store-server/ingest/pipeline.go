@@ -29,6 +29,11 @@ type item struct {
 	// overFinal: rec is a conflict record, the other content of a key the ledger holds
 	// final (order); the ledger lookup, not this item, knows the key's original content.
 	overFinal bool
+	// replay: rec books an event the terminal sent again with the store's first answer
+	// (catchup.go): the gate does not decide it.
+	replay bool
+	// resend, if not nil, asks the terminal to send events again (with the group's acks).
+	resend *wire.Resend
 }
 
 type groupMsg struct {
@@ -38,8 +43,9 @@ type groupMsg struct {
 	skip            bool // undecodable: nothing to ack
 }
 
-// process decides and commits a group of up messages, then acks them.
-func (in *Ingest) process(ctx context.Context, group []upMsg) {
+// process decides and commits a group of up messages, then acks them. It reports whether
+// the group holds replays the gate did not see (catchup.go).
+func (in *Ingest) process(ctx context.Context, group []upMsg) (replays bool) {
 	msgs := make([]groupMsg, len(group))
 	var items []*item
 	// Per terminal: the next seq as this group advances it.
@@ -120,15 +126,20 @@ func (in *Ingest) process(ctx context.Context, group []upMsg) {
 				// pull next back for the events after it.
 				next[topicTerminal] = max(n, it.Seq+1)
 				first[x.ack.Key] = x
+				replays = replays || x.replay
 			}
 		}
 	}
 	for t, n := range next {
 		in.next[t] = max(in.next[t], n)
 	}
+	if replays && in.Mode() == client.ModeRedis {
+		in.holdBehindReplays(items)
+	}
 	in.decide(ctx, items)
 	in.committing.Add(1)
 	in.commits <- &decided{items: items, msgs: msgs}
+	return replays
 }
 
 // decided is a group whose events the gate has decided, on its way to the ledger.
@@ -161,30 +172,21 @@ func (in *Ingest) finish(ctx context.Context, d *decided) []groupMsg {
 
 // order places one event in its terminal's sequence: a replay of a final record is answered
 // from the ledger; a new event (or a live refusal resent offline) gets a ledger record. An
-// event beyond next is answered out_of_order, unless it is the terminal's first since the
-// ledger lost what the terminal sent (jump); known: the ledger holds an event of the
-// terminal, or this process gave it one.
+// event beyond next is answered out_of_order and the terminal is asked to send the events
+// from next again (catchup.go), unless it says that it no longer holds them (LostFrom):
+// then it is taken, and the gap recorded.
 func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Payload, payloadErr error, terminal string, next int64, known bool) error {
 	var gap *ledger.SeqGap
 	switch {
 	case it.Seq > next:
-		var g *ledger.SeqGap
-		// An event naming another store is no event of this store's till (a till moved here
-		// with its old settings): it tells nothing of what the till sent, and takes no jump.
-		if it.Err != nil || it.Env.Store == in.cfg.Store {
-			var err error
-			if g, err = in.jump(ctx, terminal, it.Seq, next, known); err != nil {
-				return err
-			}
-		}
-		if g != nil {
-			gap = g
+		if gap = in.lost(it, next); gap != nil {
 			break
 		}
 		x.ack.Status, x.ack.Expect = wire.AckOutOfOrder, next
 		x.ack.Message = "the store expects an earlier event first"
 		x.done = true
 		in.count(func(s *client.Stats) { s.OutOfOrder++ })
+		in.askResend(x, terminal, next, it.Seq-1)
 		return nil
 	case it.Seq < next:
 		st, ok, err := in.cfg.Ledger.Lookup(ctx, terminal, it.Seq)
@@ -209,18 +211,9 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 		// decided. Other content under its key (a till restored from a backup numbers its
 		// events again) is a step that till kept; answered conflict, the till parked it and
 		// counted it while the store held it nowhere, neither recorded nor parked.
-		//
-		// The event that jumped a gap, resent because it was not stored (a commit that
-		// failed) or was refused live, carries its gap again.
-		if j := in.jumps[terminal]; j != nil && j.To+1 == it.Seq {
-			gap = j
-		}
 	}
 	x.rec = &ledger.Record{Terminal: terminal, Seq: it.Seq, Kind: it.Env.Kind, Hash: it.Env.Hash, At: it.Env.At,
 		Offline: it.Env.Offline, Payload: it.Env.Payload, Final: true, Gap: gap}
-	if !in.restoredAt.IsZero() {
-		in.heard[terminal] = true
-	}
 	if it.Err != nil {
 		reject(x, it.Err)
 		return nil
@@ -231,6 +224,9 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 	}
 	if payloadErr != nil {
 		reject(x, payloadErr)
+		return nil
+	}
+	if it.Env.Replay != nil && in.replay(x, p, it.Env.Replay) {
 		return nil
 	}
 	if sku, ok := in.unknownSKU(p, !it.Env.Offline); !ok {
@@ -245,16 +241,7 @@ func (in *Ingest) order(ctx context.Context, x *item, it wire.Item, p wire.Paylo
 	x.rec.Prices = prices
 	x.payload = p
 	x.rec.Status = wire.AckAccepted
-	switch v := p.(type) {
-	case *wire.SalePayload:
-		x.rec.Sale = v
-	case *wire.RefundPayload:
-		x.rec.Refund = v
-	case *wire.DayClosePayload:
-		x.rec.DayClose = v
-	case *wire.ScanPayload:
-		x.rec.Scan = v
-	}
+	typed(x.rec, p)
 	return nil
 }
 
@@ -332,7 +319,7 @@ func (in *Ingest) decide(ctx context.Context, items []*item) {
 	var ops []gate.Op
 	var opItems []*item
 	for _, x := range items {
-		if x.rec == nil || x.rec.Status != wire.AckAccepted {
+		if x.rec == nil || x.rec.Status != wire.AckAccepted || x.replay {
 			continue
 		}
 		op, ok := in.op(x)

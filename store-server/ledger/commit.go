@@ -61,6 +61,11 @@ type Record struct {
 	// the record's transaction when the record is written (not for a Duplicate, Undecided
 	// or Err outcome), once per (terminal, From).
 	Gap *SeqGap
+	// Replayed marks an accepted event its till sent again (the ledger had lost it) with
+	// the flow number the store gave it then (FlowNo): it keeps that number, whatever Redis
+	// holds of its day. Only a number taken since (by the ledger alone, in degrade mode)
+	// makes it take the day's next one.
+	Replayed bool
 }
 
 // Outcome is what was committed for one record.

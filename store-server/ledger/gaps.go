@@ -9,15 +9,10 @@ import (
 	"github.com/posgate/posgate/internal/sqlitedb"
 )
 
-// Reasons of a seq gap.
-const (
-	// GapRestored: the ledger was restored from a backup made before the terminal sent the
-	// events of the gap.
-	GapRestored = "restored"
-	// GapNewLedger: the ledger held no event of the terminal (a data directory lost and
-	// started empty, or a till the restored ledger never heard from).
-	GapNewLedger = "new_ledger"
-)
+// GapPruned is the reason of a seq gap: the ledger lacked the events (it was restored from
+// a backup made before the till sent them, or started empty) and the till, asked for them
+// again, no longer held them.
+const GapPruned = "pruned"
 
 // SeqGap is a gap in a terminal's seq order the store took: the events From..To were sent
 // to a ledger this one is not (the till holds them, and HQ may), and the event To+1 was
@@ -74,16 +69,4 @@ func (l *Ledger) SeqGaps(ctx context.Context) (map[string][]SeqGap, error) {
 		return nil, fmt.Errorf("seq gaps: %w", err)
 	}
 	return out, nil
-}
-
-// Jumped reports whether the ledger recorded a gap that the terminal's event at seq jumped
-// (a gap whose to_seq is seq-1).
-func (l *Ledger) Jumped(ctx context.Context, terminal string, seq int64) (bool, error) {
-	var yes bool
-	err := l.db.R.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM seq_gaps WHERE terminal = ? AND to_seq = ?)`,
-		terminal, seq-1).Scan(&yes)
-	if err != nil {
-		return false, fmt.Errorf("seq gap of %s before %d: %w", terminal, seq, err)
-	}
-	return yes, nil
 }

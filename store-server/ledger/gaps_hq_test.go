@@ -23,10 +23,10 @@ func TestSeqGapIsAnException(t *testing.T) {
 	l := MustOpen(t, later)
 	MustAdjust(t, l, "open-A", "A", 10)
 	sale := accepted("T1", 5, day, salePayload("T1-5", []item{{"A", 1, 100}}))
-	sale.Gap = &SeqGap{From: 2, To: 4, Reason: GapRestored}
+	sale.Gap = &SeqGap{From: 2, To: 4, Reason: GapPruned}
 	MustCommit(t, l, sale)
 	first := accepted("T2", 3, day, salePayload("T2-3", []item{{"A", 1, 100}}))
-	first.Gap = &SeqGap{From: 1, To: 2, Reason: GapNewLedger}
+	first.Gap = &SeqGap{From: 1, To: 2, Reason: GapPruned}
 	MustCommit(t, l, first)
 
 	var all []hqwire.Exception
@@ -47,15 +47,15 @@ func TestSeqGapIsAnException(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"seq_gap T1:2  " + dayDate + " restored", "seq_gap T2:1  " + dayDate + " new_ledger"}
+	want := []string{"seq_gap T1:2  " + dayDate + " pruned", "seq_gap T2:1  " + dayDate + " pruned"}
 	if got := briefs(all); !slices.Equal(got, want) {
 		t.Fatalf("exceptions %q, want %q", got, want)
 	}
-	if d := all[0].Detail; !strings.HasPrefix(d, "seqs 2 to 4 of terminal T1: ") || !strings.Contains(d, "backup") {
-		t.Errorf("the restored gap says %q", d)
+	if d := all[0].Detail; !strings.HasPrefix(d, "seqs 2 to 4 of terminal T1: ") || !strings.Contains(d, "no longer held") {
+		t.Errorf("the first gap says %q", d)
 	}
-	if d := all[1].Detail; !strings.HasPrefix(d, "seqs 1 to 2 of terminal T2: ") || !strings.Contains(d, "data directory") {
-		t.Errorf("the new ledger's gap says %q", d)
+	if d := all[1].Detail; !strings.HasPrefix(d, "seqs 1 to 2 of terminal T2: ") || !strings.Contains(d, "(pruned)") {
+		t.Errorf("the second gap says %q", d)
 	}
 	if !all[0].At.Equal(later) || all[0].Resolved {
 		t.Errorf("the gap at %v, resolved %v; want recorded at %v, open", all[0].At, all[0].Resolved, later)

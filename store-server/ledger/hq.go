@@ -491,11 +491,9 @@ func seqGapDetail(terminal string, from, to int64, reason string) string {
 		what = fmt.Sprintf("seq %d of terminal %s", from, terminal)
 	}
 	why := "reason " + reason
-	switch reason {
-	case GapRestored:
-		why = "the ledger was restored from a backup made before the till sent them"
-	case GapNewLedger:
-		why = "the ledger held no event of the terminal (its data directory lost and started empty)"
+	if reason == GapPruned {
+		why = "the ledger lost them (restored from a backup, or started empty) and the till, asked for them " +
+			"again, no longer held them"
 	}
 	return what + ": acked by a ledger the store no longer holds, not in its rows (the till's day close " +
 		"counts them); " + why + " (" + reason + ")"

@@ -165,8 +165,8 @@ const FileName = "ledger.db"
 // left at dst on an error).
 //
 // The copy carries a mark (meta backup_ms: when it was made) that the ledger, opened from
-// it after a restore, takes for one (takeRestore): it then lets each terminal's first event
-// jump past the events the copy does not hold (RestoredAt, ResumedSince, Record.Gap).
+// it after a restore, takes for one (takeRestore, RestoredAt); ingest asks each till for the
+// events the copy does not hold as it meets them.
 func (l *Ledger) Backup(ctx context.Context, dst string) error {
 	at := l.now().UnixMilli()
 	return sqlitedb.SnapshotEdit(ctx, l.db.Path, dst, func(ctx context.Context, db *sql.DB) error {
@@ -206,6 +206,12 @@ func (l *Ledger) takeRestore(ctx context.Context) error {
 		ON CONFLICT (k) DO UPDATE SET v = excluded.v`, strconv.FormatInt(at, 10)); err != nil {
 		return err
 	}
+	// The copy's rows for HQ are the lost ledger's up to their highest id: the uploader
+	// resumes from there once the tills refilled the ledger (RestoredOutbox).
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('restored_outbox', (SELECT coalesce(max(id), 0) FROM hq_outbox))
+		ON CONFLICT (k) DO UPDATE SET v = excluded.v`); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE k = 'backup_ms'`); err != nil {
 		return err
 	}
@@ -228,19 +234,6 @@ func (l *Ledger) RestoredAt(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, fmt.Errorf("restored at: %q: %w", v, err)
 	}
 	return time.UnixMilli(ms), true, nil
-}
-
-// ResumedSince reports whether the ledger holds an event of terminal received at since or
-// later. It reads every event of the terminal: ingest asks it only for an event that
-// would otherwise be answered out_of_order, and at most once per terminal it finds one.
-func (l *Ledger) ResumedSince(ctx context.Context, terminal string, since time.Time) (bool, error) {
-	var yes bool
-	err := l.db.R.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE terminal = ? AND received_ms >= ?)`,
-		terminal, since.UnixMilli()).Scan(&yes)
-	if err != nil {
-		return false, fmt.Errorf("events of %s since %v: %w", terminal, since, err)
-	}
-	return yes, nil
 }
 
 // FinishCheckpoint lets a long log start over (sqlitedb.DB.FinishCheckpoint): the committer

@@ -187,12 +187,22 @@ func dayClose(st state, e *entry, d *decision) error {
 // takeFlow gives the record its flow number on its business date: the one it brings, or the
 // date's highest + 1 when it brings none (degrade mode) or when the date's keys left Redis
 // (redis_days: the gate's counter for it is gone or short; the record's day is touched). A
-// number taken already refuses the record.
+// number taken already refuses the record, except a replay's (Record.Replayed), which takes
+// the date's highest + 1 instead.
 func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	flow := r.FlowNo
-	if flow != 0 && st.ledger().redisExpired(d.date) {
+	if flow != 0 && !r.Replayed && st.ledger().redisExpired(d.date) {
 		flow = 0
 		st.rows().one(touchRedisDay, d.date)
+	}
+	if flow != 0 && r.Replayed {
+		taken, err := st.flowTaken(ctx, flowKey{d.date, flow})
+		if err != nil {
+			return err
+		}
+		if taken { // given again since the ledger lost it: the replay takes a new one
+			flow = 0
+		}
 	}
 	if flow == 0 {
 		top, err := st.topFlow(ctx, d.date)

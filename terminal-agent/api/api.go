@@ -545,6 +545,15 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if sp, err := disk.Of(s.store.Dir()); err == nil {
 		a.DiskFree = &sp.Free
 	}
+	held, err := s.store.Held(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.Held, a.HQThrough = held.Events, held.HQThrough
+	if !held.Oldest.IsZero() {
+		a.HeldSince = &held.Oldest
+	}
 	writeJSON(w, http.StatusOK, a)
 }
 

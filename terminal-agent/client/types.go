@@ -228,6 +228,13 @@ type StatusAnswer struct {
 	// DiskFree is the room left on the outbox's file system, where the system says (a full
 	// disk refuses every sale with storage_full: the till can warn before).
 	DiskFree *int64 `json:"disk_free_bytes,omitempty"`
+	// Held counts the acknowledged (and refused) events the outbox keeps to refill a store's
+	// ledger lost with its disk; HeldSince is when the oldest of them was acknowledged;
+	// HQThrough is the last business day HQ holds whole, as the store said (acknowledged
+	// events of later days are kept: --retention, --retention-max).
+	Held      int64      `json:"held_events"`
+	HeldSince *time.Time `json:"held_since,omitempty"`
+	HQThrough string     `json:"hq_through,omitempty"`
 }
 
 // Parked is an event the store rejected, kept with its reason for the manager.

@@ -58,6 +58,10 @@ type Config struct {
 	// Logger receives the storage refusals of Do, each code at most once in 10 s
 	// (slog.Default if nil).
 	Logger *slog.Logger
+	// KeepUnheld is how long Prune keeps an acknowledged event whose business day HQ does
+	// not hold (DefaultKeepUnheld if 0): the bound of the outbox when HQ never
+	// acknowledges.
+	KeepUnheld time.Duration
 }
 
 // Store is the terminal's database.
@@ -115,6 +119,9 @@ type Event struct {
 	Hash    string
 	Offline bool
 	Created time.Time
+	// Replay and LostFrom are set on an event sent again on the store's request (Sendable).
+	Replay   *wire.Replay
+	LostFrom int64
 }
 
 // Envelope returns the event's wire envelope.
@@ -122,6 +129,7 @@ func (e *Event) Envelope(store, terminal string) wire.Envelope {
 	return wire.Envelope{
 		V: wire.Version, Kind: e.Kind, Store: store, Terminal: terminal, Seq: e.Seq,
 		Key: wire.Key(terminal, e.Seq), Hash: e.Hash, At: e.At, Offline: e.Offline, Payload: e.Payload,
+		Replay: e.Replay, LostFrom: e.LostFrom,
 	}
 }
 
@@ -432,7 +440,8 @@ func (s *Store) EventState(ctx context.Context, seq int64) (client.EventState, e
 const DefaultKeepRequests = 10_000
 
 // Prune deletes what the outbox no longer needs: acknowledged and refused events whose
-// delivery ended before before, and the records of requests (Idempotency-Key) that no retry
+// delivery ended before before and whose business day HQ holds (or that are older than
+// Config.KeepUnheld: retention.go), and the records of requests (Idempotency-Key) that no retry
 // can still come for. Pending and parked events are never pruned. It returns the number of
 // events deleted.
 //
@@ -453,10 +462,9 @@ const DefaultKeepRequests = 10_000
 // Whatever the clock says, a record with ten times KeepRequests requests after it is
 // deleted, so that a clock that stays behind does not grow the table without end.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.db.W.ExecContext(ctx, `DELETE FROM events WHERE state IN ('acked', 'refused') AND done_ms < ?`,
-		before.UnixMilli())
+	pruned, err := s.pruneEvents(ctx, before)
 	if err != nil {
-		return 0, fmt.Errorf("prune events: %w", err)
+		return 0, err
 	}
 	keep := s.cfg.KeepRequests
 	if keep <= 0 {
@@ -494,7 +502,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune requests: %w", err)
 	}
-	return res.RowsAffected()
+	return pruned, nil
 }
 
 // KV returns a named value (0 if unset).

@@ -12,12 +12,13 @@ import (
 // that Await's deadline also takes, so that a verdict is either delivered to its waiter or
 // the event is already decided locally — never both.
 func (u *Uplink) onDown(ctx context.Context, payload []byte) {
-	msg, ok := u.decodeAcks(payload)
+	msg, ok := u.decodeDown(payload)
 	if !ok {
 		return
 	}
 	now := u.cfg.Now()
 	u.mu.Lock()
+	u.passedReplayLocked(msg.Acks)
 	ts, deliver, verdicts := u.transitionsLocked(msg.Acks, now)
 	err := u.applyLocked(ctx, ts, verdicts)
 	defer u.mu.Unlock()
@@ -35,13 +36,27 @@ func (u *Uplink) onDown(ctx context.Context, payload []byte) {
 	}
 }
 
-// decodeAcks decodes a down message and checks that its acks are this terminal's.
-func (u *Uplink) decodeAcks(payload []byte) (wire.Acks, bool) {
-	msg, err := wire.DecodeAcks(payload)
+// decodeDown decodes a down message and checks that it is this terminal's. A resend
+// request is taken here (resendLocked); acks are returned.
+func (u *Uplink) decodeDown(payload []byte) (wire.Acks, bool) {
+	d, err := wire.DecodeDown(payload)
 	if err != nil {
 		u.log.Warn("bad down message", "err", err)
-		return msg, false
+		return wire.Acks{}, false
 	}
+	if d.Resend != nil {
+		r := d.Resend
+		if r.Terminal != u.cfg.Terminal || r.Store != u.cfg.Store {
+			u.log.Warn("resend for another terminal", "store", r.Store, "terminal", r.Terminal)
+			return wire.Acks{}, false
+		}
+		u.mu.Lock()
+		u.resendLocked(r.From, r.To)
+		u.mu.Unlock()
+		u.Notify()
+		return wire.Acks{}, false
+	}
+	msg := *d.Acks
 	if msg.Terminal != u.cfg.Terminal {
 		u.log.Warn("acks for another terminal", "terminal", msg.Terminal)
 		return msg, false

@@ -138,7 +138,10 @@ type Uplink struct {
 	inflight    map[int64]time.Time // published, not yet acked: when
 	lastRewind  int64               // the expect of the last out_of_order rewind
 	pausedUntil time.Time           // after a rate_limited ack of the sync lane
-	waiters     map[int64]*waiter
+	// replayFrom..replayTo is the window of events the store asked for again (wire.Resend),
+	// sent as replays until the store answers its end (replay.go); replayTo 0: none.
+	replayFrom, replayTo int64
+	waiters              map[int64]*waiter
 }
 
 // New returns an Uplink for the outbox; Run connects it.
@@ -369,6 +372,9 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	if t := c.Subscribe(wire.SettingsTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onSettings(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
 		u.log.Error("subscribe settings", "err", t.Error())
 	}
+	if t := c.Subscribe(wire.HQHeldTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onHQHeld(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
+		u.log.Error("subscribe hq", "err", t.Error())
+	}
 	online, _ := json.Marshal(wire.Presence{V: wire.Version, Terminal: u.cfg.Terminal, Online: true, At: u.cfg.Now()})
 	c.Publish(wire.StatusTopic(u.cfg.Store, u.cfg.Terminal), 1, true, online)
 	if err := u.store.SetKV(ctx, outbox.KVOfflineSince, 0); err != nil {
@@ -476,11 +482,12 @@ func (u *Uplink) pump(ctx context.Context) error {
 		}
 		room := u.cfg.Window - len(u.inflight)
 		after, gen := u.cursor, u.gen
+		from, to := u.replayFrom, u.replayTo
 		u.mu.Unlock()
 		if room <= 0 {
 			return nil
 		}
-		evs, err := u.store.Pending(ctx, after, min(room, u.cfg.BatchMax))
+		evs, err := u.store.Sendable(ctx, after, from, to, min(room, u.cfg.BatchMax))
 		if err != nil || len(evs) == 0 {
 			return err
 		}
