@@ -33,8 +33,9 @@ func StartLoad(cashiers map[string]*e2e.Cashier) *Load {
 	n := 0
 	for _, c := range cashiers {
 		n++
+		first := n // each cashier starts at its own basket
 		l.wg.Go(func() {
-			for i := n; ctx.Err() == nil; i++ {
+			for i := first; ctx.Err() == nil; i++ {
 				l.gate.RLock()
 				c.Sale(baskets[i%len(baskets)], methods[i%len(methods)])
 				if i%9 == 0 {
