@@ -162,8 +162,9 @@ func (e *env) inStockLoad(ctx context.Context, took func(time.Duration)) *sync.W
 	n := 0
 	for _, c := range e.cashiers {
 		n++
+		first := n // each cashier starts at its own basket
 		wg.Go(func() {
-			for i := n; ctx.Err() == nil; i++ {
+			for i := first; ctx.Err() == nil; i++ {
 				start := time.Now()
 				c.Sale(baskets[i%len(baskets)], methods[i%len(methods)])
 				took(time.Since(start))
