@@ -24,8 +24,8 @@ MINUTES   ?= 10
 # The OpenAPI linter, pinned: node and npm come with deps (nodejs); npx fetches it once.
 REDOCLY   ?= npx --yes @redocly/cli@2.77.0
 
-# The version stamped into release binaries: the nearest v* tag (git describe), else 0.1.0-dev.
-VERSION   ?= $(or $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//'),0.1.0-dev)
+# The version stamped into release binaries: the nearest v* tag (git describe), else 0.1.0.
+VERSION   ?= $(or $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//'),0.1.0)
 COMMIT    ?= $(or $(shell git rev-parse --short=12 HEAD 2>/dev/null),unknown)
 LDX       := -X github.com/posgate/posgate/internal/version.Version=$(VERSION) -X github.com/posgate/posgate/internal/version.Commit=$(COMMIT)
 # Release flags (keep alike with e2e.Target.BuildArgs): no paths (-trimpath: nor a GOROOT that

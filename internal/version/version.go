@@ -11,9 +11,9 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
-// Version is the release version: "0.1.0-dev" in a plain `go build`, `git describe`'s
-// answer in a build by make.
-var Version = "0.1.0-dev"
+// Version is the release version: the release the source is of ("0.1.0") in a plain
+// `go build`, `git describe`'s answer (0.1.0, or 0.1.0-N-gCOMMIT after it) in a build by make.
+var Version = "0.1.0"
 
 // Commit is the source commit: stamped by make; otherwise the commit Go recorded at build
 // (with -buildvcs), or "unknown".
