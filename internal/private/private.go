@@ -90,3 +90,29 @@ func tighten(path string, max fs.FileMode, log *slog.Logger) error {
 	}
 	return nil
 }
+
+// WriteFile replaces the file at path with body whole and private (FileMode): a temporary
+// file of its own beside it, synced, then renamed over it, so that a crash leaves the old
+// file or the new one, never half of either.
+func WriteFile(path string, body []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(body); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), FileMode)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}

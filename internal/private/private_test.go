@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,5 +105,29 @@ func TestFilesTightensADatabaseAndItsCompanions(t *testing.T) {
 		if m := mode(t, filepath.Join(dir, name)); m != want {
 			t.Errorf("%s %v, want %v", name, m, want)
 		}
+	}
+}
+
+// TestWriteFileReplacesWholeAndPrivate: WriteFile replaces a file's content whole, leaves it
+// 0600 whatever the old file's mode, and no temporary file beside it.
+func TestWriteFileReplacesWholeAndPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "settings.json")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "new" {
+		t.Fatalf("content %q, want new", b)
+	}
+	if runtime.GOOS != "windows" {
+		if m := mode(t, path); m != FileMode {
+			t.Fatalf("mode %v, want %v", m, FileMode)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("%d files in the directory, want 1", len(entries))
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -252,10 +253,10 @@ func (c *Catalog) replace(items []wire.CatalogItem, pub Publisher) (wire.Catalog
 	if err != nil {
 		return next, err
 	}
-	if err := writeFile(knownPath(c.path), kb); err != nil {
+	if err := private.WriteFile(knownPath(c.path), kb); err != nil {
 		return next, fmt.Errorf("save catalog: %w", err)
 	}
-	if err := writeFile(c.path, body); err != nil {
+	if err := private.WriteFile(c.path, body); err != nil {
 		return next, fmt.Errorf("save catalog: %w", err)
 	}
 	c.set(next)
@@ -322,7 +323,7 @@ func (c *Catalog) ImportSource(path string, pub Publisher) (string, error) {
 	}
 	firstSeen := err != nil // no digest kept yet
 	seen := func() error {
-		if err := writeFile(sourcePath(c.path), []byte(digest+"\n")); err != nil {
+		if err := private.WriteFile(sourcePath(c.path), []byte(digest+"\n")); err != nil {
 			return fmt.Errorf("save catalog source: %w", err)
 		}
 		return nil
@@ -349,31 +350,6 @@ func (c *Catalog) ImportSource(path string, pub Publisher) (string, error) {
 		result = SourceImported
 	}
 	return result, seen()
-}
-
-// writeFile replaces the file at path with body whole: a temporary file of its own, synced,
-// renamed over it.
-func writeFile(path string, body []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(body); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // Publish publishes the current catalog (at start, so a restarted broker has it).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -68,7 +69,7 @@ func makeKey(dataDir string) (ed25519.PrivateKey, error) {
 	}
 	// Written whole under a temporary name, 0600, then linked in: two starts at once keep
 	// one key, and a crash leaves no half key.
-	if err := writeFile(filepath.Join(dataDir, KeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := private.WriteFile(filepath.Join(dataDir, KeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
 		return nil, fmt.Errorf("catalog key: %w", err)
 	}
 	return key, nil
@@ -79,7 +80,7 @@ func writePub(dataDir string, key ed25519.PrivateKey) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dataDir, PubKeyFile), pub); err != nil {
+	if err := private.WriteFile(filepath.Join(dataDir, PubKeyFile), pub); err != nil {
 		return fmt.Errorf("catalog public key: %w", err)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/pinhash"
+	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
 )
 
@@ -167,7 +168,7 @@ func (s *Settings) change(pub Publisher, edit func(*wire.Settings) error) (wire.
 	if err != nil {
 		return wire.Settings{}, err
 	}
-	if err := writeFile(s.path, body); err != nil {
+	if err := private.WriteFile(s.path, body); err != nil {
 		return wire.Settings{}, fmt.Errorf("save settings: %w", err)
 	}
 	s.cur = next
@@ -219,29 +220,4 @@ func (s *Settings) File() (name string, body []byte, ok bool, err error) {
 		return "", nil, false, fmt.Errorf("read settings: %w", err)
 	}
 	return filepath.Base(s.path), body, true, nil
-}
-
-// writeFile replaces the file at path with body whole: a temporary file of its own, synced,
-// renamed over it.
-func writeFile(path string, body []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(body); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
