@@ -462,16 +462,26 @@ func checkDate(date string) error {
 	return nil
 }
 
-func (s *Server) oversells(r *http.Request) (any, error) {
+// exceptionsQuery reads an exception list's ?date= (empty: every date) and ?all= (1: the
+// resolved ones too).
+func exceptionsQuery(r *http.Request) (date string, all bool, err error) {
 	q := r.URL.Query()
-	all := q.Get("all")
-	if all != "" && all != "1" && all != "0" {
-		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
+	a := q.Get("all")
+	if a != "" && a != "1" && a != "0" {
+		return "", false, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
 	}
 	if err := checkDate(q.Get("date")); err != nil {
+		return "", false, err
+	}
+	return q.Get("date"), a == "1", nil
+}
+
+func (s *Server) oversells(r *http.Request) (any, error) {
+	date, all, err := exceptionsQuery(r)
+	if err != nil {
 		return nil, err
 	}
-	o, err := s.Ledger.Oversells(r.Context(), q.Get("date"), all == "1")
+	o, err := s.Ledger.Oversells(r.Context(), date, all)
 	if o == nil {
 		o = []client.Oversell{}
 	}
@@ -491,15 +501,11 @@ func (s *Server) resolveOversell(r *http.Request) (any, error) {
 }
 
 func (s *Server) refundExceptions(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	all := q.Get("all")
-	if all != "" && all != "1" && all != "0" {
-		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
-	}
-	if err := checkDate(q.Get("date")); err != nil {
+	date, all, err := exceptionsQuery(r)
+	if err != nil {
 		return nil, err
 	}
-	x, err := s.Ledger.RefundExceptions(r.Context(), q.Get("date"), all == "1")
+	x, err := s.Ledger.RefundExceptions(r.Context(), date, all)
 	if x == nil {
 		x = []client.RefundException{}
 	}

@@ -3,21 +3,16 @@ package api
 import (
 	"net/http"
 
-	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/store-server/client"
 )
 
 // prices lists the price exceptions (GET /v1/price-exceptions?date=&all=).
 func (s *Server) prices(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	all := q.Get("all")
-	if all != "" && all != "1" && all != "0" {
-		return nil, perr.New(perr.Invalid, "all_invalid", "all is 1 (resolved exceptions too) or 0")
-	}
-	if err := checkDate(q.Get("date")); err != nil {
+	date, all, err := exceptionsQuery(r)
+	if err != nil {
 		return nil, err
 	}
-	x, err := s.Ledger.PriceExceptions(r.Context(), q.Get("date"), all == "1")
+	x, err := s.Ledger.PriceExceptions(r.Context(), date, all)
 	if x == nil {
 		x = []client.PriceException{}
 	}
