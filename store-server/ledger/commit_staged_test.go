@@ -207,6 +207,9 @@ func TestStagedCommitIsCommitEach(t *testing.T) {
 		t.Errorf("%d staged commits fell back to record by record; the generator makes no record SQLite refuses", n)
 	}
 	t.Logf("accepted refunds by exception: %v", refunds)
+	if testing.Short() {
+		return // rapid's 20 cases of the unit lane may miss one kind now and then; its 100 do not
+	}
 	for _, code := range []string{"", CodeRefundSaleUnknown, CodeRefundExceedsSale} {
 		if refunds[code] == 0 {
 			t.Errorf("no accepted refund with exception %q was generated: %v", code, refunds)
