@@ -174,3 +174,55 @@ func (l *Ledger) AllSKUs(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// MarkRefilled records the terminals a refill booked rows of (refilled_terminals): until
+// the ledger holds each one's every seq, Next expects the first it lacks.
+func (l *Ledger) MarkRefilled(ctx context.Context, terminals []string) error {
+	return l.write(ctx, func(w *writer) error {
+		for _, t := range terminals {
+			if err := w.exec(ctx, `INSERT INTO refilled_terminals (terminal, from_seq) VALUES (?, 1)
+				ON CONFLICT (terminal) DO NOTHING`, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// refilledNext lowers next, for each refilled terminal, to the first seq the ledger lacks
+// of it (from its from_seq on); a terminal whose every seq the ledger holds again leaves
+// refilled_terminals.
+func (l *Ledger) refilledNext(ctx context.Context, next map[string]int64) error {
+	rows, err := l.db.R.QueryContext(ctx, `SELECT r.terminal, CASE
+		WHEN NOT EXISTS (SELECT 1 FROM events e WHERE e.terminal = r.terminal AND e.seq = r.from_seq) THEN r.from_seq
+		ELSE (SELECT min(e.seq) + 1 FROM events e WHERE e.terminal = r.terminal AND e.seq >= r.from_seq
+			AND NOT EXISTS (SELECT 1 FROM events f WHERE f.terminal = e.terminal AND f.seq = e.seq + 1)) END
+		FROM refilled_terminals r`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var whole []string
+	for rows.Next() {
+		var t string
+		var first int64
+		if err := rows.Scan(&t, &first); err != nil {
+			return err
+		}
+		if n, ok := next[t]; ok && first < n {
+			next[t] = first
+			continue
+		}
+		whole = append(whole, t)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	for _, t := range whole {
+		if _, err := l.db.W.ExecContext(ctx, `DELETE FROM refilled_terminals WHERE terminal = ?`, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
