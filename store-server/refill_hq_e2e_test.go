@@ -17,23 +17,20 @@ import (
 const restoreSecret = "s1-secret-for-the-restore-test"
 
 // TestRefillFromHQWithNoBackup: three tills sell under a cashier load on a store with a
-// Redis Sentinel trio and mosquitto, its uploader sending to hq-sync serve; a SKU is
-// adjusted without opening stock and another counted. The store-server is SIGKILLed and its
+// Redis Sentinel trio and mosquitto, its uploader sending to hq-sync serve; MILK is counted,
+// and HQ never got TEA's opening stock. The store-server is SIGKILLed and its
 // data directory destroyed with no backup while the tills go on selling. `store-server
 // restore --from-hq` refills the empty ledger (a second run is refused: ledger_not_empty),
 // the store starts again and its tills' catch-up fills in what HQ did not hold. Within a
 // minute the ledger holds every 2xx event of every till exactly once, each sale and refund
 // with the till's flow number; till = ledger = Redis per terminal and day; no seq gap; HQ =
-// ledger row by row; stock is what the moves prove, and the SKU no opening or count proves
-// is unknown until counted.
+// ledger row by row; stock is what the moves prove, and unknown (HQ's history lacks an
+// adjustment) until counted.
 func TestRefillFromHQWithNoBackup(t *testing.T) {
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	dir := e.store.Opts.DataDir
 	ctx := context.Background()
 	m := e.store.Manager()
-	if _, err := m.Adjust(ctx, client.AdjustRequest{ID: "found-SOAP", SKU: "SOAP", Delta: 5, Reason: client.ReasonAdjust}); err != nil {
-		t.Fatal(err)
-	}
 	counted := int64(1990)
 	if _, err := m.Count(ctx, client.CountRequest{ID: "count-MILK", SKU: "MILK", Counted: &counted}); err != nil {
 		t.Fatal(err)
@@ -43,7 +40,16 @@ func TestRefillFromHQWithNoBackup(t *testing.T) {
 	defer stop()
 	wg := e.load(load)
 	time.Sleep(12 * time.Second)
-	waitHQMoves(t, hq.db, 6, 20*time.Second) // 4 openings, an adjustment, a count
+	waitHQMoves(t, hq.db, 5, 20*time.Second) // 4 openings, a count
+	// An adjustment HQ never got (sent by no uploader before the disk went): TEA's opening.
+	hqdb, err := sql.Open("sqlite3", "file:"+hq.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hqdb.Exec(`DELETE FROM stock_moves WHERE store = 'S1' AND id = 'opening-TEA'`); err != nil {
+		t.Fatal(err)
+	}
+	hqdb.Close()
 
 	hq.up.Kill()
 	e.store.Kill()
@@ -110,8 +116,8 @@ func TestRefillFromHQWithNoBackup(t *testing.T) {
 	checkRefilledStock(t, m)
 }
 
-// checkRefilledStock checks that stock is what the moves prove, that SOAP (adjusted, never
-// opened or counted) is unknown and the rest known, and that a count of SOAP makes it known.
+// checkRefilledStock checks that stock is what the moves prove, that every SKU is unknown
+// (HQ lacked an adjustment: the history is incomplete), and that a count makes a SKU known.
 func checkRefilledStock(t *testing.T, m *client.Client) {
 	t.Helper()
 	ctx := context.Background()
@@ -123,26 +129,23 @@ func checkRefilledStock(t *testing.T, m *client.Client) {
 		if s.Proven == nil || *s.Proven != s.Ledger {
 			t.Errorf("%s: ledger %d, proven from the moves %v", s.SKU, s.Ledger, s.Proven)
 		}
-		switch {
-		case s.SKU == "SOAP" && (s.Unknown != "no_opening" || s.Ledger != 5):
-			t.Errorf("SOAP (adjusted, never opened or counted): %+v, want 5 and unknown no_opening", s)
-		case s.SKU != "SOAP" && s.Unknown != "":
-			t.Errorf("%s (opening stock at HQ): unknown %q", s.SKU, s.Unknown)
+		if s.Unknown != "incomplete" {
+			t.Errorf("%s: unknown %q, want incomplete (HQ lacked TEA's opening)", s.SKU, s.Unknown)
 		}
 	}
-	if len(st.Stock) < 5 {
-		t.Errorf("stock of %d SKUs, want the 4 opened and SOAP", len(st.Stock))
+	if len(st.Stock) != 4 {
+		t.Errorf("stock of %d SKUs, want 4", len(st.Stock))
 	}
-	five := int64(5)
-	if _, err := m.Count(ctx, client.CountRequest{ID: "count-SOAP", SKU: "SOAP", Counted: &five}); err != nil {
+	twenty := int64(20)
+	if _, err := m.Count(ctx, client.CountRequest{ID: "count-TEA", SKU: "TEA", Counted: &twenty}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err = m.Stock(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range st.Stock {
-		if s.Unknown != "" {
-			t.Errorf("%s still unknown after its count: %+v", s.SKU, s)
+		if (s.SKU == "TEA") != (s.Unknown == "") {
+			t.Errorf("%s after TEA's count: %+v", s.SKU, s)
 		}
 	}
 }
