@@ -43,6 +43,17 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "restore" {
+		private.Umask()
+		if err := restore(os.Args[2:], os.Stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(0)
+			}
+			fmt.Fprintln(os.Stderr, "store-server restore:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	cli.Main("store-server", NewMain())
 }
 

@@ -26,6 +26,12 @@ import (
 // attempt is checked. An unknown store's signature is checked all the same, against a
 // secret no store has, so that its answer takes the time a known store's does.
 func (h *handler) authenticate(r *http.Request) (string, []byte, error) {
+	return h.authenticateAt(r, http.MethodPost, BatchesPath)
+}
+
+// authenticateAt is authenticate of a request signed over method and path (the route's
+// own path, or the one the request line names: see verify).
+func (h *handler) authenticateAt(r *http.Request, method, path string) (string, []byte, error) {
 	store := r.Header.Get(hqwire.HeaderStore)
 	ts := r.Header.Get(hqwire.HeaderTimestamp)
 	sig := r.Header.Get(hqwire.HeaderSignature)
@@ -44,7 +50,7 @@ func (h *handler) authenticate(r *http.Request) (string, []byte, error) {
 	case store == "" || ts == "" || sig == "" || hash == "":
 		reason = fmt.Sprintf("the %s, %s, %s and %s headers are required", hqwire.HeaderStore,
 			hqwire.HeaderTimestamp, hqwire.HeaderSignature, hqwire.HeaderContentHash)
-	case !h.verify(secret, sig, r, store, ts, key, hash) || !known:
+	case !h.verify(secret, sig, r, method, path, store, ts, key, hash) || !known:
 		reason = "the signature is not a known store's over this request"
 		if !known {
 			reason = fmt.Sprintf("store %q is not known to HQ", clip(store))
@@ -75,15 +81,18 @@ func (h *handler) authenticate(r *http.Request) (string, []byte, error) {
 	return store, secret, nil
 }
 
-// verify checks sig over BatchesPath, or over the path of the request line as the client
-// sent it, for a handler mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never
-// r.RequestURI).
-func (h *handler) verify(secret []byte, sig string, r *http.Request, store, ts, key, hash string) bool {
-	if hqwire.VerifyHash(secret, sig, http.MethodPost, BatchesPath, store, ts, key, hash) {
+// verify checks sig over the route's path (BatchesPath, MovesPath; the export's with its
+// query), or over the path of the request line as the client sent it, for a handler
+// mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never r.RequestURI).
+func (h *handler) verify(secret []byte, sig string, r *http.Request, method, route, store, ts, key, hash string) bool {
+	if hqwire.VerifyHash(secret, sig, method, route, store, ts, key, hash) {
 		return true
 	}
-	path, _, _ := strings.Cut(r.RequestURI, "?")
-	return path != "" && path != BatchesPath && hqwire.VerifyHash(secret, sig, http.MethodPost, path, store, ts, key, hash)
+	path := r.RequestURI
+	if method == http.MethodPost {
+		path, _, _ = strings.Cut(path, "?")
+	}
+	return path != "" && path != route && hqwire.VerifyHash(secret, sig, method, path, store, ts, key, hash)
 }
 
 // tooMany is the answer to a client or store that must wait before its next attempt.

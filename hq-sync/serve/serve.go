@@ -63,6 +63,8 @@ var statuses = map[string]int{
 	hqwire.CodeBatchInvalid:           http.StatusBadRequest,
 	hqwire.CodeBatchIDReused:          http.StatusUnprocessableEntity,
 	hqwire.CodeRowConflict:            http.StatusConflict,
+	hqwire.CodeMoveConflict:           http.StatusConflict,
+	hqwire.CodeExportInvalid:          http.StatusBadRequest,
 	hqwire.CodeMethodNotAllowed:       http.StatusMethodNotAllowed,
 	hqwire.CodeNotFound:               http.StatusNotFound,
 	hqwire.CodeInternal:               http.StatusInternalServerError,
@@ -82,6 +84,8 @@ var titles = map[string]string{
 	hqwire.CodeBatchInvalid:           "Invalid batch",
 	hqwire.CodeBatchIDReused:          "Batch id reused with other content",
 	hqwire.CodeRowConflict:            "Row conflicts with a stored row",
+	hqwire.CodeMoveConflict:           "Stock move conflicts with a stored move",
+	hqwire.CodeExportInvalid:          "Invalid export request",
 	hqwire.CodeMethodNotAllowed:       "Method not allowed",
 	hqwire.CodeNotFound:               "Not found",
 	hqwire.CodeInternal:               "Internal error",
@@ -234,6 +238,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.postBatch(w, r)
+	case hqwire.MovesPath, hqwire.ExportPath:
+		h.refill(w, r)
 	case HealthPath:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

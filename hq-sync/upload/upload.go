@@ -204,7 +204,8 @@ type Uploader struct {
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
 	maxParts  int       // parts a declaration may take at most (hqwire.MaxDayParts)
 	prog      progress
-	met       *metrics // nil: none
+	met       *metrics  // nil: none
+	movesAt   time.Time // when to look for stock moves to send next (moves.go)
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -357,6 +358,10 @@ func (u *Uploader) Once(ctx context.Context) error {
 		}
 		if !did {
 			u.prog.final(u)
+			u.movesAt = time.Time{}
+			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
+				u.log.Warn("stock moves not sent", "err", err)
+			}
 			return nil
 		}
 	}
@@ -389,6 +394,9 @@ func (u *Uploader) Run(ctx context.Context) error {
 		}
 		failures = 0
 		if !did {
+			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
+				u.log.Warn("stock moves not sent; trying again shortly", "err", err)
+			}
 			sleep(ctx, u.cfg.PollInterval)
 		}
 	}

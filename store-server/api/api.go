@@ -290,10 +290,14 @@ func (s *Server) stock(r *http.Request) (any, error) {
 	default:
 		return nil, perr.New(perr.Invalid, "proof_invalid", "proof is 1 (default: prove each SKU from its stock moves) or 0")
 	}
+	unknown, err := s.Ledger.UnknownStock(ctx)
+	if err != nil {
+		return nil, err
+	}
 	red, rerr := s.redisStock(ctx)
 	rows := []client.StockRow{}
 	for sku, q := range led {
-		row := client.StockRow{SKU: sku, Ledger: q}
+		row := client.StockRow{SKU: sku, Ledger: q, Unknown: unknown[sku]}
 		if proven != nil {
 			p := proven[sku]
 			row.Proven = &p

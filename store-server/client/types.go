@@ -103,6 +103,10 @@ type StockRow struct {
 	Proven *int64 `json:"proven,omitempty"`
 	Redis  *int64 `json:"redis,omitempty"` // absent while the gate is not in Redis mode
 	Diff   int64  `json:"diff"`            // redis − ledger
+	// Unknown says the ledger cannot prove the SKU's stock (a ledger refilled from HQ that
+	// held no opening stock or count of it, or not the store's whole history: no_opening,
+	// incomplete): Ledger is what the moves it holds add up to. A count clears it.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // StockAnswer is the answer of GET /v1/stock: every SKU's stock, by SKU.

@@ -351,5 +351,8 @@ func (l *Ledger) Next(ctx context.Context) (map[string]int64, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("next seqs: %w", err)
 	}
+	if err := l.refilledNext(ctx, next); err != nil {
+		return nil, fmt.Errorf("next seqs: %w", err)
+	}
 	return next, nil
 }

@@ -278,3 +278,7 @@ func TestDropDraftsConcurrentWithParts(t *testing.T) {
 	}
 	t.Logf("%d drafts dropped, %d days standing", dropped.Load(), len(days))
 }
+
+func TestRefill(t *testing.T) {
+	storetest.RunRefill(t, func(t *testing.T) storetest.RefillStorage { return open(t) })
+}

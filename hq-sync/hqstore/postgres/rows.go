@@ -272,8 +272,8 @@ func (s *rowSource) Err() error { return nil }
 func (s *rowSource) Values() ([]any, error) {
 	r := s.rows[s.i-1]
 	m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
-	var payload []byte                // a sale's or refund's payload stays in the store ledger
-	if r.Kind == hqwire.KindDayClose && r.Payload != nil {
+	var payload []byte                // every row's payload (schema/hqpg/002): a refill of the store needs it
+	if r.Payload != nil {
 		payload = r.Payload
 	}
 	s.vals = append(s.vals[:0], s.store, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,

@@ -236,8 +236,8 @@ func insertRows(ctx context.Context, tx *sql.Tx, b *hqwire.Batch, at time.Time) 
 		for i := range chunk {
 			r := &chunk[i]
 			m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
-			var payload any                   // a sale's or refund's payload stays in the store ledger
-			if r.Kind == hqwire.KindDayClose && r.Payload != nil {
+			var payload any                   // every row's payload (schema/hq/002): a refill of the store needs it
+			if r.Payload != nil {
 				payload = []byte(r.Payload)
 			}
 			args = append(args, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
@@ -547,8 +547,8 @@ func (s *Store) Rows(ctx context.Context, date, store string) ([]hqstore.StoredR
 		}
 		out = make([]hqstore.StoredRow, 0, n)
 		in := hqstore.Interner{}
-		return c.each(`SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms, payload
-			FROM rows`+filter+` ORDER BY store, terminal, seq`, args, func(v []driver.Value) error {
+		return c.each(`SELECT store, terminal, seq, kind, flow_no, amount, cash, card, qr, methods, received_ms,
+			CASE WHEN kind = 'day_close' THEN payload END FROM rows`+filter+` ORDER BY store, terminal, seq`, args, func(v []driver.Value) error {
 			m := hqstore.Methods{Cash: asInt(v[6]), Card: asInt(v[7]), QR: asInt(v[8]), Mask: asInt(v[9])}
 			r := hqstore.StoredRow{
 				Store: in.String(asString(v[0])), Terminal: in.String(asString(v[1])), Seq: asInt(v[2]),

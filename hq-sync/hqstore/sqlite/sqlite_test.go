@@ -93,3 +93,7 @@ func TestLastBatchesUsesTheIndex(t *testing.T) {
 		t.Fatalf("plan %q: want a search of batches_by_time", plan)
 	}
 }
+
+func TestRefill(t *testing.T) {
+	storetest.RunRefill(t, func(t *testing.T) storetest.RefillStorage { return open(t) })
+}

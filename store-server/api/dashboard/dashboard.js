@@ -270,7 +270,9 @@ function drawStock(stock) {
       action.append(button);
       return row([
         el("td", s.sku),
-        el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
+        s.unknown
+          ? el("td", t("stock.unknown", { qty: s.ledger }), "num bad")
+          : el("td", s.ledger, "num" + (s.ledger < 0 ? " bad" : "")),
         proven,
         el("td", s.redis === undefined ? "—" : s.redis, "num"),
         el("td", s.redis === undefined ? "—" : s.diff, "num" + (s.diff ? " bad" : "")),

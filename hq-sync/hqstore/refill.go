@@ -1,0 +1,46 @@
+package hqstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/perr"
+)
+
+// Refiller is implemented by both engines: what HQ keeps so that a store that lost its
+// ledger with no backup can be refilled from it (store-server restore --from-hq), and how
+// it gives it back, one page at a time.
+type Refiller interface {
+	// PutMoves stores a store's stock moves in one transaction, each once per (store, id): a
+	// move HQ holds with the same content is held, with other content the whole call is
+	// refused with ErrMoveConflict and nothing is stored. It returns how many were new and
+	// the highest N HQ holds of the store after it.
+	PutMoves(ctx context.Context, store, batchID string, moves []hqwire.StockMove, at time.Time) (fresh int, maxN int64, err error)
+	// ExportRows returns up to limit of the store's rows after (afterTerminal, afterSeq) in
+	// (terminal, seq) byte order, each as the store sent it (Payload nil for a sale or
+	// refund stored before HQ kept payloads).
+	ExportRows(ctx context.Context, store, afterTerminal string, afterSeq int64, limit int) ([]hqwire.Row, error)
+	// ExportMoves returns up to limit of the store's stock moves with N above after, in N
+	// order.
+	ExportMoves(ctx context.Context, store string, after int64, limit int) ([]hqwire.StockMove, error)
+	// ExportDays returns the store's day declarations HQ holds, by business date, and the
+	// business days HQ dropped (retention), of every store.
+	ExportDays(ctx context.Context, store string) (days []hqwire.ExportDay, dropped []string, err error)
+}
+
+// ErrMoveConflict returns the error for a move whose id HQ holds with other content.
+func ErrMoveConflict(store, id string) error {
+	return perr.New(perr.Conflict, hqwire.CodeMoveConflict,
+		"stock move %q of store %s is stored with other content; nothing of the batch was stored", id, store)
+}
+
+// SameMove reports whether two moves of one id have the same content.
+func SameMove(a, b *hqwire.StockMove) bool {
+	same := a.N == b.N && a.ID == b.ID && a.SKU == b.SKU && a.Delta == b.Delta && a.Reason == b.Reason &&
+		a.At.Equal(b.At) && (a.Counted == nil) == (b.Counted == nil)
+	return same && (a.Counted == nil || *a.Counted == *b.Counted)
+}
+
+// MoveTime is the text a move's time is kept as, and reads back from.
+func MoveTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,236 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/posgate/posgate/hq-sync/hqstore"
+	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+)
+
+// The refill routes (hqwire.MovesPath, hqwire.ExportPath): a store's stock moves in, and
+// what HQ holds of a store out, page by page, to a store that lost its ledger with no backup
+// (store-server restore --from-hq). Both are signed by the store as a batch is; the export
+// answers only the signing store's own data, signed back with its secret.
+
+// maxMoveDelta bounds a move's delta and count, as the store's ledger bounds them.
+const maxMoveDelta = 1_000_000_000_000
+
+func (h *handler) refill(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.store.(hqstore.Refiller)
+	if !ok {
+		h.fail(w, r, "", perr.New(perr.NotFound, hqwire.CodeNotFound, "no such path %q", r.URL.Path))
+		return
+	}
+	method := http.MethodPost
+	if r.URL.Path == hqwire.ExportPath {
+		method = http.MethodGet
+	}
+	if r.Method != method {
+		w.Header().Set("Allow", method)
+		h.fail(w, r, "", perr.New(perr.Invalid, hqwire.CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, method))
+		return
+	}
+	if method == http.MethodGet {
+		h.export(w, r, ref)
+		return
+	}
+	h.postMoves(w, r, ref)
+}
+
+// postMoves checks a MovesBatch as postBatch checks a batch (signature, body, strict JSON,
+// store, idempotency key, rules), stores it and answers a receipt signed as a batch's.
+func (h *handler) postMoves(w http.ResponseWriter, r *http.Request, ref hqstore.Refiller) {
+	store, secret, err := h.authenticateAt(r, http.MethodPost, hqwire.MovesPath)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
+			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
+		return
+	}
+	var b hqwire.MovesBatch
+	if err := decodeStrict(body, &b); err != nil {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeJSONInvalid, "not one moves batch: %s", jsonDetail(err)))
+		return
+	}
+	switch {
+	case b.Store != store:
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreMismatch,
+			"the moves are of store %q but were signed by store %s", clip(b.Store), store))
+		return
+	case r.Header.Get(hqwire.HeaderIdemKey) != b.ID:
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeIdempotencyKeyMismatch,
+			"%s is not the batch_id %q", hqwire.HeaderIdemKey, clip(b.ID)))
+		return
+	}
+	if err := ValidateMoves(&b); err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	now := h.now().UTC()
+	fresh, maxN, err := ref.PutMoves(r.Context(), store, b.ID, b.Moves, now)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	h.log.Info("stock moves stored", "store", store, "batch", b.ID, "moves", len(b.Moves), "new_moves", fresh)
+	rc, _ := json.Marshal(hqwire.MovesReceipt{Store: store, BatchID: b.ID, Moves: len(b.Moves), New: fresh, MaxN: maxN, Stored: now})
+	rc = append(rc, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(secret, store, b.ID, rc))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(rc)
+}
+
+// ValidateMoves checks a moves batch: v is hqwire.Version, an id as wire.ValidID defines
+// it, at most hqwire.MaxMovesBatch moves, each with n > 0, an id and a sku of 1 to
+// wire.MaxTextLen bytes without NUL, reason opening or adjust, a time, a delta within ±10^12,
+// counted (a count's) 0 to 10^12 on an adjustment only, and no id or n twice in the batch.
+func ValidateMoves(b *hqwire.MovesBatch) error {
+	bad := func(format string, args ...any) error {
+		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, format, args...)
+	}
+	switch {
+	case b.V != hqwire.Version:
+		return bad("protocol version %d is not supported (HQ speaks %d)", b.V, hqwire.Version)
+	case !wire.ValidID(b.ID):
+		return bad("batch_id %q is not an id of 1 to %d characters [A-Za-z0-9_-]", clip(b.ID), wire.MaxIDLen)
+	case len(b.Moves) > hqwire.MaxMovesBatch:
+		return bad("%d moves are over the %d move limit of a batch", len(b.Moves), hqwire.MaxMovesBatch)
+	}
+	ids, ns := map[string]int{}, map[int64]int{}
+	for i := range b.Moves {
+		m := &b.Moves[i]
+		text := func(s string) bool { return s != "" && len(s) <= wire.MaxTextLen && !strings.ContainsRune(s, 0) }
+		var why string
+		switch {
+		case m.N <= 0:
+			why = fmt.Sprintf("n %d is not positive", m.N)
+		case !text(m.ID) || !text(m.SKU):
+			why = fmt.Sprintf("id and sku must be 1 to %d bytes without NUL", wire.MaxTextLen)
+		case m.Reason != hqwire.MoveOpening && m.Reason != hqwire.MoveAdjust:
+			why = fmt.Sprintf("reason %q is not opening or adjust", clip(m.Reason))
+		case m.At.IsZero():
+			why = "at is missing"
+		case m.Delta > maxMoveDelta || m.Delta < -maxMoveDelta:
+			why = fmt.Sprintf("delta %d is beyond ±%d", m.Delta, int64(maxMoveDelta))
+		case m.Counted != nil && (m.Reason != hqwire.MoveAdjust || *m.Counted < 0 || *m.Counted > maxMoveDelta):
+			why = "counted is a count's units, 0 to 10^12, on an adjustment"
+		}
+		if j, dup := ids[m.ID]; why == "" && dup {
+			why = fmt.Sprintf("the same id as moves[%d]", j)
+		}
+		if j, dup := ns[m.N]; why == "" && dup {
+			why = fmt.Sprintf("the same n as moves[%d]", j)
+		}
+		if why != "" {
+			return bad("moves[%d] (id %q): %s", i, clip(m.ID), why)
+		}
+		ids[m.ID], ns[m.N] = i, i
+	}
+	return nil
+}
+
+// export answers one page of what HQ holds of the signing store, signed with its secret
+// over the request target (hqwire.SignExport). The request is signed as a batch is, over
+// GET and the path with its query, with the SHA-256 of an empty body.
+func (h *handler) export(w http.ResponseWriter, r *http.Request, ref hqstore.Refiller) {
+	route := hqwire.ExportPath
+	if r.URL.RawQuery != "" {
+		route += "?" + r.URL.RawQuery
+	}
+	store, secret, err := h.authenticateAt(r, http.MethodGet, route)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	if r.Header.Get(hqwire.HeaderContentHash) != hqwire.ContentHash(nil) || r.ContentLength > 0 {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch, "an export request has no body"))
+		return
+	}
+	page, err := h.exportPage(r, ref, store, r.URL.Query())
+	if err != nil {
+		h.fail(w, r, store, err)
+		return
+	}
+	body, _ := json.Marshal(page)
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(hqwire.HeaderSignature, hqwire.SignExport(secret, store, r.RequestURI, body))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+func (h *handler) exportPage(r *http.Request, ref hqstore.Refiller, store string, q url.Values) (*hqwire.ExportPage, error) {
+	bad := func(format string, args ...any) error {
+		return perr.New(perr.Invalid, hqwire.CodeExportInvalid, format, args...)
+	}
+	num := func(name string, def int64) (int64, error) {
+		v := q.Get(name)
+		if v == "" {
+			return def, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, bad("%s %q is not a number ≥ 0", name, clip(v))
+		}
+		return n, nil
+	}
+	limit, err := num("limit", hqwire.MaxExportPage)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > hqwire.MaxExportPage {
+		return nil, bad("limit %d is not 1 to %d", limit, hqwire.MaxExportPage)
+	}
+	page := &hqwire.ExportPage{Store: store, Part: q.Get("part")}
+	ctx := r.Context()
+	switch page.Part {
+	case hqwire.PartRows:
+		seq, err := num("after_seq", 0)
+		if err != nil {
+			return nil, err
+		}
+		// One more than asked tells whether another page follows.
+		if page.Rows, err = ref.ExportRows(ctx, store, q.Get("after_terminal"), seq, int(limit)+1); err != nil {
+			return nil, err
+		}
+		if page.More = len(page.Rows) > int(limit); page.More {
+			page.Rows = page.Rows[:limit]
+		}
+	case hqwire.PartMoves:
+		after, err := num("after", 0)
+		if err != nil {
+			return nil, err
+		}
+		if page.Moves, err = ref.ExportMoves(ctx, store, after, int(limit)+1); err != nil {
+			return nil, err
+		}
+		if page.More = len(page.Moves) > int(limit); page.More {
+			page.Moves = page.Moves[:limit]
+		}
+	case hqwire.PartDays:
+		if page.Days, page.Dropped, err = ref.ExportDays(ctx, store); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, bad("part %q is not rows, moves or days", clip(page.Part))
+	}
+	return page, nil
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/store-server/client"
+)
+
+// restoreSecret is the secret startHQ gives store S1.
+const restoreSecret = "s1-secret-for-the-restore-test"
+
+// TestRefillFromHQWithNoBackup: three tills sell under a cashier load on a store with a
+// Redis Sentinel trio and mosquitto, its uploader sending to hq-sync serve; MILK is counted,
+// and HQ never got TEA's opening stock. The store-server is SIGKILLed and its
+// data directory destroyed with no backup while the tills go on selling. `store-server
+// restore --from-hq` refills the empty ledger (a second run is refused: ledger_not_empty),
+// the store starts again and its tills' catch-up fills in what HQ did not hold. Within a
+// minute the ledger holds every 2xx event of every till exactly once, each sale and refund
+// with the till's flow number; till = ledger = Redis per terminal and day; no seq gap; HQ =
+// ledger row by row; stock is what the moves prove, and unknown (HQ's history lacks an
+// adjustment) until counted.
+func TestRefillFromHQWithNoBackup(t *testing.T) {
+	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
+	dir := e.store.Opts.DataDir
+	ctx := context.Background()
+	m := e.store.Manager()
+	counted := int64(1990)
+	if _, err := m.Count(ctx, client.CountRequest{ID: "count-MILK", SKU: "MILK", Counted: &counted}); err != nil {
+		t.Fatal(err)
+	}
+	hq := startHQ(t, binaries(t), dir)
+	load, stop := context.WithCancel(ctx)
+	defer stop()
+	wg := e.load(load)
+	time.Sleep(12 * time.Second)
+	waitHQMoves(t, hq.db, 5, 20*time.Second) // 4 openings, a count
+	// An adjustment HQ never got (sent by no uploader before the disk went): TEA's opening.
+	hqdb, err := sql.Open("sqlite3", "file:"+hq.db+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hqdb.Exec(`DELETE FROM stock_moves WHERE store = 'S1' AND id = 'opening-TEA'`); err != nil {
+		t.Fatal(err)
+	}
+	hqdb.Close()
+
+	hq.up.Kill()
+	e.store.Kill()
+	if err := os.RemoveAll(dir); err != nil { // the disk is gone, and there is no backup
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the tills sell on, offline
+	restoreCmd := func() (string, error) {
+		cmd := exec.Command(binaries(t).StoreServer, "restore", "--from-hq", hq.serve.BatchesURL(), "--store", "S1",
+			"--data-dir", dir, "--tz", "Asia/Shanghai")
+		cmd.Env = append(os.Environ(), "POSGATE_HQ_SECRET="+restoreSecret)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	began := time.Now()
+	out, err := restoreCmd()
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	t.Logf("restore took %v:\n%s", time.Since(began).Round(time.Millisecond), tailString(out, 1500))
+	if out, err := restoreCmd(); err == nil || !strings.Contains(out, "ledger_not_empty") {
+		t.Fatalf("a second restore into the refilled ledger: %v\n%s", err, out)
+	}
+	restart := time.Now()
+	if err := e.store.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sup, stopSup := context.WithCancel(ctx)
+	supervised := make(chan struct{})
+	go func() { defer close(supervised); hq.superviseUploader(sup) }()
+	defer func() { stopSup(); <-supervised }()
+	time.Sleep(5 * time.Second)
+	stop()
+	wg.Wait()
+	within, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	for term, c := range e.cashiers {
+		if _, err := c.WaitDrained(within); err != nil {
+			t.Fatalf("%s not drained within a minute of the restart: %v", term, err)
+		}
+	}
+	t.Logf("every till drained %v after the restart", time.Since(restart).Round(100*time.Millisecond))
+	e.verify(today("Asia/Shanghai"))
+	dirs := map[string]string{}
+	for term, a := range e.agents {
+		dirs[term] = a.Opts.DataDir
+	}
+	n := checkTillFlows(t, dir, dirs)
+	terms, err := m.Terminals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range terms.Terminals {
+		if len(r.SeqGaps) > 0 {
+			t.Errorf("%s: seq gaps %+v, want none", r.Terminal, r.SeqGaps)
+		}
+	}
+	hq.waitUploaded(e.store, time.Minute)
+	rows := hq.checkHQ(dir)
+	t.Logf("%d sales and refunds carry the till's flow number; HQ = ledger for %d", n, rows)
+	checkRefilledStock(t, m)
+}
+
+// checkRefilledStock checks that stock is what the moves prove, that every SKU is unknown
+// (HQ lacked an adjustment: the history is incomplete), and that a count makes a SKU known.
+func checkRefilledStock(t *testing.T, m *client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := m.Stock(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Stock {
+		if s.Proven == nil || *s.Proven != s.Ledger {
+			t.Errorf("%s: ledger %d, proven from the moves %v", s.SKU, s.Ledger, s.Proven)
+		}
+		if s.Unknown != "incomplete" {
+			t.Errorf("%s: unknown %q, want incomplete (HQ lacked TEA's opening)", s.SKU, s.Unknown)
+		}
+	}
+	if len(st.Stock) != 4 {
+		t.Errorf("stock of %d SKUs, want 4", len(st.Stock))
+	}
+	twenty := int64(20)
+	if _, err := m.Count(ctx, client.CountRequest{ID: "count-TEA", SKU: "TEA", Counted: &twenty}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = m.Stock(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Stock {
+		if (s.SKU == "TEA") != (s.Unknown == "") {
+			t.Errorf("%s after TEA's count: %+v", s.SKU, s)
+		}
+	}
+}
+
+// waitHQMoves waits until HQ holds n stock moves of S1.
+func waitHQMoves(t *testing.T, path string, n int, within time.Duration) {
+	t.Helper()
+	var got int
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		db, err := sql.Open("sqlite3", "file:"+filepath.Clean(path)+"?mode=ro&_busy_timeout=5000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.QueryRow(`SELECT count(*) FROM stock_moves WHERE store = 'S1'`).Scan(&got)
+		db.Close()
+		if err == nil && got >= n {
+			return
+		}
+	}
+	t.Fatalf("HQ holds %d stock moves, want %d", got, n)
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
