@@ -178,7 +178,8 @@ func (d *demo) startStore(ctx context.Context) error {
 	}
 	say("starting store-server S001 on its embedded MQTT broker")
 	d.store, err = e2e.StartStore(ctx, d.bins.StoreServer, e2e.StoreOptions{Store: "S001", DataDir: storeDir, TZ: d.zone,
-		Token: managerToken, Sentinels: d.stack.SentinelAddrs(), MasterName: d.stack.MasterName, Catalog: catFile})
+		Token: managerToken, Sentinels: d.stack.SentinelAddrs(), MasterName: d.stack.MasterName, Catalog: catFile,
+		Terminals: terminals}) // its enrolled tills: the store takes no other terminal
 	if err != nil {
 		return err
 	}

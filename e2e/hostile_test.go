@@ -212,12 +212,12 @@ func (e *hsEnv) managerCases(t *testing.T, codes map[string]bool) {
 		{"GET", "/v1/settings", false}, {"GET", "/v1/totals", false}, {"GET", "/v1/oversells", false},
 		{"GET", "/v1/refund-exceptions", false}, {"GET", "/v1/parked", false}, {"GET", "/v1/terminals", false},
 		{"GET", "/v1/hq", false}, {"GET", "/v1/charts/sales", false}, {"GET", "/v1/charts/history", false},
-		{"GET", "/v1/limits", false}, {"GET", "/metrics", false},
+		{"GET", "/v1/limits", false}, {"GET", "/metrics", false}, {"GET", "/v1/price-exceptions", false},
 		{"POST", "/v1/stock/adjust", true}, {"POST", "/v1/stock/count", true}, {"POST", "/v1/catalog", true},
 		{"PUT", "/v1/settings/supervisors/Wang", true}, {"DELETE", "/v1/settings/supervisors/Wang", true},
 		{"PUT", "/v1/settings/refunds", true}, {"POST", "/v1/oversells/resolve", true},
 		{"POST", "/v1/refund-exceptions/resolve", true}, {"POST", "/v1/parked/resolve", true},
-		{"PUT", "/v1/limits", true}, {"POST", "/v1/promo", true},
+		{"PUT", "/v1/limits", true}, {"POST", "/v1/promo", true}, {"POST", "/v1/price-exceptions/resolve", true},
 	}
 	var cases []hsRequest
 	for _, r := range routes {

@@ -33,8 +33,11 @@ type StoreOptions struct {
 	// RedisPassword is the password of Redis and the Sentinels (POSGATE_REDIS_PASSWORD).
 	RedisPassword string
 	Catalog       string // a catalog file to import at start
-	LogLevel      string
-	Extra         []string // more flags
+	// Terminals are enrolled at start (besides the agents StartAgent starts for the store,
+	// and those Enrol adds), unless Extra gives --terminals or --mqtt-users (e2e/enrol.go).
+	Terminals []string
+	LogLevel  string
+	Extra     []string // more flags
 }
 
 // StoreServer is a store-server process.
@@ -43,6 +46,8 @@ type StoreServer struct {
 	Opts   StoreOptions
 	API    string // host:port of the manager API
 	Broker string // MQTT URL terminals connect to
+	// terminals is the file of its enrolled terminals the harness keeps ("": the test's own).
+	terminals string
 }
 
 // StartStore starts a store-server and waits until its API and broker listen. A port that
@@ -59,6 +64,13 @@ func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, 
 		o.LogLevel = "warn"
 	}
 	pickListen := o.MQTTURL == "" && o.MQTTListen == ""
+	terminals, err := enrolStore(o)
+	if err != nil {
+		return nil, err
+	}
+	if terminals != "" {
+		o.Extra = append(slices.Clip(o.Extra), "--terminals", terminals)
+	}
 	for attempt := 1; ; attempt++ {
 		api, err := freeAddr()
 		if err != nil {
@@ -70,7 +82,9 @@ func StartStore(ctx context.Context, bin string, o StoreOptions) (*StoreServer, 
 			}
 		}
 		s := newStore(bin, o, api)
+		s.terminals = terminals
 		if err = s.Restart(ctx); err == nil || attempt == 5 || !portTaken(err) {
+			register(s)
 			return s, err
 		}
 	}
@@ -208,6 +222,9 @@ func (o AgentOptions) TokenPath() string {
 func StartAgent(ctx context.Context, bin string, o AgentOptions) (*Agent, error) {
 	if o.TZ == "" {
 		o.TZ = "Asia/Shanghai"
+	}
+	if err := enrolAgent(o.Store, o.Terminal); err != nil {
+		return nil, fmt.Errorf("enrol %s at store %s: %w", o.Terminal, o.Store, err)
 	}
 	for attempt := 1; ; attempt++ {
 		api, err := freeAddr()

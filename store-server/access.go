@@ -10,6 +10,7 @@ import (
 
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/guard"
+	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/refusals"
 	"github.com/posgate/posgate/store-server/api"
@@ -35,6 +36,38 @@ type accessFlags struct {
 	InsecureLAN bool
 }
 
+// CodeTerminalsRequired is the refusal to start of a store-server given no enrolled-terminal
+// list: it would take any terminal id the broker lets publish.
+const CodeTerminalsRequired = "terminals_required"
+
+// openEnrolment lets a store-server run with no enrolled-terminal list, every terminal
+// welcome. The binary never sets it; this package's tests that run the store in-process for
+// other jobs than enrolment do (those of enrolment give --terminals or --mqtt-users).
+var openEnrolment = false
+
+// errTerminalsRequired is the refusal to start without an enrolled-terminal list; why says
+// what was given.
+func errTerminalsRequired(why string) error {
+	return perr.New(perr.Invalid, CodeTerminalsRequired,
+		"%s, so the store would take any terminal id the broker lets publish: list the store's tills in a file, "+
+			"one terminal id a line, and give it as --terminals (POSGATE_TERMINALS; read again when it changes, "+
+			"an empty file enrols none yet), or give the embedded broker its tills' accounts (--mqtt-users)", why)
+}
+
+// requireEnrolment refuses a start that names no enrolled terminals: neither --terminals nor,
+// on the embedded broker, --mqtt-users (an external broker's accounts are the broker's).
+func (m *Main) requireEnrolment() error {
+	switch {
+	case openEnrolment || m.TerminalsFile != "":
+		return nil
+	case m.MQTTURL != "":
+		return errTerminalsRequired("no --terminals with an external broker (--mqtt-url)")
+	case m.MQTTUsers == "":
+		return errTerminalsRequired("neither --terminals nor --mqtt-users")
+	}
+	return nil
+}
+
 // MinTokenBytes is the shortest manager or metrics token the store-server takes.
 const MinTokenBytes = 16
 
@@ -45,7 +78,7 @@ func (m *Main) defineAccess(fs *cli.Flags) {
 	fs.String(&m.APITokens, "api-tokens", "POSGATE_API_TOKENS", "",
 		`file of the manager API's tokens of one role each, besides --api-token-file's, which may do everything: [{"name":"wall","role":"viewer","token":"…"}]; roles viewer (the dashboard, reads), operator (reads and changes), backup (GET /v1/backup)`)
 	fs.String(&m.TerminalsFile, "terminals", "POSGATE_TERMINALS", "",
-		"file of the enrolled terminals, one id a line (read again when it changes), besides those of --mqtt-users; a message of any other terminal is dropped (terminal_unknown). Neither: every terminal is welcome")
+		"file of the enrolled terminals, one id a line (read again when it changes), besides those of --mqtt-users; a message of any other terminal is dropped (terminal_unknown). Required unless --mqtt-users gives the embedded broker its accounts")
 	fs.Bool(&m.InsecureLAN, "insecure-lan", "POSGATE_INSECURE_LAN", false,
 		"let the embedded broker and the manager API listen beyond loopback without TLS (passwords, tokens and sales in clear on the network: for a trial only)")
 	fs.Secret(&m.APIToken, "api-token", "POSGATE_API_TOKEN", MinTokenBytes, "the manager API's bearer token (required)")
@@ -100,6 +133,9 @@ func (m *Main) redisTLSConfig() (*tls.Config, error) {
 func (m *Main) validateAccess() error {
 	if m.SentinelPassword != "" && m.Sentinels == "" {
 		return errors.New("the Sentinels' password is for --redis-sentinels")
+	}
+	if err := m.requireEnrolment(); err != nil {
+		return err
 	}
 	if !m.InsecureLAN {
 		if m.MQTTURL == "" && m.MQTTTLSCert == "" && !isLoopback(m.MQTTListen) {
@@ -167,6 +203,9 @@ func (m *Main) enrolTerminals(s *server) error {
 	}
 	s.enrolled = list
 	if list.Open() {
+		if !openEnrolment {
+			return errTerminalsRequired("no terminal enrolled by --mqtt-users or --terminals")
+		}
 		s.log.Warn("no enrolled-terminal list (--terminals, --mqtt-users): any terminal id the broker lets publish is taken")
 	} else {
 		s.log.Info("enrolled terminals", "count", list.Count())

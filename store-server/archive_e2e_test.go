@@ -41,7 +41,7 @@ func (r *archiveRig) startStore(t *testing.T, dataDir string) {
 		t.Fatal(err)
 	}
 	srv, err := e2e.StartStore(context.Background(), r.b.StoreServer, e2e.StoreOptions{Store: biStoreID, DataDir: dataDir,
-		TZ: biTZ, RedisAddr: r.st.Redis[0].Addr(), MQTTURL: r.st.MQTTURL(), Token: biToken,
+		TZ: biTZ, RedisAddr: r.st.Redis[0].Addr(), MQTTURL: r.st.MQTTURL(), Token: biToken, Terminals: []string{"T1", "T2", "T3"},
 		Extra: []string{"--redis-sweep-every", "100ms", "--redis-idem-ttl", "1s", "--keep", "10d"}})
 	if err != nil {
 		t.Fatal(err)

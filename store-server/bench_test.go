@@ -67,8 +67,20 @@ type benchEnv struct {
 	api    string // host:port of the manager API
 	broker string // MQTT URL
 	loc    *time.Location
-	pid    int   // the store-server's process id (this process when in-process)
-	refSeq int64 // the last seq terminal REF sent (captureSale)
+	pid    int              // the store-server's process id (this process when in-process)
+	refSeq int64            // the last seq terminal REF sent (captureSale)
+	srv    *e2e.StoreServer // the binary's process (nil when in-process)
+}
+
+// enrol enrols the terminals the benchmark plays at the store-server binary (in-process,
+// the store takes every terminal: enrolment_e2e_test.go).
+func (e *benchEnv) enrol(b *testing.B, terminals ...string) {
+	if e.srv == nil {
+		return
+	}
+	if err := e.srv.Enrol(terminals...); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // benchStart starts redis, mosquitto unless embedded (then terminals connect to the
@@ -150,7 +162,7 @@ func benchStart(b *testing.B, embedded bool) *benchEnv {
 				b.Logf("store-server log:\n%s", log[max(0, len(log)-4000):])
 			}
 		})
-		e.api = srv.API
+		e.api, e.srv = srv.API, srv
 		e.pid = pidOf(data)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -389,6 +401,7 @@ func (e *benchEnv) captureSale(b *testing.B, live bool) []string {
 		}
 	}()
 	acked := make(chan struct{}, 1)
+	e.enrol(b, "REF")
 	c := e.benchConnect(b, "REF", func(*wire.Acks, time.Time) { acked <- struct{}{} })
 	e.refSeq++ // REF's events go 1, 2, … in the store's fresh ledger
 	c.Publish(wire.UpTopic(benchStoreID, "REF"), 1, false, benchSale("REF", e.refSeq, time.Now(), !live))
@@ -657,6 +670,7 @@ func BenchmarkE2EDrain(b *testing.B) {
 		clients := make([]mqtt.Client, terminals)
 		for t := range terms {
 			terms[t] = newDrainTerm(fmt.Sprintf("D%d-%d", i, t), perTerminal, at)
+			e.enrol(b, terms[t].id)
 			clients[t] = e.benchConnect(b, terms[t].id, terms[t].onAcks)
 		}
 		s0 := e.stats(b).Stats
@@ -908,6 +922,11 @@ func (e *benchEnv) liveRun(b *testing.B, prefix string, rate int, evalsha []stri
 	var cpu *cpuMeter
 	var serverCPU time.Duration
 	var s1 client.ModeAnswer
+	ids := make([]string, liveTerminals)
+	for t := range ids {
+		ids[t] = fmt.Sprintf("%s-%d", prefix, t)
+	}
+	e.enrol(b, ids...)
 	run := runLiveLoad(b, e.broker, prefix, rate,
 		func() { s0, cpu = e.stats(b).Stats, e.meter() },
 		func() { serverCPU, s1 = cpu.report(b), e.stats(b) })

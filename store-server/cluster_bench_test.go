@@ -81,6 +81,9 @@ func clusterDrain(b *testing.B, broker string, stores map[string]*e2e.StoreServe
 	for store := range stores {
 		for t := range terminals {
 			d := newDrainTermOf(store, fmt.Sprintf("%s-%d", prefix, t), perTerminal, at)
+			if err := stores[store].Enrol(d.id); err != nil {
+				b.Fatal(err)
+			}
 			terms[store] = append(terms[store], d)
 			clients[store] = append(clients[store], benchConnectTo(b, broker, store, d.id, d.onAcks))
 		}

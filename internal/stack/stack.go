@@ -70,6 +70,12 @@ type Options struct {
 	// RedisTLS, if set, gives every redis node a TLS port (Proc.TLSPort) beside its plain
 	// one, serving this certificate; clients need no certificate of their own.
 	RedisTLS *TLSFiles
+	// SentinelTLS (with RedisTLS and Sentinels) runs the Sentinel trio over TLS as well:
+	// each sentinel serves a TLS port (Proc.TLSPort) beside its plain one, replicas
+	// replicate and sentinels monitor and talk to each other over the TLS ports
+	// (tls-replication yes), so the master a sentinel reports is a TLS address; see
+	// SentinelTLSAddrs.
+	SentinelTLS bool
 
 	MQTT bool // start mosquitto
 	// MosquittoExtra is appended to mosquitto.conf after the listener line, e.g.
@@ -108,6 +114,7 @@ type Stack struct {
 	ports    map[int]bool // ports handed out, never handed out twice
 	password string       // Options.RedisPassword
 	tls      *TLSFiles    // Options.RedisTLS
+	tlsAll   bool         // Options.SentinelTLS: replication and sentinels over TLS
 
 	mu       sync.Mutex
 	closed   bool
@@ -129,11 +136,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Replicas < 0 || o.Sentinels < 0 {
 		return nil, errors.New("stack: negative Replicas or Sentinels")
 	}
+	if o.SentinelTLS && (o.RedisTLS == nil || o.Sentinels == 0) {
+		return nil, errors.New("stack: SentinelTLS needs RedisTLS and Sentinels")
+	}
 	bins, err := lookBinaries(o)
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{MasterName: o.MasterName, logfn: o.Logf, ports: map[int]bool{}, password: o.RedisPassword, tls: o.RedisTLS}
+	s = &Stack{MasterName: o.MasterName, logfn: o.Logf, ports: map[int]bool{}, password: o.RedisPassword, tls: o.RedisTLS,
+		tlsAll: o.SentinelTLS}
 	if s.MasterName == "" {
 		s.MasterName = DefaultMasterName
 	}
@@ -167,7 +178,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Redis = append(s.Redis, master)
 		for i := 1; i <= o.Replicas; i++ {
 			r, err := s.first(ctx, kindRedis, fmt.Sprintf("redis-%d", i), bins.redis, func(p *Proc) string {
-				return s.redisConf(p, master.Port)
+				return s.redisConf(p, s.linkPort(master))
 			}, nil)
 			if err != nil {
 				return nil, err
@@ -179,7 +190,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		for i := range o.Sentinels {
 			sn, err := s.first(ctx, kindSentinel, fmt.Sprintf("sentinel-%d", i), bins.sentinel, func(p *Proc) string {
-				return sentinelConf(p, s.MasterName, master.Port, o.Sentinels/2+1) + s.sentinelAuth()
+				return sentinelConf(p, s.MasterName, s.linkPort(master), o.Sentinels/2+1) + s.sentinelAuth() + s.sentinelTLS(p)
 			}, nil)
 			if err != nil {
 				return nil, err
@@ -324,7 +335,7 @@ func (s *Stack) WaitFailover(ctx context.Context, oldMaster string) (string, err
 			last = err.Error()
 		} else if addr == oldMaster {
 			last = "the old master " + addr
-		} else if role, err := commandAuth(ctx, addr, s.password, "ROLE"); err != nil {
+		} else if role, err := commandAuth(ctx, s.plainAddr(addr), s.password, "ROLE"); err != nil {
 			last = fmt.Sprintf("new master %s: ROLE: %v", addr, err)
 		} else if arr, _ := role.([]any); len(arr) == 0 || arr[0] != "master" {
 			last = fmt.Sprintf("new master %s: ROLE %v", addr, role)
@@ -627,6 +638,9 @@ func (s *Stack) redisConf(p *Proc, masterPort int) string {
 		p.TLSPort = port
 		conf += fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n",
 			port, s.tls.Cert, s.tls.Key, s.tls.CA)
+		if s.tlsAll {
+			conf += "tls-replication yes\n"
+		}
 	}
 	return conf
 }

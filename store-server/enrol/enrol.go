@@ -9,6 +9,7 @@ package enrol
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,11 +24,18 @@ import (
 // CodeTerminalUnknown is the refusal of a message of a terminal not enrolled.
 const CodeTerminalUnknown = "terminal_unknown"
 
-// recheck is how often the terminals file is looked at (its size and time) at most.
-const recheck = time.Second
+// recheck is how often the terminals file is looked at (its size and time) at most while
+// the terminals that send are on it; missRecheck how soon it is looked at again for a
+// terminal not on it, so that a till enrolled a moment before it connects is taken at its
+// first message (a stranger's flood makes at most one look in missRecheck).
+const (
+	recheck     = time.Second
+	missRecheck = 50 * time.Millisecond
+)
 
 // List is the enrolled terminals. A nil *List, or one with nothing to enrol from, is open:
-// every terminal is welcome (a store run so says at start).
+// every terminal is welcome; the store-server refuses to start with such a list, and only
+// its in-process tests of other jobs run one.
 type List struct {
 	path     string
 	accounts map[string]bool
@@ -38,6 +46,7 @@ type List struct {
 	file    map[string]bool
 	stamp   string    // the file's size and modification time when read
 	checked time.Time // when the file was last looked at
+	failed  string    // the last failure to read it again, logged once ("": none)
 }
 
 // New returns the list of the accounts' terminals and those of the file at path ("" for
@@ -49,7 +58,7 @@ func New(path string, accounts []string, book *refusals.Book, log *slog.Logger) 
 		l.accounts[t] = true
 	}
 	if path != "" {
-		if err := l.reload(true); err != nil {
+		if err := l.reload(0); err != nil {
 			return nil, err
 		}
 	}
@@ -67,9 +76,14 @@ func (l *List) Enrolled(terminal string) bool {
 	if l.path == "" {
 		return false
 	}
-	if err := l.reload(false); err != nil {
-		l.log.Error("terminals file: keeping the list read before", "path", l.path, "err", err)
+	l.keep(l.reload(recheck))
+	l.mu.Lock()
+	on := l.file[terminal]
+	l.mu.Unlock()
+	if on {
+		return true
 	}
+	l.keep(l.reload(missRecheck))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.file[terminal]
@@ -91,12 +105,31 @@ func (l *List) Count() int {
 	return n
 }
 
-// reload reads the file again if it changed (looked at no more than once a second, unless
-// now).
-func (l *List) reload(now bool) error {
+// keep logs a failure to read the file again (the list read before stays), each failure
+// once until the file is read again or fails otherwise.
+func (l *List) keep(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
 	l.mu.Lock()
-	if !now && time.Since(l.checked) < recheck {
+	same := msg == l.failed
+	l.failed = msg
+	l.mu.Unlock()
+	if err != nil && !same {
+		l.log.Error("terminals file: keeping the list read before", "path", l.path, "err", err)
+	}
+}
+
+// reload reads the file again if it changed, looked at no more than once in every (0: now).
+func (l *List) reload(every time.Duration) error {
+	l.mu.Lock()
+	if every > 0 && time.Since(l.checked) < every {
+		failed := l.failed
 		l.mu.Unlock()
+		if failed != "" {
+			return errors.New(failed) // not looked at again: the same failure
+		}
 		return nil
 	}
 	l.checked = time.Now()
@@ -123,7 +156,7 @@ func (l *List) reload(now bool) error {
 	l.mu.Lock()
 	l.file, l.stamp = set, stamp
 	l.mu.Unlock()
-	if !now {
+	if every > 0 {
 		l.log.Info("terminals file read again", "path", l.path, "terminals", len(set))
 	}
 	return nil

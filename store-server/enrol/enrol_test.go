@@ -63,3 +63,87 @@ func TestList(t *testing.T) {
 		t.Error("a missing file was taken")
 	}
 }
+
+// TestEnrolledAtOnce: a till added to the file is taken at its first message once
+// missRecheck has passed, though the file was looked at a moment before; the terminals on
+// it do not make the file be looked at more than once a second (one taken off the list
+// stays until then), and strangers no more than once in missRecheck.
+func TestEnrolledAtOnce(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	book := refusals.New(log, time.Minute, refusals.StoreMetric)
+	path := filepath.Join(t.TempDir(), "terminals")
+	if err := os.WriteFile(path, []byte("T01\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(path, nil, book, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Enrolled("T01") || l.Enrolled("T02") {
+		t.Fatal("before the change")
+	}
+	// Another size: a file rewritten within the clock's tick is told by its size.
+	if err := os.WriteFile(path, []byte("T02\nT04\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	looked := l.checked
+	l.mu.Unlock()
+	if l.Enrolled("T02") && time.Since(looked) < missRecheck {
+		t.Error("a stranger had the file looked at again within missRecheck")
+	}
+	time.Sleep(missRecheck + 10*time.Millisecond)
+	if !l.Enrolled("T02") {
+		t.Error("a till added to the file was not taken at its first message after missRecheck")
+	}
+	if err := os.WriteFile(path, []byte("T03\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.checked = time.Now().Add(-2 * missRecheck) // looked at a moment ago, less than recheck
+	l.mu.Unlock()
+	if !l.Enrolled("T02") {
+		t.Error("an enrolled till had the file looked at again within a second")
+	}
+	if !l.Enrolled("T03") || l.Enrolled("T02") {
+		t.Error("a stranger (T03, now on the file) did not have it looked at again; or T02 stayed after it")
+	}
+}
+
+// TestBadFileKeepsTheList: a terminals file changed into one that cannot be read keeps the
+// list read before, logged once however many messages come, and read when it is good again.
+func TestBadFileKeepsTheList(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	path := filepath.Join(t.TempDir(), "terminals")
+	if err := os.WriteFile(path, []byte("T01\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(path, nil, refusals.New(log, time.Minute, refusals.StoreMetric), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("T01\nT02 by the door\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		l.mu.Lock()
+		l.checked = time.Time{}
+		l.mu.Unlock()
+		if !l.Enrolled("T01") || l.Enrolled("T02") {
+			t.Fatal("the list read before was not kept")
+		}
+	}
+	if n := bytes.Count(out.Bytes(), []byte("keeping the list read before")); n != 1 {
+		t.Errorf("the bad file logged %d times, want once:\n%s", n, out.String())
+	}
+	if err := os.WriteFile(path, []byte("T01\nT02 # by the door\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.checked = time.Time{}
+	l.mu.Unlock()
+	if !l.Enrolled("T02") {
+		t.Error("the file made good again was not read")
+	}
+}

@@ -55,13 +55,23 @@ func (in *Ingest) lost(it wire.Item, next int64) *ledger.SeqGap {
 }
 
 // replay fills in x's record from the store's first answer to the event, as the till holds
-// it, and reports whether it did (an unknown status is decided as a new offline event).
+// it, and reports whether it did (an unknown status is decided as a new offline event). A
+// replayed sale's unit prices are held to the store's catalog as an offline sale's are: the
+// till vouches for its verdict, not for its prices, so a line at another price than the
+// catalog's (changed since, or never the store's) is booked as paid and flagged as a price
+// exception, never taken silently.
 func (in *Ingest) replay(x *item, p wire.Payload, r *wire.Replay) bool {
 	rec := x.rec
 	switch r.Status {
 	case wire.ReplayAccepted:
 		x.payload, x.replay = p, true
 		rec.Status, rec.FlowNo, rec.Replayed, rec.Oversold = wire.AckAccepted, r.FlowNo, true, r.Oversold
+		// Held as offline: never refused (the customer paid), only flagged.
+		prices, err := in.checkPrices(rec.Terminal, p, false)
+		if err != nil {
+			in.log.Error("price check of a replayed event", "terminal", rec.Terminal, "seq", rec.Seq, "err", err)
+		}
+		rec.Prices = prices
 		typed(rec, p)
 	case wire.ReplayParked, wire.ReplayRefused:
 		rec.Status, rec.Code = wire.AckRejected, r.Code
