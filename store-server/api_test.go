@@ -39,6 +39,8 @@ var apiRoutes = []struct{ method, path string }{
 	{"POST", "/v1/oversells/resolve"},
 	{"GET", "/v1/price-exceptions"},
 	{"POST", "/v1/price-exceptions/resolve"},
+	{"GET", "/v1/flow-exceptions"},
+	{"POST", "/v1/flow-exceptions/resolve"},
 	{"GET", "/v1/refund-exceptions"},
 	{"POST", "/v1/refund-exceptions/resolve"},
 	{"GET", "/v1/parked"},
