@@ -152,7 +152,7 @@ func TestManagerAPI(t *testing.T) {
 			return regexp.MustCompile(`"(/v1/[a-z/-]+)"`).FindAllStringSubmatch(m[1], -1)
 		}
 		reads, actions := block("ENDPOINTS"), block("ACTIONS")
-		if len(reads) < 9 || len(actions) != 5 {
+		if len(reads) < 9 || len(actions) != 6 {
 			t.Fatalf("found %d endpoints and %d actions in dashboard.js", len(reads), len(actions))
 		}
 		for _, p := range reads {
