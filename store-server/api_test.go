@@ -39,6 +39,8 @@ var apiRoutes = []struct{ method, path string }{
 	{"POST", "/v1/oversells/resolve"},
 	{"GET", "/v1/price-exceptions"},
 	{"POST", "/v1/price-exceptions/resolve"},
+	{"GET", "/v1/flow-exceptions"},
+	{"POST", "/v1/flow-exceptions/resolve"},
 	{"GET", "/v1/refund-exceptions"},
 	{"POST", "/v1/refund-exceptions/resolve"},
 	{"GET", "/v1/parked"},
@@ -150,7 +152,7 @@ func TestManagerAPI(t *testing.T) {
 			return regexp.MustCompile(`"(/v1/[a-z/-]+)"`).FindAllStringSubmatch(m[1], -1)
 		}
 		reads, actions := block("ENDPOINTS"), block("ACTIONS")
-		if len(reads) < 9 || len(actions) != 5 {
+		if len(reads) < 9 || len(actions) != 6 {
 			t.Fatalf("found %d endpoints and %d actions in dashboard.js", len(reads), len(actions))
 		}
 		for _, p := range reads {

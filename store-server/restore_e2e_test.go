@@ -125,10 +125,9 @@ func putFiles(t *testing.T, dir string, files map[string][]byte) {
 	}
 }
 
-// catchupSelling is how long the tills sell between the backup and the loss of the disk.
-// The scenario sells 60 s; 20 s keeps the test within the timed suite's budget on 2
-// cores and still loses thousands of events with the disk.
-const catchupSelling = 20 * time.Second
+// catchupSelling is how long the tills sell between the backup and the loss of the disk:
+// 60 s, as a store that loses its disk a minute after its last backup.
+const catchupSelling = 60 * time.Second
 
 // allOK returns the keys of every event any till was answered 2xx for.
 func (e *env) allOK() map[string]bool {

@@ -23,6 +23,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/posgate/posgate/internal/cli"
+	"github.com/posgate/posgate/internal/clock"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
@@ -62,6 +63,8 @@ type Main struct {
 	LogLevel           string
 	apiFlags
 	LogFile string
+	// ClockOffsetFile names the fault tests' clock offset (internal/clock).
+	ClockOffsetFile string
 
 	// Addr is the address the API listens on once Run has started (for tests).
 	Addr chan string
@@ -103,6 +106,8 @@ func (m *Main) ParseFlags(args []string) error {
 	str(&m.StoreKey, "store-key", "POSGATE_STORE_KEY", "",
 		"the store's public catalog key (its data directory's catalog-key.pub): only catalogs it signed are taken; empty: the key of the first signed catalog received is pinned")
 	m.apiFlags.define(fs)
+	str(&m.ClockOffsetFile, "clock-offset-file", "POSGATE_CLOCK_OFFSET_FILE", "",
+		"for fault tests: a file holding a signed duration (+25m, -3h) the agent adds to the system clock for everything it dates and times, read again about once a second (absent: none); leave it empty on a till")
 	str(&m.LogLevel, "log-level", "POSGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&m.LogFile, "log-file", "POSGATE_LOG_FILE", "", "write the log to this file, rotated at 10 MB, 5 old files kept for 30 days (empty: stderr; the Windows service writes to logs\\terminal-agent.log in --data-dir)")
 	fs.Usage = func() {
@@ -183,13 +188,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}()
 	loc, _ := wire.LoadLocation(m.TZ)
+	// One clock for everything the agent dates and keeps by time (internal/clock).
+	clk := clock.New(m.ClockOffsetFile, log)
+	if m.ClockOffsetFile != "" {
+		log.Warn("clock offset file set: for fault tests only", "file", m.ClockOffsetFile, "offset", clk.Offset())
+	}
 	payCap, _ := money.ParseNonNegative(m.CardPaymentCap)
 	totalCap, _ := money.ParseNonNegative(m.CardTotalCap)
 	if err := private.Dir(m.DataDir, log); err != nil {
 		return err
 	}
 	store, err := outbox.Open(ctx, filepath.Join(m.DataDir, "outbox.db"), outbox.Config{
-		Store: m.Store, Terminal: m.Terminal, Location: loc,
+		Store: m.Store, Terminal: m.Terminal, Location: loc, Now: clk.Now,
 		Caps:              outbox.Caps{MaxCardPayment: payCap, MaxStoredCard: totalCap, MaxOffline: m.MaxOffline},
 		CloseLookbackDays: m.CloseLookbackDays, KeepUnheld: m.RetentionMax, Logger: log,
 	})
@@ -222,7 +232,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	up := uplink.New(uplink.Config{
 		BrokerURL: m.Broker, TLS: tlsCfg, Store: m.Store, Terminal: m.Terminal, Username: m.Username, Password: m.Password,
 		Window: m.Window, BatchMax: m.Batch, AckTimeout: m.AckTimeout, VerdictTimeout: m.VerdictTimeout,
-		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, StoreKey: storeKey, Logger: log,
+		HeartbeatEvery: m.Heartbeat, BacklogEvery: m.BacklogEvery, StoreKey: storeKey, Logger: log, Now: clk.Now,
 	}, store)
 
 	acc, err := m.apiFlags.access(m.DataDir, log)
@@ -253,7 +263,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			errc <- err
 		}
 	}()
-	go m.pruneLoop(ctx, store, log)
+	go m.pruneLoop(ctx, store, clk, log)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -268,11 +278,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-func (m *Main) pruneLoop(ctx context.Context, store *outbox.Store, log *slog.Logger) {
+func (m *Main) pruneLoop(ctx context.Context, store *outbox.Store, clk *clock.Clock, log *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		if n, err := store.Prune(ctx, time.Now().Add(-m.Retention)); err != nil {
+		if n, err := store.Prune(ctx, clk.Now().Add(-m.Retention)); err != nil {
 			if ctx.Err() == nil {
 				log.Error("prune", "err", err)
 			}

@@ -1,9 +1,9 @@
 // Package chaos is posgate's randomized fault suite, in the spirit of Jepsen's nemesis: a
 // schedule drawn from a seed injects faults into real processes (Redis master killed or
 // frozen, projection keys dropped, the broker restarted, a till's network cut, the
-// store-server or an agent killed) while cashiers sell, and the invariants are checked after
-// every fault and at the end. The same seed draws the same schedule: a failing seed is run
-// again with `make chaos SEED=… MINUTES=…`.
+// store-server or an agent killed, a till's clock stepped) while cashiers sell, and the
+// invariants are checked after every fault and at the end. The same seed draws the same
+// schedule: a failing seed is run again with `make chaos SEED=… MINUTES=…`.
 package chaos
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/internal/clock"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -25,9 +26,7 @@ import (
 // Fault is one kind of fault the nemesis injects.
 type Fault int
 
-// The faults. A till's clock step is not among them: the terminal-agent takes its time from
-// the system clock and has no offset to set for a test (its sales' business dates are held
-// by the store-server's clock tests instead).
+// The faults.
 const (
 	RedisKill     Fault = iota // SIGKILL the Redis master; Sentinel fails over; the node comes back as a replica
 	RedisFreeze                // SIGSTOP the Redis master until Sentinel fails over, then SIGCONT: the old master returns
@@ -39,11 +38,12 @@ const (
 	TillCut                    // cut one till's network (e2e.Proxy), then restore it
 	StoreKill                  // SIGKILL the store-server, then start it again
 	AgentKill                  // SIGKILL one terminal-agent, then start it again
+	ClockStep                  // step one till's clock forward or back (its offset file), then set it right
 	numFaults
 )
 
 var faultNames = [...]string{"redis-kill", "redis-freeze", "drop-sku", "drop-counters", "drop-store-keys",
-	"flushall", "broker-restart", "till-cut", "store-kill", "agent-kill"}
+	"flushall", "broker-restart", "till-cut", "store-kill", "agent-kill", "clock-step"}
 
 func (f Fault) String() string {
 	if f < 0 || f >= numFaults {
@@ -53,15 +53,20 @@ func (f Fault) String() string {
 }
 
 // Step is one fault of a schedule: the calm before it, the fault, how long it is held
-// before it heals, and which terminal or SKU it aims at (an index into the cluster's).
+// before it heals, which terminal or SKU it aims at (an index into the cluster's), and, for
+// a clock step, by how much.
 type Step struct {
 	Calm   time.Duration
 	Fault  Fault
 	Hold   time.Duration
 	Target int
+	Clock  time.Duration
 }
 
 func (s Step) String() string {
+	if s.Fault == ClockStep {
+		return fmt.Sprintf("%s %s (target %d) held %v after %v calm", s.Fault, clock.FormatOffset(s.Clock), s.Target, s.Hold, s.Calm)
+	}
 	return fmt.Sprintf("%s (target %d) held %v after %v calm", s.Fault, s.Target, s.Hold, s.Calm)
 }
 
@@ -84,6 +89,7 @@ func (s *Schedule) Next() Step {
 		Fault:  Fault(s.rng.IntN(int(numFaults))),
 		Hold:   time.Duration(300+s.rng.IntN(3700)) * time.Millisecond,
 		Target: s.rng.IntN(1 << 16),
+		Clock:  drawClockStep(s.rng),
 	}
 	return st
 }
@@ -100,6 +106,13 @@ type Cluster struct {
 	SKUs        []string // sorted
 	Proxy       *e2e.Proxy
 	CutTerminal string
+	// ClockFiles are the tills' clock offset files (--clock-offset-file), by terminal.
+	ClockFiles map[string]string
+	// Cashiers sell at the tills, by terminal (a clock step sells through them too).
+	Cashiers map[string]*e2e.Cashier
+
+	// dates are the business dates a till's stepped clock gave its sales (Dates).
+	dates []string
 
 	mu           sync.Mutex
 	lastFailover time.Time
@@ -139,6 +152,8 @@ func (c *Cluster) Inject(ctx context.Context, st Step) (string, error) {
 		}
 		sleep(ctx, st.Hold/4)
 		return "agent " + t + " killed and started", a.Restart(ctx)
+	case ClockStep:
+		return c.clockStep(ctx, st)
 	}
 	return "", fmt.Errorf("unknown fault %v", st.Fault)
 }

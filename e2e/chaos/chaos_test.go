@@ -51,8 +51,10 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("seed %d step %d %v: %v", seed, n, st, err)
 		}
 		load.Pause()
-		if d := Today(c.TZ); !slices.Contains(dates, d) {
-			dates = append(dates, d)
+		for _, d := range append(c.Dates(), Today(c.TZ)) {
+			if !slices.Contains(dates, d) {
+				dates = append(dates, d)
+			}
 		}
 		rep := Check(ctx, c.Store, cashiers, dates)
 		load.Resume()
@@ -111,7 +113,8 @@ func startCluster(t *testing.T) (*Cluster, map[string]*e2e.Cashier) {
 		t.Fatal(err)
 	}
 	c := &Cluster{Stack: st, StoreID: "S1", TZ: "Asia/Shanghai", Agents: map[string]*e2e.Agent{},
-		Terminals: []string{"T01", "T02", "T03"}, SKUs: []string{"BREAD", "EGGS", "MILK", "TEA"}, CutTerminal: "T03"}
+		Terminals: []string{"T01", "T02", "T03"}, SKUs: []string{"BREAD", "EGGS", "MILK", "TEA"}, CutTerminal: "T03",
+		ClockFiles: map[string]string{}}
 	sdir := filepath.Join(dir, "store")
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
 		t.Fatal(err)
@@ -153,8 +156,9 @@ func startCluster(t *testing.T) (*Cluster, map[string]*e2e.Cashier) {
 		if err := os.MkdirAll(adir, 0o700); err != nil {
 			t.Fatal(err)
 		}
+		c.ClockFiles[term] = filepath.Join(adir, "clock-offset")
 		a, err := e2e.StartAgent(ctx, bins.TerminalAgent, e2e.AgentOptions{Store: c.StoreID, Terminal: term, Broker: broker,
-			DataDir: adir, TZ: c.TZ})
+			DataDir: adir, TZ: c.TZ, Extra: []string{"--clock-offset-file", c.ClockFiles[term]}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,6 +168,7 @@ func startCluster(t *testing.T) (*Cluster, map[string]*e2e.Cashier) {
 		}
 		cashiers[term].Supervisor = &e2e.DutySupervisor
 	}
+	c.Cashiers = cashiers
 	return c, cashiers
 }
 
@@ -188,6 +193,20 @@ func TestScheduleSeeded(t *testing.T) {
 	}
 	if len(seen) != int(numFaults) {
 		t.Errorf("200 steps drew %d of %d faults", len(seen), numFaults)
+	}
+	// Clock steps go both ways, by minutes and by more than a day.
+	var ahead, behind, small, large bool
+	s := NewSchedule(42)
+	for range 200 {
+		d := s.Next().Clock
+		ahead, behind = ahead || d > 0, behind || d < 0
+		small, large = small || d.Abs() < time.Hour, large || d.Abs() > 24*time.Hour
+		if d == 0 || d.Abs() > 31*time.Hour {
+			t.Fatalf("clock step %v: want 1 minute to 31 hours either way", d)
+		}
+	}
+	if !ahead || !behind || !small || !large {
+		t.Errorf("200 clock steps: ahead %v, behind %v, under an hour %v, over a day %v", ahead, behind, small, large)
 	}
 	if NewSchedule(43).Next() == NewSchedule(42).Next() {
 		t.Error("seeds 42 and 43 drew the same first step")

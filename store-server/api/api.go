@@ -123,6 +123,8 @@ func (s *Server) Handler() http.Handler {
 	s.route("POST /v1/oversells/resolve", s.resolveOversell)
 	s.route("GET /v1/price-exceptions", s.prices)
 	s.route("POST /v1/price-exceptions/resolve", s.resolvePrice)
+	s.route("GET /v1/flow-exceptions", s.flows)
+	s.route("POST /v1/flow-exceptions/resolve", s.resolveFlow)
 	s.route("GET /v1/refund-exceptions", s.refundExceptions)
 	s.route("POST /v1/refund-exceptions/resolve", s.resolveRefundException)
 	s.route("GET /v1/parked", s.parked)

@@ -31,3 +31,29 @@ func (s *Server) resolvePrice(r *http.Request) (any, error) {
 	}
 	return client.ResolvePriceAnswer{Price: x, Applied: applied}, nil
 }
+
+// flows lists the flow exceptions (GET /v1/flow-exceptions?date=&all=).
+func (s *Server) flows(r *http.Request) (any, error) {
+	date, all, err := exceptionsQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	x, err := s.Ledger.FlowExceptions(r.Context(), date, all)
+	if x == nil {
+		x = []client.FlowException{}
+	}
+	return client.FlowExceptionsAnswer{Flows: x}, err
+}
+
+// resolveFlow resolves one flow exception (POST /v1/flow-exceptions/resolve).
+func (s *Server) resolveFlow(r *http.Request) (any, error) {
+	var req client.ResolveFlowRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	x, applied, err := s.Ledger.ResolveFlow(r.Context(), req.Terminal, req.Seq, req.Note)
+	if err != nil {
+		return nil, err
+	}
+	return client.ResolveFlowAnswer{Flow: x, Applied: applied}, nil
+}

@@ -188,9 +188,9 @@ func dayClose(st state, e *entry, d *decision) error {
 // date's highest + 1 when it brings none (degrade mode) or when the date's keys left Redis
 // (redis_days: the gate's counter for it is gone or short; the record's day is touched). A
 // number taken already refuses the record, except a replay's (Record.Replayed), which takes
-// the date's highest + 1 instead.
+// the date's highest + 1 instead and is recorded as a flow exception (flowException).
 func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
-	flow := r.FlowNo
+	flow, given := r.FlowNo, int64(0)
 	if flow != 0 && !r.Replayed && st.ledger().redisExpired(d.date) {
 		flow = 0
 		st.rows().one(touchRedisDay, d.date)
@@ -201,7 +201,7 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 			return err
 		}
 		if taken { // given again since the ledger lost it: the replay takes a new one
-			flow = 0
+			flow, given = 0, r.FlowNo
 		}
 	}
 	if flow == 0 {
@@ -221,6 +221,9 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	}
 	st.claimFlow(f)
 	d.flowNo = flow
+	if given != 0 {
+		flowException(st, r, d, given, flow)
+	}
 	return nil
 }
 

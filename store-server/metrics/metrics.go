@@ -136,6 +136,9 @@ var counters = []struct {
 	{"refused_live_total", "Live events refused (rate limit, stock, a live event's bad input); the terminal may sell them offline.", func(s client.Stats) int64 { return s.Refused }},
 	{"out_of_order_total", "Events answered out_of_order.", func(s client.Stats) int64 { return s.OutOfOrder }},
 	{"price_mismatch_total", "Live scans and sales refused price_mismatch: a unit price that is not the store's catalog's.", func(s client.Stats) int64 { return s.PriceMismatch }},
+	{"resends_total", "Requests to a till to send again the events the ledger lacks (catch-up).", func(s client.Stats) int64 { return s.Resends }},
+	{"replayed_total", "Events tills sent again on the store's request and the ledger booked with the store's first answer.", func(s client.Stats) int64 { return s.Replayed }},
+	{"held_behind_replays_total", "New events sent back to their till to wait until the replays of their group reach Redis.", func(s client.Stats) int64 { return s.HeldBehindReplays }},
 	{"seq_gaps_total", "Gaps in a till's seq order taken (its first event after a restore from a backup, or in a ledger without its events, skipping events the ledger lost).", func(s client.Stats) int64 { return s.SeqGaps }},
 	{"groups_total", "Groups decided and committed.", func(s client.Stats) int64 { return s.Groups }},
 	{"rebuilds_total", "Rebuilds of the Redis projection from the ledger.", func(s client.Stats) int64 { return s.Rebuilds }},
@@ -160,7 +163,7 @@ var (
 	diskFree    = desc("ledger_disk_free_bytes", "Room left on the ledger's file system; when it is full nothing is acknowledged.")
 	diskTotal   = desc("ledger_disk_total_bytes", "Size of the ledger's file system.")
 	driftDesc   = desc("projection_drift_total", "Times Redis was found not to hold the ledger's projection (keys it dropped), each followed by a rebuild, by reason: marker_missing, epoch_mismatch, stock_missing, counters_missing, flow_missing (the scripts' marker check), audit_stock, audit_counters (the drift audit).", "reason")
-	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept), price (an offline sale charged another price than the catalog's).", "kind")
+	openDesc    = desc("open_exceptions", "Exceptions the ledger flagged that no manager has resolved yet: oversell (an offline sale took stock below zero), refund (a refund its sales do not cover), parked (an event refused for good that the till kept), price (an offline sale charged another price than the catalog's), flow (a replayed sale or refund whose flow number the store had given again).", "kind")
 	counterDesc = func() map[string]*prometheus.Desc {
 		d := map[string]*prometheus.Desc{}
 		for _, c := range counters {
@@ -300,6 +303,11 @@ func (s *scraped) Collect(ch chan<- prometheus.Metric) {
 		s.log.Warn("metrics: open price exceptions", "err", err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(prices), "price")
+	}
+	if flows, err := s.led.OpenFlowExceptions(ctx); err != nil {
+		s.log.Warn("metrics: open flow exceptions", "err", err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(flows), "flow")
 	}
 	terms, err := s.led.Terminals(ctx)
 	if err != nil {

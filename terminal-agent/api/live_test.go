@@ -56,7 +56,7 @@ func newLiveAgent(t *testing.T, o liveOpts) (*agent, *storesim.Responder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1", AckTimeout: o.ackTimeout}, store)
+	up := uplink.New(uplink.Config{BrokerURL: s.MQTTURL(), Store: "S1", Terminal: "T1", AckTimeout: o.ackTimeout, Now: o.now}, store)
 	done := make(chan struct{})
 	go func() { defer close(done); up.Run(ctx) }()
 	srv := httptest.NewServer(api.New(store, up, nil, testAccess))

@@ -96,7 +96,7 @@ func (u *Uplink) transitionsLocked(acks []wire.Ack, now time.Time) (ts []outbox.
 				ts = append(ts, outbox.Transition{Seq: a.Seq, Ack: a, Action: outbox.Offline})
 				u.rewindLocked(a.Seq)
 			default: // rate_limited on the sync lane: pace it
-				u.pausedUntil = now.Add(time.Duration(a.RetryAfterMs) * time.Millisecond)
+				u.pausedUntil = time.Now().Add(time.Duration(a.RetryAfterMs) * time.Millisecond) // monotonic (pump)
 				u.rewindLocked(a.Seq)
 			}
 		case wire.AckOutOfOrder:
@@ -137,7 +137,7 @@ func (u *Uplink) applyLocked(ctx context.Context, ts []outbox.Transition, verdic
 // answeredLocked records that the store answered at now: every message sent is answered,
 // and a silence kept for a restart (keepSilence), if any, is over.
 func (u *Uplink) answeredLocked(ctx context.Context, now time.Time) {
-	u.lastAck, u.unanswered = now, time.Time{}
+	u.lastAck, u.unanswered, u.unansweredMono = now, time.Time{}, time.Time{}
 	if u.silenceKept {
 		if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, 0); err != nil {
 			u.log.Error("record the store's answer", "err", err)

@@ -125,6 +125,11 @@ type Uplink struct {
 	// every message sent has been answered since). The broker may be up while the store is
 	// down or stuck: past AckTimeout of it the store counts as unreachable (Mode).
 	unanswered time.Time
+	// offlineMono and unansweredMono are time.Now's readings (monotonic) when offlineSince
+	// and unanswered were set in this run (zero when they were read from the outbox at the
+	// start): how long the till has been offline, or the store silent, is measured on them,
+	// which no step of the wall clock moves (startedAt).
+	offlineMono, unansweredMono time.Time
 	// silenceKept: KV store_silent_since_ms holds unanswered (the store is silent, and that
 	// is to outlive a restart).
 	silenceKept bool
@@ -135,9 +140,9 @@ type Uplink struct {
 	liveSeen    map[int64]time.Time
 	cursor      int64               // highest seq published in this pass
 	gen         uint64              // bumped by every rewind, so a racing read is dropped
-	inflight    map[int64]time.Time // published, not yet acked: when
+	inflight    map[int64]time.Time // published, not yet acked: when (time.Now, monotonic)
 	lastRewind  int64               // the expect of the last out_of_order rewind
-	pausedUntil time.Time           // after a rate_limited ack of the sync lane
+	pausedUntil time.Time           // after a rate_limited ack of the sync lane (time.Now, monotonic)
 	// replayFrom..replayTo is the window of events the store asked for again (wire.Resend),
 	// sent as replays until the store answers its end (replay.go); replayTo 0: none.
 	replayFrom, replayTo int64
@@ -174,14 +179,13 @@ func (u *Uplink) Status() Status {
 func (u *Uplink) Mode(ctx context.Context) outbox.Mode {
 	now := u.cfg.Now()
 	u.mu.Lock()
-	// The store has not answered for longer than AckTimeout, or since a time the clock was
-	// set back under (kept across a restart, or while the lane waited for an answer).
-	var silentSince time.Time
-	if !u.unanswered.IsZero() && (now.Sub(u.unanswered) > u.cfg.AckTimeout || u.unanswered.After(now)) {
-		silentSince = u.unanswered
+	silentSince := u.silentSinceLocked(now)
+	var offlineSince time.Time
+	if !u.offlineSince.IsZero() {
+		offlineSince = startedAt(now, u.offlineSince, u.offlineMono)
 	}
 	m := outbox.Mode{Live: u.connected && silentSince.IsZero(), Disconnected: !u.connected || !silentSince.IsZero(),
-		OfflineSince: u.offlineSince}
+		OfflineSince: offlineSince}
 	if !silentSince.IsZero() && (m.OfflineSince.IsZero() || silentSince.Before(m.OfflineSince)) {
 		m.OfflineSince = silentSince
 	}
@@ -192,6 +196,34 @@ func (u *Uplink) Mode(ctx context.Context) outbox.Mode {
 		}
 	}
 	return m
+}
+
+// silentSinceLocked returns when the store went silent, as the clock reads now, if it has not
+// answered for longer than AckTimeout (zero if it has). A silence kept across a restart
+// that began after now began under a clock since set back: how long it has lasted is
+// unknown, and it counts as silent.
+func (u *Uplink) silentSinceLocked(now time.Time) time.Time {
+	if u.unanswered.IsZero() {
+		return time.Time{}
+	}
+	since := startedAt(now, u.unanswered, u.unansweredMono)
+	if now.Sub(since) > u.cfg.AckTimeout || since.After(now) {
+		return since
+	}
+	return time.Time{}
+}
+
+// startedAt returns when something that began at at (the clock's reading then) began, as
+// the clock reads now. Begun in this run (mono, time.Now's reading then, is set), it is now
+// less the time the monotonic clock measured since: a step of the wall clock (NTP, a clock
+// set by hand, a fault test's offset) moves dates, not how long the till has been offline.
+// Read from the outbox at the start (mono zero), it is at as recorded: the clock is all a
+// restarted agent has to go by.
+func startedAt(now, at, mono time.Time) time.Time {
+	if mono.IsZero() {
+		return at
+	}
+	return now.Add(-time.Since(mono))
 }
 
 // Notify wakes the sender after an event was queued.
@@ -393,7 +425,7 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	}
 	u.mu.Lock()
 	u.connected = true
-	u.offlineSince = time.Time{}
+	u.offlineSince, u.offlineMono = time.Time{}, time.Time{}
 	u.rewindLocked(1) // resend everything unacked
 	u.mu.Unlock()
 	u.log.Info("connected", "broker", u.cfg.BrokerURL)
@@ -405,7 +437,7 @@ func (u *Uplink) onLost(ctx context.Context, err error) {
 	u.mu.Lock()
 	u.connected = false
 	if u.offlineSince.IsZero() {
-		u.offlineSince = now
+		u.offlineSince, u.offlineMono = now, time.Now()
 	}
 	u.mu.Unlock()
 	if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVOfflineSince, now.UnixMilli()); err != nil {
@@ -451,10 +483,14 @@ func (u *Uplink) keepSilence(ctx context.Context) {
 	now := u.cfg.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.silenceKept || u.unanswered.IsZero() || now.Sub(u.unanswered) <= u.cfg.AckTimeout {
+	if u.silenceKept {
 		return
 	}
-	if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, u.unanswered.UnixMilli()); err != nil {
+	since := u.silentSinceLocked(now)
+	if since.IsZero() {
+		return
+	}
+	if err := u.store.SetKV(context.WithoutCancel(ctx), outbox.KVSilentSince, since.UnixMilli()); err != nil {
 		u.log.Error("record the store's silence", "err", err)
 		return
 	}
@@ -471,11 +507,14 @@ func (u *Uplink) pump(ctx context.Context) error {
 	for {
 		now := u.cfg.Now()
 		u.mu.Lock()
-		if !u.connected || now.Before(u.pausedUntil) || u.holdingLocked() {
+		// The ack timeout and the pause run on the monotonic clock: a step of the wall clock
+		// neither resends everything in flight nor holds the lane for the step.
+		mono := time.Now()
+		if !u.connected || mono.Before(u.pausedUntil) || u.holdingLocked() {
 			u.mu.Unlock()
 			return nil
 		}
-		if oldest, ok := u.oldestInflightLocked(); ok && now.Sub(u.inflight[oldest]) > u.cfg.AckTimeout {
+		if oldest, ok := u.oldestInflightLocked(); ok && mono.Sub(u.inflight[oldest]) > u.cfg.AckTimeout {
 			u.log.Warn("ack timeout, resending", "from_seq", oldest)
 			u.rewindLocked(oldest)
 			u.lastRewind = 0
@@ -505,10 +544,10 @@ func (u *Uplink) pump(ctx context.Context) error {
 			continue
 		}
 		for _, e := range evs {
-			u.inflight[e.Seq] = now
+			u.inflight[e.Seq] = mono
 		}
 		if u.unanswered.IsZero() {
-			u.unanswered = now
+			u.unanswered, u.unansweredMono = now, time.Now()
 		}
 		u.cursor = evs[len(evs)-1].Seq
 		u.mu.Unlock()

@@ -17,6 +17,7 @@ const ENDPOINTS = {
   stock: "/v1/stock",
   oversells: "/v1/oversells",
   prices: "/v1/price-exceptions",
+  flows: "/v1/flow-exceptions",
   refundExceptions: "/v1/refund-exceptions",
   parked: "/v1/parked",
   limits: "/v1/limits",
@@ -25,12 +26,13 @@ const ENDPOINTS = {
   history: "/v1/charts/history",
 };
 
-// The changes the page makes (POST): a manager resolves an oversell, a price exception, a refund exception or
-// a parked event, or books a shelf count (the store books the difference from the ledger's
+// The changes the page makes (POST): a manager resolves an oversell, a price exception, a flow exception, a
+// refund exception or a parked event, or books a shelf count (the store books the difference from the ledger's
 // stock).
 const ACTIONS = {
   resolveOversell: "/v1/oversells/resolve",
   resolvePrice: "/v1/price-exceptions/resolve",
+  resolveFlow: "/v1/flow-exceptions/resolve",
   resolveRefundException: "/v1/refund-exceptions/resolve",
   resolveParked: "/v1/parked/resolve",
   countStock: "/v1/stock/count",
@@ -390,6 +392,32 @@ async function resolvePrice(x) {
   refresh();
 }
 
+function drawFlows(f) {
+  fill("flows", f.flow_exceptions.map((x) => {
+    const button = el("button", t("resolve"), "write");
+    button.addEventListener("click", () => resolveFlow(x));
+    const action = el("td");
+    action.append(button);
+    return row([x.business_date, x.terminal, x.seq, x.kind, el("td", x.flow_given, "num bad"),
+      el("td", x.flow_booked, "num"), x.held_by || "—", storeTime(x.at), action]);
+  }), t("none"));
+}
+
+// resolveFlow asks how the two receipts that print one flow number were told apart and
+// records it. The sale stands under the number the ledger booked it.
+async function resolveFlow(x) {
+  const note = prompt(t("flow.prompt", { given: x.flow_given, booked: x.flow_booked, till: x.terminal, seq: x.seq,
+    held: x.held_by || "—" }));
+  if (note === null) return;
+  try {
+    await api(ACTIONS.resolveFlow, { terminal: x.terminal, seq: x.seq, note: note });
+  } catch (e) {
+    if (e instanceof Unauthorized) return signOut(t("error.refused"));
+    alert(t("resolve.failed", { error: e.message }));
+  }
+  refresh();
+}
+
 function drawRefundExceptions(r) {
   fill("refund-exceptions", r.refund_exceptions.map((x) => {
     const button = el("button", t("resolve"), "write");
@@ -547,6 +575,7 @@ async function refresh() {
   draw("stock", () => drawStock(got.stock));
   draw("oversells", () => drawOversells(got.oversells));
   draw("prices", () => drawPrices(got.prices));
+  draw("flows", () => drawFlows(got.flows));
   draw("refundExceptions", () => drawRefundExceptions(got.refundExceptions));
   draw("parked", () => drawParked(got.parked));
   draw("hq", () => drawHQ(got.hq, got.terminals ? Date.parse(got.terminals.now) : Date.now(), alerts));
