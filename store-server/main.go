@@ -54,6 +54,17 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "catalog-key" {
+		private.Umask()
+		if err := catalogKey(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(0)
+			}
+			fmt.Fprintln(os.Stderr, "store-server catalog-key:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	cli.Main("store-server", NewMain())
 }
 

@@ -138,13 +138,16 @@ func (m *Main) openCatalog(ctx context.Context, s *server) error {
 		return err
 	}
 	// The terminals take only catalogs signed by the key they pinned (docs/security.md).
-	key, err := catalog.LoadKey(m.DataDir)
+	// A key rotated (store-server catalog-key rotate) signs its catalogs with the newest key,
+	// and the chain of rotations goes out before them.
+	sg, err := catalog.LoadSigner(m.DataDir, m.Store)
 	if err != nil {
 		return err
 	}
-	cat.SetSigner(key)
-	s.log.Info("catalogs are signed", "key", wire.KeyID(key.Public().(ed25519.PublicKey)),
-		"public_key_file", filepath.Join(m.DataDir, catalog.PubKeyFile))
+	cat.SetSigner(sg.Key)
+	cat.SetRotations(sg.Rotations)
+	s.log.Info("catalogs are signed", "key", wire.KeyID(sg.Key.Public().(ed25519.PublicKey)),
+		"public_key_file", filepath.Join(m.DataDir, catalog.PubKeyFile), "rotations", len(sg.Rotations.Rotations))
 	if s.set, err = settings.Open(settings.DefaultPath(m.DataDir), m.Store); err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "service" {
 		os.Exit(serviceMain(os.Args[2:])) // service_windows.go
 	}
+	if len(os.Args) > 1 && os.Args[1] == "catalog-key" {
+		os.Exit(catalogKeyCommand(os.Args[2:])) // catalogkey.go
+	}
 	cli.Main("terminal-agent", NewMain())
 }
 
@@ -104,7 +107,7 @@ func (m *Main) ParseFlags(args []string) error {
 	dur(&m.Heartbeat, "heartbeat", "POSGATE_HEARTBEAT", time.Minute, "queue a heartbeat event this often while online (0: off)")
 	dur(&m.BacklogEvery, "backlog-every", "POSGATE_BACKLOG_EVERY", 2*time.Second, "while online, publish the backlog to the store this often when it changed, at most 30s (0: off)")
 	str(&m.StoreKey, "store-key", "POSGATE_STORE_KEY", "",
-		"the store's public catalog key (its data directory's catalog-key.pub): only catalogs it signed are taken; empty: the key of the first signed catalog received is pinned")
+		"the store's public catalog key (its data directory's catalog-key.pub), pinned when first given or changed; the pin then follows the store's signed key rotations (terminal-agent catalog-key reset replaces it); empty: the key of the first signed catalog received is pinned")
 	m.apiFlags.define(fs)
 	str(&m.ClockOffsetFile, "clock-offset-file", "POSGATE_CLOCK_OFFSET_FILE", "",
 		"for fault tests: a file holding a signed duration (+25m, -3h) the agent adds to the system clock for everything it dates and times, read again about once a second (absent: none); leave it empty on a till")

@@ -44,3 +44,8 @@ func lockFile(path string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// Lock takes the lock OpenExclusive takes on path, without opening the database: for a
+// command that must not run while the process that owns the database does. Close the
+// returned file to let go of it.
+func Lock(path string) (*os.File, error) { return lockFile(path) }

@@ -188,6 +188,9 @@ type authHook struct {
 	catalog  string
 	settings string // the store's settings: read by every terminal, written by the store alone
 	hq       string // the last day HQ holds (wire.HQHeld): read by every terminal, written by the store alone
+	// keys is the chain of the catalog key's rotations (wire.CatalogKeys): read by every
+	// terminal, written by the store alone.
+	keys string
 	// agentPrefix starts the client id of every terminal agent of the store (the terminal's
 	// id follows).
 	agentPrefix string
@@ -207,7 +210,7 @@ type account struct {
 
 func newAuthHook(cfg Config, log *slog.Logger) *authHook {
 	h := &authHook{open: cfg.Users == nil, accounts: map[string]*account{}, catalog: wire.CatalogTopic(cfg.Store),
-		settings: wire.SettingsTopic(cfg.Store), hq: wire.HQHeldTopic(cfg.Store), log: log, book: cfg.Refusals,
+		settings: wire.SettingsTopic(cfg.Store), hq: wire.HQHeldTopic(cfg.Store), keys: wire.CatalogKeysTopic(cfg.Store), log: log, book: cfg.Refusals,
 		agentPrefix: "posgate-" + cfg.Store + "-", logins: newLogins(cfg.Logins)}
 	for _, u := range cfg.Users {
 		h.accounts[u.Username] = &account{User: u, up: wire.UpTopic(cfg.Store, u.Terminal),
@@ -321,7 +324,7 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 			"terminal", a.Terminal, "topic", topic)
 		return false
 	}
-	if topic == a.down || topic == h.catalog || topic == h.settings || topic == h.hq {
+	if topic == a.down || topic == h.catalog || topic == h.settings || topic == h.hq || topic == h.keys {
 		return true
 	}
 	h.refuse(CodeSubscribeDenied, "subscription refused: not this terminal's topic", "client", cl.ID, "user", a.Username,

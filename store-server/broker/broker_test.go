@@ -351,31 +351,40 @@ func TestClientIDBelongsToItsAccount(t *testing.T) {
 // TestSettingsACL: every terminal reads the store's retained settings; none may publish
 // them (a till could otherwise name itself a supervisor, or allow refunds offline), and
 // the retained settings stay the store's.
-func TestSettingsACL(t *testing.T) {
+func TestSettingsACL(t *testing.T) { storeTopicACL(t, wire.SettingsTopic("S1")) }
+
+// TestCatalogKeysACL: every terminal reads the chain of the catalog key's rotations; none
+// may publish it (a till's own chain would only be refused, and would stand in the way of
+// the store's).
+func TestCatalogKeysACL(t *testing.T) { storeTopicACL(t, wire.CatalogKeysTopic("S1")) }
+
+// storeTopicACL: T1 publishes on a retained topic of the store's, which T2 then reads: T2
+// gets the store's message alone.
+func storeTopicACL(t *testing.T, topic string) {
 	users := []User{mustUser(t, "t1", "p1-of-the-tests!", "T1"), mustUser(t, "t2", "p2-of-the-tests!", "T2")}
 	b, _ := startBroker(t, users)
-	if err := b.PublishRetained(wire.SettingsTopic("S1"), []byte("settings v1")); err != nil {
+	if err := b.PublishRetained(topic, []byte("the store's v1")); err != nil {
 		t.Fatal(err)
 	}
 	forger, err := connect(t, b, "T1-forger", "t1", "p1-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
-	forger.Publish(wire.SettingsTopic("S1"), 1, true, "forged settings").WaitTimeout(time.Second)
+	forger.Publish(topic, 1, true, "forged").WaitTimeout(time.Second)
 	t2, err := connect(t, b, "T2", "t2", "p2-of-the-tests!")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 4)
-	t2.Subscribe(wire.SettingsTopic("S1"), 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }).
+	t2.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }).
 		WaitTimeout(5 * time.Second)
 	select {
 	case s := <-got:
-		if s != "settings v1" {
-			t.Fatalf("T2 read the settings %q, want the store's", s)
+		if s != "the store's v1" {
+			t.Fatalf("T2 read %q on %s, want the store's", s, topic)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("T2 never read the retained settings")
+		t.Fatalf("T2 never read the retained %s", topic)
 	}
 	select {
 	case s := <-got:

@@ -61,10 +61,13 @@ topic write pos/S1/T01/backlog
 topic read pos/S1/T01/down
 topic read pos/S1/catalog
 topic read pos/S1/settings
+topic read pos/S1/hq
+topic read pos/S1/catalog-key
 `
 	for _, tc := range []struct{ name, store string }{
 		{"as documented", "user store-S1\ntopic read pos/S1/+/up\ntopic read pos/S1/+/status\ntopic read pos/S1/+/backlog\n" +
-			"topic write pos/S1/+/down\ntopic write pos/S1/catalog\ntopic write pos/S1/settings\n"},
+			"topic write pos/S1/+/down\ntopic write pos/S1/catalog\ntopic write pos/S1/settings\ntopic write pos/S1/hq\n" +
+			"topic write pos/S1/catalog-key\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			acl := filepath.Join(t.TempDir(), "acl")

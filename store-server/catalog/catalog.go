@@ -50,6 +50,7 @@ type Catalog struct {
 	known     map[string]bool      // the SKUs of every version installed here, kept in knownPath
 	floor     func() int64         // the highest version a terminal holds (SetVersionFloor)
 	key       ed25519.PrivateKey   // signs what is published (SetSigner)
+	rotations wire.CatalogKeys     // the key's rotations, published before the catalog (SetRotations)
 }
 
 // MaxVersionJump bounds how far above the store's version a terminal's report may lift the
@@ -166,9 +167,10 @@ type File struct {
 }
 
 // Files returns the files the catalog keeps (the catalog, the SKUs of every version, the
-// digest of the file last imported from --catalog, the signing key and its public key),
-// those that exist, read under the import lock: a set of one moment, which Open takes back
-// as it was. They are what a backup of the store holds of its catalog.
+// digest of the file last imported from --catalog, the signing key, its public key and the
+// chain of its rotations), those that exist, read under the import lock: a set of one
+// moment, which Open takes back as it was. They are what a backup of the store holds of its
+// catalog.
 func (c *Catalog) Files() ([]File, error) {
 	c.replacing.Lock()
 	defer c.replacing.Unlock()
@@ -177,7 +179,7 @@ func (c *Catalog) Files() ([]File, error) {
 	// terminals pinned, and they go on taking its catalogs.
 	dir := filepath.Dir(c.path)
 	for _, p := range []string{c.path, knownPath(c.path), sourcePath(c.path), filepath.Join(dir, KeyFile),
-		filepath.Join(dir, PubKeyFile)} {
+		filepath.Join(dir, PubKeyFile), filepath.Join(dir, RotationsFile)} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -364,6 +366,11 @@ func (c *Catalog) Publish(pub Publisher) error {
 	}
 	body, err := json.Marshal(cur)
 	if err != nil {
+		return err
+	}
+	// The chain first: a terminal that pinned an earlier key moves to the one this catalog
+	// is signed with (and takes again a catalog it refused meanwhile).
+	if err := c.publishRotations(pub); err != nil {
 		return err
 	}
 	return pub.PublishRetained(wire.CatalogTopic(c.store), body)

@@ -3,8 +3,6 @@ package catalog
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -34,17 +32,9 @@ func LoadKey(dataDir string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog key: %w", err)
 	}
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("catalog key %s: not a PEM PRIVATE KEY block", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	key, err := parsePrivate(path, b)
 	if err != nil {
-		return nil, fmt.Errorf("catalog key %s: %w", path, err)
-	}
-	key, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("catalog key %s: a %T, not ed25519", path, k)
+		return nil, err
 	}
 	// The public key file is written again if it went missing: it is what operators copy.
 	if _, err := os.Stat(filepath.Join(dataDir, PubKeyFile)); errors.Is(err, os.ErrNotExist) {
@@ -60,7 +50,7 @@ func makeKey(dataDir string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	body, err := privatePEM(key)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +59,7 @@ func makeKey(dataDir string) (ed25519.PrivateKey, error) {
 	}
 	// Written whole under a temporary name, 0600, then linked in: two starts at once keep
 	// one key, and a crash leaves no half key.
-	if err := private.WriteFile(filepath.Join(dataDir, KeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := private.WriteFile(filepath.Join(dataDir, KeyFile), body); err != nil {
 		return nil, fmt.Errorf("catalog key: %w", err)
 	}
 	return key, nil

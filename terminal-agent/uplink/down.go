@@ -178,6 +178,11 @@ func (u *Uplink) onCatalog(ctx context.Context, payload []byte) {
 	if !u.catalogSigned(ctx, c) {
 		return
 	}
+	u.takeCatalog(ctx, c)
+}
+
+// takeCatalog keeps c, signed by the store's key, when it is newer than the one held.
+func (u *Uplink) takeCatalog(ctx context.Context, c wire.Catalog) {
 	changed, err := u.store.ReplaceCatalog(context.WithoutCancel(ctx), c)
 	if err != nil {
 		u.log.Error("store catalog", "err", err)

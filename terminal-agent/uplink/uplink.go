@@ -56,8 +56,9 @@ type Config struct {
 	// if not; at most half a refresh); it also publishes it on each connection. 0: never, and a connection clears the
 	// retained report an earlier run left, which would otherwise stand for the till.
 	BacklogEvery time.Duration
-	// StoreKey, if not nil, is the store's public catalog key (--store-key): the only key
-	// whose catalogs are taken. Nil: the key of the first signed catalog is pinned.
+	// StoreKey, if not nil, is the store's public catalog key (--store-key): pinned when it
+	// is first given or changes; the pin then moves along the store's signed rotations (or
+	// by catalog-key reset). Nil: the key of the first signed catalog is pinned.
 	StoreKey ed25519.PublicKey
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -143,6 +144,7 @@ type Uplink struct {
 	inflight    map[int64]time.Time // published, not yet acked: when (time.Now, monotonic)
 	lastRewind  int64               // the expect of the last out_of_order rewind
 	pausedUntil time.Time           // after a rate_limited ack of the sync lane (time.Now, monotonic)
+	keys        catalogKeys         // the pinned store key's follow-up (catalogkey.go)
 	// replayFrom..replayTo is the window of events the store asked for again (wire.Resend),
 	// sent as replays until the store answers its end (replay.go); replayTo 0: none.
 	replayFrom, replayTo int64
@@ -317,6 +319,9 @@ func verdictFromState(st client.EventState) Verdict {
 
 // Run connects to the broker and runs the lane until ctx ends.
 func (u *Uplink) Run(ctx context.Context) error {
+	if _, err := u.pinnedKey(ctx); err != nil { // --store-key applied before any catalog comes
+		return err
+	}
 	since, err := u.store.KV(ctx, outbox.KVOfflineSince)
 	if err != nil {
 		return err
@@ -397,6 +402,11 @@ func (u *Uplink) onConnect(ctx context.Context, c mqtt.Client) {
 	down := wire.DownTopic(u.cfg.Store, u.cfg.Terminal)
 	if t := c.Subscribe(down, 1, func(_ mqtt.Client, m mqtt.Message) { u.onDown(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
 		u.log.Error("subscribe down", "err", t.Error())
+	}
+	// The chain of the catalog key's rotations before the catalog: a catalog signed by a new
+	// key is taken once the chain has moved the pin to it.
+	if t := c.Subscribe(wire.CatalogKeysTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onCatalogKeys(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
+		u.log.Error("subscribe catalog keys", "err", t.Error())
 	}
 	if t := c.Subscribe(wire.CatalogTopic(u.cfg.Store), 1, func(_ mqtt.Client, m mqtt.Message) { u.onCatalog(ctx, m.Payload()) }); t.Wait() && t.Error() != nil {
 		u.log.Error("subscribe catalog", "err", t.Error())
