@@ -12,8 +12,9 @@ import (
 	"github.com/posgate/posgate/internal/wire"
 )
 
-// Key files in the store's data directory. The private key never leaves it (a backup does
-// not hold it); the public one is what each terminal is given with --store-key.
+// Key files in the store's data directory, both 0600. The private key leaves it only in a
+// backup (GET /v1/backup, operator role), so that a restored store signs with the key its
+// tills pinned; the public one is what each terminal is given with --store-key.
 const (
 	KeyFile    = "catalog-key.pem" // PKCS #8 ed25519 private key, 0600
 	PubKeyFile = "catalog-key.pub" // PKIX public key (wire.MarshalStoreKey), 0600

@@ -366,7 +366,7 @@ async function resolveOversell(x) {
 
 function drawPrices(p) {
   fill("prices", p.price_exceptions.map((x) => {
-    const button = el("button", t("resolve"));
+    const button = el("button", t("resolve"), "write");
     button.addEventListener("click", () => resolvePrice(x));
     const action = el("td");
     action.append(button);
