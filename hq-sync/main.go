@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -148,6 +149,23 @@ func openStorageWith(ctx context.Context, db string, conns int32) (hqstore.Stora
 		return nil, err
 	}
 	return sqlite.Open(ctx, path)
+}
+
+// dbPasswordGiven refuses a PostgreSQL URL with a password given as the --db flag, where
+// ps and the shell's history show it to anyone on the machine: the URL with its password
+// goes by POSGATE_HQ_DB, or the password by libpq's PGPASSFILE or PGPASSWORD (docs/security.md).
+func dbPasswordGiven(fs *cli.Flags, db string) error {
+	if !fs.Given("db") || !isPostgres(db) {
+		return nil
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return usageError{fmt.Errorf("--db is not a postgres:// URL: %w", err)}
+	}
+	if _, ok := u.User.Password(); ok {
+		return usageError{errors.New("--db carries a password on the command line, where ps shows it: give the URL by POSGATE_HQ_DB, or the password by PGPASSFILE")}
+	}
+	return nil
 }
 
 // isPostgres reports whether --db names a PostgreSQL database.

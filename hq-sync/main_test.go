@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,5 +74,35 @@ func TestServeViewerToken(t *testing.T) {
 	if code, _, errs := runCmd(context.Background(), "serve", "--stores", stores); code != 2 ||
 		!strings.Contains(errs, "POSGATE_HQ_VIEWER_TOKEN: 5 bytes") || strings.Contains(errs, "short\n") {
 		t.Errorf("serve with POSGATE_HQ_VIEWER_TOKEN=short: exit %d: %s", code, errs)
+	}
+}
+
+// TestDBPasswordNotAnArgument: a PostgreSQL URL with a password is refused as the --db flag
+// (ps would show it), without echoing the password; the same URL by POSGATE_HQ_DB, or a
+// URL without a password as the flag, is taken.
+func TestDBPasswordNotAnArgument(t *testing.T) {
+	stores := filepath.Join(t.TempDir(), "stores.json")
+	if err := os.WriteFile(stores, []byte(`[{"store":"S1","secret":"s1-secret-of-16-bytes"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const withPassword = "postgres://hq:pw-of-the-test@127.0.0.1:1/hq"
+	for _, args := range [][]string{
+		{"serve", "--stores", stores, "--db", withPassword},
+		{"reconcile", "--db", withPassword, "--date", "2026-12-01"},
+	} {
+		code, _, errs := runCmd(context.Background(), args...)
+		if code != exitUsage || !strings.Contains(errs, "POSGATE_HQ_DB") || strings.Contains(errs, "pw-of-the-test") {
+			t.Errorf("hq-sync %s --db <URL with a password>: exit %d, stderr %q; want exit %d naming POSGATE_HQ_DB, not the password", args[0], code, errs, exitUsage)
+		}
+	}
+	if err := newServe(io.Discard).ParseFlags([]string{"--stores", stores, "--db", "postgres://hq@127.0.0.1:1/hq"}); err != nil {
+		t.Errorf("serve --db <URL without a password>: %v", err)
+	}
+	t.Setenv("POSGATE_HQ_DB", withPassword)
+	if err := newServe(io.Discard).ParseFlags([]string{"--stores", stores}); err != nil {
+		t.Errorf("serve with POSGATE_HQ_DB holding a password: %v", err)
+	}
+	if err := newReconcile(io.Discard, io.Discard).ParseFlags([]string{"--date", "2026-12-01"}); err != nil {
+		t.Errorf("reconcile with POSGATE_HQ_DB holding a password: %v", err)
 	}
 }

@@ -68,6 +68,9 @@ func (c *Reconcile) ParseFlags(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := dbPasswordGiven(fs, c.DB); err != nil {
+		return err
+	}
 	if c.Open {
 		// --stores may come from POSGATE_HQ_STORES, which serve and reconcile share: only a
 		// flag given here conflicts.

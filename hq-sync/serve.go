@@ -76,6 +76,9 @@ func (c *Serve) ParseFlags(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := dbPasswordGiven(fs, c.DB); err != nil {
+		return err
+	}
 	return c.Validate()
 }
 
