@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/posgate/posgate/store-server/uploadstate"
 )
@@ -41,6 +42,29 @@ func (d *daySweep) archive(ctx context.Context) error {
 	moved, err := d.led.Archive(ctx, before, acked.Through)
 	for _, a := range moved {
 		d.log.Info("days moved to the archive", "file", a.File, "days", strings.Join(a.Days, ","), "events", a.Events)
+	}
+	if err != nil {
+		return err
+	}
+	return d.compact(ctx)
+}
+
+// quietFor is how long the store must have received no sale or refund for the one VACUUM
+// a ledger made by v0.1.0 needs before it can give pages back (ledger.Compact): commits
+// wait while it runs.
+const quietFor = time.Hour
+
+// compact gives the ledger's free pages (the archived days' rows) back to the file system.
+func (d *daySweep) compact(ctx context.Context) error {
+	quiet, err := d.led.QuietSince(ctx, d.led.Now().Add(-quietFor))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	c, err := d.led.Compact(ctx, quiet)
+	if c.After < c.Before {
+		d.log.Info("the ledger gave pages back", "before_bytes", c.Before, "after_bytes", c.After, "vacuum", c.Full,
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 	return err
 }
