@@ -74,7 +74,7 @@ func BenchmarkServeIngest(b *testing.B) {
 	b.Cleanup(func() { hq.Kill() })
 	var base *e2e.Serve
 	if bin := os.Getenv("POSGATE_BENCH_BASE_HQSYNC"); bin != "" {
-		if base, err = e2e.StartServe(ctx, bin, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: filepath.Join(dir, "base"),
+		if base, err = e2e.StartServe(ctx, bin, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: mustMkdir(b, filepath.Join(dir, "base")),
 			Extra: []string{"--db-conns", strconv.Itoa(ingestStores)}}); err != nil {
 			b.Fatal(err)
 		}
@@ -324,4 +324,12 @@ func postgresCPU(pid int) float64 {
 		}
 	}
 	return total
+}
+
+func mustMkdir(tb testing.TB, dir string) string {
+	tb.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
 }

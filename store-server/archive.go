@@ -61,10 +61,14 @@ func (d *daySweep) compact(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	c, err := d.led.Compact(ctx, quiet)
+	c, err := d.led.Compact(ctx, quiet, compactBudget)
 	if c.After < c.Before {
 		d.log.Info("the ledger gave pages back", "before_bytes", c.Before, "after_bytes", c.After, "vacuum", c.Full,
-			"took", time.Since(start).Round(time.Millisecond))
+			"took", time.Since(start).Round(time.Millisecond), "longest_step", c.LongestStep.Round(time.Millisecond))
 	}
 	return err
 }
+
+// compactBudget bounds the incremental steps of one sweep pass: what a pass leaves, the
+// next takes on.
+const compactBudget = 2 * time.Second

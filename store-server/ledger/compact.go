@@ -9,22 +9,29 @@ import (
 )
 
 // The archive deletes a day's rows from the ledger; SQLite keeps the pages they held as free
-// pages of the file, for the rows to come, and the file never shrinks. A ledger made by
-// this posgate is made with auto_vacuum = INCREMENTAL (Open), and Compact gives its free
-// pages back to the file system a few megabytes at a time, each step a short write
-// transaction between the ingest's commits. A ledger made by v0.1.0 has auto_vacuum = NONE,
-// which only a VACUUM (the whole file rewritten, commits waiting meanwhile) can change:
-// Compact runs that VACUUM once, when the store is quiet and a quarter of the file is free,
-// and the ledger is incremental from then on.
-
-// compactStep is how many pages one step of an incremental compaction gives back (16 MiB
-// of 4 KiB pages): a step is one write transaction, a few tens of milliseconds.
-const compactStep = 4096
+// pages of the file, for the rows to come, and the file never shrinks. Compact gives them
+// back to the file system in one of two ways:
+//
+//   - a VACUUM, which rewrites the whole file while the commits wait: only when the store is
+//     quiet (no sale for an hour: closed) and a quarter of the file is free, as after the
+//     first archive of a ledger that kept every day (BenchmarkYearLedger: 274 days). It
+//     also makes a ledger made by v0.1.0 (auto_vacuum = NONE, which nothing but a VACUUM
+//     changes) incremental;
+//   - on an incremental ledger (auto_vacuum = INCREMENTAL: every ledger this store-server
+//     creates, and a v0.1.0 one after its VACUUM), steps of PRAGMA incremental_vacuum, each
+//     a short write transaction between the ingest's commits, for at most a budget of time
+//     per call: a day's archive a day is a few megabytes.
+// compactStep is how many pages one step of an incremental compaction gives back (1 MiB of
+// 4 KiB pages): a step moves as many pages from the file's end into free ones, and the
+// commits wait for it (BenchmarkYearLedger: steps of 16 MiB took seconds each on a busy
+// machine).
+const compactStep = 256
 
 // Compacted is what Compact did.
 type Compacted struct {
-	Before, After int64 // the database file's bytes (its log aside)
-	Full          bool  // a VACUUM rewrote the file (a ledger made by v0.1.0, once)
+	Before, After int64         // the database file's bytes (its log aside)
+	Full          bool          // a VACUUM rewrote the file
+	LongestStep   time.Duration // the longest incremental step (the longest wait of a commit)
 }
 
 // pageStats returns the ledger's auto_vacuum mode, page count, free pages and page size.
@@ -43,28 +50,20 @@ func (l *Ledger) pageStats(ctx context.Context) (mode, pages, free, size int64, 
 // autoVacuumIncremental is PRAGMA auto_vacuum's INCREMENTAL.
 const autoVacuumIncremental = 2
 
-// Compact gives the ledger's free pages back to the file system: step by step on an
-// incremental ledger; on a ledger made by v0.1.0 by one VACUUM that makes it incremental,
-// only when quiet (no sale for a while: the commits wait for it) and a quarter of its
-// pages are free. It stops between steps when ctx is done.
-func (l *Ledger) Compact(ctx context.Context, quiet bool) (Compacted, error) {
+// Compact gives the ledger's free pages back to the file system: by a VACUUM when quiet
+// (no sale for a while: the commits wait for it) and a quarter of the pages are free;
+// otherwise, on an incremental ledger, step by step for at most budget (0: until none is
+// free or ctx is done).
+func (l *Ledger) Compact(ctx context.Context, quiet bool, budget time.Duration) (Compacted, error) {
 	mode, pages, free, size, err := l.pageStats(ctx)
 	if err != nil {
 		return Compacted{}, fmt.Errorf("compact: %w", err)
 	}
 	c := Compacted{Before: pages * size, After: pages * size}
+	start := time.Now()
 	switch {
 	case free == 0:
 		return c, nil
-	case mode == autoVacuumIncremental:
-		for free > 0 && ctx.Err() == nil {
-			if _, err := l.db.W.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", compactStep)); err != nil {
-				return c, fmt.Errorf("compact: %w", err)
-			}
-			if _, pages, free, _, err = l.pageStats(ctx); err != nil {
-				return c, fmt.Errorf("compact: %w", err)
-			}
-		}
 	case quiet && free*4 >= pages:
 		if err := l.vacuumIncremental(ctx); err != nil {
 			return c, fmt.Errorf("compact: %w", err)
@@ -73,11 +72,38 @@ func (l *Ledger) Compact(ctx context.Context, quiet bool) (Compacted, error) {
 		if _, pages, _, _, err = l.pageStats(ctx); err != nil {
 			return c, fmt.Errorf("compact: %w", err)
 		}
+	case mode == autoVacuumIncremental:
+		for free > 0 && ctx.Err() == nil { // one step at least, then until the budget is spent
+			step := time.Now()
+			if err := l.incrementalStep(ctx); err != nil {
+				return c, fmt.Errorf("compact: %w", err)
+			}
+			c.LongestStep = max(c.LongestStep, time.Since(step))
+			if _, pages, free, _, err = l.pageStats(ctx); err != nil {
+				return c, fmt.Errorf("compact: %w", err)
+			}
+			if budget > 0 && time.Since(start) >= budget {
+				break
+			}
+		}
 	default:
 		return c, nil
 	}
 	c.After = pages * size
 	return c, nil
+}
+
+// incrementalStep gives back up to compactStep free pages in one write transaction. The
+// pragma moves a page each time it is stepped (a row each): read to its end, or it moves
+// one page (Exec steps a statement once), one transaction and fsync each.
+func (l *Ledger) incrementalStep(ctx context.Context) error {
+	rows, err := l.db.W.QueryContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", compactStep))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	return errors.Join(rows.Err(), rows.Close())
 }
 
 // vacuumIncremental rewrites the ledger with auto_vacuum = INCREMENTAL.

@@ -77,7 +77,7 @@ func TestCompactIncremental(t *testing.T) {
 	fillDays(t, l, seq, 500, day)
 	archiveAll(t, l, "2025-01-10", "2025-01-11", "2025-01-12")
 	before := fileBytes(t, l)
-	c, err := l.Compact(ctx, false)
+	c, err := l.Compact(ctx, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCompactIncremental(t *testing.T) {
 }
 
 // TestCompactV010Ledger: a ledger made by v0.1.0 (auto_vacuum NONE) is rewritten by one
-// VACUUM only when the store is quiet, and is incremental after.
+// VACUUM only when the store is quiet, and is incremental after; a budget stops the steps.
 func TestCompactV010Ledger(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -116,13 +116,13 @@ func TestCompactV010Ledger(t *testing.T) {
 	}
 	archiveAll(t, l, "2025-01-10", "2025-01-12", "2025-01-13")
 	before := fileBytes(t, l)
-	if c, err := l.Compact(ctx, false); err != nil || c.Full || c.After != c.Before {
+	if c, err := l.Compact(ctx, false, 0); err != nil || c.Full || c.After != c.Before {
 		t.Fatalf("compact of a v0.1.0 ledger while trading: %+v (%v), want nothing done", c, err)
 	}
 	if quiet, err := l.QuietSince(ctx, day.Add(time.Minute)); err != nil || !quiet {
 		t.Fatalf("quiet since after the last sale: %v (%v)", quiet, err)
 	}
-	c, err := l.Compact(ctx, true)
+	c, err := l.Compact(ctx, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +135,20 @@ func TestCompactV010Ledger(t *testing.T) {
 		t.Errorf("auto_vacuum after the VACUUM: %d, want incremental", m)
 	}
 	mustStock(t, l)
+
+	// Incremental now: a pass with a budget of nothing takes one step, and the rest later.
+	jan14 := time.Date(2025, 1, 14, 11, 0, 0, 0, shanghai)
+	fillDays(t, l, 10_000, 4000, jan14)
+	archiveAll(t, l, "2025-01-14")
+	_, _, free, _, err := l.pageStats(ctx)
+	if err != nil || free <= 2*compactStep {
+		t.Fatalf("free pages after the next archive: %d (%v); want more than two steps", free, err)
+	}
+	if c, err = l.Compact(ctx, false, time.Nanosecond); err != nil || c.Full ||
+		c.Before-c.After < compactStep*4096 || c.Before-c.After >= 2*compactStep*4096 {
+		t.Errorf("a step with no budget left: %+v (%v), want one step of %d pages", c, err, compactStep)
+	}
+	if c, err = l.Compact(ctx, false, 0); err != nil || c.After >= c.Before {
+		t.Errorf("the rest: %+v (%v)", c, err)
+	}
 }
