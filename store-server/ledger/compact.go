@@ -21,11 +21,10 @@ import (
 //     creates, and a v0.1.0 one after its VACUUM), steps of PRAGMA incremental_vacuum, each
 //     a short write transaction between the ingest's commits, for at most a budget of time
 //     per call: a day's archive a day is a few megabytes.
-//
+
 // compactStep is how many pages one step of an incremental compaction gives back (1 MiB of
-// 4 KiB pages): a step moves as many pages from the file's end into free ones, and the
-// commits wait for it (BenchmarkYearLedger: steps of 16 MiB took seconds each on a busy
-// machine).
+// 4 KiB pages): a step moves as many pages from the file's end into free ones, in one write
+// transaction the commits wait for (BenchmarkYearLedger's compact-step-max-ms).
 const compactStep = 256
 
 // Compacted is what Compact did.
