@@ -117,12 +117,20 @@ func invalid(format string, args ...any) error {
 // lowerHex reports whether s is all 0-9 a-f.
 func lowerHex(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if !lowerHexDigit[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// lowerHexDigit marks 0-9 a-f.
+var lowerHexDigit = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
 
 func checkRow(r *hqwire.Row, dates *dateCheck) error {
 	switch {
