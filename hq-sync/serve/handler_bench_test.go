@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 // BenchmarkHandlerPostgres is serve's handler in this process (so that -cpuprofile sees
 // its work: decoding, the checks of every row, the COPY's encoding) storing into
 // PostgreSQL: 8 stores at once, each posting signed batches of 5,000 sales of 10
-// terminals, bodies encoded and signed before the clock starts. It reports rows/s and
+// terminals (POSGATE_BENCH_BATCH=n: of n), bodies encoded and signed before the clock starts. It reports rows/s and
 // this process's CPU per row (cpu-µs/row: the handler's and the HTTP client's).
 // go test -run '^$' -bench HandlerPostgres -benchtime 3x -cpuprofile cpu.out ./hq-sync/serve/
 func BenchmarkHandlerPostgres(b *testing.B) {
@@ -35,7 +36,11 @@ func BenchmarkHandlerPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	const stores, size, perStore = 8, 5000, 50_000
+	const stores, perStore = 8, 50_000
+	size := 5000
+	if n, err := strconv.Atoi(os.Getenv("POSGATE_BENCH_BATCH")); err == nil && n > 0 {
+		size = n
+	}
 	secrets := map[string][]byte{}
 	for i := range stores {
 		secrets[fmt.Sprintf("S%02d", i)] = []byte(fmt.Sprintf("S%02d-bench-secret-key", i))
