@@ -49,26 +49,22 @@ func (d *daySweep) archive(ctx context.Context) error {
 	return d.compact(ctx)
 }
 
-// quietFor is how long the store must have received no sale or refund for the one VACUUM
-// a ledger made by v0.1.0 needs before it can give pages back (ledger.Compact): commits
-// wait while it runs.
+// quietFor is how long the store must have received no sale or refund for the ledger's
+// VACUUM (ledger.Compact): commits wait while it runs.
 const quietFor = time.Hour
 
-// compact gives the ledger's free pages (the archived days' rows) back to the file system.
+// compact gives the ledger's free pages (the archived days' rows) back to the file system,
+// once a catch-up freed a quarter of it and the store is quiet.
 func (d *daySweep) compact(ctx context.Context) error {
 	quiet, err := d.led.QuietSince(ctx, d.led.Now().Add(-quietFor))
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	c, err := d.led.Compact(ctx, quiet, compactBudget)
-	if c.After < c.Before {
-		d.log.Info("the ledger gave pages back", "before_bytes", c.Before, "after_bytes", c.After, "vacuum", c.Full,
-			"took", time.Since(start).Round(time.Millisecond), "longest_step", c.LongestStep.Round(time.Millisecond))
+	c, err := d.led.Compact(ctx, quiet)
+	if c.Vacuumed {
+		d.log.Info("the ledger gave pages back", "before_bytes", c.Before, "after_bytes", c.After,
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 	return err
 }
-
-// compactBudget bounds the incremental steps of one sweep pass: what a pass leaves, the
-// next takes on.
-const compactBudget = 2 * time.Second

@@ -175,9 +175,8 @@ func rebuildFrom(b *testing.B, l *ledger.Ledger, g *gate.Gate, rdb *redis.Client
 // It then archives the days older than 90 (Ledger.Archive, as --keep 90d does) and
 // reports that time (archive-s), the ledger's and the archives' sizes after
 // (ledger-after-MiB, archives-MiB) and the rebuild time after (rebuild-after-ms); then the
-// time to give the freed pages back (Ledger.Compact, incremental: compact-s, its longest
-// step compact-step-max-ms) and the ledger's size after (ledger-compacted-MiB), and the time
-// of a VACUUM of it (vacuum-s: what a quiet store's compaction costs instead).
+// time of the VACUUM that gives the freed pages back (Ledger.Compact of a quiet store:
+// vacuum-s) and the ledger's size after (ledger-compacted-MiB).
 // With POSGATE_BENCH_YEAR_V010=1 it also archives, in the same run, a copy of the year
 // made before the archive, with the indexes of migration 002 dropped (the archive as a
 // ledger made by v0.1.0 had it): v010-archive-s, and its time over this one's (x-v010).
@@ -276,29 +275,14 @@ func BenchmarkYearLedger(b *testing.B) {
 		days, len(archives), archiveS, fileMiB(path, path+"-wal"), fileMiB(archives...), after)
 	archivedMiB := fileMiB(path, path+"-wal")
 	start = time.Now()
-	c, err := l.Compact(ctx, false, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	compactS := time.Since(start).Seconds()
-	b.Logf("compacted (incremental) in %.1f s: %.0f MiB of pages, %.0f MiB after; longest step %v", compactS,
-		float64(c.Before)/(1<<20), float64(c.After)/(1<<20), c.LongestStep)
-	b.ReportMetric(c.LongestStep.Seconds()*1000, "compact-step-max-ms")
-	// What a quiet store's VACUUM costs instead (a ledger made by v0.1.0 takes one): the
-	// same live rows rewritten whole, by a connection of its own.
-	vac, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000")
-	if err != nil {
-		b.Fatal(err)
-	}
-	start = time.Now()
-	if _, err := vac.ExecContext(ctx, `VACUUM`); err != nil {
-		b.Fatal(err)
+	c, err := l.Compact(ctx, true) // a quiet store, three quarters of its ledger free
+	if err != nil || !c.Vacuumed {
+		b.Fatalf("compact: %+v (%v)", c, err)
 	}
 	vacuumS := time.Since(start).Seconds()
-	vac.Close()
-	b.Logf("a VACUUM of the compacted ledger: %.1f s", vacuumS)
+	b.Logf("compacted (VACUUM) in %.1f s: %.0f MiB of pages, %.0f MiB after", vacuumS,
+		float64(c.Before)/(1<<20), float64(c.After)/(1<<20))
 	b.ReportMetric(vacuumS, "vacuum-s")
-	b.ReportMetric(compactS, "compact-s")
 	b.ReportMetric(float64(c.After)/(1<<20), "ledger-compacted-MiB")
 
 	b.ReportMetric(float64(events), "events")

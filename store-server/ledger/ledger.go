@@ -95,7 +95,6 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 	if loc == nil {
 		return nil, errors.New("open ledger: the store's time zone is missing")
 	}
-	_, statErr := os.Stat(path)
 	db, err := sqlitedb.OpenExclusive(ctx, path, schema.Store())
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
@@ -104,12 +103,6 @@ func Open(ctx context.Context, path, storeID string, loc *time.Location) (*Ledge
 	if err := l.claim(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open ledger: %w", err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) { // a new ledger: its free pages go back (Compact)
-		if err := l.makeIncremental(ctx); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("open ledger: %w", err)
-		}
 	}
 	if err := l.takeRestore(ctx); err != nil {
 		db.Close()
