@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,5 +122,35 @@ func TestArchiveLateEvents(t *testing.T) {
 	out := MustCommit(t, l, withFlow(offline(accepted("T3", 2, jan10.Add(time.Hour), salePayload("s6", []item{{"B", 2, 50}}, qr(100)))), 9))
 	if !out[0].Duplicate || out[0].FlowNo != 4 {
 		t.Errorf("a moved late sale again: %+v, want its duplicate with flow 4", out[0])
+	}
+}
+
+// TestArchiveSeqsOfEveryDay: the archived seq of each till counts every day of a month
+// moved at once, the last ones too: an event of the month's last day delivered again is its
+// duplicate, not a new sale.
+func TestArchiveSeqsOfEveryDay(t *testing.T) {
+	ctx := context.Background()
+	l := mustOpenAt(t, filepath.Join(t.TempDir(), "ledger.db"), day)
+	MustAdjust(t, l, "open-A", "A", 1000)
+	var days []string
+	for i := range 3 {
+		at := time.Date(2025, 1, 10+i, 11, 0, 0, 0, shanghai)
+		MustCommit(t, l, withFlow(accepted("T1", int64(i+1), at, salePayload(fmt.Sprintf("s%d", i+1), []item{{"A", 1, 100}}, cash(100))), 1))
+		days = append(days, at.Format(wire.BusinessDate))
+	}
+	MustCommit(t, l, withFlow(accepted("T1", 4, day, salePayload("s4", []item{{"A", 1, 100}}, cash(100))), 1))
+	mustOutOfRedis(t, l, days...)
+	if got, err := l.Archive(ctx, "2025-02-01", mustMaxOutbox(t, l)); err != nil || len(got) != 1 || len(got[0].Days) != 3 {
+		t.Fatalf("archive of the month: %+v (%v)", got, err)
+	}
+	if seq, err := l.archivedSeq("T1"); err != nil || seq != 3 {
+		t.Fatalf("T1's archived seq: %d (%v), want 3", seq, err)
+	}
+	last := withFlow(accepted("T1", 3, time.Date(2025, 1, 12, 11, 0, 0, 0, shanghai), salePayload("s3", []item{{"A", 1, 100}}, cash(100))), 9)
+	if out := MustCommit(t, l, last); !out[0].Duplicate || out[0].FlowNo != 1 {
+		t.Errorf("the month's last archived sale again: %+v, want its duplicate", out[0])
+	}
+	if v := mustDayView(t, l, "2025-01-12"); v.Totals["T1"].Sales != 1 {
+		t.Errorf("totals of 2025-01-12 after its sale came again: %+v", v.Totals)
 	}
 }
