@@ -19,6 +19,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/stack"
 )
 
@@ -40,6 +41,11 @@ const (
 // time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
 // PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
 // does not inflate as much as the wall clock.
+//
+// With POSGATE_BENCH_BASE_HQSYNC naming another build of hq-sync (an earlier commit's), a
+// serve process of that build takes the same uploads (under store ids of its own) on the
+// same database in the same run, after each of this build's: base-rows/s,
+// base-serve-cpu-µs/row and base-pg-cpu-µs/row, and this build's rows/s over it (x-base).
 // go test -run '^$' -bench ServeIngest -benchtime 1x -timeout 30m ./hq-sync/
 func BenchmarkServeIngest(b *testing.B) {
 	bins := binaries(b)
@@ -50,7 +56,9 @@ func BenchmarkServeIngest(b *testing.B) {
 	var secrets []StoreSecret
 	for _, size := range []int{1000, 2500, 5000} {
 		for i := range ingestStores {
-			secrets = append(secrets, StoreSecret{Store: ingestStore(size, i), Secret: ingestStore(size, i) + "-bench-secret"})
+			for _, st := range []string{ingestStore(size, i), baseStore(ingestStore(size, i))} {
+				secrets = append(secrets, StoreSecret{Store: st, Secret: st + "-bench-secret"})
+			}
 		}
 	}
 	storesFile := filepath.Join(dir, "stores.json")
@@ -64,6 +72,14 @@ func BenchmarkServeIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { hq.Kill() })
+	var base *e2e.Serve
+	if bin := os.Getenv("POSGATE_BENCH_BASE_HQSYNC"); bin != "" {
+		if base, err = e2e.StartServe(ctx, bin, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: mustMkdir(b, filepath.Join(dir, "base")),
+			Extra: []string{"--db-conns", strconv.Itoa(ingestStores)}}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { base.Kill() })
+	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		b.Fatal(err)
@@ -75,6 +91,7 @@ func BenchmarkServeIngest(b *testing.B) {
 	for _, size := range []int{1000, 2500, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			var serveS, refS, serveCPU, pgCPU, refCPU float64
+			var baseS, baseCPU, basePgCPU float64
 			rows := 0
 			for run := 0; b.Loop(); run++ {
 				uploads := buildUploads(b, size, run)
@@ -88,6 +105,21 @@ func BenchmarkServeIngest(b *testing.B) {
 				serveCPU += procCPU(hq.Pid()) - s0
 				pgCPU += postgresCPU(st.Postgres.Pid()) - p0
 				rows += ingestRows
+				if base != nil {
+					uploads := rebuiltFor(b, uploads)
+					s0, p0 := procCPU(base.Pid()), postgresCPU(st.Postgres.Pid())
+					start := time.Now()
+					sendUploads(b, base.BatchesURL(), uploads, run)
+					baseS += time.Since(start).Seconds()
+					baseCPU += procCPU(base.Pid()) - s0
+					basePgCPU += postgresCPU(st.Postgres.Pid()) - p0
+				}
+			}
+			if base != nil {
+				b.ReportMetric(float64(rows)/baseS, "base-rows/s")
+				b.ReportMetric(baseS/serveS, "x-base")
+				b.ReportMetric(baseCPU/float64(rows)*1e6, "base-serve-cpu-µs/row")
+				b.ReportMetric(basePgCPU/float64(rows)*1e6, "base-pg-cpu-µs/row")
 			}
 			b.ReportMetric(float64(rows)/serveS, "rows/s")
 			b.ReportMetric(float64(rows)/refS, "ref-rows/s")
@@ -100,6 +132,39 @@ func BenchmarkServeIngest(b *testing.B) {
 }
 
 func ingestStore(size, i int) string { return fmt.Sprintf("B%d-S%02d", size, i) }
+
+// baseStore is the id under which the base build's serve takes store's uploads.
+func baseStore(store string) string { return "O" + store }
+
+// rebuiltFor returns the uploads again as the base build's stores' (baseStore): the same
+// rows made again under those ids, with their own hashes.
+func rebuiltFor(tb testing.TB, uploads []*storeUpload) []*storeUpload {
+	out := make([]*storeUpload, len(uploads))
+	var wg sync.WaitGroup
+	for i, u := range uploads {
+		wg.Go(func() {
+			o := &storeUpload{store: baseStore(u.store), secret: []byte(baseStore(u.store) + "-bench-secret")}
+			for _, bt := range u.batches {
+				rows := make([]hqwire.Row, len(bt.Rows))
+				for k, r := range bt.Rows {
+					rows[k] = storetest.Sale(o.store, r.Terminal, r.Seq, r.BusinessDate, r.At, r.Amount, onlyMethod(r.ByMethod))
+				}
+				o.batches = append(o.batches, &hqwire.Batch{V: hqwire.Version, Store: o.store, SentAt: bt.SentAt, Rows: rows})
+			}
+			out[i] = o
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// onlyMethod is the one method of a sale paid one way.
+func onlyMethod(by map[string]money.Fen) string {
+	for m := range by {
+		return m
+	}
+	return ""
+}
 
 // storeUpload is one store's batches of a run, and the same rows as the reference loads them.
 type storeUpload struct {
@@ -259,4 +324,12 @@ func postgresCPU(pid int) float64 {
 		}
 	}
 	return total
+}
+
+func mustMkdir(tb testing.TB, dir string) string {
+	tb.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/posgate/posgate/store-server/uploadstate"
 )
@@ -41,6 +42,29 @@ func (d *daySweep) archive(ctx context.Context) error {
 	moved, err := d.led.Archive(ctx, before, acked.Through)
 	for _, a := range moved {
 		d.log.Info("days moved to the archive", "file", a.File, "days", strings.Join(a.Days, ","), "events", a.Events)
+	}
+	if err != nil {
+		return err
+	}
+	return d.compact(ctx)
+}
+
+// quietFor is how long the store must have received no sale or refund for the ledger's
+// VACUUM (ledger.Compact): commits wait while it runs.
+const quietFor = time.Hour
+
+// compact gives the ledger's free pages (the archived days' rows) back to the file system,
+// once a catch-up freed a quarter of it and the store is quiet.
+func (d *daySweep) compact(ctx context.Context) error {
+	quiet, err := d.led.QuietSince(ctx, d.led.Now().Add(-quietFor))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	c, err := d.led.Compact(ctx, quiet)
+	if c.Vacuumed {
+		d.log.Info("the ledger gave pages back", "before_bytes", c.Before, "after_bytes", c.After,
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 	return err
 }

@@ -112,6 +112,18 @@ func (r *archiveRig) reconcile(t *testing.T, date string) {
 	}
 }
 
+// ledgerCount reads one number from the store's ledger.
+func (r *archiveRig) ledgerCount(t *testing.T, q string, args ...any) int64 {
+	t.Helper()
+	db := openLedgerRO(t, filepath.Join(r.dataDir, "ledger.db"))
+	defer db.Close()
+	var n int64
+	if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func (r *archiveRig) archivedDays(t *testing.T) []string {
 	t.Helper()
 	db := openLedgerRO(t, filepath.Join(r.dataDir, "ledger.db"))
@@ -228,6 +240,15 @@ func TestArchiveEndToEnd(t *testing.T) {
 	if got := must[client.TotalsAnswer](t, "totals")(r.srv.Manager().Totals(ctx, d1)); got.Store.Sales != 51 {
 		t.Errorf("totals of %s with its late sale: %+v", d1, got.Store)
 	}
+	// HQ holds them: the late sale and its day close go to the day's archive too.
+	waitFor(t, 30*time.Second, "the late sale moved to the archive", func() bool {
+		return r.ledgerCount(t, `SELECT (SELECT count(*) FROM sales WHERE business_date = ?1) +
+			(SELECT count(*) FROM day_closes WHERE business_date = ?1)`, d1) == 0
+	})
+	if got := must[client.TotalsAnswer](t, "totals")(r.srv.Manager().Totals(ctx, d1)); got.Store.Sales != 51 {
+		t.Errorf("totals of %s with its late sale in the archive: %+v", d1, got.Store)
+	}
+	r.reconcile(t, d1)
 
 	r.srv.Stop()
 	r.startStore(t, restored)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -173,7 +174,12 @@ func rebuildFrom(b *testing.B, l *ledger.Ledger, g *gate.Gate, rdb *redis.Client
 // a plain SQLite scan of the year's events (scan-ms: what reading history would cost).
 // It then archives the days older than 90 (Ledger.Archive, as --keep 90d does) and
 // reports that time (archive-s), the ledger's and the archives' sizes after
-// (ledger-after-MiB, archives-MiB) and the rebuild time after (rebuild-after-ms).
+// (ledger-after-MiB, archives-MiB) and the rebuild time after (rebuild-after-ms); then the
+// time of the VACUUM that gives the freed pages back (Ledger.Compact of a quiet store:
+// vacuum-s) and the ledger's size after (ledger-compacted-MiB).
+// With POSGATE_BENCH_YEAR_V010=1 it also archives, in the same run, a copy of the year
+// made before the archive, with the indexes of migration 002 dropped (the archive as a
+// ledger made by v0.1.0 had it): v010-archive-s, and its time over this one's (x-v010).
 // go test -run '^$' -bench YearLedger -benchtime 1x -timeout 60m ./store-server/
 func BenchmarkYearLedger(b *testing.B) {
 	st := stack.Run(b, stack.Options{Redis: true})
@@ -201,6 +207,14 @@ func BenchmarkYearLedger(b *testing.B) {
 	start := time.Now()
 	spreadYear(b, path, first, today.AddDate(0, 0, -2).Format(wire.BusinessDate))
 	b.Logf("the year spread in %v", time.Since(start).Round(time.Millisecond))
+	var v010Path string
+	if os.Getenv("POSGATE_BENCH_YEAR_V010") != "" {
+		v010Path = filepath.Join(dir, "v010", "ledger.db")
+		os.MkdirAll(filepath.Dir(v010Path), 0o700)
+		if out, err := exec.Command("cp", path, v010Path).CombinedOutput(); err != nil {
+			b.Fatalf("copy the year: %v %s", err, out)
+		}
+	}
 
 	start = time.Now()
 	l, err := ledger.Open(ctx, path, biStoreID, loc)
@@ -259,6 +273,17 @@ func BenchmarkYearLedger(b *testing.B) {
 	after := rebuildFrom(b, l, g, rdb, 5)
 	b.Logf("archived %d days into %d files in %.1f s; ledger %.0f MiB, archives %.0f MiB; rebuild after %v",
 		days, len(archives), archiveS, fileMiB(path, path+"-wal"), fileMiB(archives...), after)
+	archivedMiB := fileMiB(path, path+"-wal")
+	start = time.Now()
+	c, err := l.Compact(ctx, true) // a quiet store, three quarters of its ledger free
+	if err != nil || !c.Vacuumed {
+		b.Fatalf("compact: %+v (%v)", c, err)
+	}
+	vacuumS := time.Since(start).Seconds()
+	b.Logf("compacted (VACUUM) in %.1f s: %.0f MiB of pages, %.0f MiB after", vacuumS,
+		float64(c.Before)/(1<<20), float64(c.After)/(1<<20))
+	b.ReportMetric(vacuumS, "vacuum-s")
+	b.ReportMetric(float64(c.After)/(1<<20), "ledger-compacted-MiB")
 
 	b.ReportMetric(float64(events), "events")
 	b.ReportMetric(size, "ledger-MiB")
@@ -269,10 +294,54 @@ func BenchmarkYearLedger(b *testing.B) {
 	b.ReportMetric(openMs, "open-ms")
 	b.ReportMetric(archiveS, "archive-s")
 	b.ReportMetric(float64(days), "archived-days")
-	b.ReportMetric(fileMiB(path, path+"-wal"), "ledger-after-MiB")
+	b.ReportMetric(archivedMiB, "ledger-after-MiB")
 	b.ReportMetric(fileMiB(archives...), "archives-MiB")
 	b.ReportMetric(after.Seconds()*1000, "rebuild-after-ms")
+	if v010Path != "" {
+		v010S := archiveV010(b, v010Path, today, acked)
+		b.Logf("the same archive on a copy of the year without migration 002's indexes: %.1f s", v010S)
+		b.ReportMetric(v010S, "v010-archive-s")
+		b.ReportMetric(v010S/archiveS, "x-v010")
+	}
 	if rebuild > 2*time.Second {
 		b.Errorf("a rebuild from the year's ledger took %v, over 2 s", rebuild)
 	}
+}
+
+// archiveV010 archives the days older than 90 of the ledger at path with the indexes of
+// schema/store/002 dropped, as the archive ran on a ledger made by v0.1.0, and returns
+// the seconds it took.
+func archiveV010(b *testing.B, path string, today time.Time, acked int64) float64 {
+	b.Helper()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, path, biStoreID, today.Location())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	l.Now = func() time.Time { return today.Add(12 * time.Hour) }
+	raw, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range []string{`DROP INDEX events_date`, `DROP INDEX sale_lines_event`} {
+		if _, err := raw.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw.Close()
+	start := time.Now()
+	moved, err := l.Archive(ctx, today.AddDate(0, 0, -90).Format(wire.BusinessDate), acked)
+	if err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(start).Seconds()
+	days := 0
+	for _, a := range moved {
+		days += len(a.Days)
+	}
+	if days != 274 {
+		b.Fatalf("the copy archived %d days, want 274", days)
+	}
+	return took
 }

@@ -365,9 +365,27 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // most of serve's own work per row. Whatever it refuses goes through encoding/json again,
 // which says why (the codes and words of the answers are encoding/json's); FuzzDecodeBatchLikeEncodingJSON
 // holds the two to the same verdicts.
+//
+// The batch's strings and payloads are the body's own bytes (segjson.ZeroCopy: a string
+// with escapes is unescaped into a copy), not copies, one allocation less for each: body
+// must not change while the batch is in use, and whatever keeps a string of the batch
+// longer keeps the body (the PostgreSQL engine's days, which it clones).
 func DecodeBatch(body []byte) (*hqwire.Batch, error) {
 	var b hqwire.Batch
-	if rest, err := segjson.Parse(body, &b, segjson.DisallowUnknownFields); err == nil && len(bytes.TrimSpace(rest)) == 0 {
+	// The rows decoded into an array of about their number (counted by their kinds): grown
+	// from 10 by doubling, copying the rows each time, it cost as much as a tenth of the
+	// decoding.
+	if n := bytes.Count(body, []byte(`"kind":`)); n > 0 {
+		b.Rows = make([]hqwire.Row, 0, min(n, hqwire.MaxBatchRows+1))
+	}
+	if rest, err := segjson.Parse(body, &b, segjson.DisallowUnknownFields|segjson.ZeroCopy); err == nil && len(bytes.TrimSpace(rest)) == 0 {
+		if len(b.Rows) == 0 && !bytes.Contains(body, []byte(`"rows"`)) {
+			b.Rows = nil // no rows member: as encoding/json leaves it
+		}
+		for i := range b.Rows { // an append to a payload must not write into the body
+			p := b.Rows[i].Payload
+			b.Rows[i].Payload = p[:len(p):len(p)]
+		}
 		return &b, nil
 	}
 	b = hqwire.Batch{}

@@ -47,23 +47,42 @@ type Archived struct {
 
 // archivedTables are the tables a day's rows are copied from, and how a row is of the days
 // moved: the condition on table "t" of database {db} naming them ({days}: the list of
-// their dates), the day's own column or, for lines (sale_lines and refund_lines are keyed
-// by nothing: the ledger's commits stay cheap), their sale's or refund's. Each condition
-// reads the table once, whatever the number of days.
+// their dates), the day's own column or, for lines (sale_lines and refund_lines), their
+// sale's or refund's. Each condition reads the days by index (schema/store/002). key and
+// keyOf name a row by its key (its sale's or refund's for lines) and the ledger's table
+// holding those keys: a day already archived takes the ledger's rows of it (events that
+// came after it was moved) into its archive in place of the archive's rows of the same keys.
 var archivedTables = []struct {
-	name, of string
-	check    string // a checksum of its rows, compared between ledger and archive
+	name, of   string
+	key, keyOf string
+	check      string // a checksum of its rows, compared between ledger and archive
 }{
-	{"events", "t.business_date IN ({days})", "count(*) || '/' || total(seq) || '/' || total(length(payload)) || '/' || total(coalesce(flow_no, 0))"},
-	{"sales", "t.business_date IN ({days})", "count(*) || '/' || total(total) || '/' || total(flow_no)"},
+	{"events", "t.business_date IN ({days})", "terminal, seq", "events",
+		"count(*) || '/' || total(seq) || '/' || total(length(payload)) || '/' || total(coalesce(flow_no, 0))"},
+	{"sales", "t.business_date IN ({days})", "business_date, flow_no", "sales", "count(*) || '/' || total(total) || '/' || total(flow_no)"},
 	{"sale_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.sales WHERE business_date IN ({days}))",
-		"count(*) || '/' || total(qty) || '/' || total(amount)"},
-	{"payments", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
-	{"refunds", "t.business_date IN ({days})", "count(*) || '/' || total(amount)"},
+		"terminal, seq", "sales", "count(*) || '/' || total(qty) || '/' || total(amount)"},
+	{"payments", "t.business_date IN ({days})", "business_date, flow_no, n", "payments", "count(*) || '/' || total(amount)"},
+	{"refunds", "t.business_date IN ({days})", "terminal, seq", "refunds", "count(*) || '/' || total(amount)"},
 	{"refund_lines", "(t.terminal, t.seq) IN (SELECT terminal, seq FROM {db}.refunds WHERE business_date IN ({days}))",
-		"count(*) || '/' || total(qty) || '/' || total(amount)"},
-	{"day_closes", "t.business_date IN ({days})", "count(*) || '/' || total(length(payload))"},
-	{"hq_outbox", "t.business_date IN ({days})", "count(*) || '/' || total(id)"},
+		"terminal, seq", "refunds", "count(*) || '/' || total(qty) || '/' || total(amount)"},
+	{"day_closes", "t.business_date IN ({days})", "terminal, business_date", "day_closes", "count(*) || '/' || total(length(payload))"},
+	{"hq_outbox", "t.business_date IN ({days})", "id", "hq_outbox", "count(*) || '/' || total(id)"},
+}
+
+// keyedCond returns the condition on table "t" of the archive naming the rows whose keys
+// the ledger (led) holds of days ({days} as in daysCond).
+func keyedCond(key, keyOf string) string {
+	return "(" + prefixed("t.", key) + ") IN (SELECT " + key + " FROM led." + keyOf + " WHERE business_date IN ({days}))"
+}
+
+// prefixed returns the comma-separated columns cols, each with prefix p.
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
 }
 
 // daysCond returns cond for database db and n days (n placeholders), and the days as
@@ -79,12 +98,15 @@ func daysCond(cond, db string, days []string) (string, []any) {
 }
 
 // Archive moves the days before before (YYYY-MM-DD) that are out of Redis (HQ held them
-// whole: store-server's day sweep), untouched since, not archived yet, and whose HQ rows
-// are all at or below ackedThrough (the uploader's acknowledged id), to their month's
-// archive, and returns what it moved. A day an event arrives for while it is copied stays
-// in the ledger (its copy in the archive is not read) and goes at a later call.
+// whole: store-server's day sweep), untouched since, and whose HQ rows are all at or below
+// ackedThrough (the uploader's acknowledged id), to their month's archive, and returns what
+// it moved. A day archived already whose events came after it was moved (a till offline
+// past --keep) moves again: those events, and what they booked, go into its archive beside
+// the rest. A day an event arrives for while it is copied stays in the ledger (its copy in
+// the archive is not read: the readers of an archived day read its archive up to the
+// day's archived flow number) and goes at a later call.
 func (l *Ledger) Archive(ctx context.Context, before string, ackedThrough int64) ([]Archived, error) {
-	days, err := l.archivable(ctx, before, ackedThrough)
+	days, again, err := l.archivable(ctx, before, ackedThrough)
 	if err != nil || len(days) == 0 {
 		return nil, err
 	}
@@ -94,7 +116,7 @@ func (l *Ledger) Archive(ctx context.Context, before string, ackedThrough int64)
 	}
 	var out []Archived
 	for _, m := range slices.Sorted(maps.Keys(byMonth)) {
-		a, err := l.archiveMonth(ctx, byMonth[m], ackedThrough)
+		a, err := l.archiveMonth(ctx, byMonth[m], again, ackedThrough)
 		if err != nil {
 			return out, fmt.Errorf("archive %s: %w", m, err)
 		}
@@ -105,30 +127,45 @@ func (l *Ledger) Archive(ctx context.Context, before string, ackedThrough int64)
 	return out, nil
 }
 
-// archivable lists the days Archive may move.
-func (l *Ledger) archivable(ctx context.Context, before string, ackedThrough int64) ([]string, error) {
+// archivable lists the days Archive may move, and of them those archived already (again):
+// an archived day the ledger holds a sale, refund or day close of, or an event that is not
+// its terminal's last (the ledger keeps each terminal's last event, and the HQ row
+// acknowledged last).
+func (l *Ledger) archivable(ctx context.Context, before string, ackedThrough int64) ([]string, map[string]bool, error) {
 	var days []string
-	err := sqlitedb.Each(ctx, l.db.R, `SELECT r.business_date FROM redis_days r
-		WHERE r.business_date < ? AND r.touched = 0
-			AND NOT EXISTS (SELECT 1 FROM archived_days a WHERE a.business_date = r.business_date)
-			AND NOT EXISTS (SELECT 1 FROM hq_outbox o WHERE o.business_date = r.business_date AND o.id > ?)
+	again := map[string]bool{}
+	err := sqlitedb.Each(ctx, l.db.R, `SELECT r.business_date,
+			EXISTS (SELECT 1 FROM archived_days a WHERE a.business_date = r.business_date) AS archived
+		FROM redis_days r
+		WHERE r.business_date < ?1 AND r.touched = 0
+			AND NOT EXISTS (SELECT 1 FROM hq_outbox o WHERE o.business_date = r.business_date AND o.id > ?2)
+			AND (NOT EXISTS (SELECT 1 FROM archived_days a WHERE a.business_date = r.business_date)
+				OR EXISTS (SELECT 1 FROM sales s WHERE s.business_date = r.business_date)
+				OR EXISTS (SELECT 1 FROM refunds f WHERE f.business_date = r.business_date)
+				OR EXISTS (SELECT 1 FROM day_closes c WHERE c.business_date = r.business_date)
+				OR EXISTS (SELECT 1 FROM events e WHERE e.business_date = r.business_date
+					AND e.seq < (SELECT max(x.seq) FROM events x WHERE x.terminal = e.terminal)))
 		ORDER BY r.business_date`, []any{before, ackedThrough}, func(rows *sql.Rows) error {
 		var d string
-		if err := rows.Scan(&d); err != nil {
+		var archived bool
+		if err := rows.Scan(&d, &archived); err != nil {
 			return err
 		}
 		days = append(days, d)
+		if archived {
+			again[d] = true
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("archivable days: %w", err)
+		return nil, nil, fmt.Errorf("archivable days: %w", err)
 	}
-	return days, nil
+	return days, again, nil
 }
 
-// archiveMonth copies days (of one month) into the month's archive, checked, puts it in
-// place, and then deletes them from the ledger one by one.
-func (l *Ledger) archiveMonth(ctx context.Context, days []string, ackedThrough int64) (Archived, error) {
+// archiveMonth copies days (of one month; those in again archived already) into the
+// month's archive, checked, puts it in place, and then deletes them from the ledger.
+func (l *Ledger) archiveMonth(ctx context.Context, days []string, again map[string]bool, ackedThrough int64) (Archived, error) {
 	final := l.ArchivePath(days[0])
 	a := Archived{File: final}
 	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
@@ -140,7 +177,15 @@ func (l *Ledger) archiveMonth(ctx context.Context, days []string, ackedThrough i
 	if err := startArchive(ctx, final, tmp, l.storeID); err != nil {
 		return a, err
 	}
-	counts, err := l.copyDays(ctx, tmp, days)
+	var fresh, merged []string
+	for _, d := range days {
+		if again[d] {
+			merged = append(merged, d)
+		} else {
+			fresh = append(fresh, d)
+		}
+	}
+	counts, err := l.copyDays(ctx, tmp, fresh, merged)
 	if err != nil {
 		return a, err
 	}
@@ -157,7 +202,7 @@ func (l *Ledger) archiveMonth(ctx context.Context, days []string, ackedThrough i
 		return a, err
 	}
 	for _, d := range a.Days {
-		a.Events += counts[d]
+		a.Events += counts.copied[d]
 	}
 	return a, nil
 }
@@ -184,69 +229,99 @@ func startArchive(ctx context.Context, final, tmp, store string) error {
 	return errors.Join(err, db.Close())
 }
 
+// dayCounts are the events of the days copied: copied, the ledger's as copied; archived,
+// the archive's after the copy (a day archived again: those moved before too).
+type dayCounts struct{ copied, archived map[string]int64 }
+
 // copyDays copies the rows of days from the ledger into the archive at tmp, in one
 // transaction that reads one snapshot of the ledger, checks every table's copy against the
-// ledger (counts and sums) and the archive's integrity, and returns each day's events.
-func (l *Ledger) copyDays(ctx context.Context, tmp string, days []string) (map[string]int64, error) {
+// ledger (counts and sums) and the archive's integrity. fresh are days not archived yet:
+// their rows in the archive (a copy whose day then stayed in the ledger) are replaced
+// whole. merged are days archived already: the ledger's rows of them replace the
+// archive's rows of the same keys, and the rest of the archive's stay.
+func (l *Ledger) copyDays(ctx context.Context, tmp string, fresh, merged []string) (dayCounts, error) {
+	var counts dayCounts
 	db, err := sql.Open("sqlite3", "file:"+tmp+"?_busy_timeout=10000&_journal_mode=DELETE&_synchronous=FULL")
 	if err != nil {
-		return nil, err
+		return counts, err
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, `ATTACH DATABASE ? AS led`, "file:"+l.db.Path+"?mode=ro"); err != nil {
-		return nil, fmt.Errorf("attach the ledger: %w", err)
+		return counts, fmt.Errorf("attach the ledger: %w", err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
+		return counts, err
 	}
 	defer tx.Rollback()
-	// Days copied before and left in the ledger (an event came meanwhile) are copied anew.
 	for _, t := range slices.Backward(archivedTables) {
-		cond, args := daysCond(t.of, "main", days)
-		if _, err := tx.ExecContext(ctx, `DELETE FROM main.`+t.name+` AS t WHERE `+cond, args...); err != nil {
-			return nil, fmt.Errorf("clear %s: %w", t.name, err)
+		for _, c := range []struct {
+			days []string
+			cond string
+		}{{fresh, daysCondOf(t.of, "main")}, {merged, keyedCond(t.key, t.keyOf)}} {
+			if len(c.days) == 0 {
+				continue
+			}
+			cond, args := daysCond(c.cond, "main", c.days)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM main.`+t.name+` AS t WHERE `+cond, args...); err != nil {
+				return counts, fmt.Errorf("clear %s: %w", t.name, err)
+			}
 		}
 	}
+	all := append(slices.Clone(fresh), merged...)
 	for _, t := range archivedTables {
-		cond, args := daysCond(t.of, "led", days)
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO main.`+t.name+` SELECT t.* FROM led.`+t.name+` t WHERE `+cond, args...); err != nil {
-			return nil, fmt.Errorf("copy %s: %w", t.name, err)
-		}
-		var src, dst string
-		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM led.`+t.name+` t WHERE `+cond, args...).Scan(&src); err != nil {
-			return nil, fmt.Errorf("check %s: %w", t.name, err)
-		}
-		mainCond, _ := daysCond(t.of, "main", days)
-		if err := tx.QueryRowContext(ctx, `SELECT `+t.check+` FROM main.`+t.name+` t WHERE `+mainCond, args...).Scan(&dst); err != nil {
-			return nil, fmt.Errorf("check %s: %w", t.name, err)
-		}
-		if src != dst {
-			return nil, fmt.Errorf("the archive's %s (%s) differ from the ledger's (%s)", t.name, dst, src)
+		if err := copyTable(ctx, tx, t.name, t.of, t.check, keyedCond(t.key, t.keyOf), all); err != nil {
+			return counts, err
 		}
 	}
-	counts, err := eventsPerDay(ctx, tx, "main", days)
-	if err != nil {
-		return nil, err
+	if counts.copied, err = eventsPerDay(ctx, tx, "led", all); err != nil {
+		return counts, err
+	}
+	if counts.archived, err = eventsPerDay(ctx, tx, "main", all); err != nil {
+		return counts, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, err
+		return counts, err
 	}
 	if _, err := db.ExecContext(ctx, `DETACH DATABASE led`); err != nil {
-		return nil, err
+		return counts, err
 	}
 	var check string
 	if err := db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil {
-		return nil, err
+		return counts, err
 	}
 	if check != "ok" {
-		return nil, fmt.Errorf("the archive fails its check: %s", check)
+		return counts, fmt.Errorf("the archive fails its check: %s", check)
 	}
 	return counts, nil
 }
 
-// eventsPerDay counts the events of days in database db, and their highest flow numbers.
+// daysCondOf is cond with its {db} named (daysCond names {days}).
+func daysCondOf(cond, db string) string { return strings.ReplaceAll(cond, "{db}", db) }
+
+// copyTable copies table name's rows of days (cond of) from the ledger into the archive
+// and checks that the archive's rows of the keys copied (keyed) sum as the ledger's do.
+func copyTable(ctx context.Context, tx *sql.Tx, name, of, check, keyed string, days []string) error {
+	cond, args := daysCond(of, "led", days)
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO main.`+name+` SELECT t.* FROM led.`+name+` t WHERE `+cond, args...); err != nil {
+		return fmt.Errorf("copy %s: %w", name, err)
+	}
+	var src, dst string
+	if err := tx.QueryRowContext(ctx, `SELECT `+check+` FROM led.`+name+` t WHERE `+cond, args...).Scan(&src); err != nil {
+		return fmt.Errorf("check %s: %w", name, err)
+	}
+	mainCond, _ := daysCond(keyed, "main", days)
+	if err := tx.QueryRowContext(ctx, `SELECT `+check+` FROM main.`+name+` t WHERE `+mainCond, args...).Scan(&dst); err != nil {
+		return fmt.Errorf("check %s: %w", name, err)
+	}
+	if src != dst {
+		return fmt.Errorf("the archive's %s (%s) differ from the ledger's (%s)", name, dst, src)
+	}
+	return nil
+}
+
+// eventsPerDay counts the events of days in database db.
 func eventsPerDay(ctx context.Context, q sqlitedb.Querier, db string, days []string) (map[string]int64, error) {
 	cond, args := daysCond("business_date IN ({days})", db, days)
 	out := map[string]int64{}
@@ -266,12 +341,13 @@ func eventsPerDay(ctx context.Context, q sqlitedb.Querier, db string, days []str
 	return out, nil
 }
 
-// pruneDays deletes days, copied to the archive file with counts events each, from the
-// ledger in one transaction, and returns those it deleted: not a day an event came for
-// since it was copied (the day is touched, or holds other events). It books a stock move
-// per SKU of the days' sales' lines, keeps each terminal's last event and the HQ row HQ
-// acknowledged last, and records each day archived with its highest flow number.
-func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, counts map[string]int64, ackedThrough int64) ([]string, error) {
+// pruneDays deletes days, copied to the archive file (counts), from the ledger in one
+// transaction, and returns those it deleted: not a day an event came for since it was
+// copied (the day is touched, or holds other events). It books a stock move per SKU of
+// the days' sales' lines, keeps each terminal's last event and the HQ row HQ acknowledged
+// last, and records each day archived with its highest flow number and the events its
+// archive holds.
+func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, counts dayCounts, ackedThrough int64) ([]string, error) {
 	tx, err := l.db.W.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -289,11 +365,13 @@ func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, coun
 			Scan(&touched, &maxFlow); err != nil {
 			return nil, fmt.Errorf("prune %s: %w", d, err)
 		}
-		if touched != 0 || held[d] != counts[d] {
+		if touched != 0 || held[d] != counts.copied[d] {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO archived_days (business_date, file, events, max_flow, archived_ms)
-			VALUES (?, ?, ?, ?, ?)`, d, file, counts[d], maxFlow, l.now().UnixMilli()); err != nil {
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (business_date) DO UPDATE SET events = excluded.events,
+				max_flow = max(max_flow, excluded.max_flow), archived_ms = excluded.archived_ms`,
+			d, file, counts.archived[d], maxFlow, l.now().UnixMilli()); err != nil {
 			return nil, fmt.Errorf("prune %s: %w", d, err)
 		}
 		gone = append(gone, d)
@@ -301,6 +379,20 @@ func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, coun
 	if len(gone) == 0 {
 		return nil, nil
 	}
+	if err := l.deleteDays(ctx, tx, gone, ackedThrough); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	l.daysMu.Lock()
+	l.archSeqs = nil // read again
+	l.daysMu.Unlock()
+	return gone, nil
+}
+
+// deleteDays deletes the rows of days gone, in their archive now, from the ledger in tx.
+func (l *Ledger) deleteDays(ctx context.Context, tx *sql.Tx, gone []string, ackedThrough int64) error {
 	at := l.now().UTC().Format(timeFormat)
 	for _, q := range []string{
 		`INSERT INTO stock_moves (sku, delta, reason, ref, at)
@@ -322,22 +414,16 @@ func (l *Ledger) pruneDays(ctx context.Context, days []string, file string, coun
 	} {
 		q, args := daysCond(q, "main", gone)
 		switch {
-		case strings.HasPrefix(q, "INSERT"):
+		case strings.HasPrefix(q, "INSERT INTO stock_moves"):
 			args = append([]any{gone[0], at}, args...)
 		case strings.Contains(q, "id < ?"):
 			args = append([]any{ackedThrough}, args...)
 		}
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("prune %s: %w", strings.Join(gone, ","), err)
+			return fmt.Errorf("prune %s: %w", strings.Join(gone, ","), err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
-	}
-	l.daysMu.Lock()
-	l.archSeqs = nil // read again
-	l.daysMu.Unlock()
-	return gone, nil
+	return nil
 }
 
 // archivedSeq returns the highest seq of terminal whose event moved to an archive (0: none).
@@ -418,23 +504,27 @@ type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// archivedFile returns the path of the archive holding business date, when it is archived.
-func (l *Ledger) archivedFile(ctx context.Context, q rowQuerier, date string) (string, bool, error) {
+// archivedFile returns the path of the archive holding business date, when it is archived,
+// and the day's highest flow number archived: rows of the day above it in the archive are
+// a copy whose move did not complete (the ledger holds them) and are not the archive's.
+func (l *Ledger) archivedFile(ctx context.Context, q rowQuerier, date string) (string, int64, bool, error) {
 	var file string
-	err := q.QueryRowContext(ctx, `SELECT file FROM archived_days WHERE business_date = ?`, date).Scan(&file)
+	var maxFlow int64
+	err := q.QueryRowContext(ctx, `SELECT file, max_flow FROM archived_days WHERE business_date = ?`, date).Scan(&file, &maxFlow)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
+		return "", 0, false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("archived day %s: %w", date, err)
+		return "", 0, false, fmt.Errorf("archived day %s: %w", date, err)
 	}
-	return filepath.Join(l.Dir(), ArchiveDir, file), true, nil
+	return filepath.Join(l.Dir(), ArchiveDir, file), maxFlow, true, nil
 }
 
-// fromArchive runs fn on the archive holding date, opened for reading, if the date is
-// archived; otherwise it does nothing.
-func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn func(a *sql.DB) error) error {
-	path, ok, err := l.archivedFile(ctx, q, date)
+// fromArchive runs fn on the archive holding date, opened for reading, with the day's
+// highest flow number archived (fn reads the day's sales and refunds up to it), if the
+// date is archived; otherwise it does nothing.
+func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn func(a *sql.DB, maxFlow int64) error) error {
+	path, maxFlow, ok, err := l.archivedFile(ctx, q, date)
 	if err != nil || !ok {
 		return err
 	}
@@ -443,7 +533,7 @@ func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn 
 		return fmt.Errorf("archive of %s: %w", date, err)
 	}
 	defer a.Close()
-	return fn(a)
+	return fn(a, maxFlow)
 }
 
 // ArchiveFiles returns the paths of the archives, in name order.

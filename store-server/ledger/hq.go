@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -273,12 +274,12 @@ func (r *HQReader) HasOutboxAfter(ctx context.Context, date string, afterID int6
 // DayManifest is Ledger.DayManifest inside the reader's snapshot. An archived date's
 // transactions are those of its archive and of the ledger (arrived since it was archived).
 func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, error) {
-	out, err := manifestOf(ctx, r.tx, date)
+	out, err := manifestOf(ctx, r.tx, date, math.MaxInt64)
 	if err != nil {
 		return nil, err
 	}
-	err = r.l.fromArchive(ctx, r.tx, date, func(a *sql.DB) error {
-		more, err := manifestOf(ctx, a, date)
+	err = r.l.fromArchive(ctx, r.tx, date, func(a *sql.DB, maxFlow int64) error {
+		more, err := manifestOf(ctx, a, date, maxFlow)
 		out = append(out, more...)
 		return err
 	})
@@ -294,13 +295,14 @@ func (r *HQReader) DayManifest(ctx context.Context, date string) ([]hqwire.Txn, 
 	return out, nil
 }
 
-// manifestOf reads a date's accepted sales and refunds from q (the ledger or an archive).
-func manifestOf(ctx context.Context, q sqlitedb.Querier, date string) ([]hqwire.Txn, error) {
+// manifestOf reads a date's accepted sales and refunds up to flow number maxFlow from q (the
+// ledger or an archive).
+func manifestOf(ctx context.Context, q sqlitedb.Querier, date string, maxFlow int64) ([]hqwire.Txn, error) {
 	out := []hqwire.Txn{}
 	sales := map[txnKey]int{}
 	var change []money.Fen
-	err := sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ?`,
-		[]any{date}, func(rows *sql.Rows) error {
+	err := sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, total, change FROM sales WHERE business_date = ? AND flow_no <= ?`,
+		[]any{date, maxFlow}, func(rows *sql.Rows) error {
 			t := hqwire.Txn{Kind: hqwire.KindSale, ByMethod: map[string]money.Fen{}}
 			var chg money.Fen
 			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &chg); err != nil {
@@ -316,7 +318,7 @@ func manifestOf(ctx context.Context, q sqlitedb.Querier, date string) ([]hqwire.
 	}
 	err = sqlitedb.Each(ctx, q, `SELECT p.terminal, p.seq, p.method, p.amount
 		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
-		WHERE s.business_date = ?`, []any{date}, func(rows *sql.Rows) error {
+		WHERE s.business_date = ? AND s.flow_no <= ?`, []any{date, maxFlow}, func(rows *sql.Rows) error {
 		var k txnKey
 		var method string
 		var amt money.Fen
@@ -336,8 +338,8 @@ func manifestOf(ctx context.Context, q sqlitedb.Querier, date string) ([]hqwire.
 			out[i].ByMethod[wire.MethodCash] -= c
 		}
 	}
-	err = sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ?`,
-		[]any{date}, func(rows *sql.Rows) error {
+	err = sqlitedb.Each(ctx, q, `SELECT terminal, seq, flow_no, amount, method FROM refunds WHERE business_date = ? AND flow_no <= ?`,
+		[]any{date, maxFlow}, func(rows *sql.Rows) error {
 			t := hqwire.Txn{Kind: hqwire.KindRefund}
 			var method string
 			if err := rows.Scan(&t.Terminal, &t.Seq, &t.FlowNo, &t.Amount, &method); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 // An archived date's totals are those of its archive and of the ledger (an event of the
 // day that arrived after it was archived) added up.
 func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Counters, error) {
-	all, err := counters(ctx, l.db.R, "= ?", date)
+	all, err := counters(ctx, l.db.R, "= ?", date, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("totals %s: %w", date, err)
 	}
@@ -33,8 +34,8 @@ func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Cou
 	if out == nil {
 		out = map[string]client.Counters{}
 	}
-	err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB) error {
-		arch, err := counters(ctx, a, "= ?", date)
+	err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB, maxFlow int64) error {
+		arch, err := counters(ctx, a, "= ?", date, maxFlow)
 		for t, c := range arch[date] {
 			out[t] = addCounters(out[t], c)
 		}
@@ -64,8 +65,8 @@ func addCounters(a, b client.Counters) client.Counters {
 }
 
 // counters computes counters per business date and terminal for the dates matching
-// "business_date <cond>" with arg.
-func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[string]map[string]client.Counters, error) {
+// "business_date <cond>" with arg, of the sales and refunds up to flow number maxFlow.
+func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string, maxFlow int64) (map[string]map[string]client.Counters, error) {
 	out := map[string]map[string]*client.Counters{}
 	get := func(date, terminal string) *client.Counters {
 		if out[date] == nil {
@@ -79,7 +80,7 @@ func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[st
 		return c
 	}
 	err := sqlitedb.Each(ctx, q, `SELECT business_date, terminal, count(*), sum(total), sum(change) FROM sales
-		WHERE business_date `+cond+` GROUP BY business_date, terminal`, []any{arg}, func(rows *sql.Rows) error {
+		WHERE business_date `+cond+` AND flow_no <= ? GROUP BY business_date, terminal`, []any{arg, maxFlow}, func(rows *sql.Rows) error {
 		var date, terminal string
 		var n int64
 		var total, change money.Fen
@@ -98,7 +99,7 @@ func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[st
 	}
 	err = sqlitedb.Each(ctx, q, `SELECT s.business_date, s.terminal, p.method, sum(p.amount)
 		FROM sales s JOIN payments p ON p.business_date = s.business_date AND p.flow_no = s.flow_no
-		WHERE s.business_date `+cond+` GROUP BY s.business_date, s.terminal, p.method`, []any{arg}, func(rows *sql.Rows) error {
+		WHERE s.business_date `+cond+` AND s.flow_no <= ? GROUP BY s.business_date, s.terminal, p.method`, []any{arg, maxFlow}, func(rows *sql.Rows) error {
 		var date, terminal, method string
 		var amt money.Fen
 		if err := rows.Scan(&date, &terminal, &method, &amt); err != nil {
@@ -111,7 +112,7 @@ func counters(ctx context.Context, q sqlitedb.Querier, cond, arg string) (map[st
 		return nil, err
 	}
 	err = sqlitedb.Each(ctx, q, `SELECT business_date, terminal, method, count(*), sum(amount) FROM refunds
-		WHERE business_date `+cond+` GROUP BY business_date, terminal, method`, []any{arg}, func(rows *sql.Rows) error {
+		WHERE business_date `+cond+` AND flow_no <= ? GROUP BY business_date, terminal, method`, []any{arg, maxFlow}, func(rows *sql.Rows) error {
 		var date, terminal, method string
 		var n int64
 		var amt money.Fen
@@ -157,7 +158,7 @@ func (l *Ledger) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	}
 	now := l.now().In(l.loc)
 	from := l.BusinessDate(now.AddDate(0, 0, -SnapshotDays))
-	if s.Counters, err = counters(ctx, tx, ">= ?", from); err != nil {
+	if s.Counters, err = counters(ctx, tx, ">= ?", from, math.MaxInt64); err != nil {
 		return s, fmt.Errorf("snapshot: %w", err)
 	}
 	expired := l.expiredDays()
@@ -468,7 +469,7 @@ func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.Da
 	}
 	err := read(l.db.R)
 	if err == nil {
-		err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB) error { return read(a) })
+		err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB, _ int64) error { return read(a) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("day closes %s: %w", date, err)

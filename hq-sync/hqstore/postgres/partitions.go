@@ -118,11 +118,11 @@ func (p *partitions) prepare(ctx context.Context, pool *pgxpool.Pool, days []str
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for d, ok := range have {
-		p.have[d] = p.have[d] || ok
+	for d, ok := range have { // a batch's days may be its body's bytes (serve.DecodeBatch)
+		p.have[strings.Clone(d)] = p.have[d] || ok
 	}
 	for d, ok := range gone {
-		p.gone[d] = p.gone[d] || ok
+		p.gone[strings.Clone(d)] = p.gone[d] || ok
 	}
 	return nil
 }
