@@ -177,6 +177,9 @@ func metricLine(t *testing.T, e *env, prefix string) string {
 func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
 	e := newEnv(t, "Asia/Shanghai", nil)
 	ctx := context.Background()
+	if err := e.store.Enrol("T09"); err != nil { // the test speaks as T09 itself, no agent
+		t.Fatal(err)
+	}
 	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(e.stack.MQTTURL()).SetClientID("T09"))
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
