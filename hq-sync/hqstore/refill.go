@@ -2,9 +2,11 @@ package hqstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 )
 
@@ -44,3 +46,27 @@ func SameMove(a, b *hqwire.StockMove) bool {
 
 // MoveTime is the text a move's time is kept as, and reads back from.
 func MoveTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// ExportColumns is the select list of an exported row of table rows, in ScanExportRow's
+// order; both engines keep the same columns.
+const ExportColumns = `kind, terminal, seq, business_date, flow_no, at, hash, amount, cash, card, qr, methods, payload`
+
+// ScanExportRow reads one row selected with ExportColumns through scan (the Scan of a
+// database/sql or a pgx result).
+func ScanExportRow(scan func(dest ...any) error) (hqwire.Row, error) {
+	var r hqwire.Row
+	var at string
+	var amount int64
+	var m Methods
+	var payload []byte
+	if err := scan(&r.Kind, &r.Terminal, &r.Seq, &r.BusinessDate, &r.FlowNo, &at, &r.Hash, &amount,
+		&m.Cash, &m.Card, &m.QR, &m.Mask, &payload); err != nil {
+		return r, fmt.Errorf("export rows: %w", err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return r, fmt.Errorf("export rows: %s/%d: at %q: %w", r.Terminal, r.Seq, at, err)
+	}
+	r.At, r.Amount, r.ByMethod, r.Payload = t, money.Fen(amount), m.Map(), payload
+	return r, nil
+}

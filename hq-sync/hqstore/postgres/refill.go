@@ -10,7 +10,6 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/internal/hqwire"
-	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/perr"
 )
 
@@ -98,8 +97,7 @@ func (s *Store) ExportMoves(ctx context.Context, store string, after int64, limi
 // ExportRows implements hqstore.Refiller: the store's rows of every day's partition, merged
 // in key order.
 func (s *Store) ExportRows(ctx context.Context, store, afterTerminal string, afterSeq int64, limit int) ([]hqwire.Row, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, terminal, seq, business_date, flow_no, at, hash, amount,
-		cash, card, qr, methods, payload FROM rows WHERE store = $1 AND (terminal, seq) > ($2, $3)
+	rows, err := s.pool.Query(ctx, `SELECT `+hqstore.ExportColumns+` FROM rows WHERE store = $1 AND (terminal, seq) > ($2, $3)
 		ORDER BY terminal, seq LIMIT $4`, store, afterTerminal, afterSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("export rows: %w", err)
@@ -107,19 +105,10 @@ func (s *Store) ExportRows(ctx context.Context, store, afterTerminal string, aft
 	defer rows.Close()
 	var out []hqwire.Row
 	for rows.Next() {
-		var r hqwire.Row
-		var at string
-		var amount int64
-		var m hqstore.Methods
-		var payload []byte
-		if err := rows.Scan(&r.Kind, &r.Terminal, &r.Seq, &r.BusinessDate, &r.FlowNo, &at, &r.Hash, &amount,
-			&m.Cash, &m.Card, &m.QR, &m.Mask, &payload); err != nil {
-			return nil, fmt.Errorf("export rows: %w", err)
+		r, err := hqstore.ScanExportRow(rows.Scan)
+		if err != nil {
+			return nil, err
 		}
-		if r.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
-			return nil, fmt.Errorf("export rows: %s/%d: at %q: %w", r.Terminal, r.Seq, at, err)
-		}
-		r.Amount, r.ByMethod, r.Payload = money.Fen(amount), m.Map(), payload
 		out = append(out, r)
 	}
 	return out, rows.Err()
