@@ -19,6 +19,7 @@ import (
 // again as its unit does, is refused while the ledger lacks the last row HQ acknowledged and
 // goes on by itself once it holds it: HQ = ledger, row by row.
 func TestLostDiskUploaderResumes(t *testing.T) {
+	t.Parallel() // mostly a cashier load's waiting: it runs beside the other long restores
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	dir := e.store.Opts.DataDir
 	hq := startHQ(t, binaries(t), dir)

@@ -27,6 +27,7 @@ const restoreSecret = "s1-secret-for-the-restore-test"
 // ledger row by row; stock is what the moves prove, and unknown (HQ's history lacks an
 // adjustment) until counted.
 func TestRefillFromHQWithNoBackup(t *testing.T) {
+	t.Parallel() // mostly a cashier load's waiting: it runs beside the other long restores
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	dir := e.store.Opts.DataDir
 	ctx := context.Background()

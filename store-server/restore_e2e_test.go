@@ -19,6 +19,7 @@ import (
 // goes on by itself once the tills refilled it: HQ then holds the ledger's every sale and
 // refund with its flow number and amount.
 func TestRestoreUnderLoadLosesNoSale(t *testing.T) {
+	t.Parallel() // mostly a cashier load's waiting: it runs beside the other long restores
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	dir := e.store.Opts.DataDir
 	hq := startHQ(t, binaries(t), dir)
