@@ -28,6 +28,9 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 	w := setupWine(t)
 	dir := t.TempDir()
 	srv := startStore(t, dir)
+	if err := srv.Enrol("T01"); err != nil { // the service is installed by Wine, not by e2e.StartAgent
+		t.Fatal(err)
+	}
 	api, err := e2e.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
