@@ -70,3 +70,23 @@ func ScanExportRow(scan func(dest ...any) error) (hqwire.Row, error) {
 	r.At, r.Amount, r.ByMethod, r.Payload = t, money.Fen(amount), m.Map(), payload
 	return r, nil
 }
+
+// MoveColumns is the select list of a stock move of table stock_moves, in ScanMove's order.
+const MoveColumns = `n, id, sku, delta, reason, at, counted`
+
+// ScanMove reads one move selected with MoveColumns through scan (the Scan of a
+// database/sql or a pgx result); the error of scan is returned as it is, so that an engine
+// can tell its "no row".
+func ScanMove(scan func(dest ...any) error) (hqwire.StockMove, error) {
+	var m hqwire.StockMove
+	var at string
+	if err := scan(&m.N, &m.ID, &m.SKU, &m.Delta, &m.Reason, &at, &m.Counted); err != nil {
+		return m, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return m, fmt.Errorf("move %s: at %q: %w", m.ID, at, err)
+	}
+	m.At = t
+	return m, nil
+}

@@ -27,7 +27,7 @@ func (s *Store) PutMoves(ctx context.Context, store, batchID string, moves []hqw
 		}
 		for i := range moves {
 			m := &moves[i]
-			held, found, err := scanMove(tx.QueryRow(ctx, `SELECT n, id, sku, delta, reason, at, counted
+			held, found, err := scanMove(tx.QueryRow(ctx, `SELECT `+hqstore.MoveColumns+`
 				FROM stock_moves WHERE store = $1 AND id = $2`, store, m.ID))
 			switch {
 			case err != nil:
@@ -59,25 +59,18 @@ func (s *Store) PutMoves(ctx context.Context, store, batchID string, moves []hqw
 	return fresh, *maxN, nil
 }
 
-func scanMove(row pgx.Row) (hqwire.StockMove, bool, error) {
-	var m hqwire.StockMove
-	var at string
-	err := row.Scan(&m.N, &m.ID, &m.SKU, &m.Delta, &m.Reason, &at, &m.Counted)
+// scanMove reads one move of row; found is false for no row.
+func scanMove(row pgx.Row) (m hqwire.StockMove, found bool, err error) {
+	m, err = hqstore.ScanMove(row.Scan)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, false, nil
 	}
-	if err != nil {
-		return m, false, err
-	}
-	if m.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
-		return m, false, fmt.Errorf("move %s: at %q: %w", m.ID, at, err)
-	}
-	return m, true, nil
+	return m, err == nil, err
 }
 
 // ExportMoves implements hqstore.Refiller: a range of stock_moves_order.
 func (s *Store) ExportMoves(ctx context.Context, store string, after int64, limit int) ([]hqwire.StockMove, error) {
-	rows, err := s.pool.Query(ctx, `SELECT n, id, sku, delta, reason, at, counted FROM stock_moves
+	rows, err := s.pool.Query(ctx, `SELECT `+hqstore.MoveColumns+` FROM stock_moves
 		WHERE store = $1 AND n > $2 ORDER BY n LIMIT $3`, store, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("export moves: %w", err)

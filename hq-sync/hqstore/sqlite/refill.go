@@ -23,7 +23,7 @@ func (s *Store) PutMoves(ctx context.Context, store, batchID string, moves []hqw
 	fresh := 0
 	for i := range moves {
 		m := &moves[i]
-		held, found, err := scanMove(tx.QueryRowContext(ctx, `SELECT n, id, sku, delta, reason, at, counted
+		held, found, err := scanMove(tx.QueryRowContext(ctx, `SELECT `+hqstore.MoveColumns+`
 			FROM stock_moves WHERE store = ? AND id = ?`, store, m.ID))
 		switch {
 		case err != nil:
@@ -50,29 +50,18 @@ func (s *Store) PutMoves(ctx context.Context, store, batchID string, moves []hqw
 	return fresh, maxN.Int64, nil
 }
 
-func scanMove(row interface{ Scan(...any) error }) (hqwire.StockMove, bool, error) {
-	var m hqwire.StockMove
-	var at string
-	var counted sql.NullInt64
-	err := row.Scan(&m.N, &m.ID, &m.SKU, &m.Delta, &m.Reason, &at, &counted)
+// scanMove reads one move of row; found is false for no row.
+func scanMove(row interface{ Scan(...any) error }) (m hqwire.StockMove, found bool, err error) {
+	m, err = hqstore.ScanMove(row.Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, false, nil
 	}
-	if err != nil {
-		return m, false, err
-	}
-	if m.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
-		return m, false, fmt.Errorf("move %s: at %q: %w", m.ID, at, err)
-	}
-	if counted.Valid {
-		m.Counted = &counted.Int64
-	}
-	return m, true, nil
+	return m, err == nil, err
 }
 
 // ExportMoves implements hqstore.Refiller: a range of stock_moves_order.
 func (s *Store) ExportMoves(ctx context.Context, store string, after int64, limit int) ([]hqwire.StockMove, error) {
-	rows, err := s.db.R.QueryContext(ctx, `SELECT n, id, sku, delta, reason, at, counted FROM stock_moves
+	rows, err := s.db.R.QueryContext(ctx, `SELECT `+hqstore.MoveColumns+` FROM stock_moves
 		WHERE store = ? AND n > ? ORDER BY n LIMIT ?`, store, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("export moves: %w", err)
