@@ -281,11 +281,7 @@ func (r *refill) page(ctx context.Context, q url.Values) (*hqwire.ExportPage, er
 	if err != nil {
 		return nil, err
 	}
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	req.Header.Set(hqwire.HeaderStore, r.store)
-	req.Header.Set(hqwire.HeaderTimestamp, ts)
-	req.Header.Set(hqwire.HeaderContentHash, hqwire.ContentHash(nil))
-	req.Header.Set(hqwire.HeaderSignature, hqwire.Sign(r.secret, http.MethodGet, target, r.store, ts, "", nil))
+	hqwire.SignRequest(req, r.secret, target, r.store, "", time.Now(), nil)
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("ask HQ: %w", err)

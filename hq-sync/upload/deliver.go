@@ -326,14 +326,8 @@ func (u *Uploader) post(ctx context.Context, b *batch) (hqwire.Receipt, []byte, 
 	if err != nil {
 		return rec, nil, err
 	}
-	ts := strconv.FormatInt(u.cfg.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(hqwire.HeaderStore, u.cfg.Store)
-	req.Header.Set(hqwire.HeaderTimestamp, ts)
-	req.Header.Set(hqwire.HeaderIdemKey, b.id)
-	hash := hqwire.ContentHash(b.body)
-	req.Header.Set(hqwire.HeaderContentHash, hash)
-	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(u.cfg.Secret, http.MethodPost, u.path, u.cfg.Store, ts, b.id, hash))
+	hqwire.SignRequest(req, u.cfg.Secret, u.path, u.cfg.Store, b.id, u.cfg.Now(), b.body)
 	resp, err := u.cfg.Client.Do(req)
 	if err != nil {
 		return rec, nil, err

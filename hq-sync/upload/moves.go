@@ -102,14 +102,8 @@ func (u *Uploader) postMoves(ctx context.Context, b *hqwire.MovesBatch) (int, er
 	if err != nil {
 		return 0, err
 	}
-	ts := strconv.FormatInt(u.cfg.Now().Unix(), 10)
-	hash := hqwire.ContentHash(body)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(hqwire.HeaderStore, u.cfg.Store)
-	req.Header.Set(hqwire.HeaderTimestamp, ts)
-	req.Header.Set(hqwire.HeaderIdemKey, b.ID)
-	req.Header.Set(hqwire.HeaderContentHash, hash)
-	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(u.cfg.Secret, http.MethodPost, path, u.cfg.Store, ts, b.ID, hash))
+	hqwire.SignRequest(req, u.cfg.Secret, path, u.cfg.Store, b.ID, u.cfg.Now(), body)
 	resp, err := u.cfg.Client.Do(req)
 	if err != nil {
 		return 0, err

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -271,6 +272,22 @@ func Sign(secret []byte, method, path, store, timestamp, idemKey string, body []
 // SignHash is Sign of a body whose ContentHash is contentHash.
 func SignHash(secret []byte, method, path, store, timestamp, idemKey, contentHash string) string {
 	return mac(secret, "posgate-hq/v1\n"+method+"\n"+path+"\n"+store+"\n"+timestamp+"\n"+idemKey+"\n"+contentHash)
+}
+
+// SignRequest sets on req the headers of a request signed for HQ: the store, the time
+// (now, in Unix seconds), the idempotency key (none if idemKey is empty), body's content
+// hash and the signature over req's method, path (as HQ sees it: with the query, if any)
+// and all of these. body is the request's body (nil for none).
+func SignRequest(req *http.Request, secret []byte, path, store, idemKey string, now time.Time, body []byte) {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	hash := ContentHash(body)
+	req.Header.Set(HeaderStore, store)
+	req.Header.Set(HeaderTimestamp, ts)
+	if idemKey != "" {
+		req.Header.Set(HeaderIdemKey, idemKey)
+	}
+	req.Header.Set(HeaderContentHash, hash)
+	req.Header.Set(HeaderSignature, SignHash(secret, req.Method, path, store, ts, idemKey, hash))
 }
 
 // Verify reports whether sig is the signature of the request (constant time).
