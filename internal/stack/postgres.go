@@ -96,7 +96,7 @@ func postgresCredential() (*syscall.Credential, error) {
 
 // startPostgres creates the cluster in Dir/pg (initdb, as the postgres OS user when root),
 // starts postgres on a free port and creates the database PostgresDB.
-func (s *Stack) startPostgres(ctx context.Context, bins binaries) (*Proc, error) {
+func (s *Stack) startPostgres(ctx context.Context, bins binaries, settings []string) (*Proc, error) {
 	cred, err := postgresCredential()
 	if err != nil {
 		return nil, err
@@ -114,6 +114,9 @@ func (s *Stack) startPostgres(ctx context.Context, bins binaries) (*Proc, error)
 		}
 	}
 	if err := s.initdb(ctx, bins.initdb, dir, cred); err != nil {
+		return nil, err
+	}
+	if err := appendSettings(dir, settings); err != nil {
 		return nil, err
 	}
 	p, err := s.first(ctx, kindPostgres, "pg", bins.postgres, nil, cred)
@@ -178,4 +181,23 @@ func searchableBy(dir string) error {
 			return nil
 		}
 	}
+}
+
+// appendSettings appends lines to the postgresql.conf of the cluster in dir.
+func appendSettings(dir string, lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(pgDataDir(dir), "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	_, err = f.WriteString("\n# stack.Options.PostgresSettings\n" + strings.Join(lines, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("stack: postgresql.conf: %w", err)
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ func TestPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	dir := t.TempDir() // 0700, as t.TempDir makes it: the postgres OS user must still get in
-	s := Run(t, Options{Dir: dir, Postgres: true})
+	s := Run(t, Options{Dir: dir, Postgres: true, PostgresSettings: []string{"max_wal_size = '3GB'"}})
 	if s.Postgres == nil || len(s.Redis) != 0 || s.Mosquitto != nil {
 		t.Fatalf("stack: postgres %v, %d redis, mosquitto %v", s.Postgres, len(s.Redis), s.Mosquitto)
 	}
@@ -61,19 +61,24 @@ func TestPostgres(t *testing.T) {
 	}
 	exec(`CREATE TABLE t (id int PRIMARY KEY)`)
 	exec(`INSERT INTO t VALUES (1)`)
-	var fsync string
-	func() {
+	show := func(name string) string {
+		t.Helper()
 		c, err := pgx.Connect(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close(ctx)
-		if err := c.QueryRow(ctx, `SHOW fsync`).Scan(&fsync); err != nil {
+		var v string
+		if err := c.QueryRow(ctx, `SHOW `+name).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
-	}()
-	if fsync != "on" {
-		t.Errorf("fsync = %q, want on", fsync)
+		return v
+	}
+	if v := show("fsync"); v != "on" {
+		t.Errorf("fsync = %q, want on", v)
+	}
+	if v := show("max_wal_size"); v != "3GB" { // Options.PostgresSettings
+		t.Errorf("max_wal_size = %q, want 3GB", v)
 	}
 
 	// Stop (fast shutdown) and Start: same port, same data.
@@ -100,6 +105,9 @@ func TestPostgres(t *testing.T) {
 	}
 	if n := count(); n != 1 {
 		t.Fatalf("%d rows after restart, want 1", n)
+	}
+	if v := show("max_wal_size"); v != "3GB" {
+		t.Errorf("max_wal_size = %q after a restart, want 3GB", v)
 	}
 
 	// Kill (a crash, backends included) and Start: crash recovery keeps the committed row.

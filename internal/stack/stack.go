@@ -89,6 +89,10 @@ type Options struct {
 	// trust authentication for user postgres and a database named PostgresDB; see
 	// Stack.PostgresURL.
 	Postgres bool
+	// PostgresSettings are lines appended to the server's postgresql.conf after initdb
+	// ("max_wal_size = '8GB'"), as a deployment tunes its server; they hold across a
+	// Kill and Start.
+	PostgresSettings []string
 
 	// Logf, if set, receives one line per process started or stopped.
 	Logf func(format string, args ...any)
@@ -213,7 +217,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Mosquitto = m
 	}
 	if o.Postgres {
-		pg, err := s.startPostgres(ctx, bins)
+		pg, err := s.startPostgres(ctx, bins, o.PostgresSettings)
 		if err != nil {
 			return nil, err
 		}
