@@ -227,8 +227,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *hqwire.Batch, rows []*hqwire.Ro
 	if oneDay {
 		table = pgx.Identifier{partitionName("rows", rows[0].BusinessDate)}
 	}
-	src := &rowSource{rows: rows, store: b.Store, batch: b.ID, ms: at.UnixMilli()}
-	if _, err := tx.CopyFrom(ctx, table, rowCols, src); err != nil {
+	if err := copyBinary(ctx, tx, table, rows, b.Store, b.ID, at.UnixMilli()); err != nil {
 		return fmt.Errorf("put batch: copy rows: %w", err)
 	}
 	return nil
@@ -253,31 +252,4 @@ func queueRaiseSeqs(pb *pgx.Batch, store string, rows []*hqwire.Row) {
 		SELECT $1, t, s FROM unnest($2::text[], $3::bigint[]) AS k(t, s) ORDER BY t
 		ON CONFLICT (store, terminal) DO UPDATE SET max_seq = EXCLUDED.max_seq
 		WHERE terminal_seqs.max_seq < EXCLUDED.max_seq`, store, terms, seqs)
-}
-
-// rowSource feeds rows to COPY in rowCols order. It fills one slice of values again for
-// each row: pgx encodes a row's values before it asks for the next.
-type rowSource struct {
-	rows         []*hqwire.Row
-	store, batch string
-	ms           int64
-	i            int
-	vals         []any
-}
-
-func (s *rowSource) Next() bool { s.i++; return s.i <= len(s.rows) }
-
-func (s *rowSource) Err() error { return nil }
-
-func (s *rowSource) Values() ([]any, error) {
-	r := s.rows[s.i-1]
-	m, _ := hqstore.Split(r.ByMethod) // checked by hqstore.Check
-	var payload []byte                // every row's payload (schema/hqpg/002): a refill of the store needs it
-	if r.Payload != nil {
-		payload = r.Payload
-	}
-	s.vals = append(s.vals[:0], s.store, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
-		r.At.UTC().Format(time.RFC3339Nano), r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, payload,
-		s.batch, s.ms)
-	return s.vals, nil
 }
