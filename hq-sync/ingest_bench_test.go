@@ -28,15 +28,26 @@ import (
 const (
 	ingestStores = 8
 	ingestRows   = 400_000
+	// ingestConns is serve's --db-conns, and the reference's connections: PostgreSQL's
+	// cores (POSGATE_BENCH_DB_CONNS=n: n). More COPYs at once into one day's partition
+	// than the server has cores cost it CPU per row in contention (docs/benchmarks.md).
+	ingestConns = 2
 )
+
+// ingestPostgresSettings are the server settings of the benchmark's PostgreSQL, as
+// docs/operations.md advises for HQ: WAL room for an evening's burst between checkpoints
+// (the defaults, 1 GB and 5 min, checkpoint within a run and write every page touched
+// after it to the WAL whole).
+var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}
 
 // BenchmarkServeIngest measures HQ's intake on PostgreSQL: the hq-sync serve binary, with
 // PostgreSQL on the same two cores, taking signed batches of sales (realistic payloads,
 // 10 terminals a store) from 8 stores uploading at once, by batch size; each batch one
-// request, checked and stored as in production. Its reference in the same run is the
-// bare load of the same rows: a plain COPY of the values serve writes (one transaction per
-// batch, 8 connections at once) into a table of the same key that grows as the day's
-// partition does, as pgbench would load it.
+// request, checked and stored as in production, serve holding ingestConns connections.
+// Its reference in the same run is the bare load of the same rows: a plain COPY of the
+// values serve writes, payloads included (one transaction per batch, as many connections
+// at once as serve's), into a table of the same key that grows as the day's partition
+// does, as pgbench would load it. PostgreSQL runs with ingestPostgresSettings.
 // It reports rows/s through serve, the reference's ref-rows/s, their ratio, and the CPU
 // time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
 // PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
@@ -49,7 +60,7 @@ const (
 // go test -run '^$' -bench ServeIngest -benchtime 1x -timeout 30m ./hq-sync/
 func BenchmarkServeIngest(b *testing.B) {
 	bins := binaries(b)
-	st := stack.Run(b, stack.Options{Postgres: true})
+	st := stack.Run(b, stack.Options{Postgres: true, PostgresSettings: ingestPostgresSettings})
 	ctx := context.Background()
 	url := st.PostgresURL()
 	dir := b.TempDir()
@@ -61,13 +72,18 @@ func BenchmarkServeIngest(b *testing.B) {
 			}
 		}
 	}
+	conns := ingestConns
+	if n, err := strconv.Atoi(os.Getenv("POSGATE_BENCH_DB_CONNS")); err == nil && n > 0 {
+		conns = n
+	}
+	b.Logf("serve --db-conns %d, PostgreSQL settings %q", conns, ingestPostgresSettings)
 	storesFile := filepath.Join(dir, "stores.json")
 	js, _ := json.Marshal(secrets)
 	if err := os.WriteFile(storesFile, js, 0o600); err != nil {
 		b.Fatal(err)
 	}
 	hq, err := e2e.StartServe(ctx, bins.HQSync, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: dir,
-		Extra: []string{"--db-conns", strconv.Itoa(ingestStores)}})
+		Extra: []string{"--db-conns", strconv.Itoa(conns)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,12 +91,17 @@ func BenchmarkServeIngest(b *testing.B) {
 	var base *e2e.Serve
 	if bin := os.Getenv("POSGATE_BENCH_BASE_HQSYNC"); bin != "" {
 		if base, err = e2e.StartServe(ctx, bin, e2e.ServeOptions{DB: url, StoresFile: storesFile, Dir: mustMkdir(b, filepath.Join(dir, "base")),
-			Extra: []string{"--db-conns", strconv.Itoa(ingestStores)}}); err != nil {
+			Extra: []string{"--db-conns", strconv.Itoa(conns)}}); err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { base.Kill() })
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pcfg.MaxConns = int32(conns) // as many COPYs at once as serve's
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -251,7 +272,7 @@ func loadReference(tb testing.TB, pool *pgxpool.Pool, uploads []*storeUpload) fl
 			for _, r := range bt.Rows {
 				m, _ := hqstore.Split(r.ByMethod)
 				vs = append(vs, []any{u.store, r.Terminal, r.Seq, r.Kind, r.BusinessDate, r.FlowNo,
-					r.At.UTC().Format(time.RFC3339Nano), r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, nil,
+					r.At.UTC().Format(time.RFC3339Nano), r.Hash, int64(r.Amount), m.Cash, m.Card, m.QR, m.Mask, []byte(r.Payload),
 					"ref", time.Now().UnixMilli()})
 			}
 			vals[i] = append(vals[i], vs)
