@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,6 +100,24 @@ func TestPartitionsByDay(t *testing.T) {
 	}
 	if n1 != 3 || n2 != 2 {
 		t.Fatalf("rows by partition %d and %d, want 3 and 2", n1, n2)
+	}
+	// Each day of rows is split by store into storeParts tables; a store's rows are in one.
+	parts := partitionsOf(t, schema, "rows_p20250301")
+	if len(parts) != 8 || parts[0] != "rows_p20250301_h0" || parts[7] != "rows_p20250301_h7" {
+		t.Fatalf("partitions of rows_p20250301: %v, want rows_p20250301_h0 to _h7", parts)
+	}
+	var where []string
+	for _, p := range parts {
+		var n int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM `+p).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			where = append(where, fmt.Sprintf("%s: %d", p, n))
+		}
+	}
+	if len(where) != 1 || !strings.HasSuffix(where[0], ": 3") {
+		t.Fatalf("S1's 3 rows of the day are in %v, want all in one part", where)
 	}
 }
 
@@ -203,4 +222,82 @@ func TestTwoProcessesSameBatch(t *testing.T) {
 	if err != nil || len(rows) != batches*per {
 		t.Fatalf("%d rows (%v), want %d", len(rows), err, batches*per)
 	}
+}
+
+// TestDayOfOneTable: a day whose rows partition is one table, as serve made every day
+// before days were split by store, takes its rows, is read, and is dropped by Retain, in a
+// database whose other days are split.
+func TestDayOfOneTable(t *testing.T) {
+	ctx := context.Background()
+	schema, url := newSchema(t)
+	s := openURL(t, url)
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, q := range []string{ // the day's partitions as the serve of v0.1.0 made them
+		`CREATE TABLE rows_p20250301 (LIKE rows INCLUDING ALL)`,
+		`ALTER TABLE rows ATTACH PARTITION rows_p20250301 FOR VALUES FROM ('2025-03-01') TO ('2025-03-02')`,
+		`CREATE TABLE day_txns_p20250301 (LIKE day_txns INCLUDING ALL)`,
+		`ALTER TABLE day_txns ATTACH PARTITION day_txns_p20250301 FOR VALUES FROM ('2025-03-01') TO ('2025-03-02')`,
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	d1 := storetest.Sales("S1", "T1", 1, 3, storetest.D1, storetest.T0)
+	d2 := storetest.Sales("S1", "T1", 10, 2, storetest.D2, storetest.T0)
+	b, h := storetest.NewBatch("S1", "b", append(d1, d2...), storetest.Day(storetest.D1, 1, storetest.T0, d1))
+	if rc := storetest.MustPut(t, s, b, h, storetest.T0); rc.New != 5 || rc.Days != 1 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if parts := partitionsOf(t, schema, "rows_p20250301"); len(parts) != 0 {
+		t.Fatalf("the day of one table got partitions %v", parts)
+	}
+	if parts := partitionsOf(t, schema, "rows_p20250302"); len(parts) != 8 {
+		t.Fatalf("a new day has partitions %v, want 8", parts)
+	}
+	for d, n := range map[string]int{storetest.D1: 3, storetest.D2: 2} {
+		if rows, err := s.Rows(ctx, d, ""); err != nil || len(rows) != n {
+			t.Fatalf("rows of %s: %d (%v), want %d", d, len(rows), err, n)
+		}
+	}
+	// The same rows again: held, found in either kind of day.
+	b, h = storetest.NewBatch("S1", "again", append(d1, d2...))
+	if rc := storetest.MustPut(t, s, b, h, storetest.T0); rc.New != 0 {
+		t.Fatalf("resent: %+v, want nothing new", rc)
+	}
+	for _, d := range []string{storetest.D1, storetest.D2} {
+		if err := s.RecordReconcile(ctx, hqstore.ReconcileRun{Date: d, Finished: time.Now(), OK: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rowTables(t, c, schema); n != 10 {
+		t.Fatalf("%d tables of days of rows, want 10: the day of one table, the new day and its 8 parts", n)
+	}
+	got, err := s.Retain(ctx, "2025-03-03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Dropped, []string{storetest.D1, storetest.D2}) {
+		t.Fatalf("retained %+v, want both days dropped", got)
+	}
+	if parts := partitionsOf(t, schema, "rows"); len(parts) != 0 {
+		t.Fatalf("partitions after Retain: %v", parts)
+	}
+	if n := rowTables(t, c, schema); n != 0 {
+		t.Fatalf("%d tables of the dropped days left", n)
+	}
+}
+
+// rowTables counts the tables of days of rows in schema (partitions and their parts).
+func rowTables(t *testing.T, c *pgx.Conn, schema string) int {
+	t.Helper()
+	var n int
+	if err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname LIKE 'rows\_p%' AND c.relkind IN ('r', 'p')`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
