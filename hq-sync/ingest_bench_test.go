@@ -46,8 +46,8 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // request, checked and stored as in production, serve holding ingestConns connections.
 // Its reference in the same run is the bare load of the same rows: a plain COPY of the
 // values serve writes, payloads included (one transaction per batch, as many connections
-// at once as serve's), into a table of the same key that grows as the day's partition
-// does, as pgbench would load it. PostgreSQL runs with ingestPostgresSettings.
+// at once as serve's), into a table of the same key and layout that grows as the day's
+// partition does, as pgbench would load it. PostgreSQL runs with ingestPostgresSettings.
 // It reports rows/s through serve, the reference's ref-rows/s, their ratio, and the CPU
 // time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
 // PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
@@ -106,8 +106,16 @@ func BenchmarkServeIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE ingest_ref (LIKE rows INCLUDING ALL)`); err != nil {
+	// The reference's table is laid out as serve makes a day of rows: split by the store's
+	// hash into 8 tables.
+	if _, err := pool.Exec(ctx, `CREATE TABLE ingest_ref (LIKE rows INCLUDING ALL) PARTITION BY HASH (store)`); err != nil {
 		b.Fatal(err)
+	}
+	for k := range 8 {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE ingest_ref_h%d PARTITION OF ingest_ref
+			FOR VALUES WITH (MODULUS 8, REMAINDER %d)`, k, k)); err != nil {
+			b.Fatal(err)
+		}
 	}
 	for _, size := range []int{1000, 2500, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
