@@ -229,3 +229,57 @@ func TestArchive(t *testing.T) {
 	}
 	mustStock(t, l)
 }
+
+// TestReadWhileTheDayIsArchived: Totals and DayCloses that read the ledger just before an
+// archive pass prunes the day, and its archive just after, count the day once.
+func TestReadWhileTheDayIsArchived(t *testing.T) {
+	const date = "2025-01-10"
+	for _, read := range []string{"Totals", "DayCloses"} {
+		t.Run(read, func(t *testing.T) {
+			ctx := context.Background()
+			l := mustOpenAt(t, filepath.Join(t.TempDir(), "ledger.db"), day)
+			MustAdjust(t, l, "open-A", "A", 1000)
+			jan10 := time.Date(2025, 1, 10, 11, 0, 0, 0, shanghai)
+			MustCommit(t, l,
+				withFlow(accepted("T1", 1, jan10, salePayload("s1", []item{{"A", 2, 100}}, cash(200))), 1),
+				accepted("T1", 2, jan10.Add(8*time.Hour), &wire.DayClosePayload{BusinessDate: date, SaleCount: 1,
+					SaleAmount: 200}),
+				withFlow(accepted("T1", 3, day, salePayload("s2", []item{{"A", 1, 100}}, cash(100))), 1),
+			)
+			want := mustDayView(t, l, date)
+			mustOutOfRedis(t, l, date)
+			acked := mustMaxOutbox(t, l)
+			archived := false
+			l.betweenReads = func() {
+				l.betweenReads = nil
+				got, err := l.Archive(ctx, "2025-02-01", acked)
+				if err != nil {
+					t.Error(err)
+				}
+				archived = len(got) == 1
+			}
+			var got any
+			var err error
+			if read == "Totals" {
+				got, err = l.Totals(ctx, date)
+				if err == nil && !reflect.DeepEqual(got, want.Totals) {
+					t.Errorf("Totals while the day was archived: %+v, want %+v", got, want.Totals)
+				}
+			} else {
+				got, err = l.DayCloses(ctx, date)
+				if err == nil && !reflect.DeepEqual(got, want.Closes) {
+					t.Errorf("DayCloses while the day was archived: %+v, want %+v", got, want.Closes)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !archived {
+				t.Fatal("the day was not archived between the reads")
+			}
+			if got := mustDayView(t, l, date); !reflect.DeepEqual(got, want) {
+				t.Fatalf("after the archive: %+v, want %+v", got, want)
+			}
+		})
+	}
+}

@@ -80,6 +80,10 @@ type Ledger struct {
 	daysMu   sync.RWMutex
 	expired  map[string]bool  // business days whose keys left Redis (redis_days)
 	archSeqs map[string]int64 // archived_seqs, read when first needed (nil: not read)
+
+	// betweenReads, when a test sets it, runs in Totals and DayCloses after they read the
+	// ledger and before they read the archive.
+	betweenReads func()
 }
 
 // openClock is a new Ledger's Now (tests set it to open a ledger at a time of theirs).

@@ -26,7 +26,14 @@ import (
 // An archived date's totals are those of its archive and of the ledger (an event of the
 // day that arrived after it was archived) added up.
 func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Counters, error) {
-	all, err := counters(ctx, l.db.R, "= ?", date, math.MaxInt64)
+	// One read of the ledger, so that a prune of the date committing meanwhile cannot make
+	// its events counted both here and in its archive.
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("totals %s: %w", date, err)
+	}
+	defer tx.Rollback()
+	all, err := counters(ctx, tx, "= ?", date, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("totals %s: %w", date, err)
 	}
@@ -34,7 +41,10 @@ func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Cou
 	if out == nil {
 		out = map[string]client.Counters{}
 	}
-	err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB, maxFlow int64) error {
+	if l.betweenReads != nil {
+		l.betweenReads()
+	}
+	err = l.fromArchive(ctx, tx, date, func(a *sql.DB, maxFlow int64) error {
 		arch, err := counters(ctx, a, "= ?", date, maxFlow)
 		for t, c := range arch[date] {
 			out[t] = addCounters(out[t], c)
@@ -467,9 +477,18 @@ func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.Da
 				return nil
 			})
 	}
-	err := read(l.db.R)
+	// One read of the ledger, as Totals makes.
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("day closes %s: %w", date, err)
+	}
+	defer tx.Rollback()
+	err = read(tx)
+	if err == nil && l.betweenReads != nil {
+		l.betweenReads()
+	}
 	if err == nil {
-		err = l.fromArchive(ctx, l.db.R, date, func(a *sql.DB, _ int64) error { return read(a) })
+		err = l.fromArchive(ctx, tx, date, func(a *sql.DB, _ int64) error { return read(a) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("day closes %s: %w", date, err)
