@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type List struct {
 	mu      sync.Mutex
 	file    map[string]bool
 	stamp   string    // the file's size and modification time when read
+	readAt  time.Time // when the file was last read
 	checked time.Time // when the file was last looked at
 	failed  string    // the last failure to read it again, logged once ("": none)
 }
@@ -121,6 +123,10 @@ func (l *List) keep(err error) {
 	}
 }
 
+// racyWindow is how long after a file's modification time a read of it may have missed a
+// change of the same size within the same clock tick (2 s: FAT's times, the coarsest).
+const racyWindow = 2 * time.Second
+
 // reload reads the file again if it changed, looked at no more than once in every (0: now).
 func (l *List) reload(every time.Duration) error {
 	l.mu.Lock()
@@ -140,11 +146,15 @@ func (l *List) reload(every time.Duration) error {
 	}
 	stamp := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
 	l.mu.Lock()
-	same := stamp == l.stamp
+	// The same size and time say the same content only for a file last changed well before
+	// it was read: one rewritten in the clock tick of that read (the same size, the same
+	// time) would look unchanged, so such a file is read again until a read is clear of it.
+	same := stamp == l.stamp && fi.ModTime().Before(l.readAt.Add(-racyWindow))
 	l.mu.Unlock()
 	if same {
 		return nil
 	}
+	readAt := time.Now()
 	b, err := os.ReadFile(l.path)
 	if err != nil {
 		return err
@@ -154,9 +164,10 @@ func (l *List) reload(every time.Duration) error {
 		return fmt.Errorf("%s: %w", l.path, err)
 	}
 	l.mu.Lock()
-	l.file, l.stamp = set, stamp
+	changed := !maps.Equal(set, l.file)
+	l.file, l.stamp, l.readAt = set, stamp, readAt
 	l.mu.Unlock()
-	if every > 0 {
+	if every > 0 && changed {
 		l.log.Info("terminals file read again", "path", l.path, "terminals", len(set))
 	}
 	return nil

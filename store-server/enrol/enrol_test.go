@@ -147,3 +147,35 @@ func TestBadFileKeepsTheList(t *testing.T) {
 		t.Error("the file made good again was not read")
 	}
 }
+
+// TestSameSizeSameTime: a file rewritten with other terminals of the same size and left
+// with the same modification time (a rewrite within the clock tick of the last read) is
+// still read again: a file changed that recently is not trusted by its size and time.
+func TestSameSizeSameTime(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	book := refusals.New(log, time.Minute, refusals.StoreMetric)
+	path := filepath.Join(t.TempDir(), "terminals")
+	if err := os.WriteFile(path, []byte("T01\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(path, nil, book, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("T02\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.checked = time.Time{} // looked at long ago
+	l.mu.Unlock()
+	if !l.Enrolled("T02") || l.Enrolled("T01") {
+		t.Error("a same-size rewrite with the same time went unseen")
+	}
+}
