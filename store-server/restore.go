@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,8 +34,9 @@ import (
 // not hold (catch-up), and the uploader goes on by itself.
 func restore(args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("store-server restore", stderr)
-	var from, store, dataDir, tz, secret, level string
+	var from, store, dataDir, tz, secret, level, hqCA string
 	fs.String(&from, "from-hq", "POSGATE_RESTORE_FROM_HQ", "", "HQ's address (hq-sync serve): its base URL or its batches URL (required)")
+	fs.String(&hqCA, "hq-ca", "POSGATE_HQ_CA", "", "also trust this authority (PEM) for HQ's HTTPS certificate, e.g. the chain's own CA (as the uploader's --hq-ca)")
 	fs.String(&store, "store", "POSGATE_STORE", "", "the store id (required)")
 	fs.String(&dataDir, "data-dir", "POSGATE_DATA_DIR", "", "the store's data directory, whose ledger is refilled (required)")
 	fs.String(&tz, "tz", "POSGATE_TZ", "Asia/Shanghai", "the store's time zone")
@@ -60,8 +63,11 @@ func restore(args []string, stderr io.Writer) error {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return fmt.Errorf("--from-hq %q is not an http(s) URL", from)
 	}
-	r := &refill{store: store, secret: []byte(secret), base: base, client: &http.Client{Timeout: 2 * time.Minute},
-		log: cli.LoggerTo(stderr, level)}
+	client, err := hqClient(hqCA)
+	if err != nil {
+		return fmt.Errorf("--hq-ca: %w", err)
+	}
+	r := &refill{store: store, secret: []byte(secret), base: base, client: client, log: cli.LoggerTo(stderr, level)}
 	sum, err := r.run(context.Background(), dataDir, loc)
 	if err != nil {
 		return err
@@ -69,6 +75,30 @@ func restore(args []string, stderr io.Writer) error {
 	js, _ := json.MarshalIndent(sum, "", "  ")
 	fmt.Fprintf(stderr, "store-server restore: the ledger of %s is refilled from HQ:\n%s\n", store, js)
 	return nil
+}
+
+// hqClient is the HTTP client of a refill: the system's authorities, and the one in the
+// PEM file caPath too when given.
+func hqClient(caPath string) (*http.Client, error) {
+	c := &http.Client{Timeout: 2 * time.Minute}
+	if caPath == "" {
+		return c, nil
+	}
+	pem, err := os.ReadFile(caPath)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caPath)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	c.Transport = tr
+	return c, nil
 }
 
 // refill is one refill of a store's ledger from HQ.
