@@ -168,6 +168,11 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request, ref hqstore.Ref
 		h.fail(w, r, store, err)
 		return
 	}
+	h.log.Info("export page answered", "store", store, "part", page.Part, "rows", len(page.Rows),
+		"moves", len(page.Moves), "days", len(page.Days), "more", page.More)
+	if h.met != nil {
+		h.met.exports.WithLabelValues(store, page.Part).Inc()
+	}
 	body, _ := json.Marshal(page)
 	body = append(body, '\n')
 	w.Header().Set("Content-Type", "application/json")

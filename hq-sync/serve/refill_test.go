@@ -13,6 +13,8 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // postMoves sends a moves batch signed by store with secret.
@@ -56,7 +58,8 @@ func (e *env) export(store string, secret []byte, q url.Values) (*http.Response,
 // field for field; the batch's form has not changed) is stored, and the store gets its
 // rows back from the export with the payload the hash was recomputed from, page by page.
 func TestV010BatchRefillsTheStore(t *testing.T) {
-	e := newEnv(t, serve.Options{})
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, serve.Options{Metrics: reg})
 	rows := sales("S1", 1, 3)
 	var text bytes.Buffer
 	text.WriteString(`{"v":1,"store":"S1","batch_id":"b-v010","rows":[`)
@@ -103,6 +106,15 @@ func TestV010BatchRefillsTheStore(t *testing.T) {
 	mustProblem(t, resp, body, http.StatusUnauthorized, hqwire.CodeUnauthorized)
 	resp, body, _ = e.export("S1", secrets["S1"], url.Values{"part": {"everything"}})
 	mustProblem(t, resp, body, http.StatusBadRequest, hqwire.CodeExportInvalid)
+	// The pages answered are counted by store and part; the refused ones are not.
+	for store, want := range map[string]float64{"S1": 2, "S2": 1} {
+		if got, ok := metricValue(t, reg, "posgate_hq_export_pages_total", map[string]string{"store": store, "part": "rows"}); !ok || got != want {
+			t.Errorf("export pages of %s: %v (present %v), want %v", store, got, ok, want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "posgate_hq_export_pages_total"); err != nil || n != 2 {
+		t.Errorf("%d export page series (%v), want 2", n, err)
+	}
 }
 
 // TestMovesRoute: a store's moves are kept once per id, come back in order, and a move

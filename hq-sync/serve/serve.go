@@ -132,6 +132,7 @@ type Options struct {
 type metrics struct {
 	batches *prometheus.CounterVec // store, result: stored, duplicate, or the refusal's code
 	rows    *prometheus.CounterVec // store: rows new to HQ
+	exports *prometheus.CounterVec // store, part: export pages answered
 }
 
 func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
@@ -140,8 +141,11 @@ func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
 			Help: "Upload requests by store and result (stored, duplicate, or the refusal's code)."}, []string{"store", "result"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "rows_total",
 			Help: "Rows new to HQ, by store."}, []string{"store"}),
+		exports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "export_pages_total",
+			Help: "Pages of a store's export (GET /v1/export: a store refilling its ledger) answered, by store and part (rows, moves, days)."},
+			[]string{"store", "part"}),
 	}
-	reg.MustRegister(m.batches, m.rows, &lastBatches{h: h}, h.refused)
+	reg.MustRegister(m.batches, m.rows, m.exports, &lastBatches{h: h}, h.refused)
 	return m
 }
 
