@@ -104,15 +104,29 @@ func inRange(r string, slot int64) bool {
 // clusterEvery is how often watchCluster asks which node serves the store's slot.
 var clusterEvery = 250 * time.Millisecond
 
+// firstSlotServer is the server of the store's slot (slotServer) before the store builds
+// its projection, "" if the cluster does not answer within clusterFirstWait.
+func firstSlotServer(ctx context.Context, rdb *redis.ClusterClient, key string) string {
+	ctx, cancel := context.WithTimeout(ctx, clusterFirstWait)
+	defer cancel()
+	id, _ := slotServer(ctx, rdb, key)
+	return id
+}
+
+// clusterFirstWait bounds firstSlotServer, which the store's start waits for.
+const clusterFirstWait = 2 * time.Second
+
 // watchCluster follows the master of the store's slot until ctx is done: when another
-// server serves it (another node, or the same one restarted: its run_id), it asks for a
-// rebuild. It looks again every clusterEvery, and has the cluster client learn the slots
-// anew each time, so that the client sends the store's commands to the new master soon
-// after a failover.
-func watchCluster(ctx context.Context, rdb *redis.ClusterClient, key string, rebuild func(), log *slog.Logger) {
+// server serves it than last (another node, or the same one restarted: its run_id), it
+// asks for a rebuild. last is the server seen before the store built its projection
+// (firstSlotServer): a failover between that build and the watch's first look is a change
+// too. When it is "" (the cluster did not answer then), the first server seen asks for a
+// rebuild, since the projection may have been built on another. It looks again every
+// clusterEvery, and has the cluster client learn the slots anew each time, so that the
+// client sends the store's commands to the new master soon after a failover.
+func watchCluster(ctx context.Context, rdb *redis.ClusterClient, key, last string, rebuild func(), log *slog.Logger) {
 	t := time.NewTicker(clusterEvery)
 	defer t.Stop()
-	last := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -124,7 +138,7 @@ func watchCluster(ctx context.Context, rdb *redis.ClusterClient, key string, reb
 		if err != nil {
 			continue // down or failing over: the gate's own errors say so
 		}
-		if last != "" && id != last {
+		if id != last {
 			log.Warn("redis cluster: another server serves the store's slot; rebuilding the projection",
 				"was", last, "now", id)
 			rebuild()

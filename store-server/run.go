@@ -385,7 +385,9 @@ func (m *Main) startBackground(ctx context.Context, s *server, background *sync.
 		go watchFailover(ctx, strings.Split(m.Sentinels, ","), m.MasterName, m.SentinelPassword, m.redisTLS, s.in.Rebuild, s.log)
 	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		go watchCluster(ctx, cc, slotKey(m.Store), s.in.Rebuild, s.log)
+		key := slotKey(m.Store)
+		first := firstSlotServer(ctx, cc, key) // before the ingest's first rebuild (Run starts it)
+		go watchCluster(ctx, cc, key, first, s.in.Rebuild, s.log)
 	}
 }
 

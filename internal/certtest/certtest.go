@@ -56,7 +56,8 @@ func NewCA(t testing.TB) *CA {
 }
 
 // Issue makes a new key and a server certificate for 127.0.0.1 expiring at notAfter (to
-// the second), as PEM.
+// the second), as PEM. It serves as a client's too: the nodes of a Redis Cluster over TLS
+// present it to each other on the cluster bus, which checks it.
 func (ca *CA) Issue(t testing.TB, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -67,7 +68,7 @@ func (ca *CA) Issue(t testing.TB, notAfter time.Time) (certPEM, keyPEM []byte) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial), Subject: pkix.Name{CommonName: "posgate test server"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter.Truncate(time.Second),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &k.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,9 @@ func (s *Stack) startCluster(ctx context.Context, bins binaries) error {
 	n := clusterMasters * (1 + clusterReplicas)
 	for i := range n {
 		p, err := s.first(ctx, kindRedis, fmt.Sprintf("cluster-%d", i), bins.redis, func(p *Proc) string {
+			if s.clusterTLS {
+				return redisConf(p, 0) + clusterConf + s.tlsConf(p) + "tls-cluster yes\ntls-replication yes\n"
+			}
 			return redisConf(p, 0) + clusterConf
 		}, nil)
 		if err != nil {
@@ -33,7 +36,13 @@ func (s *Stack) startCluster(ctx context.Context, bins binaries) error {
 		s.Cluster = append(s.Cluster, p)
 	}
 	args := []string{"--cluster", "create"}
-	args = append(args, s.ClusterAddrs()...)
+	if s.clusterTLS {
+		// A node on a TLS cluster bus announces its TLS port and listens for the bus at
+		// that port + 10000: the nodes must meet through their TLS ports.
+		args = append([]string{"--tls", "--cacert", s.tls.CA}, append(args, s.ClusterTLSAddrs()...)...)
+	} else {
+		args = append(args, s.ClusterAddrs()...)
+	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(clusterReplicas), "--cluster-yes")
 	cctx, cancel := context.WithTimeout(ctx, topologyTimeout)
 	defer cancel()
@@ -89,6 +98,15 @@ func (s *Stack) ClusterAddrs() []string {
 	addrs := make([]string, len(s.Cluster))
 	for i, p := range s.Cluster {
 		addrs[i] = p.Addr()
+	}
+	return addrs
+}
+
+// ClusterTLSAddrs returns the TLS addresses of every cluster node (Options.ClusterTLS).
+func (s *Stack) ClusterTLSAddrs() []string {
+	addrs := make([]string, len(s.Cluster))
+	for i, p := range s.Cluster {
+		addrs[i] = p.TLSAddr()
 	}
 	return addrs
 }
@@ -157,7 +175,7 @@ func (s *Stack) masterIn(v any, slot int) *Proc {
 		}
 		port, _ := node[1].(int64)
 		for _, p := range s.Cluster {
-			if p.Port == int(port) {
+			if p.Port == int(port) || (p.TLSPort != 0 && p.TLSPort == int(port)) {
 				return p
 			}
 		}

@@ -76,6 +76,11 @@ type Options struct {
 	// (tls-replication yes), so the master a sentinel reports is a TLS address; see
 	// SentinelTLSAddrs.
 	SentinelTLS bool
+	// ClusterTLS (with RedisTLS and Cluster) runs the cluster over TLS: each node serves a
+	// TLS port (Proc.TLSPort) beside its plain one, the cluster bus and replication are TLS
+	// (tls-cluster yes, tls-replication yes), and a client on a TLS port is told the
+	// nodes' TLS ports; see ClusterTLSAddrs. The launcher's probes use the plain ports.
+	ClusterTLS bool
 
 	MQTT bool // start mosquitto
 	// MosquittoExtra is appended to mosquitto.conf after the listener line, e.g.
@@ -113,12 +118,13 @@ type Stack struct {
 	MasterName string  // sentinel master name
 	Dir        string  // absolute working directory
 
-	created  bool // Dir was made by Start and is removed by Close
-	logfn    func(format string, args ...any)
-	ports    map[int]bool // ports handed out, never handed out twice
-	password string       // Options.RedisPassword
-	tls      *TLSFiles    // Options.RedisTLS
-	tlsAll   bool         // Options.SentinelTLS: replication and sentinels over TLS
+	created    bool // Dir was made by Start and is removed by Close
+	logfn      func(format string, args ...any)
+	ports      map[int]bool // ports handed out, never handed out twice
+	password   string       // Options.RedisPassword
+	tls        *TLSFiles    // Options.RedisTLS
+	tlsAll     bool         // Options.SentinelTLS: replication and sentinels over TLS
+	clusterTLS bool         // Options.ClusterTLS: the cluster over TLS
 
 	mu       sync.Mutex
 	closed   bool
@@ -143,12 +149,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.SentinelTLS && (o.RedisTLS == nil || o.Sentinels == 0) {
 		return nil, errors.New("stack: SentinelTLS needs RedisTLS and Sentinels")
 	}
+	if o.ClusterTLS && (o.RedisTLS == nil || !o.Cluster) {
+		return nil, errors.New("stack: ClusterTLS needs RedisTLS and Cluster")
+	}
 	bins, err := lookBinaries(o)
 	if err != nil {
 		return nil, err
 	}
 	s = &Stack{MasterName: o.MasterName, logfn: o.Logf, ports: map[int]bool{}, password: o.RedisPassword, tls: o.RedisTLS,
-		tlsAll: o.SentinelTLS}
+		tlsAll: o.SentinelTLS, clusterTLS: o.ClusterTLS}
 	if s.MasterName == "" {
 		s.MasterName = DefaultMasterName
 	}
@@ -635,18 +644,24 @@ func (s *Stack) redisConf(p *Proc, masterPort int) string {
 		conf += fmt.Sprintf("requirepass %q\nmasterauth %q\n", s.password, s.password)
 	}
 	if s.tls != nil {
-		port, err := s.freePort()
-		if err != nil {
-			return conf // the node then serves no TLS, and the test that wants it fails
-		}
-		p.TLSPort = port
-		conf += fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n",
-			port, s.tls.Cert, s.tls.Key, s.tls.CA)
+		conf += s.tlsConf(p)
 		if s.tlsAll {
 			conf += "tls-replication yes\n"
 		}
 	}
 	return conf
+}
+
+// tlsConf is the lines of a redis node's config for a TLS port of its own (Proc.TLSPort)
+// serving the stack's certificate.
+func (s *Stack) tlsConf(p *Proc) string {
+	port, err := s.freePort()
+	if err != nil {
+		return "" // the node then serves no TLS, and the test that wants it fails
+	}
+	p.TLSPort = port
+	return fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n",
+		port, s.tls.Cert, s.tls.Key, s.tls.CA)
 }
 
 // sentinelAuth is the lines of a sentinel's config for the stack's password: its own
