@@ -102,6 +102,7 @@ func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) er
 // answers that refuse, through a transport that validates each request and answer against
 // the document the agent serves; every operation the document names is exercised.
 func TestOpenAPIConformance(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	above := money.Fen(2000)
 	setSettings(t, a.store, func(s *wire.Settings) { s.RefundSupervisorAbove, s.OfflineRefunds = &above, true })
@@ -232,6 +233,7 @@ func second[T any](_ T, err error) error { return err }
 // TestOpenAPIDocument: the document is valid JSON, names every route the agent serves, and
 // lists every code of the refusals before the route.
 func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
 	var doc map[string]any
 	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
 		t.Fatal(err)

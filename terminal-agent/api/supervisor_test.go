@@ -92,6 +92,7 @@ func svJSON(sv client.Supervisor) string {
 // nothing; a refund above the store's threshold, or one made offline, is refused without a
 // supervisor. The outbox's events, sales, refunds, closes and requests stay as they were.
 func TestForgedSupervisor(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	above := money.Fen(2000)
 	setSettings(t, a.store, func(s *wire.Settings) { s.RefundSupervisorAbove, s.OfflineRefunds = &above, true })
@@ -170,6 +171,7 @@ func TestForgedSupervisor(t *testing.T) {
 // then twice as long after each further wrong PIN, at most an hour; the right PIN clears
 // the count.
 func TestSupervisorLockGrows(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	ctx := context.Background()
 	try := func(pin string) error {
