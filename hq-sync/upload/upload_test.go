@@ -83,6 +83,7 @@ func checkDay(tb testing.TB, h *testHQ, s *store, d storedDay, rev int64) {
 }
 
 func TestUploadEverythingOnceAndDeclareDays(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(250, day0)
@@ -234,6 +235,7 @@ func TestHQDownForAWhileThenUp(t *testing.T) {
 }
 
 func TestCrashAfterRecordBeforeSend(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(150, day0)
@@ -268,6 +270,7 @@ func TestCrashAfterRecordBeforeSend(t *testing.T) {
 }
 
 func TestCrashAfterHQStoredBeforeMarkedSent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(150, day0)
@@ -299,6 +302,7 @@ func TestCrashAfterHQStoredBeforeMarkedSent(t *testing.T) {
 }
 
 func TestKilledAtRandomPointsAndRestarted(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	h := newTestHQ(t)
@@ -443,6 +447,7 @@ func TestUploaderProcess(t *testing.T) {
 }
 
 func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(350, day0)
@@ -499,6 +504,7 @@ func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
 }
 
 func TestBatchesStayUnderTheByteLimit(t *testing.T) {
+	t.Parallel()
 	t.Run("small budget", func(t *testing.T) {
 		dir := t.TempDir()
 		s := MustOpenStore(t, dir)
@@ -544,6 +550,7 @@ func TestBatchesStayUnderTheByteLimit(t *testing.T) {
 // second of the uploader's clock (Now), whose sent and left add up to the backlog. Each of
 // HQ's answers takes 200 ms on that clock.
 func TestProgressLines(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(3000, day0)
@@ -609,6 +616,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func TestRefusesAnotherStoreOrLedger(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(20, day0)
@@ -656,6 +664,7 @@ func TestRefusesAnotherStoreOrLedger(t *testing.T) {
 }
 
 func TestBackoffIsFullJitterCapped(t *testing.T) {
+	t.Parallel()
 	u := &Uploader{cfg: Config{RetryBase: 100 * time.Millisecond, RetryCap: time.Second}}
 	for n := 0; n < 70; n++ {
 		window := min(time.Second, 100*time.Millisecond<<min(n, 20))
@@ -674,6 +683,7 @@ func TestBackoffIsFullJitterCapped(t *testing.T) {
 }
 
 func TestBatchIDFormat(t *testing.T) {
+	t.Parallel()
 	if got := batchID("S1", "9f86d081", 42); got != "S1-9f86d081-000000042" {
 		t.Errorf("batch id %q", got)
 	}
@@ -687,6 +697,7 @@ func TestBatchIDFormat(t *testing.T) {
 }
 
 func TestCatchUpOverManyDaysDeclaresEachDayOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	for d := 0; d < 6; d++ {
@@ -716,6 +727,7 @@ func TestCatchUpOverManyDaysDeclaresEachDayOnce(t *testing.T) {
 }
 
 func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(20, day0)
@@ -761,6 +773,7 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 // together list the day's transactions in order; a transaction larger than the limit on its
 // own still goes, alone in its part.
 func TestSplitParts(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2025, 3, 1, 23, 0, 0, 0, time.UTC)
 	mk := func(n int) hqwire.StoreDay {
 		d := hqwire.StoreDay{BusinessDate: date0, Revision: 7, ClosedAt: at}
@@ -812,6 +825,7 @@ func TestSplitParts(t *testing.T) {
 // the state keeps those HQ acknowledged for a week and no more, and still says when the
 // last one went.
 func TestSentBatchesKeptAWeek(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, clk, cfg := restoreFixture(t)
 	u := MustNew(t, cfg)
@@ -861,6 +875,7 @@ func TestSentBatchesKeptAWeek(t *testing.T) {
 // follow them, not the batches stamped a year ahead, or the alert on a store whose upload
 // stopped could not fire for a year.
 func TestLastSentAfterAClockCorrected(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, clk, cfg := restoreFixture(t)
 	reg := prometheus.NewRegistry()
