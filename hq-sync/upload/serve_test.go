@@ -205,7 +205,9 @@ func TestLostStateStartsAgain(t *testing.T) {
 // mustOpenHQ opens HQ's SQLite database in dir, closed when the test ends.
 func mustOpenHQ(tb testing.TB, dir string) *sqlite.Store {
 	tb.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hq.db"))
+	path := filepath.Join(dir, "hq.db")
+	copyNew(tb, path, newHQFile)
+	st, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		tb.Fatal(err)
 	}
