@@ -553,7 +553,7 @@ func TestProgressLines(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
-	s.Sales(3000, day0)
+	s.Sales(1200, day0)
 	h := newTestHQ(t)
 	clk := newClock(time.Now())
 	h.setFault(func(int, *hqwire.Batch) fault {
@@ -562,7 +562,7 @@ func TestProgressLines(t *testing.T) {
 	})
 	srv := startHQ(t, h)
 	cfg := config(dir, s, srv.URL(), clk.Now)
-	cfg.BatchRows = 50
+	cfg.BatchRows = 20
 	w := &timedWriter{now: clk.Now}
 	cfg.Progress = w
 	u := MustNew(t, cfg)
@@ -581,8 +581,8 @@ func TestProgressLines(t *testing.T) {
 		}
 		sent, _ := strconv.Atoi(m[1])
 		left, _ := strconv.Atoi(m[2])
-		if sent+left != 3000 {
-			t.Errorf("line %q: sent + left is not 3000", l)
+		if sent+left != 1200 {
+			t.Errorf("line %q: sent + left is not 1200", l)
 		}
 		if i > 0 && w.at[i].Sub(w.at[i-1]) < time.Second {
 			t.Errorf("lines %d and %d %v apart", i, i+1, w.at[i].Sub(w.at[i-1]))
