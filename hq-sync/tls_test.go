@@ -15,7 +15,9 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/certtest"
 	"github.com/posgate/posgate/internal/wire"
+	sclient "github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 // TestUploadOverTLS: "serve --tls-cert" answers HTTPS only, with its certificate in the
@@ -97,12 +99,36 @@ func TestUploadOverTLS(t *testing.T) {
 		}
 		return len(got)
 	}
-	// Without it the uploader retries, as for an HQ away (logging the certificate error).
-	short, cancel := context.WithTimeout(ctx, 3*time.Second)
-	code, errs := upload(short, filepath.Join(dir, "untrusting.db"))
-	cancel()
+	// Without it the uploader retries, as for an HQ away: the batch waits, its failed sends
+	// counted with the certificate error, until the uploader is stopped.
+	untrusting := filepath.Join(dir, "untrusting.db")
+	stopped, stop := context.WithCancel(ctx)
+	defer stop()
+	var code int
+	var errs string
+	exited := make(chan struct{})
+	go func() { defer close(exited); code, errs = upload(stopped, untrusting) }()
+	var st sclient.UploadStatus
+	for deadline := time.Now().Add(20 * time.Second); st.Attempts == 0; {
+		select {
+		case <-exited:
+			t.Fatalf("upload without --hq-ca exited before a failed send: exit %d: %s", code, errs)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed send of the uploader without --hq-ca in 20 s: %+v", st)
+		}
+		if _, err := os.Stat(untrusting); err == nil { // not before the uploader made it
+			st, _ = uploadstate.ReadStatus(ctx, ledgerPath, untrusting, e2eStore, loc)
+		}
+	}
+	stop()
+	<-exited
 	if code == 0 {
 		t.Fatalf("upload without --hq-ca: exit %d: %s", code, errs)
+	}
+	if st.Pending == "" || !strings.Contains(st.LastError, "certificate") {
+		t.Errorf("upload without --hq-ca: status %+v, want a pending batch failed for HQ's certificate", st)
 	}
 	if n := rows(); n != 0 {
 		t.Fatalf("HQ holds %d rows from an uploader that does not trust its certificate", n)

@@ -214,6 +214,7 @@ func (l *batchLog) batches() []hqwire.Batch {
 // the SQLite engine) with the rows, from the first batch on, and each change follows: a
 // manager's resolution, and a refund exception withdrawn when the sale it names arrives.
 func TestExceptionsReachHQ(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, log, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -273,6 +274,7 @@ func TestExceptionsReachHQ(t *testing.T) {
 // parked, saying what the till took, with the exceptions changed after it and the rows;
 // the manager's resolution follows it.
 func TestParkedEventsReachHQ(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -316,6 +318,7 @@ func TestParkedEventsReachHQ(t *testing.T) {
 
 // TestFitText: an exception's text goes as HQ takes it, whatever the store's ledger holds.
 func TestFitText(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("é", hqwire.MaxExceptionText) // 2 bytes each
 	for _, tc := range []struct{ name, in string }{
 		{"short", "a delivery not booked"},
@@ -340,6 +343,7 @@ func TestFitText(t *testing.T) {
 // as long as it may be, oversells, and its exception goes with the SKU escaped
 // (hqwire.EscapeSKU) instead of making HQ refuse the batch and hold back every later row.
 func TestNULInSKU(t *testing.T) {
+	t.Parallel()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
@@ -365,6 +369,7 @@ func TestNULInSKU(t *testing.T) {
 // next exception changes are numbered from the time, above those made since the backup and
 // acknowledged already, so they are read and HQ takes them.
 func TestLedgerRestoredFromBackup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -414,6 +419,7 @@ func TestLedgerRestoredFromBackup(t *testing.T) {
 // TestBudgetCutsExceptions: a small budget cuts the exceptions over several batches,
 // with changes between the batches; HQ ends with the ledger's state.
 func TestBudgetCutsExceptions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -444,6 +450,7 @@ func TestBudgetCutsExceptions(t *testing.T) {
 // BatchAge: in a store whose sales oversell (no stock counted), each sale would otherwise go
 // to HQ in a request of its own.
 func TestExceptionsWaitWithTheRows(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, log, cfg := newHQFixture(t, nil)
 	cfg.BatchAge = time.Hour
@@ -477,6 +484,7 @@ func TestExceptionsWaitWithTheRows(t *testing.T) {
 // when they fill a batch: a burst of 2.5 batches' worth (a day of offline sales that
 // oversold, flagged at once) goes as two full batches at once, and the rest waits.
 func TestFullBatchOfChangesGoes(t *testing.T) {
+	t.Parallel()
 	s, _, log, cfg := newHQFixture(t, nil)
 	cfg.BatchAge = time.Hour
 	u := MustNew(t, cfg)
@@ -521,6 +529,7 @@ func TestFullBatchOfChangesGoes(t *testing.T) {
 // valid on the wire) stay two exceptions at HQ: the escape keeps them apart (a batch with
 // one key twice would be refused, and hold back every row after it).
 func TestSKUsThatDifferByANULAndASUB(t *testing.T) {
+	t.Parallel()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 	s.Sales(3, day0)
@@ -550,6 +559,7 @@ func TestSKUsThatDifferByANULAndASUB(t *testing.T) {
 // exception must go to HQ under a date HQ takes, and the rows and exceptions after it must
 // follow; a batch HQ refuses would hold back everything the store sells from then on.
 func TestParkedEventOfAFarTime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -604,6 +614,7 @@ func (s *store) parkedAt(terminal string, at time.Time, code, message string) {
 // where reconcile finds the terminal without a day close, and says what the till declared.
 // Filed under the date of its time, it would be listed the night after, beside nothing.
 func TestParkedDayCloseFiledUnderItsDay(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -668,6 +679,7 @@ func changesInLedger(t *testing.T, s *store, after int64) int64 {
 // the uploader runs, none once HQ has them, and the new ones after a change. They showed
 // nowhere: a store whose resolutions never reached HQ looked all sent.
 func TestExceptionChangesWaitingShown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, cfg := newHQFixture(t, nil)
 	reg := prometheus.NewRegistry()
@@ -715,6 +727,7 @@ func TestExceptionChangesWaitingShown(t *testing.T) {
 // carries rows, so the sales reach HQ within a few batches while the changes still drain in
 // each. The changes took the whole batch, and the sales waited until every one had gone.
 func TestRowsNotStarvedByExceptions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, log, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
@@ -806,6 +819,7 @@ func (s *store) ParkedContents(terminal string, at time.Time, n int) ledger.Reco
 // parked contents, each an exception of its own at HQ: the first with no sku, the second
 // under its hash.
 func TestLaterParkedContentsReachHQ(t *testing.T) {
+	t.Parallel()
 	s, st, _, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)
 

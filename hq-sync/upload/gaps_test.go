@@ -48,6 +48,7 @@ func sentGaps(l *batchLog) []string {
 // saying which seqs the store lacks and why, with the exceptions changed after it and the
 // rows. HQ heard nothing of a gap before.
 func TestSeqGapsReachHQ(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, log, cfg := newHQFixture(t, nil)
 	u := MustNew(t, cfg)

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -18,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
+	"github.com/posgate/posgate/store-server/uploadstate"
 )
 
 const testStore = "S1"
@@ -95,6 +99,7 @@ func (s *store) reopen(tb testing.TB) {
 func MustOpenStore(tb testing.TB, dir string) *store {
 	tb.Helper()
 	path := filepath.Join(dir, "ledger.db")
+	copyNew(tb, path, newLedgerFile)
 	l, err := ledger.Open(context.Background(), path, testStore, shanghai)
 	if err != nil {
 		tb.Fatal(err)
@@ -580,9 +585,11 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// MustNew starts an uploader or fails the test.
+// MustNew starts an uploader or fails the test. A state not there yet starts as a copy of
+// a new one (copyNew).
 func MustNew(tb testing.TB, cfg Config) *Uploader {
 	tb.Helper()
+	copyNew(tb, cfg.StatePath, newStateFile)
 	u, err := New(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -666,3 +673,64 @@ func sameMap[K comparable, V comparable](a, b map[K]V) bool {
 	}
 	return true
 }
+
+// copyNew writes at path, unless a file is there, the file of a new database that file
+// gives: made once in this test binary by the code that makes it in posgate, so that each
+// test's store, HQ and uploader state do not run the migrations again (10-20 ms of CPU and
+// a dozen syncs a database). New makes its state itself where a test calls it rather than
+// MustNew.
+func copyNew(tb testing.TB, path string, file func() ([]byte, error)) {
+	tb.Helper()
+	b, err := file()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// newDBFile returns the file of the database open makes at a new path and closes, made once.
+func newDBFile(open func(path string) (io.Closer, error)) func() ([]byte, error) {
+	return sync.OnceValues(func() ([]byte, error) {
+		dir, err := os.MkdirTemp("", "posgate-upload-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "new.db")
+		db, err := open(path)
+		if err != nil {
+			return nil, err
+		}
+		if err := db.Close(); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("a closed new database left its write-ahead log: %v", err)
+		}
+		return os.ReadFile(path)
+	})
+}
+
+var (
+	newLedgerFile = newDBFile(func(path string) (io.Closer, error) {
+		return ledger.Open(context.Background(), path, testStore, shanghai)
+	})
+	newHQFile = newDBFile(func(path string) (io.Closer, error) {
+		return sqlite.Open(context.Background(), path)
+	})
+	newStateFile = newDBFile(func(path string) (io.Closer, error) {
+		return uploadstate.Open(context.Background(), path)
+	})
+)

@@ -15,6 +15,7 @@ import (
 // all again; a serve without the route (404, as v0.1.0's) leaves the batches going and the
 // moves waiting.
 func TestMovesToServe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)

@@ -109,6 +109,7 @@ func everyRowAtHQ(t *testing.T, s *store, st *sqlite.Store) {
 // whatever the ledger held there: the new rows were never read, and HQ's reconcile showed
 // them missing.
 func TestRestoredLedgerUnderPendingBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, hqs, clk, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1")
@@ -160,6 +161,7 @@ func TestRestoredLedgerUnderPendingBatch(t *testing.T) {
 // store expected is OK. Nothing declared it: the reconcile reported the store no_store_day
 // and the date NOT OK every night, as it would a stuck upload.
 func TestDayWithoutSales(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	day2 := day0.AddDate(0, 0, 2)
@@ -195,6 +197,7 @@ func TestDayWithoutSales(t *testing.T) {
 // hold the same row at id 8 alone. Taking that for "the ledger holds the batch", the
 // watermark moved to 8, past T3:1 at id 6, which never reached HQ.
 func TestRestoredLedgerSameLastRow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, hqs, _, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1") // ids 1..5: T1 seq 1..5
@@ -252,6 +255,7 @@ func hqCount(t *testing.T, dir, q string) int {
 // 2025-03-01. The uploader declares at most the last 31 days without trade. It declared every
 // day from 2000-01-02 empty, 9,192 of them in 298 batches, and walked them all at each poll.
 func TestTillClockResetDeclaresNoDecades(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	dir := filepath.Dir(cfg.StatePath)
@@ -276,6 +280,7 @@ func TestTillClockResetDeclaresNoDecades(t *testing.T) {
 // HQ's nightly reconcile of it says NOT OK; once they come back its rows are declared. It was
 // declared empty, and the reconcile said OK for a day the tills sold all through.
 func TestOfflineDayNotDeclaredEmpty(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1", "T2")
@@ -332,6 +337,7 @@ func noLaterDayDeclared(t *testing.T, dir string, st *sqlite.Store, date, what s
 // empty: every sale of them is at the till. With a till retired after a week unheard, the
 // run on 10 April declared 31 days empty, and HQ's reconcile said OK for them.
 func TestSingleTillOfflineLong(t *testing.T) {
+	t.Parallel()
 	s, st, _, clk, cfg := restoreFixture(t)
 	dir := filepath.Dir(cfg.StatePath)
 	s.Sales(4, at(0), "T1")
@@ -346,6 +352,7 @@ func TestSingleTillOfflineLong(t *testing.T) {
 // ahead of the uploader's clock says nothing of when the till was last heard. It counted as
 // heard after every day, and the days were declared empty, reconciling OK at HQ.
 func TestTillClockAheadLastEvent(t *testing.T) {
+	t.Parallel()
 	s, st, _, clk, cfg := restoreFixture(t)
 	dir := filepath.Dir(cfg.StatePath)
 	s.Sales(4, at(0), "T1")
@@ -416,6 +423,7 @@ func restoreLive(t *testing.T, s *store, backup string) {
 // (the ledger holds a row at 10 with the key it sent) said all was well. Started again with
 // a new state, as the operator does with a restored ledger, it sends every row.
 func TestRestoreUnderRunningUploader(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1") // ids 1..5
@@ -471,6 +479,7 @@ func TestRestoreUnderRunningUploader(t *testing.T) {
 // opened, gone from the directory: nothing more reached HQ, and its status said the backlog
 // was 0, until it was started again.
 func TestLedgerFileReplacedUnderRunningUploader(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, _, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1") // ids 1..5
@@ -515,6 +524,7 @@ func moveIntoPlace(t *testing.T, s *store, backup string) {
 // the file the uploader had open before the restore for as long as HQ stayed away (days,
 // maybe), and said the ledger was fine.
 func TestLedgerFileReplacedWhileHQIsDown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, hqs, _, cfg := restoreFixture(t)
 	s.Sales(3, day0, "T1") // ids 1..3
@@ -567,6 +577,7 @@ func TestLedgerFileReplacedWhileHQIsDown(t *testing.T) {
 // 6..9), by --status, the uploader's status and its metrics. It counted the rows after the
 // watermark (id 9 alone): 1 row waiting, while 4 sales were not at HQ.
 func TestBacklogWhileLedgerBehindHQ(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, clk, cfg := restoreFixture(t)
 	reg := prometheus.NewRegistry()

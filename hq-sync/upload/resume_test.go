@@ -20,6 +20,7 @@ import (
 // its state as it was: every row of the ledger is at HQ, and HQ's reconcile finds none
 // missing.
 func TestResumesOnceTheTillsRefilledTheLedger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, _, clk, cfg := restoreFixture(t)
 	s.Sales(5, day0, "T1") // ids 1..5

@@ -70,6 +70,7 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // what HQ's database holds: every ledger row once, with its hash and amounts, and the
 // day's declaration listing the ledger's manifest.
 func TestUploadToServe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
@@ -147,6 +148,7 @@ func TestUploadToServe(t *testing.T) {
 // day, which HQ holds at revision 2, is declared again above it with the ledger's manifest,
 // as is a late sale of the day after that.
 func TestLostStateStartsAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
@@ -203,7 +205,9 @@ func TestLostStateStartsAgain(t *testing.T) {
 // mustOpenHQ opens HQ's SQLite database in dir, closed when the test ends.
 func mustOpenHQ(tb testing.TB, dir string) *sqlite.Store {
 	tb.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hq.db"))
+	path := filepath.Join(dir, "hq.db")
+	copyNew(tb, path, newHQFile)
+	st, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -317,6 +321,7 @@ func (p *partsSeen) take() (seen []string, maxPart int) {
 // the next revision. An uploader killed between parts goes on where it was, and one whose
 // parts HQ lost (its database restored) declares the day again from part 1.
 func TestDayDeclaredInParts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	seen := &partsSeen{}
 	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { seen.h = h; return seen })
@@ -542,6 +547,7 @@ func sameTxn(a, b hqwire.Txn) bool {
 // being sent to an HQ that must refuse it and holding back every batch after it. A late
 // row of the day tries again; with room, the day is declared.
 func TestDayTooLargeToDeclare(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, st, cfg := newBigDay(t, func(h http.Handler) http.Handler { return h })
 	s.Sales(5, day1)
@@ -651,6 +657,7 @@ func refusePart(w http.ResponseWriter, r *http.Request, refused *atomic.Int64, c
 // batch: it stays pending, loudly, and is sent again as it is; the rows after it wait.
 // Once HQ takes it, the day is declared.
 func TestPartRefusedForItsContent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	o := &refusingParts{}
 	o.on.Store(true)
@@ -686,6 +693,7 @@ func TestPartRefusedForItsContent(t *testing.T) {
 // content: HQ refuses the first (422 batch_id_reused), the uploader starts a new batch
 // series, and every row of the day reaches HQ once.
 func TestStateRestoredFromBackup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	st := mustOpenHQ(t, dir)
@@ -759,6 +767,7 @@ func (c *receipts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // series, which the new series starts at 0 again: the store's upload looked as if it had
 // only begun.
 func TestBatchesCountedAcrossSeries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := &receipts{}
 	s, _, _, cfg := newHQFixture(t, func(h http.Handler) http.Handler { c.h = h; return c })

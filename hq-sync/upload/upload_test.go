@@ -83,6 +83,7 @@ func checkDay(tb testing.TB, h *testHQ, s *store, d storedDay, rev int64) {
 }
 
 func TestUploadEverythingOnceAndDeclareDays(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(250, day0)
@@ -234,6 +235,7 @@ func TestHQDownForAWhileThenUp(t *testing.T) {
 }
 
 func TestCrashAfterRecordBeforeSend(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(150, day0)
@@ -268,6 +270,7 @@ func TestCrashAfterRecordBeforeSend(t *testing.T) {
 }
 
 func TestCrashAfterHQStoredBeforeMarkedSent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(150, day0)
@@ -299,6 +302,7 @@ func TestCrashAfterHQStoredBeforeMarkedSent(t *testing.T) {
 }
 
 func TestKilledAtRandomPointsAndRestarted(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	h := newTestHQ(t)
@@ -443,6 +447,7 @@ func TestUploaderProcess(t *testing.T) {
 }
 
 func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(350, day0)
@@ -499,6 +504,7 @@ func TestRefusedBatchStaysPendingAndBlocks(t *testing.T) {
 }
 
 func TestBatchesStayUnderTheByteLimit(t *testing.T) {
+	t.Parallel()
 	t.Run("small budget", func(t *testing.T) {
 		dir := t.TempDir()
 		s := MustOpenStore(t, dir)
@@ -540,23 +546,32 @@ func TestBatchesStayUnderTheByteLimit(t *testing.T) {
 	})
 }
 
+// TestProgressLines: a catch-up prints "sent N rows, M left, R rows/s" lines, at most one a
+// second of the uploader's clock (Now), whose sent and left add up to the backlog. Each of
+// HQ's answers takes 200 ms on that clock.
 func TestProgressLines(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
-	s.Sales(3000, day0)
+	s.Sales(1200, day0)
 	h := newTestHQ(t)
-	h.delay = 25 * time.Millisecond
+	clk := newClock(time.Now())
+	h.setFault(func(int, *hqwire.Batch) fault {
+		clk.Set(clk.Now().Add(200 * time.Millisecond))
+		return answer
+	})
 	srv := startHQ(t, h)
-	cfg := config(dir, s, srv.URL(), time.Now)
-	cfg.BatchRows = 50
-	w := &timedWriter{}
+	cfg := config(dir, s, srv.URL(), clk.Now)
+	cfg.BatchRows = 20
+	w := &timedWriter{now: clk.Now}
 	cfg.Progress = w
 	u := MustNew(t, cfg)
+	start := clk.Now()
 	MustOnce(t, u)
 	h.check(t, s)
 	line := regexp.MustCompile(`^sent (\d+) rows, (\d+) left, \d+ rows/s\n$`)
-	if len(w.lines) == 0 {
-		t.Fatal("no progress line in a catch-up of more than a second")
+	if len(w.lines) < 2 {
+		t.Fatalf("%d progress lines in a catch-up of %v", len(w.lines), clk.Now().Sub(start))
 	}
 	for i, l := range w.lines {
 		m := line.FindStringSubmatch(l)
@@ -566,24 +581,26 @@ func TestProgressLines(t *testing.T) {
 		}
 		sent, _ := strconv.Atoi(m[1])
 		left, _ := strconv.Atoi(m[2])
-		if sent+left != 3000 {
-			t.Errorf("line %q: sent + left is not 3000", l)
+		if sent+left != 1200 {
+			t.Errorf("line %q: sent + left is not 1200", l)
 		}
-		if i > 0 && w.at[i].Sub(w.at[i-1]) < 900*time.Millisecond { // the uploader's clock was read a moment before
+		if i > 0 && w.at[i].Sub(w.at[i-1]) < time.Second {
 			t.Errorf("lines %d and %d %v apart", i, i+1, w.at[i].Sub(w.at[i-1]))
 		}
 	}
 	t.Logf("progress:\n%s", strings.Join(w.lines, ""))
 }
 
+// timedWriter keeps the lines written to it, and when each was written on its clock.
 type timedWriter struct {
+	now   func() time.Time
 	lines []string
 	at    []time.Time
 }
 
 func (w *timedWriter) Write(p []byte) (int, error) {
 	w.lines = append(w.lines, string(p))
-	w.at = append(w.at, time.Now())
+	w.at = append(w.at, w.now())
 	return len(p), nil
 }
 
@@ -599,6 +616,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func TestRefusesAnotherStoreOrLedger(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(20, day0)
@@ -646,6 +664,7 @@ func TestRefusesAnotherStoreOrLedger(t *testing.T) {
 }
 
 func TestBackoffIsFullJitterCapped(t *testing.T) {
+	t.Parallel()
 	u := &Uploader{cfg: Config{RetryBase: 100 * time.Millisecond, RetryCap: time.Second}}
 	for n := 0; n < 70; n++ {
 		window := min(time.Second, 100*time.Millisecond<<min(n, 20))
@@ -664,6 +683,7 @@ func TestBackoffIsFullJitterCapped(t *testing.T) {
 }
 
 func TestBatchIDFormat(t *testing.T) {
+	t.Parallel()
 	if got := batchID("S1", "9f86d081", 42); got != "S1-9f86d081-000000042" {
 		t.Errorf("batch id %q", got)
 	}
@@ -677,6 +697,7 @@ func TestBatchIDFormat(t *testing.T) {
 }
 
 func TestCatchUpOverManyDaysDeclaresEachDayOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	for d := 0; d < 6; d++ {
@@ -706,6 +727,7 @@ func TestCatchUpOverManyDaysDeclaresEachDayOnce(t *testing.T) {
 }
 
 func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := MustOpenStore(t, dir)
 	s.Sales(20, day0)
@@ -751,6 +773,7 @@ func TestEncodeBatchIsTheBatchJSON(t *testing.T) {
 // together list the day's transactions in order; a transaction larger than the limit on its
 // own still goes, alone in its part.
 func TestSplitParts(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2025, 3, 1, 23, 0, 0, 0, time.UTC)
 	mk := func(n int) hqwire.StoreDay {
 		d := hqwire.StoreDay{BusinessDate: date0, Revision: 7, ClosedAt: at}
@@ -802,6 +825,7 @@ func TestSplitParts(t *testing.T) {
 // the state keeps those HQ acknowledged for a week and no more, and still says when the
 // last one went.
 func TestSentBatchesKeptAWeek(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, clk, cfg := restoreFixture(t)
 	u := MustNew(t, cfg)
@@ -851,6 +875,7 @@ func TestSentBatchesKeptAWeek(t *testing.T) {
 // follow them, not the batches stamped a year ahead, or the alert on a store whose upload
 // stopped could not fire for a year.
 func TestLastSentAfterAClockCorrected(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _, _, clk, cfg := restoreFixture(t)
 	reg := prometheus.NewRegistry()

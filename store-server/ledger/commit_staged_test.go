@@ -139,7 +139,7 @@ func TestStagedCommitIsCommitEach(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		runs++
 		open := func(name string) *Ledger {
-			l, err := Open(ctx, fmt.Sprintf("%s/%s-%d.db", dir, name, runs), testStore, shanghai)
+			l, err := openNew(fmt.Sprintf("%s/%s-%d.db", dir, name, runs))
 			if err != nil {
 				rt.Fatal(err)
 			}

@@ -33,8 +33,19 @@ func fillDays(t *testing.T, l *Ledger, seq int64, n int, days ...time.Time) int6
 // fileBytes checkpoints the ledger's log whole into its file and returns the file's size.
 func fileBytes(t *testing.T, l *Ledger) int64 {
 	t.Helper()
-	if _, err := l.db.W.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		t.Fatal(err)
+	// A TRUNCATE checkpoint is busy (and copies nothing) while the background checkpointer's
+	// own pass runs: the file would miss the pages still in the log.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var busy, log, done int
+		if err := l.db.W.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log stays busy: %d frames, %d copied", log, done)
+		}
 	}
 	fi, err := os.Stat(l.db.Path)
 	if err != nil {

@@ -76,6 +76,7 @@ func (a *agent) refuseAll(t *testing.T, cases []hostile) {
 // rebinding), from a page of a foreign origin, or with a body a form could post, nothing is
 // done and the answer says why with a stable code.
 func TestHostileRequests(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	paid := a.openSale()
 	a.addLine(paid, "MILK", 1)
@@ -130,6 +131,7 @@ func TestHostileRequests(t *testing.T) {
 // TestAllowedOrigin: a page of a configured origin may call the API with the token, and
 // its browser's preflight is answered; another origin is still refused.
 func TestAllowedOrigin(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	acc := testAccess
 	acc.Origins = []string{"https://pos.example.com"}
@@ -154,6 +156,7 @@ func TestAllowedOrigin(t *testing.T) {
 
 // TestPreflightHeaders: the preflight of an allowed origin names what the API takes.
 func TestPreflightHeaders(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	acc := testAccess
 	acc.Origins = []string{"https://pos.example.com"}

@@ -253,6 +253,7 @@ func (a *agent) dump() string {
 }
 
 func TestBadInputStoresNothing(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 100000, MaxStoredCard: 1000000})
 	open := a.openSale()
 	a.addLine(open, "MILK", 2)
@@ -341,6 +342,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 }
 
 func TestDoubleClickIsOnePayment(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
 	a.addLine(id, "MILK", 2)
@@ -382,6 +384,7 @@ func TestDoubleClickIsOnePayment(t *testing.T) {
 }
 
 func TestOfflineCaps(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000, MaxOffline: 24 * time.Hour})
 	sale := func(sku string, qty int64) string {
 		id := a.openSale()
@@ -425,6 +428,7 @@ func TestOfflineCaps(t *testing.T) {
 }
 
 func TestOfflineRefundsWhenAllowed(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	setSettings(t, a.store, func(s *wire.Settings) { s.OfflineRefunds = true })
 	id := a.openSale()
@@ -453,6 +457,7 @@ func TestOfflineRefundsWhenAllowed(t *testing.T) {
 func (r resp) Code(t *testing.T) string { return r.code(t) }
 
 func TestCatalogPricesOffline(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
 	s, err := a.c.AddLine(context.Background(), client.NewKey(), id, client.AddLineRequest{Barcode: "6901234567890", Qty: 3})
@@ -484,6 +489,7 @@ func TestCatalogPricesOffline(t *testing.T) {
 }
 
 func TestStatusBacklog(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	st := a.status()
 	if st.Backlog != 0 || st.OldestAgeMs != 0 {
@@ -501,6 +507,7 @@ func TestStatusBacklog(t *testing.T) {
 }
 
 func TestSeqsNeverReused(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	ctx := context.Background()
 	var last int64
@@ -534,6 +541,7 @@ func TestSeqsNeverReused(t *testing.T) {
 }
 
 func TestMoneyNeverFloat(t *testing.T) {
+	t.Parallel()
 	// 0.1 + 0.2 in float64 is not 0.3; in fen it is.
 	a := newOfflineAgent(t, outbox.Caps{})
 	if _, err := a.store.ReplaceCatalog(context.Background(), wire.Catalog{V: 1, Store: "S1", Version: 9,
@@ -553,6 +561,7 @@ func TestMoneyNeverFloat(t *testing.T) {
 // open counts against the cap on card money held offline, so split payments each under the
 // per-payment cap cannot add up past it.
 func TestStoredCardCapCountsOpenSales(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{MaxCardPayment: 50000, MaxStoredCard: 80000})
 	id := a.openSale()
 	a.addLine(id, "TV", 1) // 3999.00
@@ -573,6 +582,7 @@ func TestStoredCardCapCountsOpenSales(t *testing.T) {
 // above it, are refused with amount_above_limit, so the agent never takes a sale the store
 // would refuse.
 func TestSaleAmountLimit(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	id := a.openSale()
 	r := a.do("POST", "/v1/sales/"+id+"/lines", `{"sku":"TV","qty":250063}`) // 1,000,001,937.00
@@ -591,6 +601,7 @@ func TestSaleAmountLimit(t *testing.T) {
 // stopped, or the first click still waited) is answered on its retry with the totals queued
 // for the store; and after the close the till takes no more sales on that day.
 func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.sellMilk()
 	var first client.DayCloseAnswer
@@ -624,6 +635,7 @@ func TestDayCloseRetryShowsQueuedTotals(t *testing.T) {
 // morning. It took today's date by its clock: it closed the new, empty day, left the day sold
 // on unclosed, and, a close being final, refused every sale of the new day (day_closed).
 func TestCloseAfterMidnight(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	if r := a.do("POST", "/v1/day-close", `{}`); r.Status != http.StatusConflict || r.code(t) != outbox.CodeNothingToClose {
 		t.Fatalf("a close naming no day, nothing sold: %d %s, want 409 %s", r.Status, r.Body, outbox.CodeNothingToClose)
@@ -665,6 +677,7 @@ func ambiguousClose(t *testing.T, a *agent, open ...string) {
 // cashier names 2026-11-29, and the till sells the next morning. A close naming no day took
 // the latest day with a sale, the new one, closed for good: the till refused its every sale.
 func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00 Shanghai
 	id := a.openSale()
@@ -691,6 +704,7 @@ func TestCloseAfterASaleAcrossMidnight(t *testing.T) {
 // at 07:05, naming no day: it is asked which of the two open days, not locked out of the
 // morning. A default of today from 06:00 closed 2026-11-30 and refused the 08:00 sale.
 func TestNightShiftClose(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.clock.Add(12 * time.Hour) // 2026-11-29 22:00
 	a.sellMilk()
@@ -710,6 +724,7 @@ func TestNightShiftClose(t *testing.T) {
 // no day asks which; after the cashier closes both, the evening after closes its own day.
 // Taking the oldest open day, every evening's close declared the day before, for good.
 func TestForgottenClose(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	a.sellMilk()                // 2026-11-29 10:00; no close that evening
 	a.clock.Add(24 * time.Hour) // 2026-11-30 10:00
@@ -737,6 +752,7 @@ func TestForgottenClose(t *testing.T) {
 // second payment. Pruning by the clock alone dropped the request's record, and the retry
 // charged the card again.
 func TestRetryAfterClockJump(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	ctx := context.Background()
 	id := a.openSale()
@@ -762,6 +778,7 @@ func TestRetryAfterClockJump(t *testing.T) {
 // (old_open_days) for the supervisor, who closes it by name. It made every close naming no
 // day day_to_close_ambiguous until someone named 2000-01-01.
 func TestCloseWithADayLongPast(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	right := a.clock.Now() // 2026-11-29 10:00 Shanghai
 	a.clock.Add(time.Date(2000, 1, 1, 8, 0, 0, 0, shanghai).Sub(right))

@@ -21,6 +21,7 @@ import (
 // close's answer and does not close the day again. Without the reopen the close was final
 // and the till was locked out of the rest of the day's trade.
 func TestReopenAMistakenClose(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{})
 	ctx := context.Background()
 	a.sellMilk()               // 10:00
@@ -120,6 +121,7 @@ func (a *agent) answerOf(t *testing.T, token string) []byte {
 // TestReopenRefusals: a reopen names a closed day, not in the future and within the close
 // lookback, and says why; anything else is refused with its code and changes nothing.
 func TestReopenRefusals(t *testing.T) {
+	t.Parallel()
 	a := newOfflineAgent(t, outbox.Caps{}) // 2026-11-29 10:00, lookback 7 days
 	a.sellMilk()
 	for _, d := range []string{"2026-11-21", "2026-11-22"} { // 8 and 7 days back

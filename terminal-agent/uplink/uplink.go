@@ -394,7 +394,15 @@ func (u *Uplink) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	u.client.Disconnect(250)
+	// A connection gets 250 ms to send what it holds and a DISCONNECT (no last will). With
+	// none open there is nothing to send, and paho's Disconnect would sit out the whole
+	// quiesce before it returns (while it waits for the connect retry to give up): an offline
+	// till would stop 250 ms late.
+	var quiesce uint
+	if u.client.IsConnectionOpen() {
+		quiesce = 250
+	}
+	u.client.Disconnect(quiesce)
 	return nil
 }
 
