@@ -2,19 +2,18 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/posgate/posgate/hq-sync/upload"
+	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/private"
 	"github.com/posgate/posgate/internal/wire"
@@ -148,16 +147,9 @@ func (c *Upload) Run(ctx context.Context) error {
 // clientTrusting is the uploader's HTTP client (upload.NewClient), trusting the
 // authorities in the PEM file caPath for HQ's certificate besides the system's.
 func clientTrusting(caPath string) (*http.Client, error) {
-	pemBytes, err := os.ReadFile(caPath)
+	roots, err := certfile.RootsWith(caPath)
 	if err != nil {
 		return nil, err
-	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	if !roots.AppendCertsFromPEM(pemBytes) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caPath)
 	}
 	return upload.NewClient(roots), nil
 }

@@ -45,23 +45,7 @@ func TestClusterOverTLS(t *testing.T) {
 	if _, err := s.WaitClusterFailover(ctx, master, slot); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m := must[client.ModeAnswer](t, "mode")(srv.manager().Mode(ctx))
-		if m.Mode == client.ModeRedis && m.Stats.Rebuilds > before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the failover: mode %s, rebuilds %d (before %d)", m.Mode, m.Stats.Rebuilds, before)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if qty, applied := srv.adjust(t, "adj-after-failover", "A1", 5, "adjust"); qty != 30 || !applied {
-		t.Fatalf("adjust after the failover: qty %d applied %v", qty, applied)
-	}
-	if row := srv.stock(t)["A1"]; row.Redis == nil || *row.Redis != 30 {
-		t.Fatalf("A1 after the failover: ledger %d, Redis %v; want 30 in both", row.Ledger, biDeref(row.Redis))
-	}
+	resumesAfterFailover(t, srv, before)
 	if m, err := clear.manager().Mode(ctx); err != nil || m.Mode == client.ModeRedis {
 		t.Errorf("without --redis-tls-ca: mode %q (%v), want the gate kept out of Redis", m.Mode, err)
 	}

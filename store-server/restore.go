@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/posgate/posgate/internal/certfile"
 	"github.com/posgate/posgate/internal/cli"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/perr"
@@ -84,16 +84,9 @@ func hqClient(caPath string) (*http.Client, error) {
 	if caPath == "" {
 		return c, nil
 	}
-	pem, err := os.ReadFile(caPath)
+	roots, err := certfile.RootsWith(caPath)
 	if err != nil {
 		return nil, err
-	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caPath)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
