@@ -2,8 +2,6 @@
 
 package stack
 
-import "fmt"
-
 // linkPort is the port the other nodes and the sentinels reach node on: its TLS port when
 // the stack runs replication and sentinels over TLS (Options.SentinelTLS).
 func (s *Stack) linkPort(node *Proc) int {
@@ -21,13 +19,11 @@ func (s *Stack) sentinelTLS(p *Proc) string {
 	if !s.tlsAll {
 		return ""
 	}
-	port, err := s.freePort()
-	if err != nil {
-		return "" // the sentinel then serves no TLS, and the test that wants it fails
+	conf := s.tlsConf(p)
+	if conf == "" {
+		return "" // no port: the sentinel then serves no TLS, and the test that wants it fails
 	}
-	p.TLSPort = port
-	return fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\ntls-replication yes\n",
-		port, s.tls.Cert, s.tls.Key, s.tls.CA)
+	return conf + "tls-replication yes\n"
 }
 
 // SentinelTLSAddrs returns the sentinels' TLS addresses (Options.SentinelTLS), for a client
