@@ -81,8 +81,8 @@ type Ledger struct {
 	expired  map[string]bool  // business days whose keys left Redis (redis_days)
 	archSeqs map[string]int64 // archived_seqs, read when first needed (nil: not read)
 
-	// betweenReads, when a test sets it, runs in Totals and DayCloses after they read the
-	// ledger and before they read the archive.
+	// betweenReads, when a test sets it, runs in readDay (Totals, DayCloses) after the
+	// ledger's read and before the archive's.
 	betweenReads func()
 }
 

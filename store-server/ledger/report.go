@@ -26,25 +26,14 @@ import (
 // An archived date's totals are those of its archive and of the ledger (an event of the
 // day that arrived after it was archived) added up.
 func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Counters, error) {
-	// One read of the ledger, so that a prune of the date committing meanwhile cannot make
-	// its events counted both here and in its archive.
-	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("totals %s: %w", date, err)
-	}
-	defer tx.Rollback()
-	all, err := counters(ctx, tx, "= ?", date, math.MaxInt64)
-	if err != nil {
-		return nil, fmt.Errorf("totals %s: %w", date, err)
-	}
-	out := all[date]
-	if out == nil {
-		out = map[string]client.Counters{}
-	}
-	if l.betweenReads != nil {
-		l.betweenReads()
-	}
-	err = l.fromArchive(ctx, tx, date, func(a *sql.DB, maxFlow int64) error {
+	out := map[string]client.Counters{}
+	err := l.readDay(ctx, date, func(q sqlitedb.Querier) error {
+		all, err := counters(ctx, q, "= ?", date, math.MaxInt64)
+		if all[date] != nil {
+			out = all[date]
+		}
+		return err
+	}, func(a *sql.DB, maxFlow int64) error {
 		arch, err := counters(ctx, a, "= ?", date, maxFlow)
 		for t, c := range arch[date] {
 			out[t] = addCounters(out[t], c)
@@ -55,6 +44,26 @@ func (l *Ledger) Totals(ctx context.Context, date string) (map[string]client.Cou
 		return nil, fmt.Errorf("totals %s: %w", date, err)
 	}
 	return out, nil
+}
+
+// readDay reads date from the ledger (fromLedger) and, if the date is archived, from its
+// archive (fromArchive's fn), the archived-day mark read in the same read transaction as
+// the ledger: an archive pass pruning the day between the two reads cannot make its events
+// read in both.
+func (l *Ledger) readDay(ctx context.Context, date string, fromLedger func(sqlitedb.Querier) error,
+	fromArchive func(a *sql.DB, maxFlow int64) error) error {
+	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fromLedger(tx); err != nil {
+		return err
+	}
+	if l.betweenReads != nil {
+		l.betweenReads()
+	}
+	return l.fromArchive(ctx, tx, date, fromArchive)
 }
 
 // addCounters returns a + b.
@@ -477,19 +486,7 @@ func (l *Ledger) DayCloses(ctx context.Context, date string) (map[string]wire.Da
 				return nil
 			})
 	}
-	// One read of the ledger, as Totals makes.
-	tx, err := l.db.R.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("day closes %s: %w", date, err)
-	}
-	defer tx.Rollback()
-	err = read(tx)
-	if err == nil && l.betweenReads != nil {
-		l.betweenReads()
-	}
-	if err == nil {
-		err = l.fromArchive(ctx, tx, date, func(a *sql.DB, _ int64) error { return read(a) })
-	}
+	err := l.readDay(ctx, date, read, func(a *sql.DB, _ int64) error { return read(a) })
 	if err != nil {
 		return nil, fmt.Errorf("day closes %s: %w", date, err)
 	}
