@@ -266,6 +266,15 @@ func (s *Store) Retain(ctx context.Context, before string) (hqstore.Retained, er
 	if err != nil {
 		return out, fmt.Errorf("retain: %w", err)
 	}
+	unfinished, err := unfinishedDrops(ctx, conn)
+	if err != nil {
+		return out, fmt.Errorf("retain: %w", err)
+	}
+	for _, d := range unfinished {
+		if !slices.ContainsFunc(days, func(p partitionDay) bool { return p.date == d }) {
+			days = append(days, partitionDay{date: d, covered: true})
+		}
+	}
 	for _, d := range days {
 		if !d.covered {
 			out.Unreconciled = append(out.Unreconciled, d.date)
@@ -318,6 +327,24 @@ func partitionDays(ctx context.Context, conn *pgxpool.Conn, before string) ([]pa
 	return out, nil
 }
 
+// unfinishedDrops lists the days noted dropped whose tables are still there: a drop cut
+// short by its context or its process, or whose detach the server finished after the client
+// had gone (a detach waiting on readers notices a closed connection only when it is done).
+func unfinishedDrops(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
+	q := `SELECT business_date FROM dropped_days WHERE `
+	for i, t := range partitioned {
+		if i > 0 {
+			q += ` OR `
+		}
+		q += `to_regclass('` + t + `_p' || replace(business_date, '-', '')) IS NOT NULL`
+	}
+	rows, err := conn.Query(ctx, q+` ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // dropDay notes day dropped, deletes its declarations and exceptions, and detaches and
 // drops its partitions. The note comes first: a batch that stores rows of the day from
 // then on counts them as held.
@@ -340,13 +367,20 @@ func dropDay(ctx context.Context, conn *pgxpool.Conn, day string) error {
 	}
 	for _, t := range partitioned {
 		name := pgx.Identifier{partitionName(t, day)}.Sanitize()
-		var attached bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1)
-			AND inhparent = $2::regclass)`, partitionName(t, day), t).Scan(&attached); err != nil {
+		// A detach cut short (its context ended, its process killed) leaves the partition
+		// attached but pending detach, which only FINALIZE completes.
+		var pending *bool
+		err := conn.QueryRow(ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)
+			AND inhparent = $2::regclass`, partitionName(t, day), t).Scan(&pending)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if attached {
-			if _, err := conn.Exec(ctx, `ALTER TABLE `+t+` DETACH PARTITION `+name+` CONCURRENTLY`); err != nil {
+		how := " CONCURRENTLY"
+		if pending != nil && *pending {
+			how = " FINALIZE"
+		}
+		if pending != nil {
+			if _, err := conn.Exec(ctx, `ALTER TABLE `+t+` DETACH PARTITION `+name+how); err != nil {
 				return err
 			}
 		}

@@ -184,6 +184,72 @@ func TestRetain(t *testing.T) {
 	}
 }
 
+// TestRetainFinishesADetach: a Retain cut short while a partition waits to be detached
+// (a reader of rows holds it) leaves the partition pending detach; the next Retain, once
+// the reader is gone, completes the detach and drops the day.
+func TestRetainFinishesADetach(t *testing.T) {
+	ctx := context.Background()
+	schema, url := newSchema(t)
+	s := openURL(t, url)
+	rows := storetest.Sales("S1", "T1", 1, 3, storetest.D1, storetest.T0)
+	b, h := storetest.NewBatch("S1", "b", rows, storetest.Day(storetest.D1, 1, storetest.T0, rows))
+	storetest.MustPut(t, s, b, h, storetest.T0)
+	if err := s.RecordReconcile(ctx, hqstore.ReconcileRun{Date: storetest.D1, Finished: time.Now(), OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM rows`).Scan(&n); err != nil || n != 3 {
+		t.Fatal(n, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = s.Retain(short, "2025-03-03")
+	cancel()
+	if err == nil {
+		t.Fatal("Retain dropped a day a reader still held")
+	}
+	var pending bool
+	if err := reader.QueryRow(ctx, `SELECT bool_or(inhdetachpending) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'rows_p20250301'`,
+		schema).Scan(&pending); err != nil || !pending {
+		t.Fatalf("the cut-short detach left pending=%v (%v); the test needs it pending", pending, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The server goes on with the cut-short detach until the reader is gone (it sees the
+	// closed connection only then), holding the lock of one Retain at a time: a few tries,
+	// until no table of the day is left, attached or not.
+	for tries := 0; ; tries++ {
+		if _, err := s.Retain(ctx, "2025-03-03"); err != nil {
+			t.Fatalf("Retain after the cut-short one: %v", err)
+		}
+		var left int
+		if err := reader.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname LIKE '%p20250301%'`, schema).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if tries == 100 {
+			t.Fatalf("%d tables of the dropped day left after %d passes", left, tries+1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if parts := partitionsOf(t, schema, "rows"); len(parts) != 0 {
+		t.Fatalf("partitions after Retain: %v", parts)
+	}
+}
+
 // TestTwoProcessesSameBatch: two stores on one database (as two serve processes) given the
 // same batches at once, over and over: each batch is stored once, answered once as new and
 // otherwise as a duplicate, and every row is held once.
