@@ -153,8 +153,17 @@ func dsn(path string, readonly bool) string {
 	} else {
 		q.Set("_txlock", "immediate")
 	}
-	return "file:" + path + "?" + q.Encode()
+	return uri(path, q)
 }
+
+// uri is the SQLite URI of the file at path with the query q. The characters a URI gives a
+// meaning to (%, ? and #) are escaped in the path: unescaped, a data directory named
+// "till#2" would open the file "till" (SQLite ends the path at the #).
+func uri(path string, q url.Values) string {
+	return "file:" + uriPath.Replace(path) + "?" + q.Encode()
+}
+
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Open opens (creating if needed) the database at path and applies the migrations in
 // migrations (files named NNN_name.sql, applied in name order), if it is not nil.
@@ -223,7 +232,7 @@ func OpenQueryOnly(ctx context.Context, path string, conns int) (*sql.DB, error)
 	q.Set("mode", "rw") // never create the file; rw so that SQLite can open the log's index
 	q.Set("_busy_timeout", "10000")
 	q.Set("_query_only", "true")
-	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	db, err := sql.Open("sqlite3", uri(path, q))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -105,5 +106,56 @@ func TestLogStartsOverUnderASteadyStream(t *testing.T) {
 	var n int
 	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil || n != commits {
 		t.Fatalf("%d rows (%v), want %d", n, err, commits)
+	}
+}
+
+// TestPathsWithURICharacters: a database in a directory whose name holds the characters a
+// URI gives a meaning to is opened, snapshotted and read at that path, and no other file
+// is made.
+func TestPathsWithURICharacters(t *testing.T) {
+	ctx := context.Background()
+	name := "till #2 100%"
+	if runtime.GOOS != "windows" {
+		name += " ?x=1"
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "a.db")
+	db, err := Open(ctx, path, testSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.W.Exec(`INSERT INTO t (v) VALUES (x'01')`); err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dir, "copy#1.db")
+	if err := Snapshot(ctx, path, copyPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenQueryOnly(ctx, copyPath, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var n int
+	if err := r.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the copy holds %d rows (%v), want 1", n, err)
+	}
+	var made []string
+	filepath.WalkDir(filepath.Dir(dir), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			made = append(made, strings.TrimPrefix(p, filepath.Dir(dir)))
+		}
+		return nil
+	})
+	for _, f := range made {
+		if !strings.HasPrefix(f, string(filepath.Separator)+name+string(filepath.Separator)) {
+			t.Errorf("a file was made outside the database's directory: %q (all: %q)", f, made)
+		}
 	}
 }
