@@ -79,6 +79,7 @@ type Broker struct {
 	ln   net.Listener
 	tls  bool
 	done chan error
+	log  *slog.Logger
 }
 
 // Start starts the broker.
@@ -145,7 +146,7 @@ func Start(cfg Config) (*Broker, error) {
 		accept.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", cfg.Addr, err)
 	}
-	b := &Broker{srv: srv, ln: ln, tls: cfg.TLS != nil, done: make(chan error, 1)}
+	b := &Broker{srv: srv, ln: ln, tls: cfg.TLS != nil, done: make(chan error, 1), log: log}
 	if err := srv.Serve(); err != nil {
 		return nil, err
 	}
@@ -174,8 +175,37 @@ func (b *Broker) PublishRetained(topic string, payload []byte) error {
 	return b.srv.Publish(topic, payload, true, 1)
 }
 
-// Close stops the broker.
-func (b *Broker) Close() error { return b.srv.Close() }
+// Close stops the broker. It returns after closeWait at most: mochi's Server.Close can
+// deadlock (Clients.GetByListener takes the clients' read lock twice, and a client that
+// connects or leaves between the two takes the write lock in between; mochi-mqtt/server
+// issue 488), and a store-server that is shutting down must not hang on it.
+func (b *Broker) Close() error {
+	err := closeWithin(b.srv.Close, closeWait)
+	if errors.Is(err, errCloseStuck) {
+		b.log.Error("the MQTT broker did not close; going on without it", "waited", closeWait)
+	}
+	return err
+}
+
+var (
+	closeWait     = 10 * time.Second
+	errCloseStuck = errors.New("broker: close did not return")
+)
+
+// closeWithin runs close and returns its error, or errCloseStuck once wait has passed
+// (close then goes on in the background).
+func closeWithin(close func() error, wait time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- close() }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errCloseStuck
+	}
+}
 
 // authHook authenticates terminals and confines each to its own topics. Every refusal is
 // logged: a terminal set up with the wrong account is otherwise only a client that keeps

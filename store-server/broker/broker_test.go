@@ -403,3 +403,21 @@ func mustUser(t *testing.T, username, password, terminal string) User {
 	}
 	return u
 }
+
+// TestCloseIsBounded: a close that never returns (mochi's Server.Close deadlocked) is given
+// up after the wait; one that returns gives its error.
+func TestCloseIsBounded(t *testing.T) {
+	stuck := make(chan struct{})
+	defer close(stuck)
+	start := time.Now()
+	if err := closeWithin(func() error { <-stuck; return nil }, 50*time.Millisecond); !errors.Is(err, errCloseStuck) {
+		t.Fatalf("a stuck close: %v, want errCloseStuck", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("a stuck close held Close for %v", d)
+	}
+	want := errors.New("closed badly")
+	if err := closeWithin(func() error { return want }, time.Minute); err != want {
+		t.Fatalf("a close that returned: %v, want %v", err, want)
+	}
+}
