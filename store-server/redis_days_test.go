@@ -60,6 +60,7 @@ func usedMemory(t *testing.T, rdb *redis.Client) int64 {
 // sale of a day long gone, arriving late, is accepted with a flow number of its own that
 // no other sale of that day has, and the keys the gate made again for it go too.
 func TestRedisFlatOverThirtyDays(t *testing.T) {
+	t.Parallel() // mostly waiting for each day's idempotency records to expire
 	b := binaries(t)
 	srv := biRunServer(t, "--redis-idem-ttl", "1s", "--redis-sweep-every", "100ms")
 	srv.openStore(t)
