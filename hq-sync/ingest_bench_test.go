@@ -120,20 +120,28 @@ func BenchmarkServeIngest(b *testing.B) {
 	for _, size := range []int{1000, 2500, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			var serveS, refS, serveCPU, pgCPU, refCPU float64
-			var baseS, baseCPU, basePgCPU float64
+			var baseS, baseCPU, basePgCPU, genCPU float64
 			rows := 0
 			for run := 0; b.Loop(); run++ {
 				uploads := buildUploads(b, size, run)
 				r0 := postgresCPU(st.Postgres.Pid())
 				refS += loadReference(b, pool, uploads)
 				refCPU += postgresCPU(st.Postgres.Pid()) - r0
-				s0, p0 := procCPU(hq.Pid()), postgresCPU(st.Postgres.Pid())
+				s0, p0, g0 := procCPU(hq.Pid()), postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
+				var waits *waitSampler // POSGATE_BENCH_WAITS=1: where the first run's time goes
+				if waitsWanted() && run == 0 {
+					waits = startWaitSampler(b, url)
+				}
 				start := time.Now()
 				sendUploads(b, hq.BatchesURL(), uploads, run)
 				serveS += time.Since(start).Seconds()
 				serveCPU += procCPU(hq.Pid()) - s0
 				pgCPU += postgresCPU(st.Postgres.Pid()) - p0
+				genCPU += procCPU(os.Getpid()) - g0
 				rows += ingestRows
+				if waits != nil {
+					waits.end(b)
+				}
 				if base != nil {
 					uploads := rebuiltFor(b, uploads)
 					s0, p0 := procCPU(base.Pid()), postgresCPU(st.Postgres.Pid())
@@ -156,6 +164,7 @@ func BenchmarkServeIngest(b *testing.B) {
 			b.ReportMetric(serveCPU/float64(rows)*1e6, "serve-cpu-µs/row")
 			b.ReportMetric(pgCPU/float64(rows)*1e6, "pg-cpu-µs/row")
 			b.ReportMetric(refCPU/float64(rows)*1e6, "ref-pg-cpu-µs/row")
+			b.ReportMetric(genCPU/float64(rows)*1e6, "sender-cpu-µs/row")
 		})
 	}
 }

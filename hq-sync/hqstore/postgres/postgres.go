@@ -55,6 +55,10 @@ type Options struct {
 	MaxConns int32
 }
 
+// AppName is the application_name of posgate's connections (pg_stat_activity shows
+// them by it), unless the URL gives one.
+const AppName = "posgate-hq"
+
 // Open connects to the database at url (a postgres:// URL or a key=value string, as pgx
 // takes it) and applies HQ's migrations.
 func Open(ctx context.Context, url string) (*Store, error) { return OpenWith(ctx, url, Options{}) }
@@ -67,6 +71,9 @@ func OpenWith(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	if o.MaxConns > 0 && !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = o.MaxConns
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = AppName
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -282,3 +282,33 @@ func TestDropDraftsConcurrentWithParts(t *testing.T) {
 func TestRefill(t *testing.T) {
 	storetest.RunRefill(t, func(t *testing.T) storetest.RefillStorage { return open(t) })
 }
+
+// TestApplicationName: posgate's connections show in pg_stat_activity as AppName, or by
+// the name the URL gives.
+func TestApplicationName(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	named := func(name string) int {
+		t.Helper()
+		var n int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := named(postgres.AppName)
+	_, url := newSchema(t)
+	openURL(t, url)
+	if got := named(postgres.AppName); got <= before {
+		t.Fatalf("%d connections named %s after Open, %d before", got, postgres.AppName, before)
+	}
+	before = named(postgres.AppName)
+	openURL(t, url+"&application_name=hq-night-shift")
+	if got, own := named(postgres.AppName), named("hq-night-shift"); got != before || own == 0 {
+		t.Fatalf("a URL's own name: %d connections named %s (%d before), %d by the URL's", got, postgres.AppName, before, own)
+	}
+}
