@@ -32,6 +32,7 @@ func tool(t *testing.T, name, pkg string) string {
 // (posgate-rules-test.yml) pass: each alert fires on the series the binaries export, and
 // not before its time.
 func TestAlertRules(t *testing.T) {
+	stack.SkipShort(t)
 	promtool := tool(t, "promtool", "prometheus")
 	for _, args := range [][]string{{"check", "rules", "posgate-rules.yml"}, {"test", "rules", "posgate-rules-test.yml"}} {
 		cmd := exec.Command(promtool, args...)

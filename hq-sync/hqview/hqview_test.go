@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/internal/stack"
 )
 
 // TestCatalogs: both languages have the same keys, and every key the page, its script and
@@ -155,6 +156,7 @@ func TestHandler(t *testing.T) {
 // TestScriptParses runs node's syntax check on the page's script (make deps installs
 // nodejs): a script that does not parse leaves HQ finance a blank page.
 func TestScriptParses(t *testing.T) {
+	stack.SkipShort(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is needed to check hq.js (make deps installs nodejs): %v", err)

@@ -34,6 +34,9 @@ type listed struct {
 // packages lists every package of the module with its imports, through go list.
 func packages(t *testing.T) []listed {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test runs go list")
+	}
 	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Dir,GoFiles,Imports,TestImports,XTestImports", Module+"/...")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

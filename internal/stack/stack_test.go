@@ -339,6 +339,7 @@ func TestMissingBinary(t *testing.T) {
 // TestStartFails makes mosquitto fail after redis and a sentinel started: Start must
 // report mosquitto's complaint and leave no process behind.
 func TestStartFails(t *testing.T) {
+	SkipShort(t)
 	t.Parallel()
 	var (
 		mu   sync.Mutex
@@ -377,6 +378,7 @@ func TestStartFails(t *testing.T) {
 
 // TestMosquittoAuth replaces the anonymous default through MosquittoExtra.
 func TestMosquittoAuth(t *testing.T) {
+	SkipShort(t)
 	t.Parallel()
 	pw := filepath.Join(t.TempDir(), "passwd")
 	if out, err := exec.Command("mosquitto_passwd", "-c", "-b", pw, "till", "secret").CombinedOutput(); err != nil {

@@ -8,12 +8,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/posgate/posgate/internal/stack"
 )
 
 // TestDashboardScriptParses runs node's syntax check on the dashboard's scripts: a script
 // that does not parse leaves managers a blank page, and nothing else in the build reads it.
 // node is installed by make deps, like the servers the other tests use.
 func TestDashboardScriptParses(t *testing.T) {
+	stack.SkipShort(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is needed to check the dashboard's scripts (make deps installs nodejs): %v", err)

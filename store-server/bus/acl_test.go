@@ -42,6 +42,7 @@ func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 // subscription and delivers nothing: see TestRefusedSubscriptionIsLogged for a broker that
 // says so.)
 func TestMosquittoACL(t *testing.T) {
+	stack.SkipShort(t)
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "passwd")
 	for i, u := range [][2]string{{"store-S1", "s3cret"}, {"T01", "t-pass"}} {
@@ -169,6 +170,7 @@ func TestRefusedSubscriptionIsLogged(t *testing.T) {
 // Without use_username_as_clientid mosquitto handed it the store's session and dropped the
 // store-server, each time: it ingested 2 of 30.
 func TestMosquittoClientIDTakeover(t *testing.T) {
+	stack.SkipShort(t)
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "passwd")
 	for i, u := range [][2]string{{"store-S1", "s3cret"}, {"T01", "t1-pass"}, {"T02", "t2-pass"}} {

@@ -18,6 +18,7 @@ import (
 // with the store's account it connects and receives its terminals' up messages; without
 // it, or with a wrong password, Connect keeps retrying until its context ends.
 func TestConnectWithAccount(t *testing.T) {
+	stack.SkipShort(t)
 	pw := filepath.Join(t.TempDir(), "passwd")
 	for _, u := range [][2]string{{"store-S1", "s3cret"}, {"T01", "t-pass"}} {
 		args := []string{"-b", pw, u[0], u[1]}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/posgate/posgate/internal/money"
+	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 )
@@ -149,6 +150,7 @@ func TestCountersAdd(t *testing.T) {
 // TestImportsStaySmall: the client, which a back-office program imports, brings in none of
 // the store's own packages, SQLite, Redis or MQTT.
 func TestImportsStaySmall(t *testing.T) {
+	stack.SkipShort(t)
 	out, err := exec.Command("go", "list", "-deps", "github.com/posgate/posgate/store-server/client").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)

@@ -319,6 +319,9 @@ func TestNewKey(t *testing.T) {
 // TestImportsStaySmall: the client, which a POS app imports, brings in none of the agent's
 // own packages, SQLite or MQTT.
 func TestImportsStaySmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: this test runs go list")
+	}
 	out, err := exec.Command("go", "list", "-deps", "github.com/posgate/posgate/terminal-agent/client").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
