@@ -51,7 +51,9 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // It reports rows/s through serve, the reference's ref-rows/s, their ratio, and the CPU
 // time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
 // PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
-// does not inflate as much as the wall clock.
+// does not inflate as much as the wall clock, and the CPU the test process took per row to
+// send the uploads (sender-cpu-µs/row; ref-sender-cpu-µs/row to drive the COPY): on the
+// same cores, which a store's uploader would not take from HQ's machine.
 //
 // With POSGATE_BENCH_BASE_HQSYNC naming another build of hq-sync (an earlier commit's), a
 // serve process of that build takes the same uploads (under store ids of its own) on the
@@ -120,13 +122,14 @@ func BenchmarkServeIngest(b *testing.B) {
 	for _, size := range []int{1000, 2500, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			var serveS, refS, serveCPU, pgCPU, refCPU float64
-			var baseS, baseCPU, basePgCPU, genCPU float64
+			var baseS, baseCPU, basePgCPU, genCPU, refGenCPU float64
 			rows := 0
 			for run := 0; b.Loop(); run++ {
 				uploads := buildUploads(b, size, run)
-				r0 := postgresCPU(st.Postgres.Pid())
+				r0, rg0 := postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
 				refS += loadReference(b, pool, uploads)
 				refCPU += postgresCPU(st.Postgres.Pid()) - r0
+				refGenCPU += procCPU(os.Getpid()) - rg0
 				s0, p0, g0 := procCPU(hq.Pid()), postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
 				var waits *waitSampler // POSGATE_BENCH_WAITS=1: where the first run's time goes
 				if waitsWanted() && run == 0 {
@@ -165,6 +168,7 @@ func BenchmarkServeIngest(b *testing.B) {
 			b.ReportMetric(pgCPU/float64(rows)*1e6, "pg-cpu-µs/row")
 			b.ReportMetric(refCPU/float64(rows)*1e6, "ref-pg-cpu-µs/row")
 			b.ReportMetric(genCPU/float64(rows)*1e6, "sender-cpu-µs/row")
+			b.ReportMetric(refGenCPU/float64(rows)*1e6, "ref-sender-cpu-µs/row")
 		})
 	}
 }
