@@ -299,30 +299,36 @@ func keepDays(ctx context.Context, p hqstore.Partitioner, ahead int, retain, eve
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		now := time.Now().UTC()
-		err := p.PrepareDays(ctx, now.AddDate(0, 0, -1).Format(wire.BusinessDate), now.AddDate(0, 0, ahead).Format(wire.BusinessDate))
-		if err != nil && ctx.Err() == nil {
-			log.Warn("make the days' partitions ahead", "err", err)
-		}
-		if retain > 0 {
-			before := now.Add(-retain).Format(wire.BusinessDate)
-			got, err := p.Retain(ctx, before)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				log.Warn("drop old days", "before", before, "err", err)
-			case len(got.Dropped) > 0:
-				log.Info("dropped old days reconcile has covered", "days", got.Dropped, "before", before)
-			}
-			if len(got.Unreconciled) > 0 {
-				log.Warn("old days kept: no reconciliation of every store has covered them (hq-sync reconcile --date)",
-					"days", got.Unreconciled, "before", before)
-			}
-		}
+		keepDaysOnce(ctx, p, ahead, retain, log)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// keepDaysOnce is one pass of keepDays.
+func keepDaysOnce(ctx context.Context, p hqstore.Partitioner, ahead int, retain time.Duration, log *slog.Logger) {
+	now := time.Now().UTC()
+	err := p.PrepareDays(ctx, now.AddDate(0, 0, -1).Format(wire.BusinessDate), now.AddDate(0, 0, ahead).Format(wire.BusinessDate))
+	if err != nil && ctx.Err() == nil {
+		log.Warn("make the days' partitions ahead", "err", err)
+	}
+	if retain <= 0 {
+		return
+	}
+	before := now.Add(-retain).Format(wire.BusinessDate)
+	got, err := p.Retain(ctx, before)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		log.Warn("drop old days", "before", before, "err", err)
+	case len(got.Dropped) > 0:
+		log.Info("dropped old days reconcile has covered", "days", got.Dropped, "before", before)
+	}
+	if len(got.Unreconciled) > 0 {
+		log.Warn("old days kept: no reconciliation of every store has covered them (hq-sync reconcile --date)",
+			"days", got.Unreconciled, "before", before)
 	}
 }
 
