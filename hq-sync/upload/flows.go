@@ -48,6 +48,9 @@ func (u *Uploader) sendFlows(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if top == 0 {
+		return nil // none yet, or a ledger not migrated to them yet
+	}
 	if top < through {
 		// A ledger restored from a backup: send its flow exceptions again (HQ keeps the
 		// state of the highest change number of each).

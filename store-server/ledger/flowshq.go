@@ -69,8 +69,18 @@ func (l *Ledger) FlowExceptionsAfter(ctx context.Context, afterID int64, limit i
 	return xs, last, full, err
 }
 
-// MaxFlowChange returns the ledger's last flow exception change number, 0 if none.
+// MaxFlowChange returns the ledger's last flow exception change number, 0 if none. A
+// ledger the store-server has not migrated to flow_exception_changes yet (an uploader
+// upgraded before its store-server: OpenReader runs no migration) has none.
 func (l *Ledger) MaxFlowChange(ctx context.Context) (int64, error) {
+	var tables int
+	if err := l.db.R.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table'
+		AND name = 'flow_exception_changes'`).Scan(&tables); err != nil {
+		return 0, fmt.Errorf("flow exception changes: %w", err)
+	}
+	if tables == 0 {
+		return 0, nil
+	}
 	var n sql.NullInt64
 	if err := l.db.R.QueryRowContext(ctx, `SELECT max(id) FROM flow_exception_changes`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("flow exception changes: %w", err)

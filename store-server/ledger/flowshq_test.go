@@ -74,7 +74,8 @@ func TestFlowExceptionChanges(t *testing.T) {
 }
 
 // TestFlowExceptionChangesMigration: a ledger made by the migrations before
-// flow_exception_changes, holding a flow exception, migrates; its flow exception is one
+// flow_exception_changes, holding a flow exception, has no change to send to an uploader
+// that reads it before the store-server migrates it; migrated, its flow exception is one
 // change to send, and a new one is numbered above it.
 func TestFlowExceptionChangesMigration(t *testing.T) {
 	ctx := context.Background()
@@ -97,9 +98,21 @@ func TestFlowExceptionChangesMigration(t *testing.T) {
 		day.UTC().Format(timeFormat), dayDate, day.UTC().Format(timeFormat)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := old.W.ExecContext(ctx, `INSERT INTO meta (k, v) VALUES ('store_id', ?)`, testStore); err != nil {
+		t.Fatal(err)
+	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// The uploader reads it before the store-server migrates it: no flow exception yet.
+	r, err := OpenReader(ctx, path, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top, err := r.MaxFlowChange(ctx); err != nil || top != 0 {
+		t.Fatalf("max flow change of a ledger before 005: %d, %v", top, err)
+	}
+	r.Close()
 	l := mustOpenAt(t, path, day)
 	xs, first := flowsAfter(t, l, 0)
 	if len(xs) != 1 || xs[0].Seq != 1 || xs[0].FlowGiven != 3 || !xs[0].Resolved || xs[0].Resolution != "told apart" {

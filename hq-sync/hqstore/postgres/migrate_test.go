@@ -16,7 +16,8 @@ import (
 
 // TestMigrateV010 makes a schema with v0.1.0's migration alone, as v0.1.0's serve records
 // it, holding a sale as v0.1.0 stored it (no payload), and opens it with this release: the
-// row reads back as it was, its export says it has no payload, and stock moves and flow exceptions are kept.
+// row reads back as it was, its export says it has no payload, and stock moves and flow
+// exceptions are kept.
 func TestMigrateV010(t *testing.T) {
 	ctx := context.Background()
 	name := fmt.Sprintf("hq_test_%d", schemas.Add(1))
