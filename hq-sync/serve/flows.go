@@ -81,7 +81,8 @@ func (h *handler) postFlows(w http.ResponseWriter, r *http.Request) {
 // defines it, 1 to hqwire.MaxFlowBatch flow exceptions, each of a terminal id, a positive seq
 // and change, kind sale or refund, positive flow numbers that differ, a business date, a
 // time, held_by empty or terminal:seq, a resolution of at most hqwire.MaxExceptionText bytes
-// of UTF-8 without NUL on a resolved one only, and no (terminal, seq) twice in the batch.
+// of UTF-8 without NUL and a resolved_at on a resolved one only, and no (terminal, seq)
+// twice in the batch.
 func ValidateFlows(b *hqwire.FlowBatch) error {
 	bad := func(format string, args ...any) error {
 		return perr.New(perr.Invalid, hqwire.CodeBatchInvalid, format, args...)
@@ -134,8 +135,6 @@ func checkFlow(x *hqwire.FlowException) string {
 	case len(x.Resolution) > hqwire.MaxExceptionText || !utf8.ValidString(x.Resolution) ||
 		strings.ContainsRune(x.Resolution, 0):
 		return fmt.Sprintf("resolution is not at most %d bytes of UTF-8 without NUL", hqwire.MaxExceptionText)
-	case x.Resolved && x.Resolution == "":
-		return "resolved without a resolution"
 	case !x.Resolved && (x.Resolution != "" || !x.ResolvedAt.IsZero()):
 		return "a resolution without resolved"
 	}

@@ -62,6 +62,9 @@ func (u *Uploader) sendFlows(ctx context.Context) error {
 			return err
 		}
 		if len(xs) > 0 {
+			for i := range xs {
+				xs[i].Resolution = fitText(xs[i].Resolution) // as an exception's: a refused batch would hold back the rest
+			}
 			b := hqwire.FlowBatch{V: hqwire.Version, Store: u.cfg.Store, ID: fmt.Sprintf("f-%d-%d", xs[0].Change, last),
 				Exceptions: xs, SentAt: u.cfg.Now().UTC()}
 			var rc hqwire.FlowReceipt
