@@ -78,6 +78,16 @@ type Storage interface {
 	// withdrawn nor resolved, of each store (or one store), by business date, store, kind,
 	// terminal, seq and SKU.
 	OpenExceptions(ctx context.Context, store string) ([]StoredException, error)
+	// PutFlowExceptions stores a store's flow exception states (hqwire.FlowsPath) in one
+	// transaction: per (store, terminal, seq), the state with the highest Change stands; a
+	// state HQ holds at the same or a higher change number is left as it was. It returns how
+	// many states it stored. A state of a business day HQ dropped (Partitioner.Retain) is
+	// not stored. The states are checked (serve.ValidateFlows) before.
+	PutFlowExceptions(ctx context.Context, store, batchID string, xs []hqwire.FlowException, at time.Time) (int, error)
+	// FlowExceptions returns the flow exceptions HQ holds of a business date (of every date
+	// when date is ""), of each store (or one store), by business date, store, terminal and
+	// seq: every one, or with open only those the store's manager has not resolved.
+	FlowExceptions(ctx context.Context, date, store string, open bool) ([]StoredFlowException, error)
 	// LastBatches returns, for each of stores HQ holds a batch of, when HQ stored the
 	// store's latest new batch (a replay does not count): how HQ sees a store gone quiet.
 	LastBatches(ctx context.Context, stores []string) (map[string]time.Time, error)
@@ -110,9 +120,9 @@ type Partitioner interface {
 	// dropped.
 	PrepareDays(ctx context.Context, first, last string) error
 	// Retain drops every day before before (YYYY-MM-DD) that a reconciliation of every
-	// store has covered (RecordReconcile): its rows, declaration and exceptions. Rows of a
-	// dropped day sent again are acknowledged as held and not stored. A day not
-	// reconciled yet is kept, whatever its age.
+	// store has covered (RecordReconcile): its rows, declaration, exceptions and flow
+	// exceptions. Rows of a dropped day sent again are acknowledged as held and not stored.
+	// A day not reconciled yet is kept, whatever its age.
 	Retain(ctx context.Context, before string) (Retained, error)
 }
 

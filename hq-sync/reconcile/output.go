@@ -226,7 +226,7 @@ func (o *Open) WriteTable(w io.Writer) error {
 // difference (section "txn"; ledger and hq hold the amounts), per disagreeing figure of a
 // terminal's totals (section "totals"; declared, ledger and hq hold the figure, empty for an
 // absent account), per missing declaration (section "declaration"; detail holds its
-// transaction count) and per exception (section "exception"; kind is oversell, refund, parked or seq_gap,
+// transaction count) and per exception (section "exception"; kind is oversell, price, refund, parked, seq_gap or flow,
 // detail its detail, and sku, code, qty_short, resolved ("true" or "false") and resolution
 // its own columns, which the other sections leave empty). Amounts are decimal yuan text
 // ("12.30"). A text cell a spreadsheet would take for a formula (it starts with =, +, -, @,

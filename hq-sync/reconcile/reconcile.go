@@ -116,10 +116,11 @@ type MissingDeclaration struct {
 // StoreException is an exception a store's ledger flagged on a transaction of the date, in
 // the latest state HQ holds of it: an oversell (a sale took a SKU below zero), a refund
 // the store's records of its sale do not cover, an event the store refused for good
-// (parked), or events of a till the store's ledger lost (seq_gap, never resolved in this
-// release), open or resolved by the store's manager.
+// (parked), events of a till the store's ledger lost (seq_gap, never resolved in this
+// release), or a replayed transaction whose receipt's flow number another transaction holds
+// (flow: ExceptionFlow), open or resolved by the store's manager.
 type StoreException struct {
-	Kind         string `json:"kind"` // an hqwire.Exception kind: oversell, refund, parked or seq_gap
+	Kind         string `json:"kind"` // an hqwire.Exception kind (oversell, price, refund, parked or seq_gap) or flow
 	Store        string `json:"store"`
 	BusinessDate string `json:"business_date"`
 	Terminal     string `json:"terminal"`
@@ -128,8 +129,14 @@ type StoreException struct {
 	Code         string `json:"code"`
 	Detail       string `json:"detail,omitempty"`
 	QtyShort     int64  `json:"qty_short,omitempty"` // oversell: units below zero
-	Resolved     bool   `json:"resolved"`
-	Resolution   string `json:"resolution,omitempty"`
+	// FlowGiven, FlowBooked and HeldBy are a flow exception's (ExceptionFlow): the number
+	// the customer's receipt prints, the one the store booked the transaction under, and the
+	// transaction (terminal:seq) that holds FlowGiven, if the store named one.
+	FlowGiven  int64  `json:"flow_given,omitempty"`
+	FlowBooked int64  `json:"flow_booked,omitempty"`
+	HeldBy     string `json:"held_by,omitempty"`
+	Resolved   bool   `json:"resolved"`
+	Resolution string `json:"resolution,omitempty"`
 }
 
 // Report is the reconciliation of one business date (of one store, or of all).
@@ -379,11 +386,11 @@ type Open struct {
 
 // RunOpen lists the open exceptions of one store, or of all ("").
 func RunOpen(ctx context.Context, st hqstore.Storage, store string) (Open, error) {
-	xs, err := st.OpenExceptions(ctx, store)
+	xs, err := openExceptions(ctx, st, store)
 	if err != nil {
 		return Open{}, err
 	}
-	return Open{Store: store, Exceptions: storeExceptions(xs)}, nil
+	return Open{Store: store, Exceptions: xs}, nil
 }
 
 // sameDeclarations reports whether a and b hold the same revisions of the same days.

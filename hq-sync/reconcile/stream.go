@@ -90,11 +90,11 @@ func RunWith(ctx context.Context, st hqstore.Storage, date string, o Options) (R
 		}
 	}
 	prog.done(r.HQTxns + r.LedgerTxns)
-	xs, err := st.Exceptions(ctx, date, o.Store)
+	xs, err := dateExceptions(ctx, st, date, o.Store)
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile %s: %w", date, err)
 	}
-	r.Exceptions = storeExceptions(xs)
+	r.Exceptions = xs
 	return r, nil
 }
 

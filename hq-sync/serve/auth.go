@@ -81,7 +81,7 @@ func (h *handler) authenticateAt(r *http.Request, method, path string) (string, 
 	return store, secret, nil
 }
 
-// verify checks sig over the route's path (BatchesPath, MovesPath; the export's with its
+// verify checks sig over the route's path (BatchesPath, MovesPath, FlowsPath; the export's with its
 // query), or over the path of the request line as the client sent it, for a handler
 // mounted under a prefix (http.StripPrefix rewrites r.URL.Path, never r.RequestURI).
 func (h *handler) verify(secret []byte, sig string, r *http.Request, method, route, store, ts, key, hash string) bool {

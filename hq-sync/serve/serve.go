@@ -244,6 +244,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.postBatch(w, r)
 	case hqwire.MovesPath, hqwire.ExportPath:
 		h.refill(w, r)
+	case hqwire.FlowsPath:
+		h.postFlows(w, r)
 	case HealthPath:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

@@ -206,6 +206,7 @@ type Uploader struct {
 	prog      progress
 	met       *metrics  // nil: none
 	movesAt   time.Time // when to look for stock moves to send next (moves.go)
+	flowsAt   time.Time // when to look for flow exceptions to send next (flows.go)
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -358,9 +359,12 @@ func (u *Uploader) Once(ctx context.Context) error {
 		}
 		if !did {
 			u.prog.final(u)
-			u.movesAt = time.Time{}
+			u.movesAt, u.flowsAt = time.Time{}, time.Time{}
 			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
 				u.log.Warn("stock moves not sent", "err", err)
+			}
+			if err := u.sendFlows(ctx); err != nil && ctx.Err() == nil {
+				u.log.Warn("flow exceptions not sent", "err", err)
 			}
 			return nil
 		}
@@ -396,6 +400,9 @@ func (u *Uploader) Run(ctx context.Context) error {
 		if !did {
 			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
 				u.log.Warn("stock moves not sent; trying again shortly", "err", err)
+			}
+			if err := u.sendFlows(ctx); err != nil && ctx.Err() == nil {
+				u.log.Warn("flow exceptions not sent; trying again shortly", "err", err)
 			}
 			sleep(ctx, u.cfg.PollInterval)
 		}

@@ -16,7 +16,8 @@ import (
 
 // TestMigrateV010 makes a schema with v0.1.0's migration alone, as v0.1.0's serve records
 // it, holding a sale as v0.1.0 stored it (no payload), and opens it with this release: the
-// row reads back as it was, its export says it has no payload, and stock moves are kept.
+// row reads back as it was, its export says it has no payload, and stock moves and flow
+// exceptions are kept.
 func TestMigrateV010(t *testing.T) {
 	ctx := context.Background()
 	name := fmt.Sprintf("hq_test_%d", schemas.Add(1))
@@ -64,4 +65,7 @@ func TestMigrateV010(t *testing.T) {
 		Reason: hqwire.MoveOpening, At: storetest.T0}}, storetest.T0); err != nil || n != 1 {
 		t.Fatalf("moves after the migration: %d, %v", n, err)
 	}
+	flow := storetest.FlowException("T1", 2, storetest.D1, storetest.T0, 1, 2, "T1:1", 1)
+	storetest.MustPutFlows(t, s, "S1", "f-1-1", storetest.T0, 1, flow)
+	storetest.CheckFlows(t, s, storetest.D1, "S1", false, storetest.StoredFlow("S1", flow, storetest.T0))
 }

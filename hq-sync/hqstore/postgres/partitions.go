@@ -345,7 +345,7 @@ func unfinishedDrops(ctx context.Context, conn *pgxpool.Conn) ([]string, error) 
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// dropDay notes day dropped, deletes its declarations and exceptions, and detaches and
+// dropDay notes day dropped, deletes its declarations, exceptions and flow exceptions, and detaches and
 // drops its partitions. The note comes first: a batch that stores rows of the day from
 // then on counts them as held.
 func dropDay(ctx context.Context, conn *pgxpool.Conn, day string) error {
@@ -355,7 +355,8 @@ func dropDay(ctx context.Context, conn *pgxpool.Conn, day string) error {
 			return err
 		}
 		for _, q := range []string{`DELETE FROM days WHERE business_date = $1`,
-			`DELETE FROM exceptions WHERE business_date = $1`} {
+			`DELETE FROM exceptions WHERE business_date = $1`,
+			`DELETE FROM flow_exceptions WHERE business_date = $1`} {
 			if _, err := tx.Exec(ctx, q, day); err != nil {
 				return err
 			}

@@ -124,7 +124,8 @@ func TestPartitionsByDay(t *testing.T) {
 // TestRetain: Retain drops the days before its limit that a reconciliation of every store
 // covered, and keeps the others; rows and declarations of a dropped day sent again are
 // acknowledged as held and not stored, and another process that still knew the day's
-// partition learns it is gone.
+// partition learns it is gone. A dropped day's flow exceptions go with it and are not
+// stored again when sent again.
 func TestRetain(t *testing.T) {
 	ctx := context.Background()
 	schema, url := newSchema(t)
@@ -137,6 +138,9 @@ func TestRetain(t *testing.T) {
 		b, h := storetest.NewBatch("S1", "b-"+d, rows, storetest.Day(d, 1, storetest.T0, rows))
 		storetest.MustPut(t, s, b, h, storetest.T0)
 	}
+	flowD1 := storetest.FlowException("T1", 2, storetest.D1, storetest.T0, 2, 4, "T1:1", 10)
+	flowD2 := storetest.FlowException("T1", 12, storetest.D2, storetest.T0, 12, 14, "T1:11", 11)
+	storetest.MustPutFlows(t, s, "S1", "f-10-11", storetest.T0, 2, flowD1, flowD2)
 	// The other process sees D1's partition before it is dropped.
 	b, h := storetest.NewBatch("S2", "b", storetest.Sales("S2", "T1", 1, 1, storetest.D1, storetest.T0))
 	storetest.MustPut(t, other, b, h, storetest.T0)
@@ -176,6 +180,9 @@ func TestRetain(t *testing.T) {
 	if days, err := s.Days(ctx, storetest.D1, ""); err != nil || len(days) != 0 {
 		t.Fatalf("declarations of the dropped day: %v (%v)", days, err)
 	}
+	storetest.MustPutFlows(t, s, "S1", "f-10-11", storetest.T0.Add(time.Hour), 0, flowD1, flowD2)
+	storetest.CheckFlows(t, s, storetest.D1, "", false)
+	storetest.CheckFlows(t, s, "", "", false, storetest.StoredFlow("S1", flowD2, storetest.T0))
 	if rows, err := s.Rows(ctx, storetest.D2, ""); err != nil || len(rows) != 3 {
 		t.Fatalf("rows of the kept day: %d (%v)", len(rows), err)
 	}

@@ -30,7 +30,7 @@ func v010(t *testing.T, all fs.FS) fs.FS {
 
 // TestMigrateV010 opens a database made by v0.1.0's migration alone, holding a sale as
 // v0.1.0 stored it (no payload), with this release: the row reads back as it was, its
-// export says it has no payload, and stock moves are kept.
+// export says it has no payload, and stock moves and flow exceptions are kept.
 func TestMigrateV010(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "hq.db")
@@ -64,4 +64,7 @@ func TestMigrateV010(t *testing.T) {
 		Reason: hqwire.MoveOpening, At: storetest.T0}}, storetest.T0); err != nil || n != 1 {
 		t.Fatalf("moves after the migration: %d, %v", n, err)
 	}
+	flow := storetest.FlowException("T1", 2, storetest.D1, storetest.T0, 1, 2, "T1:1", 1)
+	storetest.MustPutFlows(t, s, "S1", "f-1-1", storetest.T0, 1, flow)
+	storetest.CheckFlows(t, s, storetest.D1, "S1", false, storetest.StoredFlow("S1", flow, storetest.T0))
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) hqstore.Storage) {
 		{"ExceptionsOnly", testExceptionsOnly},
 		{"ExceptionsRefused", testExceptionsRefused},
 		{"ExceptionsConcurrent", testExceptionsConcurrent},
+		{"FlowExceptions", testFlowExceptions},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
