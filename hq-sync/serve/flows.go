@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -18,45 +17,20 @@ import (
 // batch holding an exception kind it does not know. A serve of v0.1.0 answers this route
 // 404, and the uploader keeps them for later.
 
-// postFlows checks a FlowBatch as postBatch checks a batch (signature, body, strict JSON,
-// store, idempotency key, rules), stores it and answers a receipt signed as a batch's.
+// postFlows checks a FlowBatch as postBatch checks a batch (readSigned), stores it and
+// answers a receipt signed as a batch's.
 func (h *handler) postFlows(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		h.fail(w, r, "", perr.New(perr.Invalid, hqwire.CodeMethodNotAllowed, "%s %s: use POST", r.Method, r.URL.Path))
 		return
 	}
-	store, secret, err := h.authenticateAt(r, http.MethodPost, hqwire.FlowsPath)
-	if err != nil {
-		h.fail(w, r, store, err)
+	b, store, secret, ok := readSigned(h, w, r, hqwire.FlowsPath, "flow exceptions",
+		func(b *hqwire.FlowBatch) (string, string) { return b.Store, b.ID })
+	if !ok {
 		return
 	}
-	body, err := readBody(w, r)
-	if err != nil {
-		h.fail(w, r, store, err)
-		return
-	}
-	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
-			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
-		return
-	}
-	var b hqwire.FlowBatch
-	if err := decodeStrict(body, &b); err != nil {
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeJSONInvalid, "not one flow exceptions batch: %s", jsonDetail(err)))
-		return
-	}
-	switch {
-	case b.Store != store:
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreMismatch,
-			"the flow exceptions are of store %q but were signed by store %s", clip(b.Store), store))
-		return
-	case r.Header.Get(hqwire.HeaderIdemKey) != b.ID:
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeIdempotencyKeyMismatch,
-			"%s is not the batch_id %q", hqwire.HeaderIdemKey, clip(b.ID)))
-		return
-	}
-	if err := ValidateFlows(&b); err != nil {
+	if err := ValidateFlows(b); err != nil {
 		h.fail(w, r, store, err)
 		return
 	}
@@ -67,14 +41,8 @@ func (h *handler) postFlows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("flow exceptions stored", "store", store, "batch", b.ID, "flow_exceptions", len(b.Exceptions), "stored", stored)
-	rc, _ := json.Marshal(hqwire.FlowReceipt{Store: store, BatchID: b.ID, Exceptions: len(b.Exceptions), Stored: stored,
-		StoredAt: now})
-	rc = append(rc, '\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(secret, store, b.ID, rc))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(rc)
+	writeSigned(w, secret, store, b.ID, hqwire.FlowReceipt{Store: store, BatchID: b.ID, Exceptions: len(b.Exceptions),
+		Stored: stored, StoredAt: now})
 }
 
 // ValidateFlows checks a flow exceptions batch: v is hqwire.Version, an id as wire.ValidID

@@ -44,40 +44,15 @@ func (h *handler) refill(w http.ResponseWriter, r *http.Request) {
 	h.postMoves(w, r, ref)
 }
 
-// postMoves checks a MovesBatch as postBatch checks a batch (signature, body, strict JSON,
-// store, idempotency key, rules), stores it and answers a receipt signed as a batch's.
+// postMoves checks a MovesBatch as postBatch checks a batch (readSigned), stores it and
+// answers a receipt signed as a batch's.
 func (h *handler) postMoves(w http.ResponseWriter, r *http.Request, ref hqstore.Refiller) {
-	store, secret, err := h.authenticateAt(r, http.MethodPost, hqwire.MovesPath)
-	if err != nil {
-		h.fail(w, r, store, err)
+	b, store, secret, ok := readSigned(h, w, r, hqwire.MovesPath, "moves",
+		func(b *hqwire.MovesBatch) (string, string) { return b.Store, b.ID })
+	if !ok {
 		return
 	}
-	body, err := readBody(w, r)
-	if err != nil {
-		h.fail(w, r, store, err)
-		return
-	}
-	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
-			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
-		return
-	}
-	var b hqwire.MovesBatch
-	if err := decodeStrict(body, &b); err != nil {
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeJSONInvalid, "not one moves batch: %s", jsonDetail(err)))
-		return
-	}
-	switch {
-	case b.Store != store:
-		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreMismatch,
-			"the moves are of store %q but were signed by store %s", clip(b.Store), store))
-		return
-	case r.Header.Get(hqwire.HeaderIdemKey) != b.ID:
-		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeIdempotencyKeyMismatch,
-			"%s is not the batch_id %q", hqwire.HeaderIdemKey, clip(b.ID)))
-		return
-	}
-	if err := ValidateMoves(&b); err != nil {
+	if err := ValidateMoves(b); err != nil {
 		h.fail(w, r, store, err)
 		return
 	}
@@ -88,13 +63,61 @@ func (h *handler) postMoves(w http.ResponseWriter, r *http.Request, ref hqstore.
 		return
 	}
 	h.log.Info("stock moves stored", "store", store, "batch", b.ID, "moves", len(b.Moves), "new_moves", fresh)
-	rc, _ := json.Marshal(hqwire.MovesReceipt{Store: store, BatchID: b.ID, Moves: len(b.Moves), New: fresh, MaxN: maxN, Stored: now})
-	rc = append(rc, '\n')
+	writeSigned(w, secret, store, b.ID, hqwire.MovesReceipt{Store: store, BatchID: b.ID, Moves: len(b.Moves), New: fresh,
+		MaxN: maxN, Stored: now})
+}
+
+// readSigned reads a signed POST to one of the stores' routes beside the batches as
+// postBatch reads a batch: the signature from the headers (a known store, the timestamp),
+// the body's size and that it is the body signed, strict JSON of a T (what names it in an
+// error), and the store and idempotency key against the body's (head). On an error it has
+// answered, and ok is false.
+func readSigned[T any](h *handler, w http.ResponseWriter, r *http.Request, route, what string,
+	head func(*T) (store, id string)) (b *T, store string, secret []byte, ok bool) {
+	store, secret, err := h.authenticateAt(r, http.MethodPost, route)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return nil, store, nil, false
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		h.fail(w, r, store, err)
+		return nil, store, nil, false
+	}
+	if hqwire.ContentHash(body) != r.Header.Get(hqwire.HeaderContentHash) {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeContentHashMismatch,
+			"the body's SHA-256 is not the %s the request was signed with", hqwire.HeaderContentHash))
+		return nil, store, nil, false
+	}
+	b = new(T)
+	if err := decodeStrict(body, b); err != nil {
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeJSONInvalid, "not one %s batch: %s", what, jsonDetail(err)))
+		return nil, store, nil, false
+	}
+	bodyStore, id := head(b)
+	switch {
+	case bodyStore != store:
+		h.fail(w, r, store, perr.New(perr.Unauthorized, hqwire.CodeStoreMismatch,
+			"the %s are of store %q but were signed by store %s", what, clip(bodyStore), store))
+		return nil, store, nil, false
+	case r.Header.Get(hqwire.HeaderIdemKey) != id:
+		h.fail(w, r, store, perr.New(perr.Invalid, hqwire.CodeIdempotencyKeyMismatch,
+			"%s is not the batch_id %q", hqwire.HeaderIdemKey, clip(id)))
+		return nil, store, nil, false
+	}
+	return b, store, secret, true
+}
+
+// writeSigned answers 200 with receipt rc as JSON, signed with the store's secret as a
+// batch's receipt is.
+func writeSigned(w http.ResponseWriter, secret []byte, store, id string, rc any) {
+	js, _ := json.Marshal(rc)
+	js = append(js, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(secret, store, b.ID, rc))
+	w.Header().Set(hqwire.HeaderSignature, hqwire.SignReceipt(secret, store, id, js))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(rc)
+	_, _ = w.Write(js)
 }
 
 // ValidateMoves checks a moves batch: v is hqwire.Version, an id as wire.ValidID defines

@@ -1,14 +1,10 @@
 package upload
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -88,38 +84,6 @@ func (u *Uploader) sendMoves(ctx context.Context) error {
 // postMoves sends one moves batch, signed, and checks HQ's signed receipt. It returns HQ's
 // status.
 func (u *Uploader) postMoves(ctx context.Context, b *hqwire.MovesBatch) (int, error) {
-	body, err := json.Marshal(b)
-	if err != nil {
-		return 0, err
-	}
-	dest, err := url.Parse(u.cfg.HQURL)
-	if err != nil {
-		return 0, err
-	}
-	dest.Path = movesPath(dest.Path)
-	path := dest.EscapedPath()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dest.String(), bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	hqwire.SignRequest(req, u.cfg.Secret, path, u.cfg.Store, b.ID, u.cfg.Now(), body)
-	resp, err := u.cfg.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("read HQ's answer to the stock moves: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("HQ answered the stock moves %d %s", resp.StatusCode, short(raw))
-	}
 	var rc hqwire.MovesReceipt
-	if !hqwire.VerifyReceipt(u.cfg.Secret, resp.Header.Get(hqwire.HeaderSignature), u.cfg.Store, b.ID, raw) ||
-		json.Unmarshal(raw, &rc) != nil || rc.BatchID != b.ID {
-		return resp.StatusCode, fmt.Errorf("HQ's answer to the stock moves is not its signed receipt: %s", short(raw))
-	}
-	return resp.StatusCode, nil
+	return u.postSigned(ctx, movesPath, b.ID, b, &rc)
 }
