@@ -61,7 +61,7 @@ func TestCatalogs(t *testing.T) {
 	}
 	// Keys built from the values the API gives.
 	for _, k := range []string{"kind.missing_at_hq", "kind.extra_at_hq", "kind.amount_differs", "kind.listed_twice", "kind.late",
-		"kind.no_store_day", "kind.no_day_close", "exkind.oversell", "exkind.refund", "exkind.parked", "exkind.seq_gap", "exkind.flow",
+		"kind.no_store_day", "kind.no_day_close", "exkind.oversell", "exkind.price", "exkind.refund", "exkind.parked", "exkind.seq_gap", "exkind.flow",
 		"status." + TxnMatches, "status." + TxnMissingAtHQ, "status." + TxnNotDeclared, "status." + TxnAmountDiffers,
 		"status." + TxnNoDeclaration, "txnkind.sale", "txnkind.refund", "figure.sale_count", "method.all"} {
 		if _, ok := cats["en"][k]; !ok {
