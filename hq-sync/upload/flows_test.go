@@ -69,6 +69,13 @@ func TestFlowsToServe(t *testing.T) {
 	if xs, _ := st.FlowExceptions(ctx, "", "", false); len(xs) != 0 {
 		t.Fatalf("a serve without the route holds flow exceptions %+v", xs)
 	}
+	waiting := func(want int64) {
+		t.Helper()
+		if stat, err := u.Status(ctx); err != nil || stat.FlowsWaiting != want {
+			t.Fatalf("status %+v (%v): want %d flow exception changes waiting", stat, err, want)
+		}
+	}
+	waiting(1)
 
 	old.Store(false)
 	MustOnce(t, u)
@@ -78,10 +85,13 @@ func TestFlowsToServe(t *testing.T) {
 		t.Fatalf("HQ's flow exceptions: %+v, %v; want T2:1's, open", xs, err)
 	}
 	// A NUL in the manager's note (HQ refuses one: PostgreSQL text cannot hold it) is dropped.
+	waiting(0)
 	if _, _, err := s.l.ResolveFlow(ctx, "T2", 1, "T2's receipt\x00 reprinted as no. 2"); err != nil {
 		t.Fatal(err)
 	}
+	waiting(1)
 	MustOnce(t, u)
+	waiting(0)
 	xs, err = st.FlowExceptions(ctx, date, testStore, false)
 	if err != nil || len(xs) != 1 || !xs[0].Resolved || xs[0].Resolution != "T2's receipt reprinted as no. 2" {
 		t.Fatalf("HQ's flow exceptions after the resolution: %+v, %v", xs, err)

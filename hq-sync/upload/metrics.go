@@ -125,6 +125,8 @@ var (
 	dayDesc      = desc("last_declared_day_timestamp_seconds", "Start (00:00, the store's time zone) of the latest business day HQ acknowledged the store's declaration of (absent until one).")
 	behindDesc   = desc("ledger_behind_hq", "1 while the ledger does not hold the last row HQ acknowledged (restored from an older backup, or another ledger): nothing is sent.")
 	xWaitingDesc = desc("exception_changes_waiting", "Changes of the ledger's exceptions (oversells, refund exceptions, parked events, seq gaps, their resolutions) HQ has not acknowledged.")
+	movesDesc    = desc("stock_moves_waiting", "The ledger's stock adjustments HQ has not acknowledged (they wait while HQ has no stock moves route).")
+	flowsDesc    = desc("flow_exception_changes_waiting", "Changes of the ledger's flow exceptions HQ has not acknowledged (they wait while HQ has no flow exceptions route).")
 )
 
 // scraped reads the ledger and the state when scraped. One that cannot be read fails the
@@ -133,7 +135,7 @@ type scraped struct{ u *Uploader }
 
 func (c *scraped) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{backlogDesc, oldestDesc, lastSentDesc, pendingDesc, dayDesc, behindDesc,
-		xWaitingDesc} {
+		xWaitingDesc, movesDesc, flowsDesc} {
 		ch <- d
 	}
 }
@@ -185,4 +187,6 @@ func (c *scraped) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(behindDesc, behind)
 	gauge(xWaitingDesc, float64(st.ExceptionsWaiting))
+	gauge(movesDesc, float64(st.MovesWaiting))
+	gauge(flowsDesc, float64(st.FlowsWaiting))
 }

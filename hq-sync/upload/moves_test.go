@@ -50,8 +50,14 @@ func TestMovesToServe(t *testing.T) {
 	if moves, _ := st.ExportMoves(ctx, testStore, 0, 100); len(moves) != 0 {
 		t.Fatalf("a serve without the route holds %d moves", len(moves))
 	}
+	if stat, err := u.Status(ctx); err != nil || stat.MovesWaiting != 3 {
+		t.Fatalf("status %+v (%v): want the 3 moves waiting", stat, err)
+	}
 	old = false
 	MustOnce(t, u)
+	if stat, err := u.Status(ctx); err != nil || stat.MovesWaiting != 0 {
+		t.Fatalf("status %+v (%v): want no move waiting once HQ took them", stat, err)
+	}
 	want, err := s.l.Adjustments(ctx, 0, 100)
 	if err != nil || len(want) != 3 {
 		t.Fatalf("ledger adjustments %+v, %v", want, err)

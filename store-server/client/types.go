@@ -569,6 +569,13 @@ type UploadStatus struct {
 	// ExceptionsWaiting is how many of the ledger's exception changes HQ has not
 	// acknowledged (after kv exceptions_through).
 	ExceptionsWaiting int64 `json:"exception_changes_waiting"`
+	// MovesWaiting is how many of the ledger's stock adjustments HQ has not acknowledged
+	// (after kv moves_through; all of them when the ledger's last is below it). They go
+	// beside the batches, when none waits; an HQ without their route keeps them waiting.
+	MovesWaiting int64 `json:"stock_moves_waiting"`
+	// FlowsWaiting is how many of the ledger's flow exception changes HQ has not
+	// acknowledged (after kv flows_through, as MovesWaiting).
+	FlowsWaiting int64 `json:"flow_exception_changes_waiting"`
 	// Declared is the last revision HQ acknowledged per business date.
 	Declared map[string]int64 `json:"declared"`
 	// TooLarge lists the business dates left undeclared because their declaration would

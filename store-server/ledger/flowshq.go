@@ -73,17 +73,35 @@ func (l *Ledger) FlowExceptionsAfter(ctx context.Context, afterID int64, limit i
 // ledger the store-server has not migrated to flow_exception_changes yet (an uploader
 // upgraded before its store-server: OpenReader runs no migration) has none.
 func (l *Ledger) MaxFlowChange(ctx context.Context) (int64, error) {
-	var tables int
-	if err := l.db.R.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table'
-		AND name = 'flow_exception_changes'`).Scan(&tables); err != nil {
-		return 0, fmt.Errorf("flow exception changes: %w", err)
-	}
-	if tables == 0 {
-		return 0, nil
+	if ok, err := hasFlowChanges(ctx, l.db.R); err != nil || !ok {
+		return 0, err
 	}
 	var n sql.NullInt64
 	if err := l.db.R.QueryRowContext(ctx, `SELECT max(id) FROM flow_exception_changes`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("flow exception changes: %w", err)
 	}
 	return n.Int64, nil
+}
+
+// FlowChangesWaiting counts the flow exception changes an uploader that HQ acknowledged
+// through through has still to send, as AdjustmentsWaiting counts adjustments; 0 in a ledger
+// the store-server has not migrated to flow exception changes yet.
+func (r *HQReader) FlowChangesWaiting(ctx context.Context, through int64) (int64, error) {
+	if ok, err := hasFlowChanges(ctx, r.tx); err != nil || !ok {
+		return 0, err
+	}
+	return countWaiting(ctx, r.tx, "flow_exception_changes", "id", through)
+}
+
+// hasFlowChanges reports whether the ledger has migration 005's flow_exception_changes
+// (OpenReader runs no migration: an uploader may be upgraded before its store-server).
+func hasFlowChanges(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (bool, error) {
+	var tables int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table'
+		AND name = 'flow_exception_changes'`).Scan(&tables); err != nil {
+		return false, fmt.Errorf("flow exception changes: %w", err)
+	}
+	return tables > 0, nil
 }

@@ -125,3 +125,45 @@ func TestFlowExceptionChangesMigration(t *testing.T) {
 		t.Fatalf("a flow exception after the migration: %+v, last %d (first %d)", xs, last, first)
 	}
 }
+
+// TestWaitingCounts: what an uploader has still to send of the adjustments and the flow
+// exception changes, after the last it had acknowledged: those after it, or all of them when
+// the ledger's last is below it (a ledger restored from a backup, which it sends again).
+func TestWaitingCounts(t *testing.T) {
+	ctx := context.Background()
+	l := mustOpenAt(t, filepath.Join(t.TempDir(), "ledger.db"), day)
+	MustAdjust(t, l, "open-A", "A", 10)
+	MustAdjust(t, l, "open-B", "B", 10)
+	MustCommit(t, l, withFlow(accepted("T1", 1, day, salePayload("s1", []item{{"A", 1, 100}})), 7))
+	MustCommit(t, l, replayed(accepted("T2", 1, day, salePayload("s2", []item{{"A", 1, 100}})), 7))
+	_, flow := flowsAfter(t, l, 0)
+	for _, c := range []struct {
+		moves, flows       int64
+		wantMoves, wantFlw int64
+	}{
+		{0, 0, 2, 1},          // nothing acknowledged
+		{1, flow, 1, 0},       // the first adjustment and the flow change acknowledged
+		{2, flow, 0, 0},       // everything
+		{99, flow + 99, 2, 1}, // acknowledged past the ledger's last: sent again, all of them
+		{2, flow - 1, 0, 1},   // the flow change not yet
+	} {
+		err := l.ViewHQ(ctx, func(r *HQReader) error {
+			m, err := r.AdjustmentsWaiting(ctx, c.moves)
+			if err != nil {
+				return err
+			}
+			f, err := r.FlowChangesWaiting(ctx, c.flows)
+			if err != nil {
+				return err
+			}
+			if m != c.wantMoves || f != c.wantFlw {
+				t.Errorf("after %d and %d: %d adjustments and %d flow changes waiting, want %d and %d",
+					c.moves, c.flows, m, f, c.wantMoves, c.wantFlw)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -49,3 +49,27 @@ func (l *Ledger) MaxAdjustment(ctx context.Context) (int64, error) {
 	}
 	return n.Int64, nil
 }
+
+// AdjustmentsWaiting counts the adjustments an uploader that HQ acknowledged through
+// through has still to send: those after it, or all of them when the ledger's last is below
+// it (a ledger restored from a backup, or refilled: the uploader sends them all again).
+func (r *HQReader) AdjustmentsWaiting(ctx context.Context, through int64) (int64, error) {
+	return countWaiting(ctx, r.tx, "adjustments", "rowid", through)
+}
+
+// countWaiting counts the rows of table whose key (col) is above through, or all of them
+// when the highest is below through.
+func countWaiting(ctx context.Context, tx *sql.Tx, table, col string, through int64) (int64, error) {
+	var top sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT max(`+col+`) FROM `+table).Scan(&top); err != nil {
+		return 0, fmt.Errorf("%s waiting: %w", table, err)
+	}
+	if top.Int64 < through {
+		through = 0
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE `+col+` > ?`, through).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s waiting: %w", table, err)
+	}
+	return n, nil
+}

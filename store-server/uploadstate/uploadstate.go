@@ -85,7 +85,13 @@ func Read(ctx context.Context, state *sql.DB, kv map[string]string, l *ledger.Le
 		if s.Backlog, err = r.OutboxCountAfter(ctx, after); err != nil {
 			return err
 		}
-		s.ExceptionsWaiting, err = r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"]))
+		if s.ExceptionsWaiting, err = r.ExceptionChangesAfter(ctx, atoi(kv["exceptions_through"])); err != nil {
+			return err
+		}
+		if s.MovesWaiting, err = r.AdjustmentsWaiting(ctx, atoi(kv["moves_through"])); err != nil {
+			return err
+		}
+		s.FlowsWaiting, err = r.FlowChangesWaiting(ctx, atoi(kv["flows_through"]))
 		return err
 	})
 	if err != nil {
