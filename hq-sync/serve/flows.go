@@ -41,6 +41,9 @@ func (h *handler) postFlows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("flow exceptions stored", "store", store, "batch", b.ID, "flow_exceptions", len(b.Exceptions), "stored", stored)
+	if h.met != nil {
+		h.met.flows.WithLabelValues(store).Add(float64(stored))
+	}
 	writeSigned(w, secret, store, b.ID, hqwire.FlowReceipt{Store: store, BatchID: b.ID, Exceptions: len(b.Exceptions),
 		Stored: stored, StoredAt: now})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/storetest"
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // postFlowBody sends body as a flow exceptions batch key, signed by store with secret.
@@ -50,12 +51,17 @@ func (e *env) mustPostFlows(b *hqwire.FlowBatch, stored int) {
 // stores nothing), and a resolution replaces the booked state; bad input is refused with a
 // coded 4xx and stores nothing, and the next good batch is stored beside what HQ held.
 func TestFlowsRoute(t *testing.T) {
-	e := newEnv(t, serve.Options{})
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, serve.Options{Metrics: reg})
 	x := storetest.FlowException("T2", 1, storetest.D1, storetest.T0, 7, 8, "T1:1", 100)
 	b := &hqwire.FlowBatch{V: hqwire.Version, Store: "S1", ID: "f-100-100", SentAt: e.now,
 		Exceptions: []hqwire.FlowException{x}}
 	e.mustPostFlows(b, 1)
 	e.mustPostFlows(b, 0)
+	// The states stored are counted; the one sent again is not.
+	if got, ok := metricValue(t, reg, "posgate_hq_flow_exceptions_total", map[string]string{"store": "S1"}); !ok || got != 1 {
+		t.Errorf("posgate_hq_flow_exceptions_total{store=S1} = %v (present %v), want 1", got, ok)
+	}
 	held := storetest.StoredFlow("S1", x, e.now)
 	storetest.CheckFlows(t, e.store, storetest.D1, "", false, held)
 

@@ -133,6 +133,7 @@ type metrics struct {
 	batches *prometheus.CounterVec // store, result: stored, duplicate, or the refusal's code
 	rows    *prometheus.CounterVec // store: rows new to HQ
 	exports *prometheus.CounterVec // store, part: export pages answered
+	flows   *prometheus.CounterVec // store: flow exception states stored
 }
 
 func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
@@ -144,8 +145,11 @@ func newMetrics(reg prometheus.Registerer, h *handler) *metrics {
 		exports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "export_pages_total",
 			Help: "Pages of a store's export (GET /v1/export: a store refilling its ledger) answered, by store and part (rows, moves, days)."},
 			[]string{"store", "part"}),
+		flows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "posgate", Subsystem: "hq", Name: "flow_exceptions_total",
+			Help: "Flow exception states stored (a store's receipt flow number given twice, booked or resolved), by store."},
+			[]string{"store"}),
 	}
-	reg.MustRegister(m.batches, m.rows, m.exports, &lastBatches{h: h}, h.refused)
+	reg.MustRegister(m.batches, m.rows, m.exports, m.flows, &lastBatches{h: h}, h.refused)
 	return m
 }
 
