@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the ledger, read-only
 
 	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/internal/sqlitedb"
 	"github.com/posgate/posgate/store-server/client"
 )
 
@@ -94,7 +96,8 @@ func waitRedis(ctx context.Context, s *e2e.StoreServer) {
 // ledgerChecks reads the ledger (read-only, beside the running store) for invariants 1, 5
 // and 8.
 func ledgerChecks(ctx context.Context, s *e2e.StoreServer, cashiers map[string]*e2e.Cashier, rep *e2e.Report) {
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(s.Opts.DataDir, "ledger.db")+"?mode=ro&_busy_timeout=5000")
+	db, err := sql.Open("sqlite3", sqlitedb.URI(filepath.Join(s.Opts.DataDir, "ledger.db"),
+		url.Values{"mode": {"ro"}, "_busy_timeout": {"5000"}}))
 	if err != nil {
 		rep.Add(false, "open the ledger: %v", err)
 		return

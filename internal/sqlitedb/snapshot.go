@@ -41,7 +41,7 @@ func SnapshotEdit(ctx context.Context, src, dst string, edit func(ctx context.Co
 	q := url.Values{}
 	q.Set("mode", "rw") // never create src
 	q.Set("_busy_timeout", "10000")
-	db, err := sql.Open(driverName, uri(src, q))
+	db, err := sql.Open(driverName, URI(src, q))
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
@@ -74,7 +74,7 @@ func editCopy(ctx context.Context, dst string, edit func(ctx context.Context, db
 	q.Set("mode", "rw")
 	q.Set("_busy_timeout", "10000")
 	q.Set("_journal_mode", "DELETE")
-	db, err := sql.Open(driverName, uri(dst, q))
+	db, err := sql.Open(driverName, URI(dst, q))
 	if err != nil {
 		return err
 	}

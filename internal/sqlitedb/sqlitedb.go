@@ -153,13 +153,14 @@ func dsn(path string, readonly bool) string {
 	} else {
 		q.Set("_txlock", "immediate")
 	}
-	return uri(path, q)
+	return URI(path, q)
 }
 
-// uri is the SQLite URI of the file at path with the query q. The characters a URI gives a
-// meaning to (%, ? and #) are escaped in the path: unescaped, a data directory named
+// URI is the SQLite URI of the file at path with the query q, for sql.Open (mattn's
+// go-sqlite3 takes its own _ options from the query too) or ATTACH. The characters a URI
+// gives a meaning to (%, ? and #) are escaped in the path: unescaped, a data directory named
 // "till#2" would open the file "till" (SQLite ends the path at the #).
-func uri(path string, q url.Values) string {
+func URI(path string, q url.Values) string {
 	return "file:" + uriPath.Replace(path) + "?" + q.Encode()
 }
 
@@ -232,7 +233,7 @@ func OpenQueryOnly(ctx context.Context, path string, conns int) (*sql.DB, error)
 	q.Set("mode", "rw") // never create the file; rw so that SQLite can open the log's index
 	q.Set("_busy_timeout", "10000")
 	q.Set("_query_only", "true")
-	db, err := sql.Open("sqlite3", uri(path, q))
+	db, err := sql.Open("sqlite3", URI(path, q))
 	if err != nil {
 		return nil, err
 	}

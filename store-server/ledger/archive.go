@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -241,13 +242,14 @@ type dayCounts struct{ copied, archived map[string]int64 }
 // archive's rows of the same keys, and the rest of the archive's stay.
 func (l *Ledger) copyDays(ctx context.Context, tmp string, fresh, merged []string) (dayCounts, error) {
 	var counts dayCounts
-	db, err := sql.Open("sqlite3", "file:"+tmp+"?_busy_timeout=10000&_journal_mode=DELETE&_synchronous=FULL")
+	db, err := sql.Open("sqlite3", sqlitedb.URI(tmp, url.Values{"_busy_timeout": {"10000"}, "_journal_mode": {"DELETE"},
+		"_synchronous": {"FULL"}}))
 	if err != nil {
 		return counts, err
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `ATTACH DATABASE ? AS led`, "file:"+l.db.Path+"?mode=ro"); err != nil {
+	if _, err := db.ExecContext(ctx, `ATTACH DATABASE ? AS led`, sqlitedb.URI(l.db.Path, url.Values{"mode": {"ro"}})); err != nil {
 		return counts, fmt.Errorf("attach the ledger: %w", err)
 	}
 	tx, err := db.BeginTx(ctx, nil)

@@ -283,3 +283,32 @@ func TestReadWhileTheDayIsArchived(t *testing.T) {
 		})
 	}
 }
+
+// TestArchiveWhereAPathHasURICharacters: a ledger in a directory whose name holds the
+// characters a URI gives a meaning to moves its days into its own archive there, and reads
+// them back.
+func TestArchiveWhereAPathHasURICharacters(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store #1 100%")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ledger.db")
+	l := mustOpenAt(t, path, day)
+	MustAdjust(t, l, "open-A", "A", 10)
+	jan10 := time.Date(2025, 1, 10, 11, 0, 0, 0, shanghai)
+	MustCommit(t, l, withFlow(accepted("T1", 1, jan10, salePayload("s1", []item{{"A", 2, 100}}, cash(200))), 1))
+	before := mustDayView(t, l, "2025-01-10")
+	mustOutOfRedis(t, l, "2025-01-10", "2025-01-10")
+	got, err := l.Archive(ctx, "2025-02-01", mustMaxOutbox(t, l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jan := filepath.Join(dir, "archive", "ledger-2025-01.db")
+	if len(got) != 1 || got[0].File != jan || got[0].Events != 1 {
+		t.Fatalf("archived %+v, want one event into %s", got, jan)
+	}
+	if after := mustDayView(t, l, "2025-01-10"); !reflect.DeepEqual(after, before) {
+		t.Fatalf("the archived day reads %+v, was %+v", after, before)
+	}
+}
