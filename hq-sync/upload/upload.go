@@ -204,9 +204,8 @@ type Uploader struct {
 	dayLimit  int       // body bytes a day declaration may take at most (HQ's limit); more go in parts
 	maxParts  int       // parts a declaration may take at most (hqwire.MaxDayParts)
 	prog      progress
-	met       *metrics  // nil: none
-	movesAt   time.Time // when to look for stock moves to send next (moves.go)
-	flowsAt   time.Time // when to look for flow exceptions to send next (flows.go)
+	met       *metrics     // nil: none
+	side      []*sideRoute // the routes beside the batches (side.go)
 
 	// Test hooks: a non-nil error ends the step as if the process had died there.
 	afterRecord func(batchID string) error // after the batch is recorded, before it is sent
@@ -237,7 +236,7 @@ func New(ctx context.Context, cfg Config) (*Uploader, error) {
 	}
 	u := &Uploader{cfg: cfg, log: cfg.Logger.With("component", "hq-upload", "store", cfg.Store), ledger: l,
 		ledgerFile: file, state: st, path: hqURL.EscapedPath(), budget: batchBudget, dayLimit: batchBudget,
-		maxParts: hqwire.MaxDayParts}
+		maxParts: hqwire.MaxDayParts, side: []*sideRoute{movesRoute(), flowsRoute()}}
 	if u.path == "" {
 		u.path = "/"
 	}
@@ -359,13 +358,7 @@ func (u *Uploader) Once(ctx context.Context) error {
 		}
 		if !did {
 			u.prog.final(u)
-			u.movesAt, u.flowsAt = time.Time{}, time.Time{}
-			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
-				u.log.Warn("stock moves not sent", "err", err)
-			}
-			if err := u.sendFlows(ctx); err != nil && ctx.Err() == nil {
-				u.log.Warn("flow exceptions not sent", "err", err)
-			}
+			u.sendSides(ctx, true)
 			return nil
 		}
 	}
@@ -398,12 +391,7 @@ func (u *Uploader) Run(ctx context.Context) error {
 		}
 		failures = 0
 		if !did {
-			if err := u.sendMoves(ctx); err != nil && ctx.Err() == nil {
-				u.log.Warn("stock moves not sent; trying again shortly", "err", err)
-			}
-			if err := u.sendFlows(ctx); err != nil && ctx.Err() == nil {
-				u.log.Warn("flow exceptions not sent; trying again shortly", "err", err)
-			}
+			u.sendSides(ctx, false)
 			sleep(ctx, u.cfg.PollInterval)
 		}
 	}

@@ -17,12 +17,11 @@ import (
 
 // FlowExceptionsAfter reads up to limit changes of the ledger's flow exceptions after change
 // number afterID, in order, and returns the state each flow exception they name holds now,
-// with Change its last change read, ordered by Change; the last change number read (afterID
-// when there is none); and whether it read limit changes (more may follow).
+// with Change its last change read, ordered by Change, and the last change number read
+// (afterID when there is none).
 func (r *HQReader) FlowExceptionsAfter(ctx context.Context, afterID int64, limit int) (
-	xs []hqwire.FlowException, last int64, full bool, err error) {
+	xs []hqwire.FlowException, last int64, err error) {
 	last = afterID
-	read := 0
 	byKey := map[string]int{}
 	err = sqlitedb.Each(ctx, r.tx, `SELECT id, terminal, seq FROM flow_exception_changes WHERE id > ?
 		ORDER BY id LIMIT ?`, []any{afterID, limit}, func(rows *sql.Rows) error {
@@ -31,7 +30,6 @@ func (r *HQReader) FlowExceptionsAfter(ctx context.Context, afterID int64, limit
 			return err
 		}
 		last = x.Change
-		read++
 		k := wire.Key(x.Terminal, x.Seq)
 		if i, ok := byKey[k]; ok {
 			xs[i].Change = x.Change // changed again: one state, sent under its last change
@@ -42,31 +40,31 @@ func (r *HQReader) FlowExceptionsAfter(ctx context.Context, afterID int64, limit
 		return nil
 	})
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("flow exception changes: %w", err)
+		return nil, 0, fmt.Errorf("flow exception changes: %w", err)
 	}
 	for i := range xs {
 		x := &xs[i]
 		f, err := r.l.scanFlow(r.tx.QueryRowContext(ctx, selFlowExceptions+` WHERE terminal = ? AND seq = ?`, x.Terminal, x.Seq))
 		if err != nil {
-			return nil, 0, false, fmt.Errorf("flow exception %s: %w", wire.Key(x.Terminal, x.Seq), err)
+			return nil, 0, fmt.Errorf("flow exception %s: %w", wire.Key(x.Terminal, x.Seq), err)
 		}
 		*x = hqwire.FlowException{Change: x.Change, Terminal: f.Terminal, Seq: f.Seq, Kind: f.Kind, FlowGiven: f.FlowGiven,
 			FlowBooked: f.FlowBooked, HeldBy: f.HeldBy, At: f.At, BusinessDate: f.BusinessDate, Resolved: f.Resolved,
 			ResolvedAt: f.ResolvedAt, Resolution: f.Resolution}
 	}
 	sort.Slice(xs, func(i, j int) bool { return xs[i].Change < xs[j].Change })
-	return xs, last, read == limit, nil
+	return xs, last, nil
 }
 
 // FlowExceptionsAfter is HQReader.FlowExceptionsAfter over one snapshot of the ledger.
 func (l *Ledger) FlowExceptionsAfter(ctx context.Context, afterID int64, limit int) (
-	xs []hqwire.FlowException, last int64, full bool, err error) {
+	xs []hqwire.FlowException, last int64, err error) {
 	err = l.ViewHQ(ctx, func(r *HQReader) error {
 		var err error
-		xs, last, full, err = r.FlowExceptionsAfter(ctx, afterID, limit)
+		xs, last, err = r.FlowExceptionsAfter(ctx, afterID, limit)
 		return err
 	})
-	return xs, last, full, err
+	return xs, last, err
 }
 
 // MaxFlowChange returns the ledger's last flow exception change number, 0 if none. A

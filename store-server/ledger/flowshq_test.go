@@ -14,7 +14,7 @@ import (
 
 func flowsAfter(t *testing.T, l *Ledger, after int64) ([]hqwire.FlowException, int64) {
 	t.Helper()
-	xs, last, _, err := l.FlowExceptionsAfter(context.Background(), after, 100)
+	xs, last, err := l.FlowExceptionsAfter(context.Background(), after, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
