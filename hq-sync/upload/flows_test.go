@@ -2,9 +2,6 @@ package upload
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,21 +22,7 @@ func TestFlowsToServe(t *testing.T) {
 	s := MustOpenStore(t, dir)
 	st := mustOpenHQ(t, dir)
 	clk := newClock(day0.Add(time.Hour))
-	h := serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})
-	var old atomic.Bool // a serve that knows no flow exceptions route
-	old.Store(true)
-	var offered atomic.Int64 // requests to the flow exceptions route
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == hqwire.FlowsPath {
-			offered.Add(1)
-		}
-		if old.Load() && r.URL.Path != serve.BatchesPath {
-			http.NotFound(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	srv := newOlderServe(t, st, clk.Now) // a serve that knows no flow exceptions route
 
 	// T1's offline sale took flow number 1 (and oversold); T2's sale, replayed after the
 	// store lost it, brought 1 too and was booked under 2.
@@ -63,7 +46,7 @@ func TestFlowsToServe(t *testing.T) {
 	if xs, _ := st.Exceptions(ctx, date, testStore); len(xs) == 0 || xs[0].Kind != hqwire.ExceptionOversell {
 		t.Fatalf("HQ's exceptions: %+v, want T1's oversell", xs)
 	}
-	if offered.Load() == 0 {
+	if srv.requests(hqwire.FlowsPath) == 0 {
 		t.Fatal("the uploader never offered the flow exceptions")
 	}
 	if xs, _ := st.FlowExceptions(ctx, "", "", false); len(xs) != 0 {
@@ -77,7 +60,7 @@ func TestFlowsToServe(t *testing.T) {
 	}
 	waiting(1)
 
-	old.Store(false)
+	srv.old.Store(false)
 	MustOnce(t, u)
 	xs, err := st.FlowExceptions(ctx, date, testStore, false)
 	if err != nil || len(xs) != 1 || xs[0].Terminal != "T2" || xs[0].Seq != 1 || xs[0].FlowGiven != 1 ||
@@ -100,10 +83,10 @@ func TestFlowsToServe(t *testing.T) {
 
 	// Started again on its state: nothing to send. On a new state: all again, nothing new.
 	u.Close()
-	sent := offered.Load()
+	sent := srv.requests(hqwire.FlowsPath)
 	u = MustNew(t, cfg)
 	MustOnce(t, u)
-	if offered.Load() != sent {
+	if srv.requests(hqwire.FlowsPath) != sent {
 		t.Fatalf("an uploader started again sent flow exceptions HQ acknowledged")
 	}
 	u.Close()

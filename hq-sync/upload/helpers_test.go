@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,10 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/hq-sync/hqstore"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
@@ -734,3 +738,39 @@ var (
 		return uploadstate.Open(context.Background(), path)
 	})
 )
+
+// olderServe is hq-sync serve on an HQ store behind a front that, while old is set, answers
+// 404 to every path but the batches' (a v0.1.0 serve, which knows no route beside them),
+// and counts the requests to each path.
+type olderServe struct {
+	*httptest.Server
+	old   atomic.Bool
+	mu    sync.Mutex
+	asked map[string]int
+}
+
+func newOlderServe(t *testing.T, st hqstore.Storage, now func() time.Time) *olderServe {
+	t.Helper()
+	h := serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: now})
+	o := &olderServe{asked: map[string]int{}}
+	o.old.Store(true)
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.asked[r.URL.Path]++
+		o.mu.Unlock()
+		if o.old.Load() && r.URL.Path != serve.BatchesPath {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+// requests returns how many requests the front has had for path.
+func (o *olderServe) requests(path string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.asked[path]
+}

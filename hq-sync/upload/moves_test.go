@@ -2,8 +2,6 @@ package upload
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -21,16 +19,7 @@ func TestMovesToServe(t *testing.T) {
 	s := MustOpenStore(t, dir)
 	st := mustOpenHQ(t, dir)
 	clk := newClock(day0.Add(time.Hour))
-	h := serve.New(st, map[string][]byte{testStore: testSecret}, serve.Options{Now: clk.Now})
-	old := true // a serve that knows no moves route
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if old && r.URL.Path != serve.BatchesPath {
-			http.NotFound(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	srv := newOlderServe(t, st, clk.Now) // a serve that knows no moves route
 	if _, _, err := s.l.Adjust(ctx, "open-A", "A", 40, "opening"); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +42,7 @@ func TestMovesToServe(t *testing.T) {
 	if stat, err := u.Status(ctx); err != nil || stat.MovesWaiting != 3 {
 		t.Fatalf("status %+v (%v): want the 3 moves waiting", stat, err)
 	}
-	old = false
+	srv.old.Store(false)
 	MustOnce(t, u)
 	if stat, err := u.Status(ctx); err != nil || stat.MovesWaiting != 0 {
 		t.Fatalf("status %+v (%v): want no move waiting once HQ took them", stat, err)
