@@ -37,13 +37,14 @@ func flowExceptions(xs []hqstore.StoredFlowException) []StoreException {
 	return out
 }
 
-// withFlows returns the exceptions xs (in hqstore.Storage.Exceptions' order) and the flow
-// exceptions fs of a date, by store, kind, terminal, seq and SKU.
+// withFlows returns the exceptions xs and the flow exceptions fs in one list, by business
+// date, store, kind, terminal, seq and SKU.
 func withFlows(xs []StoreException, fs []hqstore.StoredFlowException) []StoreException {
 	out := append(slices.Clip(xs), flowExceptions(fs)...)
 	slices.SortStableFunc(out, func(a, b StoreException) int {
-		return cmp.Or(cmp.Compare(a.Store, b.Store), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Terminal, b.Terminal),
-			cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.SKU, b.SKU))
+		return cmp.Or(cmp.Compare(a.BusinessDate, b.BusinessDate), cmp.Compare(a.Store, b.Store),
+			cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Terminal, b.Terminal), cmp.Compare(a.Seq, b.Seq),
+			cmp.Compare(a.SKU, b.SKU))
 	})
 	return out
 }
@@ -62,7 +63,7 @@ func dateExceptions(ctx context.Context, st hqstore.Storage, date, store string)
 }
 
 // openExceptions reads the open exceptions and flow exceptions of every date, of one store
-// or all, by business date, store, kind, terminal, seq and SKU.
+// or all.
 func openExceptions(ctx context.Context, st hqstore.Storage, store string) ([]StoreException, error) {
 	xs, err := st.OpenExceptions(ctx, store)
 	if err != nil {
@@ -72,11 +73,5 @@ func openExceptions(ctx context.Context, st hqstore.Storage, store string) ([]St
 	if err != nil {
 		return nil, err
 	}
-	out := append(storeExceptions(xs), flowExceptions(fs)...)
-	slices.SortStableFunc(out, func(a, b StoreException) int {
-		return cmp.Or(cmp.Compare(a.BusinessDate, b.BusinessDate), cmp.Compare(a.Store, b.Store),
-			cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Terminal, b.Terminal), cmp.Compare(a.Seq, b.Seq),
-			cmp.Compare(a.SKU, b.SKU))
-	})
-	return out, nil
+	return withFlows(storeExceptions(xs), fs), nil
 }
