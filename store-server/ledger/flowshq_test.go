@@ -285,3 +285,30 @@ func TestFlowHolderMigration(t *testing.T) {
 		t.Fatalf("the resolution after the migration: %+v (%d changes)", xs, changes())
 	}
 }
+
+// TestReplayOfAnArchivedNumber: a replay bringing a flow number of a day the ledger has
+// archived since, which an archived event holds, takes a new number and is a flow
+// exception naming the archived holder (the ledger's events no longer show the number
+// taken); a replay of the same day bringing a number no event holds keeps it.
+func TestReplayOfAnArchivedNumber(t *testing.T) {
+	ctx := context.Background()
+	l := mustOpenAt(t, filepath.Join(t.TempDir(), "ledger.db"), day)
+	MustAdjust(t, l, "open-A", "A", 10)
+	jan10 := time.Date(2025, 1, 10, 11, 0, 0, 0, shanghai)
+	MustCommit(t, l, withFlow(accepted("T1", 1, jan10, salePayload("s1", []item{{"A", 1, 100}})), 7),
+		withFlow(accepted("T1", 2, jan10, salePayload("s2", []item{{"A", 1, 100}})), 9))
+	mustOutOfRedis(t, l, "2025-01-10")
+	if got, err := l.Archive(ctx, "2025-02-01", mustMaxOutbox(t, l)); err != nil || len(got) != 1 {
+		t.Fatalf("archive: %+v (%v)", got, err)
+	}
+	out := MustCommit(t, l, replayed(accepted("T2", 1, jan10, salePayload("s3", []item{{"A", 1, 100}})), 7),
+		replayed(accepted("T2", 2, jan10, salePayload("s4", []item{{"A", 1, 100}})), 8))
+	if out[0].FlowNo <= 9 || out[1].FlowNo != 8 {
+		t.Fatalf("booked under %d and %d: want T2:1 above the archived day's 9 (its 7 is T1:1's), T2:2 under its 8",
+			out[0].FlowNo, out[1].FlowNo)
+	}
+	xs, _ := flowsAfter(t, l, 0)
+	if len(xs) != 1 || xs[0].Terminal != "T2" || xs[0].Seq != 1 || xs[0].FlowGiven != 7 || xs[0].HeldBy != "T1:1" {
+		t.Fatalf("flow exceptions: %+v, want T2:1's receipt 7, held by the archived T1:1", xs)
+	}
+}

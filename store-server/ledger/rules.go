@@ -31,6 +31,9 @@ type state interface {
 	// flowHolder returns the event (terminal:seq) that holds a flow number taken, "" if
 	// none does.
 	flowHolder(ctx context.Context, f flowKey) (string, error)
+	// archivedFlow returns the event of an archived day (Archive) that holds a flow
+	// number, and whether one does: flowTaken reads the ledger's own events only.
+	archivedFlow(ctx context.Context, f flowKey) (string, bool, error)
 	// ledger returns the ledger the state is of.
 	ledger() *Ledger
 	claimFlow(f flowKey, by eventKey)
@@ -193,7 +196,7 @@ func dayClose(st state, e *entry, d *decision) error {
 // (redis_days: the gate's counter for it is gone or short; the record's day is touched). A
 // number taken already refuses the record, except a replay's (Record.Replayed), which takes
 // the date's highest + 1 instead and is recorded as a flow exception (flowException) naming
-// the event that holds the number.
+// the event that holds the number, in the ledger or in the archive of its day.
 func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	flow, given, heldBy := r.FlowNo, int64(0), ""
 	if flow != 0 && !r.Replayed && st.ledger().redisExpired(d.date) {
@@ -205,10 +208,14 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 		if err != nil {
 			return err
 		}
-		if taken { // given again since the ledger lost it: the replay takes a new one
+		if taken {
 			if heldBy, err = st.flowHolder(ctx, flowKey{d.date, flow}); err != nil {
 				return err
 			}
+		} else if heldBy, taken, err = st.archivedFlow(ctx, flowKey{d.date, flow}); err != nil {
+			return err
+		}
+		if taken { // given again since the ledger lost it: the replay takes a new one
 			flow, given = 0, r.FlowNo
 		}
 	}

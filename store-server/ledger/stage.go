@@ -234,6 +234,10 @@ func (s *stage) flowHolder(ctx context.Context, f flowKey) (string, error) {
 	return s.w.flowHolder(ctx, f)
 }
 
+func (s *stage) archivedFlow(ctx context.Context, f flowKey) (string, bool, error) {
+	return s.l.archivedFlow(ctx, s.w.tx, f)
+}
+
 func (s *stage) claimFlow(f flowKey, by eventKey) {
 	s.flows[f] = by
 	s.top[f.date] = max(s.top[f.date], f.flow)

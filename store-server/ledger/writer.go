@@ -213,6 +213,10 @@ func (w *writer) flowHolder(ctx context.Context, f flowKey) (string, error) {
 	return key, err
 }
 
+func (w *writer) archivedFlow(ctx context.Context, f flowKey) (string, bool, error) {
+	return w.l.archivedFlow(ctx, w.tx, f)
+}
+
 // claimFlow takes nothing yet: the record's events row takes its flow number when written,
 // unique through the index events_flow.
 func (w *writer) claimFlow(flowKey, eventKey) {}
