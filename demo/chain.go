@@ -97,7 +97,8 @@ func (d *demo) reconcile(ctx context.Context, date string) bool {
 
 // checkReport checks the reconcile's report: it reconciles, it covers every transaction of
 // the ledger's at HQ and in the declaration, every till's day close, and it lists the
-// store's oversells of the day as exceptions.
+// store's oversells of the day as exceptions; and that HQ holds the store's flow exceptions
+// as its ledger does.
 func (d *demo) checkReport(ctx context.Context, rep reconcile.Report, date string, txns int, html string) bool {
 	r := e2e.Report{OK: true}
 	add := func(ok bool, format string, args ...any) {
@@ -124,6 +125,7 @@ func (d *demo) checkReport(ctx context.Context, rep reconcile.Report, date strin
 		add(n == len(over.Oversells), "offline oversells listed as exceptions, not differences: %d at HQ, %d in the store's ledger",
 			n, len(over.Oversells))
 	}
+	e2e.VerifyHQ(ctx, d.store, d.hq, &r) // the store's flow exceptions at HQ as in its ledger
 	if st, err := os.Stat(html); err == nil && st.Size() > 0 {
 		add(true, "reconcile --html wrote %s (%d bytes)", html, st.Size())
 	} else {

@@ -33,6 +33,13 @@ type simStore struct {
 type simBatch struct {
 	id   string
 	body []byte
+	hash string // the body's hqwire.ContentHash
+}
+
+// newSimBatch is the batch of id with body, its content hash taken once, as a store's
+// uploader signs a batch when it makes it and sends it as often as it must.
+func newSimBatch(id string, body []byte) simBatch {
+	return simBatch{id: id, body: body, hash: hqwire.ContentHash(body)}
 }
 
 // newSimStore builds a store's day: terminals × perTerminal sales in batches of batchRows,
@@ -53,7 +60,7 @@ func newSimStore(id string, terminals, perTerminal, batchRows int) *simStore {
 		if err != nil {
 			panic(err)
 		}
-		s.batches = append(s.batches, simBatch{id: b.ID, body: body})
+		s.batches = append(s.batches, newSimBatch(b.ID, body))
 	}
 	for i := 0; i < len(rows); i += batchRows {
 		add(rows[i:min(i+batchRows, len(rows))])
@@ -81,9 +88,8 @@ func (s *simStore) send(ctx context.Context, url string, b simBatch) answer {
 	req.Header.Set(hqwire.HeaderStore, s.id)
 	req.Header.Set(hqwire.HeaderTimestamp, ts)
 	req.Header.Set(hqwire.HeaderIdemKey, b.id)
-	hash := hqwire.ContentHash(b.body)
-	req.Header.Set(hqwire.HeaderContentHash, hash)
-	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(s.secret, http.MethodPost, "/v1/batches", s.id, ts, b.id, hash))
+	req.Header.Set(hqwire.HeaderContentHash, b.hash)
+	req.Header.Set(hqwire.HeaderSignature, hqwire.SignHash(s.secret, http.MethodPost, "/v1/batches", s.id, ts, b.id, b.hash))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return answer{err: err}

@@ -248,7 +248,8 @@ func sendUploads(tb testing.TB, url string, uploads []*storeUpload, run int) {
 		b    simBatch
 		rows int
 	}
-	// Bodies are encoded and signed before the clock starts.
+	// Bodies are encoded and hashed before the clock starts (a store's uploader does that
+	// on its own machine); each request is signed with its time.
 	reqs := make([][]req, len(uploads))
 	for i, u := range uploads {
 		s := &simStore{id: u.store, secret: u.secret}
@@ -258,7 +259,7 @@ func sendUploads(tb testing.TB, url string, uploads []*storeUpload, run int) {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			reqs[i] = append(reqs[i], req{s, simBatch{id: bt.ID, body: body}, len(bt.Rows)})
+			reqs[i] = append(reqs[i], req{s, newSimBatch(bt.ID, body), len(bt.Rows)})
 		}
 	}
 	ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
@@ -19,7 +20,8 @@ import (
 // the day's next number and records a flow exception, listed by the API, counted in
 // /metrics and shown on the dashboard, where the manager resolves it with a note (a headless
 // Chromium). The store's uploader sends it to HQ (hq-sync serve), open, then resolved with
-// the note, and hq-sync reconcile lists it. Real mosquitto, Redis, ledger and hq-sync.
+// the note (the end-to-end harness's comparison of the ledger's flow exceptions with HQ's
+// agrees), and hq-sync reconcile lists it. Real mosquitto, Redis, ledger and hq-sync.
 func TestReplayedFlowNumberTaken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -94,6 +96,14 @@ func TestReplayedFlowNumberTaken(t *testing.T) {
 		t.Errorf("/metrics counts the open flow exceptions as %q after resolving, want 0", l)
 	}
 	hqFlow(fmt.Sprintf("%d %d T1:1 %s 1 %s", flow, booked, r.date, note))
+	// The end-to-end harness's check of the store's flow exceptions at HQ holds too.
+	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep := e2e.Report{OK: true}
+	e2e.VerifyFlowsAtHQ(vctx, c, biStoreID, hq.db, &rep)
+	if !rep.OK || !strings.Contains(rep.String(), "ok   flow exceptions: 1 in the store's ledger (1 resolved), 1 at HQ, 0 differ") {
+		t.Errorf("the store's flow exceptions at HQ:\n%s", rep)
+	}
 	// HQ finance's reconcile of the day lists it, resolved, with the note (the day is not
 	// declared yet: reconcile says so and exits non-zero, which is not what this checks).
 	out, _ := exec.Command(bins.HQSync, "reconcile", "--db", hq.db, "--date", r.date, "--store", biStoreID).CombinedOutput()

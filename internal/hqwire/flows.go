@@ -36,8 +36,9 @@ type FlowException struct {
 	// prints it); FlowBooked the one the ledger holds the event under (the date's next).
 	FlowGiven  int64 `json:"flow_given"`
 	FlowBooked int64 `json:"flow_booked"`
-	// HeldBy is the transaction (terminal:seq) the ledger holds FlowGiven for, empty if none
-	// when the state was read: the other customer's receipt.
+	// HeldBy is the transaction (terminal:seq) that held FlowGiven in the ledger when the
+	// replay was booked (the store keeps it after the day's events are archived), empty if
+	// none is known: the other customer's receipt.
 	HeldBy       string    `json:"held_by,omitempty"`
 	At           time.Time `json:"at"` // the event's business time
 	BusinessDate string    `json:"business_date"`

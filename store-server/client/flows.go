@@ -19,7 +19,9 @@ type FlowException struct {
 	// one the ledger holds it under.
 	FlowGiven  int64 `json:"flow_given"`
 	FlowBooked int64 `json:"flow_booked"`
-	// HeldBy is the event (terminal:seq) the ledger holds FlowGiven for (empty if none now).
+	// HeldBy is the event (terminal:seq) that held FlowGiven in the ledger when the replay was
+	// booked (empty in the rare flow exception booked before the ledger kept it, whose day
+	// was archived first).
 	HeldBy       string    `json:"held_by,omitempty"`
 	At           time.Time `json:"at"`
 	BusinessDate string    `json:"business_date"`

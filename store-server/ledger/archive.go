@@ -538,6 +538,32 @@ func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn 
 	return fn(a, maxFlow)
 }
 
+// archivedFlow returns the event (terminal:seq) holding flow number f.flow of an archived
+// day in the day's archive, and whether one does. A replay may bring a number of a day the
+// ledger archived since (a till that kept an event for months): the ledger's events no
+// longer show the number taken, and the replay keeping it would print one receipt number
+// twice in a day. One lookup of archived_days for a day not archived; the archive is
+// opened only for a number at or below the day's highest archived.
+func (l *Ledger) archivedFlow(ctx context.Context, q rowQuerier, f flowKey) (string, bool, error) {
+	var holder string
+	found := false
+	err := l.fromArchive(ctx, q, f.date, func(a *sql.DB, maxFlow int64) error {
+		if f.flow > maxFlow {
+			return nil
+		}
+		err := a.QueryRowContext(ctx, selFlowHolder, f.date, f.flow).Scan(&holder)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("flow number %d of %s in its archive: %w", f.flow, f.date, err)
+	}
+	return holder, found, nil
+}
+
 // ArchiveFiles returns the paths of the archives, in name order.
 func (l *Ledger) ArchiveFiles() ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(l.Dir(), ArchiveDir, "ledger-*.db"))

@@ -14,21 +14,21 @@ import (
 // A flow exception: a replayed sale or refund whose flow number the store had given again
 // since it lost the event (takeFlow books the replay under the date's next number). The
 // customer's receipt prints the number another sale or refund now holds: the manager sees
-// both and resolves it with a note (schema/store/004_flow_exceptions.sql).
+// both and resolves it with a note (schema/store/004_flow_exceptions.sql). The row names
+// that other transaction as it was when the replay was booked (held_by,
+// schema/store/006_flow_exception_holder.sql): its event may move to an archive later.
 
-const insFlowException = `INSERT INTO flow_exceptions (terminal, seq, kind, flow_given, flow_booked, at, business_date)
-	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
+const insFlowException = `INSERT INTO flow_exceptions (terminal, seq, kind, flow_given, flow_booked, at, business_date,
+	held_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (terminal, seq) DO NOTHING`
 
 // flowException puts the flow exception of replay r, booked under flow though it brought
-// given.
-func flowException(st state, r *Record, d *decision, given, flow int64) {
-	st.rows().one(insFlowException, r.Terminal, r.Seq, string(r.Kind), given, flow, d.at, d.date)
+// given, which heldBy holds.
+func flowException(st state, r *Record, d *decision, given, flow int64, heldBy string) {
+	st.rows().one(insFlowException, r.Terminal, r.Seq, string(r.Kind), given, flow, d.at, d.date, heldBy)
 }
 
-// selFlowExceptions reads flow exceptions with the event that holds the receipt's number.
-const selFlowExceptions = `SELECT terminal, seq, kind, flow_given, flow_booked,
-	coalesce((SELECT e.terminal || ':' || e.seq FROM events e WHERE e.business_date = f.business_date
-		AND e.flow_no = f.flow_given LIMIT 1), ''),
+// selFlowExceptions reads flow exceptions.
+const selFlowExceptions = `SELECT terminal, seq, kind, flow_given, flow_booked, held_by,
 	at, business_date, resolved, resolved_at, resolution FROM flow_exceptions f`
 
 func (l *Ledger) scanFlow(sc interface{ Scan(...any) error }) (client.FlowException, error) {

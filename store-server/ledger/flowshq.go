@@ -68,10 +68,11 @@ func (l *Ledger) FlowExceptionsAfter(ctx context.Context, afterID int64, limit i
 }
 
 // MaxFlowChange returns the ledger's last flow exception change number, 0 if none. A
-// ledger the store-server has not migrated to flow_exception_changes yet (an uploader
-// upgraded before its store-server: OpenReader runs no migration) has none.
+// ledger the store-server has not migrated to flow_exception_changes and the flow
+// exceptions' held_by yet (an uploader upgraded before its store-server: OpenReader runs no
+// migration) has none: its flow exceptions wait for the store-server's migration.
 func (l *Ledger) MaxFlowChange(ctx context.Context) (int64, error) {
-	if ok, err := hasFlowChanges(ctx, l.db.R); err != nil || !ok {
+	if ok, err := flowsReady(ctx, l.db.R); err != nil || !ok {
 		return 0, err
 	}
 	var n sql.NullInt64
@@ -83,23 +84,25 @@ func (l *Ledger) MaxFlowChange(ctx context.Context) (int64, error) {
 
 // FlowChangesWaiting counts the flow exception changes an uploader that HQ acknowledged
 // through through has still to send, as AdjustmentsWaiting counts adjustments; 0 in a ledger
-// the store-server has not migrated to flow exception changes yet.
+// the store-server has not migrated to them yet (MaxFlowChange).
 func (r *HQReader) FlowChangesWaiting(ctx context.Context, through int64) (int64, error) {
-	if ok, err := hasFlowChanges(ctx, r.tx); err != nil || !ok {
+	if ok, err := flowsReady(ctx, r.tx); err != nil || !ok {
 		return 0, err
 	}
 	return countWaiting(ctx, r.tx, "flow_exception_changes", "id", through)
 }
 
-// hasFlowChanges reports whether the ledger has migration 005's flow_exception_changes
-// (OpenReader runs no migration: an uploader may be upgraded before its store-server).
-func hasFlowChanges(ctx context.Context, q interface {
+// flowsReady reports whether the ledger has migration 005's flow_exception_changes and
+// 006's held_by of the flow exceptions (OpenReader runs no migration: an uploader may be
+// upgraded before its store-server).
+func flowsReady(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) (bool, error) {
-	var tables int
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table'
-		AND name = 'flow_exception_changes'`).Scan(&tables); err != nil {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table'
+		AND name = 'flow_exception_changes') + (SELECT count(*) FROM pragma_table_info('flow_exceptions')
+		WHERE name = 'held_by')`).Scan(&n); err != nil {
 		return false, fmt.Errorf("flow exception changes: %w", err)
 	}
-	return tables > 0, nil
+	return n == 2, nil
 }

@@ -25,11 +25,18 @@ type state interface {
 	take(ctx context.Context, sku string, delta int64) (int64, error)
 	// topFlow returns a business date's highest flow number taken (0 if none).
 	topFlow(ctx context.Context, date string) (int64, error)
-	// flowTaken reports whether a flow number is taken; claimFlow takes it.
+	// flowTaken reports whether a flow number is taken; claimFlow takes it for the record
+	// of key by.
 	flowTaken(ctx context.Context, f flowKey) (bool, error)
+	// flowHolder returns the event (terminal:seq) that holds a flow number taken, "" if
+	// none does.
+	flowHolder(ctx context.Context, f flowKey) (string, error)
+	// archivedFlow returns the event of an archived day (Archive) that holds a flow
+	// number, and whether one does: flowTaken reads the ledger's own events only.
+	archivedFlow(ctx context.Context, f flowKey) (string, bool, error)
 	// ledger returns the ledger the state is of.
 	ledger() *Ledger
-	claimFlow(f flowKey)
+	claimFlow(f flowKey, by eventKey)
 	// rows returns where the rules put the rows they write.
 	rows() *rowSet
 	// record ends the record decided under k: st is what k holds now, row its events row
@@ -188,9 +195,10 @@ func dayClose(st state, e *entry, d *decision) error {
 // date's highest + 1 when it brings none (degrade mode) or when the date's keys left Redis
 // (redis_days: the gate's counter for it is gone or short; the record's day is touched). A
 // number taken already refuses the record, except a replay's (Record.Replayed), which takes
-// the date's highest + 1 instead and is recorded as a flow exception (flowException).
+// the date's highest + 1 instead and is recorded as a flow exception (flowException) naming
+// the event that holds the number, in the ledger or in the archive of its day.
 func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
-	flow, given := r.FlowNo, int64(0)
+	flow, given, heldBy := r.FlowNo, int64(0), ""
 	if flow != 0 && !r.Replayed && st.ledger().redisExpired(d.date) {
 		flow = 0
 		st.rows().one(touchRedisDay, d.date)
@@ -198,6 +206,13 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	if flow != 0 && r.Replayed {
 		taken, err := st.flowTaken(ctx, flowKey{d.date, flow})
 		if err != nil {
+			return err
+		}
+		if taken {
+			if heldBy, err = st.flowHolder(ctx, flowKey{d.date, flow}); err != nil {
+				return err
+			}
+		} else if heldBy, taken, err = st.archivedFlow(ctx, flowKey{d.date, flow}); err != nil {
 			return err
 		}
 		if taken { // given again since the ledger lost it: the replay takes a new one
@@ -219,10 +234,10 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 	if taken {
 		return perr.New(perr.Conflict, CodeFlowClash, "flow number %d of %s is already taken", flow, d.date)
 	}
-	st.claimFlow(f)
+	st.claimFlow(f, eventKey{r.Terminal, r.Seq})
 	d.flowNo = flow
 	if given != 0 {
-		flowException(st, r, d, given, flow)
+		flowException(st, r, d, given, flow, heldBy)
 	}
 	return nil
 }
@@ -306,4 +321,5 @@ const (
 		coalesce((SELECT max_flow FROM archived_days WHERE business_date = ?1), 0))`
 	touchRedisDay = `UPDATE redis_days SET touched = touched + 1 WHERE business_date = ?`
 	selFlowTaken  = `SELECT count(*) FROM events WHERE business_date = ? AND flow_no = ?`
+	selFlowHolder = `SELECT terminal || ':' || seq FROM events WHERE business_date = ? AND flow_no = ?`
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/posgate/posgate/internal/perr"
 	"github.com/posgate/posgate/internal/sqlitedb"
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // The staged group commit (Commit's fast path). It reads what the group needs to know from the
@@ -28,13 +29,13 @@ type stage struct {
 	w     *writer
 	nowMs int64
 
-	keys    map[eventKey]*known // the group's keys: the ledger's row, then each staged record's
-	stock   map[string]int64    // the group's SKUs: quantity in the ledger, then after each move
-	skus    []string            // SKUs moved, in the order first moved
-	delta   map[string]int64    // SKU → Σ staged moves
-	flows   map[flowKey]bool    // flow numbers taken: those of the group's in the ledger, and staged
-	maxFlow map[string]int64    // business date → highest flow number in the ledger (when asked)
-	top     map[string]int64    // business date → highest flow number staged
+	keys    map[eventKey]*known  // the group's keys: the ledger's row, then each staged record's
+	stock   map[string]int64     // the group's SKUs: quantity in the ledger, then after each move
+	skus    []string             // SKUs moved, in the order first moved
+	delta   map[string]int64     // SKU → Σ staged moves
+	flows   map[flowKey]eventKey // flow numbers taken: the ledger's the group names (no key), and staged (their record's)
+	maxFlow map[string]int64     // business date → highest flow number in the ledger (when asked)
+	top     map[string]int64     // business date → highest flow number staged
 
 	events  [][]any // rows of insEvents; nil when replaced within the group
 	deletes [][]any // non-final events of the ledger replaced by the group
@@ -46,7 +47,7 @@ type stage struct {
 // it wrote may be kept (the caller rolls back) and the group must be stored record by record.
 func (l *Ledger) commitStaged(ctx context.Context, w *writer, recs []Record, out []Outcome, nowMs int64) error {
 	s := &stage{l: l, w: w, nowMs: nowMs, keys: map[eventKey]*known{}, stock: map[string]int64{},
-		delta: map[string]int64{}, flows: map[flowKey]bool{}, maxFlow: map[string]int64{},
+		delta: map[string]int64{}, flows: map[flowKey]eventKey{}, maxFlow: map[string]int64{},
 		top: map[string]int64{}, rs: rowSet{by: map[*multi][]any{}}}
 	entries := make([]entry, len(recs))
 	for i := range recs {
@@ -149,7 +150,7 @@ func (s *stage) load(ctx context.Context, entries []entry) error {
 			if err := rows.Scan(&f); err != nil {
 				return err
 			}
-			s.flows[flowKey{d, f}] = true
+			s.flows[flowKey{d, f}] = eventKey{}
 			return nil
 		}); err != nil {
 			return err
@@ -220,10 +221,25 @@ func (s *stage) topFlow(ctx context.Context, date string) (int64, error) {
 
 // flowTaken knows the ledger's flow numbers that the group's records name (load), and those
 // staged. A number topFlow gave is above the ledger's.
-func (s *stage) flowTaken(_ context.Context, f flowKey) (bool, error) { return s.flows[f], nil }
+func (s *stage) flowTaken(_ context.Context, f flowKey) (bool, error) {
+	_, taken := s.flows[f]
+	return taken, nil
+}
 
-func (s *stage) claimFlow(f flowKey) {
-	s.flows[f] = true
+// flowHolder names a record staged under the number, or reads the ledger's event.
+func (s *stage) flowHolder(ctx context.Context, f flowKey) (string, error) {
+	if by := s.flows[f]; by.terminal != "" {
+		return wire.Key(by.terminal, by.seq), nil
+	}
+	return s.w.flowHolder(ctx, f)
+}
+
+func (s *stage) archivedFlow(ctx context.Context, f flowKey) (string, bool, error) {
+	return s.l.archivedFlow(ctx, s.w.tx, f)
+}
+
+func (s *stage) claimFlow(f flowKey, by eventKey) {
+	s.flows[f] = by
 	s.top[f.date] = max(s.top[f.date], f.flow)
 }
 

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
+	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ledger"
+)
+
+// flowSale is an accepted sale of one unit of A by terminal:seq at the store S1, under flow
+// number flow.
+func flowSale(terminal string, seq int64, at time.Time, flow int64) ledger.Record {
+	p := &wire.SalePayload{SaleID: fmt.Sprintf("s-%s-%d", terminal, seq), OpenedAt: at, Total: 100,
+		Lines:    []wire.Line{{Line: 1, SKU: "A", Name: "item A", Qty: 1, UnitPrice: 100, Amount: 100}},
+		Payments: []wire.Payment{{Method: wire.MethodCash, Amount: 100}}}
+	body, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return ledger.Record{Terminal: terminal, Seq: seq, Kind: wire.KindSale, At: at, Payload: body,
+		Hash: wire.Hash(wire.KindSale, "S1", terminal, seq, at, body), Status: wire.AckAccepted, Final: true,
+		FlowNo: flow, Sale: p}
+}
+
+// TestCompareFlows: a store's real ledger books a flow exception and a manager resolves it,
+// its changes go to a real HQ database as the uploader sends them, and the comparison of
+// the ledger's flow exceptions with HQ's holds while HQ has every change, and fails, naming
+// the difference, for each way HQ can disagree: a resolution HQ has not received, a flow
+// exception it lacks, one it holds that the ledger does not, and a holder it lost. Another
+// store's flow exception at HQ is not the store's.
+func TestCompareFlows(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Open(ctx, filepath.Join(dir, "ledger.db"), "S1", loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	hqDB := filepath.Join(dir, "hq.db")
+	hq, err := sqlite.Open(ctx, hqDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hq.Close()
+	day := time.Date(2025, 3, 1, 10, 0, 0, 0, loc)
+	if _, _, err := l.Adjust(ctx, "open-A", "A", 10, ledger.ReasonOpening); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(recs ...ledger.Record) {
+		t.Helper()
+		out, err := l.Commit(ctx, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if o.Err != nil || o.Status != wire.AckAccepted {
+				t.Fatalf("%s:%d: %+v", recs[i].Terminal, recs[i].Seq, o)
+			}
+		}
+	}
+	// The uploader's round: the states of the flow exceptions changed since the last it sent.
+	var sent int64
+	upload := func() {
+		t.Helper()
+		xs, last, err := l.FlowExceptionsAfter(ctx, sent, hqwire.MaxFlowBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(xs) > 0 {
+			if _, err := hq.PutFlowExceptions(ctx, "S1", fmt.Sprintf("f-%d-%d", xs[0].Change, last), xs, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent = last
+	}
+	// compare reads both sides as VerifyFlowsAtHQ does and wants the report ok, or failing
+	// with a line holding each of fails.
+	compare := func(step string, fails ...string) {
+		t.Helper()
+		led, err := l.FlowExceptions(ctx, "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := hqFlows(ctx, hqDB, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := Report{OK: true}
+		CompareFlows(&rep, "S1", led, at)
+		text := rep.String()
+		if rep.OK != (len(fails) == 0) {
+			t.Fatalf("%s: the comparison says OK %v, want %v:\n%s", step, rep.OK, len(fails) == 0, text)
+		}
+		for _, f := range fails {
+			if !strings.Contains(text, "FAIL "+f) {
+				t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
+			}
+		}
+	}
+
+	// T1:1 holds flow number 7; T2:1, replayed with 7, is booked as 8: a flow exception.
+	commit(flowSale("T1", 1, day, 7))
+	replay := flowSale("T2", 1, day, 7)
+	replay.Replayed, replay.Offline = true, true
+	commit(replay)
+	compare("booked, not sent", `flow exception T2:1 of 2025-03-01 (flow 7 booked as 8): in the store's ledger, not at HQ`)
+	upload()
+	compare("booked and sent")
+	if got, _ := hqFlows(ctx, hqDB, "S1"); len(got) != 1 || got[0].HeldBy != "T1:1" {
+		t.Fatalf("HQ holds %+v, want T2:1 held by T1:1", got)
+	}
+
+	if _, _, err := l.ResolveFlow(ctx, "T2", 1, "receipt 7 of T2 reprinted as 8"); err != nil {
+		t.Fatal(err)
+	}
+	compare("resolved, not sent", `flow exception T2:1 of 2025-03-01: the ledger's and HQ's differ in resolved (ledger true, HQ false)`)
+	upload()
+	compare("resolved and sent")
+
+	// A state HQ took without the holder (as it did from an uploader that read the holder
+	// from events archived since).
+	lost := hqwireState(t, l, "T2", 1)
+	lost.HeldBy, lost.Change = "", lost.Change+1
+	if _, err := hq.PutFlowExceptions(ctx, "S1", "f-lost", []hqwire.FlowException{lost}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	compare("holder lost at HQ", `flow exception T2:1 of 2025-03-01: the ledger's and HQ's differ in held_by (ledger "T1:1", HQ "")`)
+	lost.HeldBy, lost.Change = "T1:1", lost.Change+1
+	if _, err := hq.PutFlowExceptions(ctx, "S1", "f-found", []hqwire.FlowException{lost}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	compare("holder sent again")
+
+	// Another store's flow exception at HQ is not this store's; one of this store's that its
+	// ledger never booked is a difference.
+	other := hqwire.FlowException{Change: 1, Terminal: "T3", Seq: 1, Kind: hqwire.FlowSale, FlowGiven: 2, FlowBooked: 3,
+		At: day, BusinessDate: "2025-03-01"}
+	if _, err := hq.PutFlowExceptions(ctx, "S2", "f-s2", []hqwire.FlowException{other}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	compare("another store's at HQ")
+	if _, err := hq.PutFlowExceptions(ctx, "S1", "f-extra", []hqwire.FlowException{other}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	compare("one at HQ the ledger lacks", `flow exception T3:1 of 2025-03-01 (flow 2 booked as 3): at HQ, not in the store's ledger`)
+}
+
+// hqwireState returns the state the ledger holds of terminal:seq's flow exception, as the
+// uploader sends it.
+func hqwireState(t *testing.T, l *ledger.Ledger, terminal string, seq int64) hqwire.FlowException {
+	t.Helper()
+	xs, _, err := l.FlowExceptionsAfter(context.Background(), 0, hqwire.MaxFlowBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range xs {
+		if x.Terminal == terminal && x.Seq == seq {
+			return x
+		}
+	}
+	t.Fatalf("no flow exception %s:%d in the ledger", terminal, seq)
+	return hqwire.FlowException{}
+}
