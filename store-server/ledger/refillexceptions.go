@@ -172,9 +172,10 @@ func (w *writer) restoreException(ctx context.Context, x *hqwire.Exception) (ins
 }
 
 // RestoreFlowExceptions books flow exceptions HQ held of the store (a page of
-// hqwire.PartFlows) as HQ holds them, in one transaction, open or resolved with the note;
-// the transaction holding the receipt's number (HeldBy) is the ledger's to say, as for any
-// flow exception. One the ledger holds already is left as it is; one it cannot book is named
+// hqwire.PartFlows) as HQ holds them, in one transaction, open or resolved with the note,
+// with the transaction that held the receipt's number when the lost ledger booked it
+// (HeldBy, a fact of that booking: its event may be in no ledger the refill makes, a day
+// HQ dropped). One the ledger holds already is left as it is; one it cannot book is named
 // in NotBooked. Only for a refill.
 func (l *Ledger) RestoreFlowExceptions(ctx context.Context, xs []hqwire.FlowException) (RestoredExceptions, error) {
 	var out RestoredExceptions
@@ -189,8 +190,8 @@ func (l *Ledger) RestoreFlowExceptions(ctx context.Context, xs []hqwire.FlowExce
 				continue
 			}
 			res, err := w.tx.ExecContext(ctx, `INSERT INTO flow_exceptions (terminal, seq, kind, flow_given, flow_booked,
-				at, business_date, resolved, resolved_at, resolution) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT DO NOTHING`, x.Terminal, x.Seq, x.Kind, x.FlowGiven, x.FlowBooked, restoredTime(x.At),
+				held_by, at, business_date, resolved, resolved_at, resolution) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT DO NOTHING`, x.Terminal, x.Seq, x.Kind, x.FlowGiven, x.FlowBooked, x.HeldBy, restoredTime(x.At),
 				x.BusinessDate, x.Resolved, restoredTime(x.ResolvedAt), x.Resolution)
 			if err != nil {
 				return fmt.Errorf("restore flow exception %s: %w", key, err)

@@ -107,7 +107,11 @@ func TestRestoreExceptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsum, err := l.RestoreFlowExceptions(ctx, flows)
+	// HQ also holds one whose holder no refilled ledger has (its day dropped at HQ): the
+	// holder stays HQ's.
+	archived := flows[0]
+	archived.Seq, archived.FlowGiven, archived.FlowBooked, archived.HeldBy = 2, 3, 12, "T8:1"
+	fsum, err := l.RestoreFlowExceptions(ctx, append(slices.Clone(flows), archived))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +119,10 @@ func TestRestoreExceptions(t *testing.T) {
 	if err := l.NumberChangesAbove(ctx, ahead, flows[0].Change); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"oversell": 1, "price": 1, "refund": 1, "parked": 2, "seq_gap": 1, "flow": 1}
-	if !equalCounts(sum.Booked, want) || sum.Open != 5 || sum.Resolved != 2 || sum.Withdrawn != 1 || sum.Held != 0 ||
+	want := map[string]int{"oversell": 1, "price": 1, "refund": 1, "parked": 2, "seq_gap": 1, "flow": 2}
+	if !equalCounts(sum.Booked, want) || sum.Open != 6 || sum.Resolved != 2 || sum.Withdrawn != 1 || sum.Held != 0 ||
 		len(sum.NotBooked) != 2 || !strings.Contains(sum.NotBooked[0], "mystery") || !strings.Contains(sum.NotBooked[1], "sold cheap") {
-		t.Fatalf("restored %+v, want %v booked, 5 open, 2 resolved, 1 withdrawn, 2 not booked", sum, want)
+		t.Fatalf("restored %+v, want %v booked, 6 open, 2 resolved, 1 withdrawn, 2 not booked", sum, want)
 	}
 
 	// The uploader reads back each in the state HQ held, numbered above all HQ held.
@@ -136,8 +140,12 @@ func TestRestoreExceptions(t *testing.T) {
 		}
 	}
 	fback, flast, err := l.FlowExceptionsAfter(ctx, 0, 100)
-	if err != nil || len(fback) != 1 || flast < flows[0].Change {
+	if err != nil || len(fback) != 2 || flast < flows[0].Change {
 		t.Fatalf("flow exceptions read back %+v (last %d), %v", fback, flast, err)
+	}
+	slices.SortFunc(fback, func(a, b hqwire.FlowException) int { return int(a.Seq - b.Seq) })
+	if fback[1].HeldBy != "T8:1" || fback[1].FlowGiven != 3 {
+		t.Errorf("the flow exception whose holder HQ dropped: %+v", fback[1])
 	}
 	if f, w := fback[0], flows[0]; f.Terminal != w.Terminal || f.Seq != w.Seq || f.Kind != w.Kind || f.FlowGiven != 7 ||
 		f.FlowBooked != w.FlowBooked || f.HeldBy != "T1:2" || !f.At.Equal(w.At) || f.BusinessDate != w.BusinessDate || f.Resolved {
@@ -204,7 +212,7 @@ func checkRestoredLists(t *testing.T, l *Ledger) {
 	if g, err := l.SeqGaps(ctx); err != nil || len(g["T6"]) != 1 || g["T6"][0].From != 1 || g["T6"][0].To != 4 {
 		t.Errorf("seq gaps: %+v, %v", g, err)
 	}
-	if f, err := l.FlowExceptions(ctx, "", false); err != nil || len(f) != 1 || f[0].HeldBy != "T1:2" {
+	if f, err := l.FlowExceptions(ctx, "", false); err != nil || len(f) != 2 || f[0].HeldBy != "T1:2" || f[1].HeldBy != "T8:1" {
 		t.Errorf("open flow exceptions: %+v, %v", f, err)
 	}
 }
