@@ -74,6 +74,9 @@ func restore(args []string, stderr io.Writer) error {
 	}
 	js, _ := json.MarshalIndent(sum, "", "  ")
 	fmt.Fprintf(stderr, "store-server restore: the ledger of %s is refilled from HQ:\n%s\n", store, js)
+	for _, w := range sum.Warnings {
+		fmt.Fprintf(stderr, "store-server restore: warning: %s\n", w)
+	}
 	return nil
 }
 
@@ -105,17 +108,24 @@ type refill struct {
 
 // RefillSummary is what a refill booked.
 type RefillSummary struct {
-	Rows        int              `json:"rows"`         // sales, refunds and day closes booked
-	Moves       int              `json:"moves"`        // stock adjustments booked
-	NoPayload   int              `json:"no_payload"`   // rows HQ holds without payload (stored before it kept them): not booked
-	Dropped     []string         `json:"dropped"`      // business days HQ no longer holds
-	Days        int              `json:"days"`         // day declarations HQ holds
-	Terminals   map[string]int64 `json:"terminals"`    // each terminal's highest seq booked
-	Unknown     int              `json:"unknown_skus"` // SKUs marked of unknown stock
-	UnknownWhy  string           `json:"unknown_why,omitempty"`
-	Incomplete  bool             `json:"incomplete"` // HQ lacked part of the history: every SKU is unknown
-	LedgerPath  string           `json:"ledger"`
-	TookSeconds float64          `json:"took_seconds"`
+	Rows       int              `json:"rows"`         // sales, refunds and day closes booked
+	Moves      int              `json:"moves"`        // stock adjustments booked
+	NoPayload  int              `json:"no_payload"`   // rows HQ holds without payload (stored before it kept them): not booked
+	Dropped    []string         `json:"dropped"`      // business days HQ no longer holds
+	Days       int              `json:"days"`         // day declarations HQ holds
+	Terminals  map[string]int64 `json:"terminals"`    // each terminal's highest seq booked
+	Unknown    int              `json:"unknown_skus"` // SKUs marked of unknown stock
+	UnknownWhy string           `json:"unknown_why,omitempty"`
+	Incomplete bool             `json:"incomplete"` // HQ lacked part of the history: every SKU is unknown
+	// Exceptions counts the exceptions and flow exceptions HQ held that the refill booked as
+	// HQ holds them (the manager lists the open ones), and those it did not.
+	Exceptions ledger.RestoredExceptions `json:"exceptions"`
+	// NotExported lists the export parts HQ refused (a serve from before them): their
+	// exceptions are not at the store. Warnings says so in words.
+	NotExported []string `json:"exceptions_not_exported,omitempty"`
+	Warnings    []string `json:"warnings,omitempty"`
+	LedgerPath  string   `json:"ledger"`
+	TookSeconds float64  `json:"took_seconds"`
 }
 
 func (r *refill) run(ctx context.Context, dataDir string, loc *time.Location) (*RefillSummary, error) {
@@ -176,11 +186,11 @@ func (r *refill) checkEmpty(ctx context.Context, path string, loc *time.Location
 }
 
 // book fetches and books, in order: the day declarations (what HQ dropped), the stock
-// adjustments, the rows; then drops the exceptions the bookings flagged, marks the
-// terminals refilled (their tills fill what HQ does not hold) and the stock it cannot
-// prove.
+// adjustments, the rows; then drops the exceptions the bookings flagged and books those HQ
+// holds of the store instead, marks the terminals refilled (their tills fill what HQ does
+// not hold) and the stock it cannot prove.
 func (r *refill) book(ctx context.Context, l *ledger.Ledger) (*RefillSummary, error) {
-	sum := &RefillSummary{Terminals: map[string]int64{}}
+	sum := &RefillSummary{Terminals: map[string]int64{}, Exceptions: ledger.RestoredExceptions{Booked: map[string]int{}}}
 	days, err := r.page(ctx, url.Values{"part": {hqwire.PartDays}})
 	if err != nil {
 		return nil, err
@@ -207,6 +217,9 @@ func (r *refill) book(ctx context.Context, l *ledger.Ledger) (*RefillSummary, er
 		r.log.Info("refilling from HQ", "rows", sum.Rows, "through", last.Key(r.store))
 	}
 	if err := l.ForgetRefillExceptions(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.bookExceptions(ctx, l, sum); err != nil {
 		return nil, err
 	}
 	terminals := make([]string, 0, len(sum.Terminals))
@@ -315,7 +328,12 @@ func (r *refill) page(ctx context.Context, q url.Values) (*hqwire.ExportPage, er
 		return nil, fmt.Errorf("read HQ's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, perr.New(perr.Unavailable, "hq_refused_refill", "HQ answered %s %d: %.300s", target, resp.StatusCode, body)
+		var cause error
+		if exportInvalid(resp.StatusCode, body) {
+			cause = errExportInvalid
+		}
+		return nil, perr.Wrap(cause, perr.Unavailable, "hq_refused_refill", "HQ answered %s %d: %.300s", target,
+			resp.StatusCode, body)
 	}
 	if !hqwire.VerifyExport(r.secret, resp.Header.Get(hqwire.HeaderSignature), r.store, target, body) {
 		return nil, perr.New(perr.Unauthorized, "hq_answer_unsigned", "HQ's answer to %s is not signed with the store's secret", target)

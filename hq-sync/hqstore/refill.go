@@ -29,6 +29,55 @@ type Refiller interface {
 	// ExportDays returns the store's day declarations HQ holds, by business date, and the
 	// business days HQ dropped (retention), of every store.
 	ExportDays(ctx context.Context, store string) (days []hqwire.ExportDay, dropped []string, err error)
+	// ExportExceptions returns up to limit of the store's exceptions after the key after
+	// (kind, terminal, seq, sku) in that byte order, each in the state HQ holds, withdrawn
+	// ones too.
+	ExportExceptions(ctx context.Context, store string, after ExceptionKey, limit int) ([]hqwire.Exception, error)
+	// ExportFlows returns up to limit of the store's flow exceptions after (afterTerminal,
+	// afterSeq) in (terminal, seq) byte order, each in the state HQ holds.
+	ExportFlows(ctx context.Context, store, afterTerminal string, afterSeq int64, limit int) ([]hqwire.FlowException, error)
+}
+
+// ExceptionKey is an exception's key within its store (hqwire.Exception.Key's parts):
+// where a page of the exceptions export starts after. The zero key is before every one.
+type ExceptionKey struct {
+	Kind, Terminal string
+	Seq            int64
+	SKU            string
+}
+
+// ExportExceptionColumns is the select list of an exported exception of table exceptions,
+// in ScanExportException's order; both engines keep the same columns.
+const ExportExceptionColumns = `kind, terminal, seq, sku, business_date, change, withdrawn, code, detail, qty_short, at,
+	resolved, resolved_at, resolution`
+
+// ScanExportException reads one exception selected with ExportExceptionColumns through
+// scan (the Scan of a database/sql or a pgx result).
+func ScanExportException(scan func(dest ...any) error) (hqwire.Exception, error) {
+	var x hqwire.Exception
+	var at, resolvedAt string
+	if err := scan(&x.Kind, &x.Terminal, &x.Seq, &x.SKU, &x.BusinessDate, &x.Change, &x.Withdrawn, &x.Code, &x.Detail,
+		&x.QtyShort, &at, &x.Resolved, &resolvedAt, &x.Resolution); err != nil {
+		return x, fmt.Errorf("export exceptions: %w", err)
+	}
+	var err error
+	if x.At, err = ParseTime(at); err != nil {
+		return x, fmt.Errorf("export exceptions: %s: at: %w", x.Key(), err)
+	}
+	if x.ResolvedAt, err = ParseTime(resolvedAt); err != nil {
+		return x, fmt.Errorf("export exceptions: %s: resolved_at: %w", x.Key(), err)
+	}
+	return x, nil
+}
+
+// ExportedFlows returns the flow exceptions of xs as the export gives them: their states,
+// without what HQ adds.
+func ExportedFlows(xs []StoredFlowException) []hqwire.FlowException {
+	out := make([]hqwire.FlowException, len(xs))
+	for i := range xs {
+		out[i] = xs[i].FlowException
+	}
+	return out
 }
 
 // ErrMoveConflict returns the error for a move whose id HQ holds with other content.

@@ -15,7 +15,8 @@ import (
 )
 
 // The refill routes (hqwire.MovesPath, hqwire.ExportPath): a store's stock moves in, and
-// what HQ holds of a store out, page by page, to a store that lost its ledger with no backup
+// what HQ holds of a store out (its rows, moves, day declarations, exceptions and flow
+// exceptions), page by page, to a store that lost its ledger with no backup
 // (store-server restore --from-hq). Both are signed by the store as a batch is; the export
 // answers only the signing store's own data, signed back with its secret.
 
@@ -192,7 +193,8 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request, ref hqstore.Ref
 		return
 	}
 	h.log.Info("export page answered", "store", store, "part", page.Part, "rows", len(page.Rows),
-		"moves", len(page.Moves), "days", len(page.Days), "more", page.More)
+		"moves", len(page.Moves), "days", len(page.Days), "exceptions", len(page.Exceptions),
+		"flow_exceptions", len(page.Flows), "more", page.More)
 	if h.met != nil {
 		h.met.exports.WithLabelValues(store, page.Part).Inc()
 	}
@@ -257,8 +259,41 @@ func (h *handler) exportPage(r *http.Request, ref hqstore.Refiller, store string
 		if page.Days, page.Dropped, err = ref.ExportDays(ctx, store); err != nil {
 			return nil, err
 		}
+	case hqwire.PartExceptions, hqwire.PartFlows:
+		seq, err := num("after_seq", 0)
+		if err != nil {
+			return nil, err
+		}
+		if err := exportExceptions(r, ref, page, q, seq, int(limit)); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, bad("part %q is not rows, moves or days", clip(page.Part))
+		return nil, bad("part %q is not rows, moves, days, exceptions or flows", clip(page.Part))
 	}
 	return page, nil
+}
+
+// exportExceptions fills page (part exceptions or flows) with up to limit of the store's
+// exceptions or flow exceptions after the key the query names (after_kind, after_terminal,
+// after_seq, after_sku; a flow exception's key is its terminal and seq).
+func exportExceptions(r *http.Request, ref hqstore.Refiller, page *hqwire.ExportPage, q url.Values, seq int64, limit int) error {
+	var err error
+	// One more than asked tells whether another page follows.
+	if page.Part == hqwire.PartFlows {
+		if page.Flows, err = ref.ExportFlows(r.Context(), page.Store, q.Get("after_terminal"), seq, limit+1); err != nil {
+			return err
+		}
+		if page.More = len(page.Flows) > limit; page.More {
+			page.Flows = page.Flows[:limit]
+		}
+		return nil
+	}
+	after := hqstore.ExceptionKey{Kind: q.Get("after_kind"), Terminal: q.Get("after_terminal"), Seq: seq, SKU: q.Get("after_sku")}
+	if page.Exceptions, err = ref.ExportExceptions(r.Context(), page.Store, after, limit+1); err != nil {
+		return err
+	}
+	if page.More = len(page.Exceptions) > limit; page.More {
+		page.Exceptions = page.Exceptions[:limit]
+	}
+	return nil
 }

@@ -148,3 +148,59 @@ func TestMovesRoute(t *testing.T) {
 		t.Fatalf("moves exported: %+v", page.Moves)
 	}
 }
+
+// TestExportExceptions: the exceptions and flow exceptions a store sent come back to it,
+// and to it only, page by page in key order, each in the state HQ holds; a bad key is
+// refused export_invalid.
+func TestExportExceptions(t *testing.T) {
+	e := newEnv(t, serve.Options{})
+	xs := validExceptions() // an open oversell of T1:100, a resolved refund exception of T1:101
+	b := batch("S1", "b-x", sales("S1", 1, 3))
+	b.Exceptions = xs
+	e.mustStore(upload(b))
+	other := batch("S2", "b-x", nil)
+	other.Exceptions = xs[:1]
+	e.mustStore(upload(other))
+	flows := []hqwire.FlowException{storetest.FlowException("T2", 1, storetest.D1, storetest.T0, 7, 8, "T1:1", 100),
+		storetest.FlowException("T2", 2, storetest.D1, storetest.T0, 9, 10, "", 101)}
+	e.mustPostFlows(&hqwire.FlowBatch{V: hqwire.Version, Store: "S1", ID: "f-1", Exceptions: flows, SentAt: e.now}, 2)
+
+	var got []hqwire.Exception
+	q := url.Values{"part": {hqwire.PartExceptions}, "limit": {"1"}}
+	for pages := 1; ; pages++ {
+		resp, body, page := e.export("S1", secrets["S1"], q)
+		if resp.StatusCode != http.StatusOK || page.Part != hqwire.PartExceptions || len(page.Rows) != 0 {
+			t.Fatalf("page %d: %d %s", pages, resp.StatusCode, body)
+		}
+		got = append(got, page.Exceptions...)
+		if !page.More {
+			if pages != 2 {
+				t.Errorf("%d pages of 1 for 2 exceptions", pages)
+			}
+			break
+		}
+		last := page.Exceptions[len(page.Exceptions)-1]
+		q.Set("after_kind", last.Kind)
+		q.Set("after_terminal", last.Terminal)
+		q.Set("after_seq", strconv.FormatInt(last.Seq, 10))
+		q.Set("after_sku", last.SKU)
+	}
+	if len(got) != 2 || got[0].Key() != xs[0].Key() || got[1].Key() != xs[1].Key() || got[0].QtyShort != 2 ||
+		got[0].Resolved || !got[1].Resolved || got[1].Resolution != xs[1].Resolution || got[1].Change != 3 {
+		t.Fatalf("exported %+v, sent %+v", got, xs)
+	}
+	if _, _, page := e.export("S2", secrets["S2"], url.Values{"part": {hqwire.PartExceptions}}); len(page.Exceptions) != 1 ||
+		page.Exceptions[0].Key() != xs[0].Key() {
+		t.Errorf("S2's exceptions: %+v", page.Exceptions)
+	}
+	resp, body, page := e.export("S1", secrets["S1"], url.Values{"part": {hqwire.PartFlows}, "after_terminal": {"T2"},
+		"after_seq": {"1"}})
+	if resp.StatusCode != http.StatusOK || page.More || len(page.Flows) != 1 || page.Flows[0].Seq != 2 || page.Flows[0].FlowGiven != 9 {
+		t.Fatalf("flow exceptions after T2:1: %d %s", resp.StatusCode, body)
+	}
+	if _, _, page := e.export("S2", secrets["S2"], url.Values{"part": {hqwire.PartFlows}}); len(page.Flows) != 0 {
+		t.Errorf("S2 got S1's flow exceptions: %+v", page.Flows)
+	}
+	resp, body, _ = e.export("S1", secrets["S1"], url.Values{"part": {hqwire.PartExceptions}, "after_seq": {"x"}})
+	mustProblem(t, resp, body, http.StatusBadRequest, hqwire.CodeExportInvalid)
+}

@@ -158,6 +158,33 @@ func EscapeSKU(sku string) string {
 	return strings.NewReplacer("\x1a", "\x1a\x1a", "\x00", "\x1a0").Replace(sku)
 }
 
+// UnescapeSKU reads back a SKU EscapeSKU wrote. ok is false for a text EscapeSKU cannot
+// have written (a SUB followed by anything but a SUB or "0", or last).
+func UnescapeSKU(s string) (sku string, ok bool) {
+	if !strings.Contains(s, "\x1a") {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != 0x1a {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i++; i == len(s) {
+			return "", false
+		}
+		switch s[i] {
+		case 0x1a:
+			b.WriteByte(0x1a)
+		case '0':
+			b.WriteByte(0)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
 // Key is an exception's identity at HQ within its store.
 func (x *Exception) Key() string {
 	return x.Kind + "/" + x.Terminal + "/" + strconv.FormatInt(x.Seq, 10) + "/" + x.SKU

@@ -19,8 +19,10 @@ const (
 	MovesPath = "/v1/stock-moves"
 	// ExportPath answers a signed GET with one page of what HQ holds of the signing store
 	// (ExportPage), signed with SignExport. The query names the part and where the page
-	// starts: part=rows&after_terminal=T&after_seq=N, part=moves&after=N or part=days;
-	// limit (1 to MaxExportPage) bounds a page of rows or moves.
+	// starts: part=rows&after_terminal=T&after_seq=N, part=moves&after=N, part=days,
+	// part=exceptions&after_kind=K&after_terminal=T&after_seq=N&after_sku=S or
+	// part=flows&after_terminal=T&after_seq=N; limit (1 to MaxExportPage) bounds a page of
+	// rows, moves, exceptions or flow exceptions.
 	ExportPath = "/v1/export"
 )
 
@@ -35,6 +37,13 @@ const (
 	PartRows  = "rows"
 	PartMoves = "moves"
 	PartDays  = "days"
+	// PartExceptions and PartFlows give back the store's exceptions (those its batches
+	// carried: oversells, price and refund exceptions, parked events, seq gaps) and its flow
+	// exceptions (FlowsPath), each in the state HQ holds, so that a refilled ledger lists
+	// them to the store's manager again. They are additions: a serve from before them
+	// answers either part 400 CodeExportInvalid, and a restore goes on without them.
+	PartExceptions = "exceptions"
+	PartFlows      = "flows"
 )
 
 // Stock move reasons a store sends (its ledger's adjustments: opening stock and a manager's
@@ -103,17 +112,22 @@ type ExportDay struct {
 // each as the store sent it: a sale or refund carries its payload (the lines and payments;
 // its hash, recomputed by HQ from it on arrival, proves it), except one HQ received before
 // it kept payloads (payload null: it cannot be booked from HQ). Moves come in N order.
-// More says another page follows: ask again after the page's last row or move. Dropped
-// lists the business days HQ no longer holds (dropped by its retention): a restore cannot
-// take their rows from HQ.
+// Exceptions come in (kind, terminal, seq, sku) byte order, each in the state HQ holds
+// (Change the store's change number of it; withdrawn ones too, Withdrawn set), the SKU as
+// the store sent it (EscapeSKU); flow exceptions in (terminal, seq) order, each in the
+// state HQ holds. More says another page follows: ask again after the page's last row,
+// move, exception or flow exception. Dropped lists the business days HQ no longer holds
+// (dropped by its retention): a restore cannot take their rows from HQ.
 type ExportPage struct {
-	Store   string      `json:"store"`
-	Part    string      `json:"part"`
-	Rows    []Row       `json:"rows,omitempty"`
-	Moves   []StockMove `json:"moves,omitempty"`
-	Days    []ExportDay `json:"days,omitempty"`
-	Dropped []string    `json:"dropped,omitempty"`
-	More    bool        `json:"more"`
+	Store      string          `json:"store"`
+	Part       string          `json:"part"`
+	Rows       []Row           `json:"rows,omitempty"`
+	Moves      []StockMove     `json:"moves,omitempty"`
+	Days       []ExportDay     `json:"days,omitempty"`
+	Dropped    []string        `json:"dropped,omitempty"`
+	Exceptions []Exception     `json:"exceptions,omitempty"`
+	Flows      []FlowException `json:"flow_exceptions,omitempty"`
+	More       bool            `json:"more"`
 }
 
 // SignExport returns HQ's signature of an export page it answers: hex HMAC-SHA256 with the

@@ -357,14 +357,17 @@ type ResolveRefundAnswer struct {
 // A key can be parked with several contents (a till restored from a backup twice, devices
 // sharing a terminal id): each distinct content (Hash) is a parked event of its own.
 type Parked struct {
-	ID       int64     `json:"id"` // the ledger's number of the parked content
-	Terminal string    `json:"terminal"`
-	Seq      int64     `json:"seq"`
-	Hash     string    `json:"hash"` // the content's hash, which tells a key's parked contents apart
-	Kind     wire.Kind `json:"kind"`
-	Code     string    `json:"code"`
-	Message  string    `json:"message"`
-	At       time.Time `json:"at"` // the event's business time (zero if it could not be read)
+	ID       int64  `json:"id"` // the ledger's number of the parked content
+	Terminal string `json:"terminal"`
+	Seq      int64  `json:"seq"`
+	// Hash is the content's hash, which tells a key's parked contents apart; "" for the
+	// first content of a key restored from HQ (store-server restore --from-hq), whose hash
+	// HQ never held, until its till sends it again.
+	Hash    string    `json:"hash"`
+	Kind    wire.Kind `json:"kind"`
+	Code    string    `json:"code"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"` // the event's business time (zero if it could not be read)
 	// BusinessDate is the event's, or the store's when it was parked if its time could not
 	// be read or is outside the years 1970-9998.
 	BusinessDate string `json:"business_date"`
@@ -386,8 +389,8 @@ type ParkedAnswer struct {
 type ResolveParkedRequest struct {
 	Terminal string `json:"terminal"`
 	Seq      int64  `json:"seq"`
-	// Hash names the parked content (Parked.Hash); it may be left out when the key is parked
-	// with one content only.
+	// Hash names the parked content (Parked.Hash). Left out, it names the key's only
+	// content, or its content restored from HQ without a hash (Parked.Hash "").
 	Hash string `json:"hash,omitempty"`
 	Note string `json:"note"`
 }

@@ -74,6 +74,9 @@ type OutboxRow struct {
 type HQReader struct {
 	l  *Ledger
 	tx *sql.Tx
+	// hqDetail is what the reader selects for a parked content's HQ detail: the column, or
+	// '' in a ledger without it; "" until it looked.
+	hqDetail string
 }
 
 // ViewHQ runs fn with a reader over one consistent snapshot of the ledger.
@@ -369,7 +372,7 @@ const (
 		WHERE terminal = ? AND seq = ? AND sku = ?`
 	selRefundExceptionState = `SELECT code, detail || earlier, at, resolved, resolved_at, resolution FROM refund_exceptions
 		WHERE terminal = ? AND seq = ?`
-	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date
+	selParkedState = `SELECT kind, code, message, payload, at, resolved, resolved_at, resolution, business_date, %s
 		FROM parked WHERE terminal = ? AND seq = ? AND sku = ?`
 	// selSeqGapState reads a seq gap, with the business date of the event after it.
 	selSeqGapState = `SELECT g.to_seq, g.at_ms, g.reason, coalesce((SELECT e.business_date FROM events e
@@ -443,11 +446,18 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hqwire.Exception) erro
 		err = r.tx.QueryRowContext(ctx, selRefundExceptionState, x.Terminal, x.Seq).Scan(&x.Code, &x.Detail, &at,
 			&x.Resolved, &resolvedAt, &x.Resolution)
 	case hqwire.ExceptionParked:
-		var kind, message, date string
+		var kind, message, date, hqDetail string
 		var payload []byte
-		err = r.tx.QueryRowContext(ctx, selParkedState, x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code, &message,
-			&payload, &at, &x.Resolved, &resolvedAt, &x.Resolution, &date)
+		col, cerr := r.hqDetailColumn(ctx)
+		if cerr != nil {
+			return cerr
+		}
+		err = r.tx.QueryRowContext(ctx, fmt.Sprintf(selParkedState, col), x.Terminal, x.Seq, x.SKU).Scan(&kind, &x.Code,
+			&message, &payload, &at, &x.Resolved, &resolvedAt, &x.Resolution, &date, &hqDetail)
 		x.Detail = parkedDetail(wire.Kind(kind), message, payload)
+		if hqDetail != "" { // restored from HQ without its payload: HQ's detail, as it was
+			x.Detail = hqDetail
+		}
 		if err == nil {
 			// The date the parked event is filed under now (parkedDate: one HQ takes).
 			x.BusinessDate = date
@@ -484,6 +494,26 @@ func (r *HQReader) exceptionState(ctx context.Context, x *hqwire.Exception) erro
 	}
 	x.At, x.ResolvedAt = r.l.parseTime(at), r.l.parseTime(resolvedAt)
 	return nil
+}
+
+// hqDetailColumn returns what selParkedState reads as a parked content's HQ detail: the
+// column, or an empty text in a ledger the store-server has not migrated to
+// 007_restored_exceptions.sql yet (an uploader upgraded before its store-server:
+// OpenReader runs no migration).
+func (r *HQReader) hqDetailColumn(ctx context.Context) (string, error) {
+	if r.hqDetail != "" {
+		return r.hqDetail, nil
+	}
+	var n int
+	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('parked')
+		WHERE name = 'hq_detail'`).Scan(&n); err != nil {
+		return "", fmt.Errorf("parked columns: %w", err)
+	}
+	r.hqDetail = "''"
+	if n > 0 {
+		r.hqDetail = "hq_detail"
+	}
+	return r.hqDetail, nil
 }
 
 // seqGapDetail says, for HQ, which events of the terminal a seq gap lacks and why.

@@ -92,9 +92,9 @@ func (l *Ledger) RestoreRows(ctx context.Context, rows []hqwire.Row) ([]Outcome,
 }
 
 // ForgetRefillExceptions drops the exceptions the refill's bookings flagged (oversells,
-// refund exceptions) and their changes: the lost ledger flagged its own, which HQ holds,
-// and the refill judged the rows against stock it cannot prove. Only for a refill, before
-// the ledger takes anything else.
+// refund exceptions) and their changes: the lost ledger flagged its own, which HQ holds and
+// gives back (RestoreExceptions), and the refill judged the rows against stock it cannot
+// prove. Only for a refill, before the ledger takes anything else.
 func (l *Ledger) ForgetRefillExceptions(ctx context.Context) error {
 	return l.write(ctx, func(w *writer) error {
 		for _, q := range []string{`DELETE FROM oversells`, `DELETE FROM refund_exceptions`, `DELETE FROM price_exceptions`,

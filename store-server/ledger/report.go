@@ -428,18 +428,21 @@ const (
 // ResolveParked marks the parked event (terminal, seq) of content hash resolved with the
 // manager's note of what explained it (the sale voided with the customer, entered again,
 // the money counted out of the drawer). hash may be "" when the key is parked with one
-// content only; with several, it names the one (CodeParkedHashRequired otherwise).
-// Resolving a resolved event changes nothing and returns it with its first resolution
-// (applied false). The event stays refused either way.
+// content only; with several, it names the one (CodeParkedHashRequired otherwise), and ""
+// names the one restored from HQ without its hash, if any (a refilled ledger). Resolving a
+// resolved event changes nothing and returns it with its first resolution (applied false).
+// The event stays refused either way.
 func (l *Ledger) ResolveParked(ctx context.Context, terminal string, seq int64, hash, note string) (client.Parked, bool, error) {
 	if hash == "" {
-		var n int
+		var n, unknown int
 		var only string
-		if err := l.db.R.QueryRowContext(ctx, `SELECT count(*), coalesce(max(hash), '') FROM parked
-			WHERE terminal = ? AND seq = ?`, terminal, seq).Scan(&n, &only); err != nil {
+		if err := l.db.R.QueryRowContext(ctx, `SELECT count(*), coalesce(max(hash), ''), count(*) FILTER (WHERE hash = '')
+			FROM parked WHERE terminal = ? AND seq = ?`, terminal, seq).Scan(&n, &only, &unknown); err != nil {
 			return client.Parked{}, false, fmt.Errorf("resolve parked event %s: %w", wire.Key(terminal, seq), err)
 		}
-		if n > 1 {
+		if unknown > 0 {
+			only = ""
+		} else if n > 1 {
 			return client.Parked{}, false, perr.New(perr.Invalid, CodeParkedHashRequired,
 				"%s is parked with %d contents: say which one by its hash", wire.Key(terminal, seq), n)
 		}

@@ -283,21 +283,31 @@ const (
 	// insParked parks a content under its key, once per hash (the arguments: terminal, seq,
 	// hash, kind, code, message, payload, at, parked_ms, business_date). Its sku, its
 	// identity at HQ, is '' for the first content parked under the key and its hash for
-	// each later one.
+	// each later one. A first content restored from HQ (a refilled ledger: hash '', its
+	// detail HQ's, schema/store/007_restored_exceptions.sql) is not counted: the content
+	// parked now is the till's replay of it, and takes its row (adoptParked).
 	insParked = `INSERT INTO parked (terminal, seq, hash, sku, kind, code, message, payload, at, parked_ms,
 		business_date) VALUES (?1, ?2, ?3,
-		CASE WHEN EXISTS (SELECT 1 FROM parked WHERE terminal = ?1 AND seq = ?2) THEN ?3 ELSE '' END,
+		CASE WHEN EXISTS (SELECT 1 FROM parked WHERE terminal = ?1 AND seq = ?2 AND sku = ''
+			AND NOT (hash = '' AND hq_detail <> '')) THEN ?3 ELSE '' END,
 		?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+	// adoptParked gives a parked row the content parked now: its hash, verdict and payload,
+	// HQ's detail dropped (the row's resolution is kept).
+	adoptParked = ` DO UPDATE SET hash = excluded.hash, kind = excluded.kind, code = excluded.code,
+		message = excluded.message, payload = excluded.payload, at = excluded.at, parked_ms = excluded.parked_ms,
+		business_date = excluded.business_date, hq_detail = ''`
+	// restoredFirst adopts the first content restored from HQ under the key: the content
+	// parked now, which insParked gave its sku ''.
+	restoredFirst = ` ON CONFLICT (terminal, seq, sku)` + adoptParked + ` WHERE parked.hash = '' AND parked.hq_detail <> ''`
 	// upsertParked parks a final rejection; the same content parked again takes its new
 	// verdict.
-	upsertParked = insParked + ` ON CONFLICT (terminal, seq, hash) DO UPDATE SET kind = excluded.kind,
-		code = excluded.code, message = excluded.message, payload = excluded.payload, at = excluded.at,
-		parked_ms = excluded.parked_ms, business_date = excluded.business_date`
+	upsertParked = insParked + ` ON CONFLICT (terminal, seq, hash)` + adoptParked + restoredFirst
 	// parkConflict parks a conflict's content unless that content is parked already:
-	// redelivered, it changes nothing (no exception change for HQ). Each other content of
-	// the key is parked beside the ones before (a key parked as a rejection keeps it too):
-	// the till kept every one.
-	parkConflict   = insParked + ` ON CONFLICT (terminal, seq, hash) DO NOTHING`
+	// redelivered, it changes nothing (no exception change for HQ), unless it was restored
+	// from HQ without its payload. Each other content of the key is parked beside the ones
+	// before (a key parked as a rejection keeps it too): the till kept every one.
+	parkConflict = insParked + ` ON CONFLICT (terminal, seq, hash)` + adoptParked + ` WHERE parked.hq_detail <> ''` +
+		restoredFirst
 	upsertDayClose = `INSERT INTO day_closes (terminal, business_date, seq, payload) VALUES (?, ?, ?, ?)
 		ON CONFLICT (terminal, business_date) DO UPDATE SET seq = excluded.seq, payload = excluded.payload
 		WHERE excluded.seq > day_closes.seq`

@@ -144,3 +144,38 @@ func (s *Store) ExportDays(ctx context.Context, store string) ([]hqwire.ExportDa
 	}
 	return out, dropped, nil
 }
+
+// ExportExceptions implements hqstore.Refiller: a range of the exceptions' key.
+func (s *Store) ExportExceptions(ctx context.Context, store string, after hqstore.ExceptionKey, limit int) ([]hqwire.Exception, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+hqstore.ExportExceptionColumns+` FROM exceptions
+		WHERE store = $1 AND (kind, terminal, seq, sku) > ($2, $3, $4, $5) ORDER BY kind, terminal, seq, sku LIMIT $6`,
+		store, after.Kind, after.Terminal, after.Seq, after.SKU, limit)
+	if err != nil {
+		return nil, fmt.Errorf("export exceptions: %w", err)
+	}
+	defer rows.Close()
+	var out []hqwire.Exception
+	for rows.Next() {
+		x, err := hqstore.ScanExportException(rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// ExportFlows implements hqstore.Refiller: a range of the flow exceptions' key.
+func (s *Store) ExportFlows(ctx context.Context, store, afterTerminal string, afterSeq int64, limit int) ([]hqwire.FlowException, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+hqstore.FlowColumns+` FROM flow_exceptions
+		WHERE store = $1 AND (terminal, seq) > ($2, $3) ORDER BY terminal, seq LIMIT $4`, store, afterTerminal, afterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("export flow exceptions: %w", err)
+	}
+	defer rows.Close()
+	xs, err := hqstore.ScanFlowExceptions("export flow exceptions", rows)
+	if err != nil {
+		return nil, err
+	}
+	return hqstore.ExportedFlows(xs), nil
+}

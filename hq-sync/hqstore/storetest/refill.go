@@ -20,11 +20,14 @@ type RefillStorage interface {
 // RunRefill runs the refill suite against a fresh engine from open for each test: rows come
 // back as the store sent them, payloads included, page by page in key order; moves are
 // kept once per id, a move with other content refuses its call whole; days come back with
-// their revision and the number of their transactions.
+// their revision and the number of their transactions; exceptions and flow exceptions come
+// back page by page in key order, each in the state HQ holds, only the store's own.
 func RunRefill(t *testing.T, open func(t *testing.T) RefillStorage) {
 	t.Run("RowsAsSent", func(t *testing.T) { testExportRows(t, open(t)) })
 	t.Run("Moves", func(t *testing.T) { testMoves(t, open(t)) })
 	t.Run("Days", func(t *testing.T) { testExportDays(t, open(t)) })
+	t.Run("Exceptions", func(t *testing.T) { testExportExceptions(t, open(t)) })
+	t.Run("FlowExceptions", func(t *testing.T) { testExportFlows(t, open(t)) })
 }
 
 func testExportRows(t *testing.T, s RefillStorage) {
