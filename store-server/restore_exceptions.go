@@ -34,57 +34,43 @@ func exportInvalid(status int, body []byte) bool {
 // logged, NotExported and Warnings in the summary).
 func (r *refill) bookExceptions(ctx context.Context, l *ledger.Ledger, sum *RefillSummary) error {
 	var topExceptions, topFlows int64
-	q := url.Values{"part": {hqwire.PartExceptions}}
-	for {
-		p, err := r.page(ctx, q)
-		if errors.Is(err, errExportInvalid) {
-			r.notExported(sum, hqwire.PartExceptions, "exceptions (oversells, price and refund exceptions, parked events, seq gaps)", err)
-			break
-		}
-		if err != nil {
-			return err
-		}
-		got, err := l.RestoreExceptions(ctx, p.Exceptions)
-		if err != nil {
-			return err
-		}
-		sum.Exceptions.Add(got)
-		for _, x := range p.Exceptions {
-			topExceptions = max(topExceptions, x.Change)
-		}
-		if !p.More || len(p.Exceptions) == 0 {
-			break
-		}
-		last := p.Exceptions[len(p.Exceptions)-1]
-		q.Set("after_kind", last.Kind)
-		q.Set("after_terminal", last.Terminal)
-		q.Set("after_seq", strconv.FormatInt(last.Seq, 10))
-		q.Set("after_sku", last.SKU)
+	err := r.exportPages(ctx, sum, hqwire.PartExceptions,
+		"exceptions (oversells, price and refund exceptions, parked events, seq gaps)",
+		func(p *hqwire.ExportPage, q url.Values) (bool, error) {
+			got, err := l.RestoreExceptions(ctx, p.Exceptions)
+			if err != nil || len(p.Exceptions) == 0 {
+				return false, err
+			}
+			sum.Exceptions.Add(got)
+			for _, x := range p.Exceptions {
+				topExceptions = max(topExceptions, x.Change)
+			}
+			last := p.Exceptions[len(p.Exceptions)-1]
+			q.Set("after_kind", last.Kind)
+			q.Set("after_terminal", last.Terminal)
+			q.Set("after_seq", strconv.FormatInt(last.Seq, 10))
+			q.Set("after_sku", last.SKU)
+			return true, nil
+		})
+	if err != nil {
+		return err
 	}
-	q = url.Values{"part": {hqwire.PartFlows}}
-	for {
-		p, err := r.page(ctx, q)
-		if errors.Is(err, errExportInvalid) {
-			r.notExported(sum, hqwire.PartFlows, "flow exceptions", err)
-			break
-		}
-		if err != nil {
-			return err
-		}
+	err = r.exportPages(ctx, sum, hqwire.PartFlows, "flow exceptions", func(p *hqwire.ExportPage, q url.Values) (bool, error) {
 		got, err := l.RestoreFlowExceptions(ctx, p.Flows)
-		if err != nil {
-			return err
+		if err != nil || len(p.Flows) == 0 {
+			return false, err
 		}
 		sum.Exceptions.Add(got)
 		for _, x := range p.Flows {
 			topFlows = max(topFlows, x.Change)
 		}
-		if !p.More || len(p.Flows) == 0 {
-			break
-		}
 		last := p.Flows[len(p.Flows)-1]
 		q.Set("after_terminal", last.Terminal)
 		q.Set("after_seq", strconv.FormatInt(last.Seq, 10))
+		return true, nil
+	})
+	if err != nil {
+		return err
 	}
 	if n := len(sum.Exceptions.NotBooked); n > 0 {
 		r.log.Warn("exceptions HQ holds that this release cannot book: they stay at HQ as they are", "count", n,
@@ -93,8 +79,31 @@ func (r *refill) bookExceptions(ctx context.Context, l *ledger.Ledger, sum *Refi
 	return l.NumberChangesAbove(ctx, topExceptions, topFlows)
 }
 
-// notExported records that HQ refused the export part (a serve from before it): the store's
-// what are not booked, and stay open at HQ.
+// exportPages asks HQ for the pages of export part (what, in words) one after the other:
+// book books each and sets in q where the next one starts, or says there is none to start
+// after. A serve that refuses the part (errExportInvalid) ends it without an error
+// (notExported).
+func (r *refill) exportPages(ctx context.Context, sum *RefillSummary, part, what string,
+	book func(p *hqwire.ExportPage, q url.Values) (next bool, err error)) error {
+	q := url.Values{"part": {part}}
+	for {
+		p, err := r.page(ctx, q)
+		if errors.Is(err, errExportInvalid) {
+			r.notExported(sum, part, what, err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		next, err := book(p, q)
+		if err != nil || !next || !p.More {
+			return err
+		}
+	}
+}
+
+// notExported records that HQ refused the export part (a serve from before it): the
+// store's what (the part's items, in words) are not booked, and those open stay open at HQ.
 func (r *refill) notExported(sum *RefillSummary, part, what string, err error) {
 	warning := "HQ does not give back the store's " + what + ": its hq-sync serve is from before export part " +
 		strconv.Quote(part) + "; the refilled ledger does not list them, and those open at HQ stay open there"
