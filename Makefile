@@ -134,11 +134,12 @@ test-wine-unit:
 		rc=$$?; wineserver -k; rm -rf $$prefix; exit $$rc)
 
 # test-qemu / test-wine: the field tests (e2e/field), the release binaries against a real store.
+# The test's exit status is the pipe's first (a subshell's, so that step still prints the time).
 test-qemu:
-	$(call step,$(GO) test -count=1 -timeout 10m -run 'ARM64|Android' -v ./e2e/field/ 2>&1 | grep -v '^    stack.go'; exit $${PIPESTATUS[0]})
+	$(call step,($(GO) test -count=1 -timeout 10m -run 'ARM64|Android' -v ./e2e/field/ 2>&1 | grep -v '^    stack.go'; exit $${PIPESTATUS[0]}))
 
 test-wine:
-	$(call step,$(GO) test -count=1 -timeout 10m -run 'Windows' -v ./e2e/field/ 2>&1 | grep -v '^    stack.go'; exit $${PIPESTATUS[0]})
+	$(call step,($(GO) test -count=1 -timeout 10m -run 'Windows' -v ./e2e/field/ 2>&1 | grep -v '^    stack.go'; exit $${PIPESTATUS[0]}))
 
 # release writes dist/: one directory and archive per platform (zip for Windows, tar.gz
 # otherwise) and SHA256SUMS. terminal-agent for windows/amd64, linux/amd64 and linux/arm64;

@@ -122,6 +122,8 @@ func (e *hsEnv) snapshot(t *testing.T) string {
 }
 
 func TestHostileInput(t *testing.T) {
+	stack.SkipShort(t)
+	t.Parallel()
 	ctx := context.Background()
 	st := stack.Run(t, stack.Options{Redis: true})
 	root, err := ModuleRoot()

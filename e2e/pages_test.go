@@ -26,6 +26,10 @@ import (
 	"github.com/posgate/posgate/store-server/client"
 )
 
+// pagesLead is the least time from choosing the store's zone to its midnight: starting the
+// store, HQ and the tills, and the trade of the day before.
+const pagesLead = 25 * time.Second
+
 // pagesRun is what TestPagesWithRealData started.
 type pagesRun struct {
 	store    *StoreServer
@@ -67,6 +71,7 @@ func screenshotDir(t *testing.T) string {
 // logs.
 func TestPagesWithRealData(t *testing.T) {
 	stack.SkipShort(t)
+	t.Parallel() // mostly waiting for the store's midnight and the new day's second minute
 	r := startPagesRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -128,9 +133,10 @@ func startPagesRun(t *testing.T) *pagesRun {
 	}
 	r := &pagesRun{cashiers: map[string]*Cashier{}, shots: screenshotDir(t), hqSync: bins.HQSync}
 	st := stack.Run(t, stack.Options{Redis: true})
-	// Starting the store, HQ and the tills and the trade before midnight take a few seconds.
+	// Starting the store, HQ and the tills and the trade before midnight take a few seconds,
+	// more beside the package's other tests.
 	var zone string
-	r.midnight, zone = ZoneWithMidnight(time.Now().Add(15 * time.Second))
+	r.midnight, zone = ZoneWithMidnight(time.Now().Add(pagesLead))
 	if r.loc, err = wire.LoadLocation(zone); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +211,8 @@ func (r *pagesRun) trade(ctx context.Context, t *testing.T) {
 	r.proxy.Cut()
 	sell("T02", 3, "TEA", "MILK")
 	if time.Now().After(r.midnight.Add(-time.Second)) {
-		t.Fatalf("the trade before the store's midnight (%v) ended after it: the machine is too slow for the test's 15 s", r.midnight)
+		t.Fatalf("the trade before the store's midnight (%v) ended after it: the machine is too slow for the test's %v", r.midnight,
+			pagesLead)
 	}
 	if d := time.Until(r.midnight.Add(time.Second)); d > 0 {
 		t.Logf("waiting %v for the store's midnight", d.Round(time.Second))

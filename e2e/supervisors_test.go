@@ -30,6 +30,7 @@ import (
 // PIN, takes it with the right one, and the store records who approved it.
 func TestSupervisorsFromTheStore(t *testing.T) {
 	stack.SkipShort(t) // before the build
+	t.Parallel()
 	ctx := context.Background()
 	root, err := ModuleRoot()
 	if err != nil {
