@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,25 +14,32 @@ import (
 	"github.com/posgate/posgate/internal/hqwire"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
+	"github.com/posgate/posgate/store-server/ledger"
 )
 
-// What HQ holds of what the store's ledger flagged beside its batches: its flow exceptions
-// (a replayed sale or refund whose receipt prints a flow number another transaction holds),
-// which the uploader sends on a route of their own and HQ keeps in the latest state it was
-// sent.
+// What HQ holds of what the store's ledger flagged: its exceptions (oversells, price and
+// refund exceptions, parked events, seq gaps), which the uploader sends in its batches, and
+// its flow exceptions (a replayed sale or refund whose receipt prints a flow number another
+// transaction holds), which it sends on a route of their own. HQ keeps each in the latest
+// state it was sent.
 
 // VerifyHQ adds to rep, once the store's uploader has sent HQ every change of the ledger's
-// flow exceptions, whether HQ holds them as the ledger does (VerifyFlowsAtHQ).
+// exceptions and flow exceptions, whether HQ holds them as the ledger does
+// (VerifyExceptionsAtHQ, VerifyFlowsAtHQ).
 func VerifyHQ(ctx context.Context, s *StoreServer, hq *Serve, rep *Report) {
+	loc, err := wire.LoadLocation(s.Opts.TZ)
+	if err != nil {
+		rep.Add(false, "the store's time zone: %v", err)
+		return
+	}
+	VerifyExceptionsAtHQ(ctx, s.Manager(), s.Opts.Store, filepath.Join(s.Opts.DataDir, "ledger.db"), loc, hq.Opts.DB, rep)
 	VerifyFlowsAtHQ(ctx, s.Manager(), s.Opts.Store, hq.Opts.DB, rep)
 }
 
-// VerifyFlowsAtHQ waits until the uploader of the store (its manager API m) has no flow
-// exception change left to send (GET /v1/hq), then reads the ledger's flow exceptions,
-// resolved ones too, and those HQ holds of store in its database db (serve's --db: a SQLite
-// path, read beside the running serve, or a postgres:// URL), and compares them
-// (CompareFlows) into rep.
-func VerifyFlowsAtHQ(ctx context.Context, m *client.Client, store, db string, rep *Report) {
+// waitSent waits until the uploader of the store (its manager API m) has none of what
+// left counts (of its GET /v1/hq status) left to send, and reports whether it came to that
+// (a failed line in rep otherwise).
+func waitSent(ctx context.Context, m *client.Client, rep *Report, what string, left func(*client.UploadStatus) int64) bool {
 	var last string
 	for {
 		a, err := m.HQ(ctx)
@@ -40,17 +49,161 @@ func VerifyFlowsAtHQ(ctx context.Context, m *client.Client, store, db string, re
 		case a.Upload == nil:
 			last = "no uploader state"
 		default:
-			last = fmt.Sprintf("%d flow exception changes waiting", a.Upload.FlowsWaiting)
-		}
-		if err == nil && a.Upload != nil && a.Upload.FlowsWaiting == 0 {
-			break
+			n := left(a.Upload)
+			if n == 0 {
+				return true
+			}
+			last = fmt.Sprintf("%d %s waiting", n, what)
 		}
 		select {
 		case <-ctx.Done():
-			rep.Add(false, "the uploader sent HQ every flow exception change: %v (%s)", ctx.Err(), last)
-			return
+			rep.Add(false, "the uploader sent HQ every %s: %v (%s)", what, ctx.Err(), last)
+			return false
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// VerifyExceptionsAtHQ waits until the uploader of the store (its manager API m) has no
+// exception change left to send, then reads the state of every exception of the store's
+// ledger (at ledgerPath, read-only, as the uploader reads it: ledger.HQReader's
+// ExceptionsAfter) and every exception HQ holds of store in its database db (as HQ exports
+// them to a refill, hqstore.Refiller), and compares them (CompareExceptions) into rep.
+func VerifyExceptionsAtHQ(ctx context.Context, m *client.Client, store, ledgerPath string, loc *time.Location, db string,
+	rep *Report) {
+	if !waitSent(ctx, m, rep, "exception change", func(u *client.UploadStatus) int64 { return u.ExceptionsWaiting }) {
+		return
+	}
+	led, err := ledgerExceptions(ctx, ledgerPath, store, loc)
+	if err != nil {
+		rep.Add(false, "the ledger's exceptions: %v", err)
+		return
+	}
+	hq, err := hqExceptions(ctx, db, store)
+	if err != nil {
+		rep.Add(false, "HQ's exceptions: %v", err)
+		return
+	}
+	CompareExceptions(rep, led, hq)
+}
+
+// ledgerExceptions reads the state of every exception the ledger at path has a change of,
+// withdrawn ones included.
+func ledgerExceptions(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Exception, error) {
+	l, err := ledger.OpenReader(ctx, path, store, loc)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	var xs []hqwire.Exception
+	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		xs, _, _, err = r.ExceptionsAfter(ctx, 0, math.MaxInt32)
+		return err
+	})
+	return xs, err
+}
+
+// hqExceptions reads every exception HQ holds of store, withdrawn ones included.
+func hqExceptions(ctx context.Context, db, store string) ([]hqwire.Exception, error) {
+	st, err := openHQ(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ref, ok := st.(hqstore.Refiller)
+	if !ok {
+		return nil, fmt.Errorf("HQ's storage %T does not export a store's exceptions", st)
+	}
+	var out []hqwire.Exception
+	var after hqstore.ExceptionKey
+	for {
+		xs, err := ref.ExportExceptions(ctx, store, after, hqwire.MaxExportPage)
+		if err != nil || len(xs) == 0 {
+			return out, err
+		}
+		out = append(out, xs...)
+		last := xs[len(xs)-1]
+		after = hqstore.ExceptionKey{Kind: last.Kind, Terminal: last.Terminal, Seq: last.Seq, SKU: last.SKU}
+	}
+}
+
+// CompareExceptions adds to rep whether HQ holds the exceptions of a store (hq: all HQ
+// holds of it) as the store's ledger does (ledger: the state of each it has a change of):
+// each the ledger holds at HQ, not withdrawn, with the same state (business date, code,
+// detail, units short, time, open or resolved, when and the resolution), and none at HQ
+// that the ledger does not hold (withdrawn at HQ and gone from the ledger, or never in it,
+// is the same). A line for each difference, and one line that counts them.
+func CompareExceptions(rep *Report, ledger, hq []hqwire.Exception) {
+	at := map[string]hqwire.Exception{}
+	held := 0
+	for _, x := range hq {
+		if !x.Withdrawn {
+			at[x.Key()] = x
+			held++
+		}
+	}
+	differ, kept, resolved := 0, 0, 0
+	for _, l := range ledger {
+		if l.Withdrawn {
+			continue
+		}
+		kept++
+		if l.Resolved {
+			resolved++
+		}
+		h, ok := at[l.Key()]
+		delete(at, l.Key())
+		if !ok {
+			differ++
+			rep.Add(false, "exception %s of %s: in the store's ledger, not at HQ (or withdrawn there)", l.Key(), l.BusinessDate)
+			continue
+		}
+		if d := exceptionDiffers(l, h); d != "" {
+			differ++
+			rep.Add(false, "exception %s of %s: the ledger's and HQ's differ in %s", l.Key(), l.BusinessDate, d)
+		}
+	}
+	for k, h := range at {
+		differ++
+		rep.Add(false, "exception %s of %s: at HQ, not in the store's ledger", k, h.BusinessDate)
+	}
+	rep.Add(differ == 0, "exceptions: %d in the store's ledger (%d resolved), %d at HQ, %d differ", kept, resolved, held, differ)
+}
+
+// exceptionDiffers names the fields of an exception's state in which the ledger's (l) and
+// HQ's (h) differ, with both values; "" when none does.
+func exceptionDiffers(l, h hqwire.Exception) string {
+	d := differences{}
+	d.field("business_date", l.BusinessDate == h.BusinessDate, l.BusinessDate, h.BusinessDate)
+	d.field("code", l.Code == h.Code, l.Code, h.Code)
+	d.field("detail", l.Detail == h.Detail, fmt.Sprintf("%q", l.Detail), fmt.Sprintf("%q", h.Detail))
+	d.field("qty_short", l.QtyShort == h.QtyShort, l.QtyShort, h.QtyShort)
+	d.field("at", l.At.Equal(h.At), l.At, h.At)
+	d.field("resolved", l.Resolved == h.Resolved, l.Resolved, h.Resolved)
+	d.field("resolved_at", l.ResolvedAt.Equal(h.ResolvedAt), l.ResolvedAt, h.ResolvedAt)
+	d.field("resolution", l.Resolution == h.Resolution, fmt.Sprintf("%q", l.Resolution), fmt.Sprintf("%q", h.Resolution))
+	return d.String()
+}
+
+// differences collects the fields two states differ in.
+type differences []string
+
+func (d *differences) field(name string, same bool, lv, hv any) {
+	if !same {
+		*d = append(*d, fmt.Sprintf("%s (ledger %v, HQ %v)", name, lv, hv))
+	}
+}
+
+func (d differences) String() string { return strings.Join(d, ", ") }
+
+// VerifyFlowsAtHQ waits until the uploader of the store (its manager API m) has no flow
+// exception change left to send (GET /v1/hq), then reads the ledger's flow exceptions,
+// resolved ones too, and those HQ holds of store in its database db (serve's --db: a SQLite
+// path, read beside the running serve, or a postgres:// URL), and compares them
+// (CompareFlows) into rep.
+func VerifyFlowsAtHQ(ctx context.Context, m *client.Client, store, db string, rep *Report) {
+	if !waitSent(ctx, m, rep, "flow exception change", func(u *client.UploadStatus) int64 { return u.FlowsWaiting }) {
+		return
 	}
 	led, err := m.FlowExceptions(ctx, "", true)
 	if err != nil {
@@ -65,15 +218,17 @@ func VerifyFlowsAtHQ(ctx context.Context, m *client.Client, store, db string, re
 	CompareFlows(rep, store, led.Flows, hq)
 }
 
+// openHQ opens HQ's database db (serve's --db: a SQLite path, or a postgres:// URL).
+func openHQ(ctx context.Context, db string) (hqstore.Storage, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return postgres.Open(ctx, db)
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
+}
+
 // hqFlows reads the flow exceptions HQ holds of store, every date, resolved ones too.
 func hqFlows(ctx context.Context, db, store string) ([]hqstore.StoredFlowException, error) {
-	var st hqstore.Storage
-	var err error
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		st, err = postgres.Open(ctx, db)
-	} else {
-		st, err = sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
-	}
+	st, err := openHQ(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -125,20 +280,15 @@ func CompareFlows(rep *Report, store string, ledger []client.FlowException, hq [
 // flowDiffers names the fields of a flow exception's state in which the ledger's (l) and
 // HQ's (h) differ, with both values; "" when none does.
 func flowDiffers(l client.FlowException, h hqwire.FlowException) string {
-	var d []string
-	field := func(name string, same bool, lv, hv any) {
-		if !same {
-			d = append(d, fmt.Sprintf("%s (ledger %v, HQ %v)", name, lv, hv))
-		}
-	}
-	field("kind", l.Kind == h.Kind, l.Kind, h.Kind)
-	field("flow_given", l.FlowGiven == h.FlowGiven, l.FlowGiven, h.FlowGiven)
-	field("flow_booked", l.FlowBooked == h.FlowBooked, l.FlowBooked, h.FlowBooked)
-	field("held_by", l.HeldBy == h.HeldBy, fmt.Sprintf("%q", l.HeldBy), fmt.Sprintf("%q", h.HeldBy))
-	field("at", l.At.Equal(h.At), l.At, h.At)
-	field("business_date", l.BusinessDate == h.BusinessDate, l.BusinessDate, h.BusinessDate)
-	field("resolved", l.Resolved == h.Resolved, l.Resolved, h.Resolved)
-	field("resolved_at", l.ResolvedAt.Equal(h.ResolvedAt), l.ResolvedAt, h.ResolvedAt)
-	field("resolution", l.Resolution == h.Resolution, fmt.Sprintf("%q", l.Resolution), fmt.Sprintf("%q", h.Resolution))
-	return strings.Join(d, ", ")
+	d := differences{}
+	d.field("kind", l.Kind == h.Kind, l.Kind, h.Kind)
+	d.field("flow_given", l.FlowGiven == h.FlowGiven, l.FlowGiven, h.FlowGiven)
+	d.field("flow_booked", l.FlowBooked == h.FlowBooked, l.FlowBooked, h.FlowBooked)
+	d.field("held_by", l.HeldBy == h.HeldBy, fmt.Sprintf("%q", l.HeldBy), fmt.Sprintf("%q", h.HeldBy))
+	d.field("at", l.At.Equal(h.At), l.At, h.At)
+	d.field("business_date", l.BusinessDate == h.BusinessDate, l.BusinessDate, h.BusinessDate)
+	d.field("resolved", l.Resolved == h.Resolved, l.Resolved, h.Resolved)
+	d.field("resolved_at", l.ResolvedAt.Equal(h.ResolvedAt), l.ResolvedAt, h.ResolvedAt)
+	d.field("resolution", l.Resolution == h.Resolution, fmt.Sprintf("%q", l.Resolution), fmt.Sprintf("%q", h.Resolution))
+	return d.String()
 }

@@ -30,6 +30,38 @@ func flowSale(terminal string, seq int64, at time.Time, flow int64) ledger.Recor
 		FlowNo: flow, Sale: p}
 }
 
+// storeAndHQ is a store S1's real ledger and a real HQ database, for the comparisons.
+type storeAndHQ struct {
+	ledger     *ledger.Ledger
+	path, hqDB string // the ledger's file and HQ's
+	hq         *sqlite.Store
+	loc        *time.Location // the store's zone
+	day        time.Time      // 2025-03-01 10:00 there
+}
+
+// openStoreAndHQ opens a new ledger of store S1 in Asia/Shanghai and a new HQ database,
+// both closed at the test's end.
+func openStoreAndHQ(t *testing.T) storeAndHQ {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storeAndHQ{path: filepath.Join(dir, "ledger.db"), hqDB: filepath.Join(dir, "hq.db"), loc: loc,
+		day: time.Date(2025, 3, 1, 10, 0, 0, 0, loc)}
+	if p.ledger, err = ledger.Open(ctx, p.path, "S1", loc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.ledger.Close() })
+	if p.hq, err = sqlite.Open(ctx, p.hqDB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.hq.Close() })
+	return p
+}
+
 // TestCompareFlows: a store's real ledger books a flow exception and a manager resolves it,
 // its changes go to a real HQ database as the uploader sends them, and the comparison of
 // the ledger's flow exceptions with HQ's holds while HQ has every change, and fails, naming
@@ -38,23 +70,8 @@ func flowSale(terminal string, seq int64, at time.Time, flow int64) ledger.Recor
 // store's flow exception at HQ is not the store's.
 func TestCompareFlows(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	loc, err := time.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.Open(ctx, filepath.Join(dir, "ledger.db"), "S1", loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	hqDB := filepath.Join(dir, "hq.db")
-	hq, err := sqlite.Open(ctx, hqDB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hq.Close()
-	day := time.Date(2025, 3, 1, 10, 0, 0, 0, loc)
+	p := openStoreAndHQ(t)
+	l, hq, hqDB, day := p.ledger, p.hq, p.hqDB, p.day
 	if _, _, err := l.Adjust(ctx, "open-A", "A", 10, ledger.ReasonOpening); err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +189,93 @@ func hqwireState(t *testing.T, l *ledger.Ledger, terminal string, seq int64) hqw
 	}
 	t.Fatalf("no flow exception %s:%d in the ledger", terminal, seq)
 	return hqwire.FlowException{}
+}
+
+// TestCompareExceptions: a store's real ledger books an oversell and a manager resolves it,
+// its changes go to a real HQ database in batches as the uploader sends them, and the
+// comparison of the ledger's exceptions with HQ's holds while HQ has every change, and
+// fails, naming the difference, when HQ lacks a resolution, lacks an exception, or holds
+// one the ledger does not.
+func TestCompareExceptions(t *testing.T) {
+	ctx := context.Background()
+	p := openStoreAndHQ(t)
+	l, hq, hqDB, day, path, loc := p.ledger, p.hq, p.hqDB, p.day, p.path, p.loc
+	if _, _, err := l.Adjust(ctx, "open-A", "A", 1, ledger.ReasonOpening); err != nil {
+		t.Fatal(err)
+	}
+	// sell commits an offline sale of one A: taken whatever the stock, an oversell below 0.
+	sell := func(seq int64) {
+		t.Helper()
+		r := flowSale("T1", seq, day, seq)
+		r.Offline = true
+		if out, err := l.Commit(ctx, []ledger.Record{r}); err != nil || out[0].Status != wire.AckAccepted {
+			t.Fatalf("T1:%d: %+v %v", seq, out, err)
+		}
+	}
+	// The uploader's round: the states of the exceptions changed since the last it sent, in
+	// a batch of their own.
+	var sent int64
+	batches := 0
+	put := func(xs []hqwire.Exception) {
+		t.Helper()
+		batches++
+		b := &hqwire.Batch{V: hqwire.Version, Store: "S1", ID: fmt.Sprintf("x-%d", batches), Exceptions: xs, SentAt: day}
+		if _, err := hq.PutBatch(ctx, b, fmt.Sprintf("hash-%d", batches), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upload := func() {
+		t.Helper()
+		err := l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+			xs, last, _, err := r.ExceptionsAfter(ctx, sent, hqwire.MaxBatchExceptions)
+			if err == nil && len(xs) > 0 {
+				put(xs)
+			}
+			sent = last
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	compare := func(step string, fails ...string) {
+		t.Helper()
+		led, err := ledgerExceptions(ctx, path, "S1", loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := hqExceptions(ctx, hqDB, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := Report{OK: true}
+		CompareExceptions(&rep, led, at)
+		text := rep.String()
+		if rep.OK != (len(fails) == 0) {
+			t.Fatalf("%s: the comparison says OK %v, want %v:\n%s", step, rep.OK, len(fails) == 0, text)
+		}
+		for _, f := range fails {
+			if !strings.Contains(text, "FAIL "+f) {
+				t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
+			}
+		}
+	}
+
+	sell(1) // the last A
+	sell(2) // one A short: an oversell of T1:2
+	compare("booked, not sent", `exception oversell/T1/2/A of 2025-03-01: in the store's ledger, not at HQ`)
+	upload()
+	compare("booked and sent")
+	if _, _, err := l.ResolveOversell(ctx, "T1", 2, "A", "a shelf count found one more"); err != nil {
+		t.Fatal(err)
+	}
+	compare("resolved, not sent",
+		`exception oversell/T1/2/A of 2025-03-01: the ledger's and HQ's differ in resolved (ledger true, HQ false)`)
+	upload()
+	compare("resolved and sent")
+
+	// One of the store's exceptions at HQ that its ledger never booked.
+	put([]hqwire.Exception{{Change: sent + 1, Kind: hqwire.ExceptionRefund, Terminal: "T9", Seq: 1, BusinessDate: "2025-03-01",
+		Code: "refund_unknown_sale", Detail: "no such sale", At: day}})
+	compare("one at HQ the ledger lacks", `exception refund/T9/1/ of 2025-03-01: at HQ, not in the store's ledger`)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 	agentclient "github.com/posgate/posgate/terminal-agent/client"
@@ -123,6 +124,17 @@ func TestRefillFromHQWithNoBackup(t *testing.T) {
 	rows := hq.checkHQ(dir)
 	t.Logf("%d sales and refunds carry the till's flow number; HQ = ledger for %d", n, rows)
 	waitHQResolved(t, hq.db, over, note, 30*time.Second)
+	// Every exception and flow exception of the refilled ledger is at HQ as the ledger holds
+	// it, and HQ holds none the ledger lacks: those HQ gave back and those booked since.
+	rep := e2e.Report{OK: true}
+	vctx, vdone := context.WithTimeout(ctx, 30*time.Second)
+	defer vdone()
+	e2e.VerifyHQ(vctx, e.store, hq.serve, &rep)
+	if !rep.OK || strings.Contains(rep.String(), "ok   exceptions: 0 ") {
+		t.Errorf("the refilled ledger's exceptions and HQ's (the oversells among them):\n%s", rep)
+	} else {
+		t.Logf("the refilled ledger's exceptions and HQ's:\n%s", rep)
+	}
 	checkRefilledStock(t, m)
 }
 
