@@ -116,15 +116,7 @@ func TestCompareFlows(t *testing.T) {
 		}
 		rep := Report{OK: true}
 		CompareFlows(&rep, "S1", led, at)
-		text := rep.String()
-		if rep.OK != (len(fails) == 0) {
-			t.Fatalf("%s: the comparison says OK %v, want %v:\n%s", step, rep.OK, len(fails) == 0, text)
-		}
-		for _, f := range fails {
-			if !strings.Contains(text, "FAIL "+f) {
-				t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
-			}
-		}
+		wantReport(t, step, rep, fails...)
 	}
 
 	// T1:1 holds flow number 7; T2:1, replayed with 7, is booked as 8: a flow exception.
@@ -250,15 +242,7 @@ func TestCompareExceptions(t *testing.T) {
 		}
 		rep := Report{OK: true}
 		CompareExceptions(&rep, led, at)
-		text := rep.String()
-		if rep.OK != (len(fails) == 0) {
-			t.Fatalf("%s: the comparison says OK %v, want %v:\n%s", step, rep.OK, len(fails) == 0, text)
-		}
-		for _, f := range fails {
-			if !strings.Contains(text, "FAIL "+f) {
-				t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
-			}
-		}
+		wantReport(t, step, rep, fails...)
 	}
 
 	sell(1) // the last A
@@ -278,4 +262,19 @@ func TestCompareExceptions(t *testing.T) {
 	put([]hqwire.Exception{{Change: sent + 1, Kind: hqwire.ExceptionRefund, Terminal: "T9", Seq: 1, BusinessDate: "2025-03-01",
 		Code: "refund_unknown_sale", Detail: "no such sale", At: day}})
 	compare("one at HQ the ledger lacks", `exception refund/T9/1/ of 2025-03-01: at HQ, not in the store's ledger`)
+}
+
+// wantReport wants rep ok when fails is empty, and otherwise failing with a line holding
+// each of fails.
+func wantReport(t *testing.T, step string, rep Report, fails ...string) {
+	t.Helper()
+	text := rep.String()
+	if rep.OK != (len(fails) == 0) {
+		t.Fatalf("%s: the comparison says OK %v, want %v:\n%s", step, rep.OK, len(fails) == 0, text)
+	}
+	for _, f := range fails {
+		if !strings.Contains(text, "FAIL "+f) {
+			t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
+		}
+	}
 }
