@@ -542,7 +542,8 @@ func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn 
 // day in the day's archive, and whether one does. A replay may bring a number of a day the
 // ledger archived since (a till that kept an event for months): the ledger's events no
 // longer show the number taken, and the replay keeping it would print one receipt number
-// twice in a day. One lookup of archived_days for a day not archived; the archive is
+// twice in a day. takeFlow asks only for a day out of Redis (the others are never
+// archived): one lookup of archived_days for such a day not archived; the archive is
 // opened only for a number at or below the day's highest archived.
 func (l *Ledger) archivedFlow(ctx context.Context, q rowQuerier, f flowKey) (string, bool, error) {
 	var holder string

@@ -212,8 +212,10 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 			if heldBy, err = st.flowHolder(ctx, flowKey{d.date, flow}); err != nil {
 				return err
 			}
-		} else if heldBy, taken, err = st.archivedFlow(ctx, flowKey{d.date, flow}); err != nil {
-			return err
+		} else if st.ledger().redisExpired(d.date) { // only a day out of Redis is archived (Archive)
+			if heldBy, taken, err = st.archivedFlow(ctx, flowKey{d.date, flow}); err != nil {
+				return err
+			}
 		}
 		if taken { // given again since the ledger lost it: the replay takes a new one
 			flow, given = 0, r.FlowNo
