@@ -231,40 +231,45 @@ func (h *handler) exportPage(r *http.Request, ref hqstore.Refiller, store string
 	}
 	page := &hqwire.ExportPage{Store: store, Part: q.Get("part")}
 	ctx := r.Context()
+	n := int(limit)
+	seq, err := num("after_seq", 0) // of a row's, an exception's or a flow exception's key
+	if err != nil {
+		return nil, err
+	}
+	terminal := q.Get("after_terminal")
+	// Each part but days is read one more than asked: it tells whether another page follows.
 	switch page.Part {
 	case hqwire.PartRows:
-		seq, err := num("after_seq", 0)
+		rows, err := ref.ExportRows(ctx, store, terminal, seq, n+1)
 		if err != nil {
 			return nil, err
 		}
-		// One more than asked tells whether another page follows.
-		if page.Rows, err = ref.ExportRows(ctx, store, q.Get("after_terminal"), seq, int(limit)+1); err != nil {
+		page.Rows, page.More = upTo(rows, n)
+	case hqwire.PartExceptions:
+		after := hqstore.ExceptionKey{Kind: q.Get("after_kind"), Terminal: terminal, Seq: seq, SKU: q.Get("after_sku")}
+		xs, err := ref.ExportExceptions(ctx, store, after, n+1)
+		if err != nil {
 			return nil, err
 		}
-		if page.More = len(page.Rows) > int(limit); page.More {
-			page.Rows = page.Rows[:limit]
+		page.Exceptions, page.More = upTo(xs, n)
+	case hqwire.PartFlows:
+		xs, err := ref.ExportFlows(ctx, store, terminal, seq, n+1)
+		if err != nil {
+			return nil, err
 		}
+		page.Flows, page.More = upTo(xs, n)
 	case hqwire.PartMoves:
 		after, err := num("after", 0)
 		if err != nil {
 			return nil, err
 		}
-		if page.Moves, err = ref.ExportMoves(ctx, store, after, int(limit)+1); err != nil {
-			return nil, err
-		}
-		if page.More = len(page.Moves) > int(limit); page.More {
-			page.Moves = page.Moves[:limit]
-		}
-	case hqwire.PartDays:
-		if page.Days, page.Dropped, err = ref.ExportDays(ctx, store); err != nil {
-			return nil, err
-		}
-	case hqwire.PartExceptions, hqwire.PartFlows:
-		seq, err := num("after_seq", 0)
+		moves, err := ref.ExportMoves(ctx, store, after, n+1)
 		if err != nil {
 			return nil, err
 		}
-		if err := exportExceptions(r, ref, page, q, seq, int(limit)); err != nil {
+		page.Moves, page.More = upTo(moves, n)
+	case hqwire.PartDays:
+		if page.Days, page.Dropped, err = ref.ExportDays(ctx, store); err != nil {
 			return nil, err
 		}
 	default:
@@ -273,27 +278,11 @@ func (h *handler) exportPage(r *http.Request, ref hqstore.Refiller, store string
 	return page, nil
 }
 
-// exportExceptions fills page (part exceptions or flows) with up to limit of the store's
-// exceptions or flow exceptions after the key the query names (after_kind, after_terminal,
-// after_seq, after_sku; a flow exception's key is its terminal and seq).
-func exportExceptions(r *http.Request, ref hqstore.Refiller, page *hqwire.ExportPage, q url.Values, seq int64, limit int) error {
-	var err error
-	// One more than asked tells whether another page follows.
-	if page.Part == hqwire.PartFlows {
-		if page.Flows, err = ref.ExportFlows(r.Context(), page.Store, q.Get("after_terminal"), seq, limit+1); err != nil {
-			return err
-		}
-		if page.More = len(page.Flows) > limit; page.More {
-			page.Flows = page.Flows[:limit]
-		}
-		return nil
+// upTo returns the first limit of xs, read with one more than limit, and whether more
+// follow.
+func upTo[T any](xs []T, limit int) ([]T, bool) {
+	if len(xs) > limit {
+		return xs[:limit], true
 	}
-	after := hqstore.ExceptionKey{Kind: q.Get("after_kind"), Terminal: q.Get("after_terminal"), Seq: seq, SKU: q.Get("after_sku")}
-	if page.Exceptions, err = ref.ExportExceptions(r.Context(), page.Store, after, limit+1); err != nil {
-		return err
-	}
-	if page.More = len(page.Exceptions) > limit; page.More {
-		page.Exceptions = page.Exceptions[:limit]
-	}
-	return nil
+	return xs, false
 }
