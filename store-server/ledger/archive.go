@@ -542,10 +542,14 @@ func (l *Ledger) fromArchive(ctx context.Context, q rowQuerier, date string, fn 
 // day in the day's archive, and whether one does. A replay may bring a number of a day the
 // ledger archived since (a till that kept an event for months): the ledger's events no
 // longer show the number taken, and the replay keeping it would print one receipt number
-// twice in a day. takeFlow asks only for a day out of Redis (the others are never
-// archived): one lookup of archived_days for such a day not archived; the archive is
-// opened only for a number at or below the day's highest archived.
+// twice in a day. Only a day out of Redis is ever archived (Archive takes its days from
+// redis_days), which the ledger knows in memory: any other day costs nothing. For such a
+// day, one lookup of archived_days; the archive is opened only for a number at or below
+// the day's highest archived.
 func (l *Ledger) archivedFlow(ctx context.Context, q rowQuerier, f flowKey) (string, bool, error) {
+	if !l.redisExpired(f.date) {
+		return "", false, nil
+	}
 	var holder string
 	found := false
 	err := l.fromArchive(ctx, q, f.date, func(a *sql.DB, maxFlow int64) error {

@@ -28,12 +28,9 @@ type state interface {
 	// flowTaken reports whether a flow number is taken; claimFlow takes it for the record
 	// of key by.
 	flowTaken(ctx context.Context, f flowKey) (bool, error)
-	// flowHolder returns the event (terminal:seq) that holds a flow number taken, "" if
-	// none does.
-	flowHolder(ctx context.Context, f flowKey) (string, error)
-	// archivedFlow returns the event of an archived day (Archive) that holds a flow
-	// number, and whether one does: flowTaken reads the ledger's own events only.
-	archivedFlow(ctx context.Context, f flowKey) (string, bool, error)
+	// flowHolder returns the event (terminal:seq) that holds a flow number and whether one
+	// does: in the ledger, or in the archive of its day (Ledger.archivedFlow).
+	flowHolder(ctx context.Context, f flowKey) (string, bool, error)
 	// ledger returns the ledger the state is of.
 	ledger() *Ledger
 	claimFlow(f flowKey, by eventKey)
@@ -204,18 +201,10 @@ func takeFlow(ctx context.Context, st state, r *Record, d *decision) error {
 		st.rows().one(touchRedisDay, d.date)
 	}
 	if flow != 0 && r.Replayed {
-		taken, err := st.flowTaken(ctx, flowKey{d.date, flow})
-		if err != nil {
+		var taken bool
+		var err error
+		if heldBy, taken, err = st.flowHolder(ctx, flowKey{d.date, flow}); err != nil {
 			return err
-		}
-		if taken {
-			if heldBy, err = st.flowHolder(ctx, flowKey{d.date, flow}); err != nil {
-				return err
-			}
-		} else if st.ledger().redisExpired(d.date) { // only a day out of Redis is archived (Archive)
-			if heldBy, taken, err = st.archivedFlow(ctx, flowKey{d.date, flow}); err != nil {
-				return err
-			}
 		}
 		if taken { // given again since the ledger lost it: the replay takes a new one
 			flow, given = 0, r.FlowNo

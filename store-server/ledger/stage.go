@@ -226,15 +226,16 @@ func (s *stage) flowTaken(_ context.Context, f flowKey) (bool, error) {
 	return taken, nil
 }
 
-// flowHolder names a record staged under the number, or reads the ledger's event.
-func (s *stage) flowHolder(ctx context.Context, f flowKey) (string, error) {
-	if by := s.flows[f]; by.terminal != "" {
-		return wire.Key(by.terminal, by.seq), nil
+// flowHolder names a record staged under the number, or reads the ledger's event that
+// holds it (load found it taken), or looks in the archive of its day.
+func (s *stage) flowHolder(ctx context.Context, f flowKey) (string, bool, error) {
+	by, taken := s.flows[f]
+	switch {
+	case taken && by.terminal != "":
+		return wire.Key(by.terminal, by.seq), true, nil
+	case taken:
+		return s.w.flowHolder(ctx, f)
 	}
-	return s.w.flowHolder(ctx, f)
-}
-
-func (s *stage) archivedFlow(ctx context.Context, f flowKey) (string, bool, error) {
 	return s.l.archivedFlow(ctx, s.w.tx, f)
 }
 

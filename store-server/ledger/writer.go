@@ -202,19 +202,15 @@ func (w *writer) flowTaken(ctx context.Context, f flowKey) (bool, error) {
 	return taken > 0, err
 }
 
-// flowHolder reads the event that holds a flow number: one record at a time, the records of
-// the group before are written.
-func (w *writer) flowHolder(ctx context.Context, f flowKey) (string, error) {
+// flowHolder reads the event that holds a flow number (one record at a time, the records
+// of the group before are written), or looks in the archive of its day.
+func (w *writer) flowHolder(ctx context.Context, f flowKey) (string, bool, error) {
 	var key string
 	err := w.scan(ctx, selFlowHolder, []any{f.date, f.flow}, &key)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
+		return w.l.archivedFlow(ctx, w.tx, f)
 	}
-	return key, err
-}
-
-func (w *writer) archivedFlow(ctx context.Context, f flowKey) (string, bool, error) {
-	return w.l.archivedFlow(ctx, w.tx, f)
+	return key, err == nil, err
 }
 
 // claimFlow takes nothing yet: the record's events row takes its flow number when written,
