@@ -106,14 +106,9 @@ func TestFlowExceptionChangesMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The uploader reads it before the store-server migrates it: no flow exception yet.
-	r, err := OpenReader(ctx, path, testStore, shanghai)
-	if err != nil {
-		t.Fatal(err)
+	if top := readerMaxFlowChange(t, path); top != 0 {
+		t.Fatalf("max flow change of a ledger before 005: %d", top)
 	}
-	if top, err := r.MaxFlowChange(ctx); err != nil || top != 0 {
-		t.Fatalf("max flow change of a ledger before 005: %d, %v", top, err)
-	}
-	r.Close()
 	l := mustOpenAt(t, path, day)
 	xs, first := flowsAfter(t, l, 0)
 	if len(xs) != 1 || xs[0].Seq != 1 || xs[0].FlowGiven != 3 || !xs[0].Resolved || xs[0].Resolution != "told apart" {
@@ -254,14 +249,9 @@ func TestFlowHolderMigration(t *testing.T) {
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := OpenReader(ctx, path, testStore, shanghai)
-	if err != nil {
-		t.Fatal(err)
+	if top := readerMaxFlowChange(t, path); top != 0 {
+		t.Fatalf("max flow change of a ledger before 006, read by an uploader: %d; want 0 until it is migrated", top)
 	}
-	if top, err := r.MaxFlowChange(ctx); err != nil || top != 0 {
-		t.Fatalf("max flow change of a ledger before 006, read by an uploader: %d, %v; want 0 until it is migrated", top, err)
-	}
-	r.Close()
 
 	l := mustOpenAt(t, path, day)
 	changes := func() int {
@@ -311,4 +301,20 @@ func TestReplayOfAnArchivedNumber(t *testing.T) {
 	if len(xs) != 1 || xs[0].Terminal != "T2" || xs[0].Seq != 1 || xs[0].FlowGiven != 7 || xs[0].HeldBy != "T1:1" {
 		t.Fatalf("flow exceptions: %+v, want T2:1's receipt 7, held by the archived T1:1", xs)
 	}
+}
+
+// readerMaxFlowChange returns MaxFlowChange of the ledger at path as an uploader reads it
+// (OpenReader: no migration).
+func readerMaxFlowChange(t *testing.T, path string) int64 {
+	t.Helper()
+	r, err := OpenReader(context.Background(), path, testStore, shanghai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	top, err := r.MaxFlowChange(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top
 }
