@@ -304,6 +304,19 @@ func Migrate(ctx context.Context, db *sql.DB, fsys fs.FS) error {
 	return nil
 }
 
+// Migrated reports whether migration name (its file name) is recorded as applied in the
+// database q reads: a reader that runs no migration (a query-only open of a file another
+// process migrates) asks it before it reads what the migration added.
+func Migrated(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, name string) (bool, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM migrations WHERE name = ?`, name).Scan(&n); err != nil {
+		return false, fmt.Errorf("migration %s applied: %w", name, err)
+	}
+	return n > 0, nil
+}
+
 func migrateOne(ctx context.Context, db *sql.DB, fsys fs.FS, name string) error {
 	body, err := fs.ReadFile(fsys, name)
 	if err != nil {

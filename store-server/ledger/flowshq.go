@@ -92,17 +92,11 @@ func (r *HQReader) FlowChangesWaiting(ctx context.Context, through int64) (int64
 	return countWaiting(ctx, r.tx, "flow_exception_changes", "id", through)
 }
 
-// flowsReady reports whether the ledger has migration 005's flow_exception_changes and
-// 006's held_by of the flow exceptions (OpenReader runs no migration: an uploader may be
-// upgraded before its store-server).
+// flowsReady reports whether the store-server has migrated the ledger to 006's held_by of
+// the flow exceptions (and so to 005's flow_exception_changes): OpenReader runs no
+// migration, and an uploader may be upgraded before its store-server.
 func flowsReady(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) (bool, error) {
-	var n int
-	if err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table'
-		AND name = 'flow_exception_changes') + (SELECT count(*) FROM pragma_table_info('flow_exceptions')
-		WHERE name = 'held_by')`).Scan(&n); err != nil {
-		return false, fmt.Errorf("flow exception changes: %w", err)
-	}
-	return n == 2, nil
+	return sqlitedb.Migrated(ctx, q, "006_flow_exception_holder.sql")
 }

@@ -504,13 +504,12 @@ func (r *HQReader) hqDetailColumn(ctx context.Context) (string, error) {
 	if r.hqDetail != "" {
 		return r.hqDetail, nil
 	}
-	var n int
-	if err := r.tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('parked')
-		WHERE name = 'hq_detail'`).Scan(&n); err != nil {
-		return "", fmt.Errorf("parked columns: %w", err)
+	ok, err := sqlitedb.Migrated(ctx, r.tx, "007_restored_exceptions.sql")
+	if err != nil {
+		return "", err
 	}
 	r.hqDetail = "''"
-	if n > 0 {
+	if ok {
 		r.hqDetail = "hq_detail"
 	}
 	return r.hqDetail, nil
