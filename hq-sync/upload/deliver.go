@@ -214,7 +214,12 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			if once {
 				return perr.Wrap(err, perr.Refused, CodeRefused, "HQ refused batch %s (status %d)", b.id, se.status)
 			}
-			wait = u.cfg.RefusedRetry/2 + jitter(u.cfg.RefusedRetry/2)
+			// The side routes carry nothing of the batch's: the store's stock moves and flow
+			// exceptions go on reaching HQ while the batch waits for an operator.
+			if !u.sideWait(ctx, u.cfg.RefusedRetry/2+jitter(u.cfg.RefusedRetry/2)) {
+				return ctx.Err()
+			}
+			continue
 		} else {
 			wait = u.backoff(attempt)
 			if se != nil && se.retryAfter > wait {

@@ -741,12 +741,14 @@ var (
 
 // olderServe is hq-sync serve on an HQ store behind a front that, while old is set, answers
 // 404 to every path but the batches' (a v0.1.0 serve, which knows no route beside them),
-// and counts the requests to each path.
+// while refuse is set answers every batch 400 batch_invalid (one HQ refuses until an
+// operator mends it), and counts the requests to each path.
 type olderServe struct {
 	*httptest.Server
-	old   atomic.Bool
-	mu    sync.Mutex
-	asked map[string]int
+	old    atomic.Bool
+	refuse atomic.Bool
+	mu     sync.Mutex
+	asked  map[string]int
 }
 
 func newOlderServe(t *testing.T, st hqstore.Storage, now func() time.Time) *olderServe {
@@ -760,6 +762,12 @@ func newOlderServe(t *testing.T, st hqstore.Storage, now func() time.Time) *olde
 		o.mu.Unlock()
 		if o.old.Load() && r.URL.Path != serve.BatchesPath {
 			http.NotFound(w, r)
+			return
+		}
+		if o.refuse.Load() && r.URL.Path == serve.BatchesPath {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":%q,"message":"refused until an operator mends it"}`, hqwire.CodeBatchInvalid)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -2,10 +2,14 @@ package upload
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/posgate/posgate/hq-sync/serve"
+	"github.com/posgate/posgate/internal/perr"
+	"github.com/posgate/posgate/internal/wire"
+	"github.com/posgate/posgate/store-server/ledger"
 )
 
 // TestMovesToServe: the store's stock adjustments (opening stock, an adjustment, a count)
@@ -67,4 +71,69 @@ func TestMovesToServe(t *testing.T) {
 		u = MustNew(t, cfg)
 		MustOnce(t, u)
 	}
+}
+
+// TestRefusedBatchLeavesSidesGoing: a batch HQ refuses holds back the rows after it, not the
+// store's stock moves and flow exceptions, which carry nothing of it: Once sends them before
+// it answers the refusal, and Run sends later ones while the batch waits for an operator.
+func TestRefusedBatchLeavesSidesGoing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpenStore(t, dir)
+	st := mustOpenHQ(t, dir)
+	clk := newClock(day0.Add(time.Hour))
+	srv := newOlderServe(t, st, clk.Now)
+	srv.old.Store(false)
+	srv.refuse.Store(true)
+	for i, d := range []int64{40, -2} {
+		if _, _, err := s.l.Adjust(ctx, fmt.Sprintf("adj-%d", i), "A", d, "adjust"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// T2's replayed sale brought T1's flow number 1 and was booked under 2.
+	s.OfflineSale("T1", day0.Add(time.Minute))
+	s.mu.Lock()
+	r := s.record("T2", day0.Add(2*time.Minute), wire.KindSale, salePayload(100, 1))
+	r.FlowNo, r.Replayed, r.Offline = 1, true, true
+	s.commit([]ledger.Record{r})
+	s.mu.Unlock()
+	date := s.l.BusinessDate(day0)
+	moves := func() int {
+		got, err := st.ExportMoves(ctx, testStore, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got)
+	}
+
+	u := MustNew(t, config(dir, s, srv.URL+serve.BatchesPath, clk.Now))
+	if err := u.Once(ctx); perr.CodeOf(err) != CodeRefused {
+		t.Fatalf("once: %v, want the batch refused", err)
+	}
+	if rows, _ := st.Rows(ctx, date, testStore); len(rows) != 0 {
+		t.Fatalf("HQ holds %d rows of a refused batch", len(rows))
+	}
+	if n := moves(); n != 2 {
+		t.Errorf("HQ holds %d stock moves after Once met a refused batch, want 2", n)
+	}
+	if xs, err := st.FlowExceptions(ctx, date, testStore, false); err != nil || len(xs) != 1 {
+		t.Errorf("HQ's flow exceptions after Once met a refused batch: %+v, %v; want T2's", xs, err)
+	}
+
+	// Run: the batch is refused again and again; a count booked meanwhile reaches HQ.
+	stop := runInBackground(t, u)
+	if _, _, _, err := s.l.Count(ctx, "count-B", "B", 9); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the count at HQ while the batch is refused", func() bool { return moves() == 3 })
+	if stat, err := u.Status(ctx); err != nil || stat.Pending == "" || stat.Attempts < 2 {
+		t.Errorf("status %+v (%v): want the batch pending, refused more than once", stat, err)
+	}
+	srv.refuse.Store(false)
+	waitFor(t, 15*time.Second, "the rows once HQ takes the batch", func() bool {
+		rows, _ := st.Rows(ctx, date, testStore)
+		return len(rows) == 2
+	})
+	stop()
 }

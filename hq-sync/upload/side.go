@@ -20,9 +20,9 @@ import (
 // Beside the batches, the uploader sends HQ on routes of their own what a v0.1.0 serve does
 // not take in a batch: the store's stock adjustments (moves.go) and its flow exceptions
 // (flows.go). The ledger numbers each route's items; the uploader sends those after the last
-// HQ acknowledged (kept in its state), whenever it has no batch to send, and looks again
-// every sideEvery. A v0.1.0 serve answers such a route 404: its items wait and are tried
-// again every RefusedRetry, and the batches go on as before.
+// HQ acknowledged (kept in its state), whenever it has no batch to send or its batch waits
+// refused by HQ, and looks again every sideEvery. A v0.1.0 serve answers such a route 404:
+// its items wait and are tried again every RefusedRetry, and the batches go on as before.
 
 // sideEvery is how often an idle uploader looks for new items of a side route.
 const sideEvery = 2 * time.Second
@@ -58,6 +58,22 @@ func (u *Uploader) sendSides(ctx context.Context, now bool) {
 		}
 		if err := u.sendSide(ctx, r); err != nil && ctx.Err() == nil {
 			u.log.Warn(r.what+" not sent; trying again shortly", "err", err)
+		}
+	}
+}
+
+// sideWait waits d or until ctx is done, sending what waits on the side routes meanwhile
+// (a batch HQ refused waits this way); it reports whether the wait ran to its end.
+func (u *Uploader) sideWait(ctx context.Context, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for {
+		u.sendSides(ctx, false)
+		left := time.Until(end)
+		if left <= 0 {
+			return ctx.Err() == nil
+		}
+		if !sleep(ctx, min(left, sideEvery)) {
+			return false
 		}
 	}
 }

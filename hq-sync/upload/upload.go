@@ -348,11 +348,14 @@ func atoi(s string) int64 {
 // Once sends everything the ledger holds now (and every declaration that is due), then
 // returns. It waits out HQ being unreachable for as long as ctx allows; a batch HQ refuses
 // ends it with a *perr.Error of kind perr.Refused (code "hq_refused_batch"), the batch still
-// pending, and a ledger that no longer holds the last row HQ acknowledged with one of kind
-// perr.Conflict (code "ledger_behind_hq").
+// pending and the side routes' items sent, and a ledger that no longer holds the last row
+// HQ acknowledged with one of kind perr.Conflict (code "ledger_behind_hq").
 func (u *Uploader) Once(ctx context.Context) error {
 	for {
 		did, err := u.step(ctx, true)
+		if perr.CodeOf(err) == CodeRefused {
+			u.sendSides(ctx, true) // they carry nothing of the refused batch's
+		}
 		if err != nil {
 			return err
 		}
