@@ -149,6 +149,7 @@ func (r *archiveRig) archivedDays(t *testing.T) []string {
 // too; a till offline since an archived day sends a sale of it: the uploader declares the
 // day again with the archived sales and the late one, and HQ's reconcile of the day passes.
 func TestArchiveEndToEnd(t *testing.T) {
+	t.Parallel()
 	b := binaries(t)
 	ctx := context.Background()
 	r := &archiveRig{b: b, st: stack.Run(t, stack.Options{Redis: true, MQTT: true}), secret: "s1-secret-for-the-archive-test",

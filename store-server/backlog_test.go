@@ -21,6 +21,7 @@ import (
 // events, not behind them as a heartbeat does. The store shows the sales it still has to
 // send while it sends them, then 0. Real agent, mosquitto, Sentinel trio and store-server.
 func TestBacklogSeenWhileItDrains(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01"}, "T01")
 	ctx := context.Background()
 
@@ -175,6 +176,7 @@ func metricLine(t *testing.T, e *env, prefix string) string {
 // old, and went quiet. The store ages the oldest from when it heard the report; restarted,
 // it hears the retained report again (mosquitto keeps it), and the age must not go back.
 func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", nil)
 	ctx := context.Background()
 	if err := e.store.Enrol("T09"); err != nil { // the test speaks as T09 itself, no agent
@@ -213,6 +215,7 @@ func TestBacklogAgeOutlivesAStoreRestart(t *testing.T) {
 // down, then ran without reports (--backlog-every 0). It sends everything, and its
 // heartbeats say 0: the store shows 0, not the report's 3 for good.
 func TestHeartbeatOverAnOlderReport(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01"})
 	ctx := context.Background()
 	a, c := e.agents["T01"], e.cashiers["T01"]

@@ -30,6 +30,7 @@ import (
 // (unknown_sku): only a SKU the catalog sells now could be adjusted or counted, and the
 // oversold stock stayed negative for good.
 func TestDelistedSKUCorrected(t *testing.T) {
+	t.Parallel()
 	srv := biRunServer(t)
 	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
@@ -60,6 +61,7 @@ func TestDelistedSKUCorrected(t *testing.T) {
 // day's exceptions with a date that is not YYYY-MM-DD. The lists answer business_date_invalid,
 // as /v1/totals does; they answered 200 with nothing, as if the day had no exceptions.
 func TestExceptionListsRefuseBadDate(t *testing.T) {
+	t.Parallel()
 	srv := biRunServer(t)
 	srv.importCSV(t, []byte(biCatalogCSV))
 	srv.adjust(t, "opening-D4", "D4", 2, ledger.ReasonOpening)
@@ -92,6 +94,7 @@ func catalogHeartbeat(t *testing.T, r *biRun, seq, held int64) {
 // the terminal is ahead, and the next import takes version 8. It took version 2, which every
 // terminal ignored (they keep the highest version they have seen), selling on at old prices.
 func TestCatalogVersionAboveTheTerminals(t *testing.T) {
+	t.Parallel()
 	srv := biRunServer(t)
 	imp := srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
@@ -113,6 +116,7 @@ func TestCatalogVersionAboveTheTerminals(t *testing.T) {
 // has no price. It refuses the file and starts on the store's catalog: it stopped, and the
 // store had no store-server at all.
 func TestStartsWithACatalogFileItRefuses(t *testing.T) {
+	t.Parallel()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
 	dir := t.TempDir()
 	file := filepath.Join(t.TempDir(), "items.json")
@@ -137,6 +141,7 @@ func TestStartsWithACatalogFileItRefuses(t *testing.T) {
 // till that subscribes afterwards (a new one, or one reinstalled) still gets it. It was
 // published only at the store-server's start and at an import.
 func TestCatalogAfterABrokerRestart(t *testing.T) {
+	t.Parallel()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true, MosquittoExtra: "persistence false\n"})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "catalog.csv")
@@ -189,6 +194,7 @@ func TestCatalogAfterABrokerRestart(t *testing.T) {
 // catalog version MaxInt64-1 does not lift the next import's version. It made the import take
 // MaxInt64, and every import after it overflowed to a negative version and was refused.
 func TestCatalogFloorBogusHeartbeat(t *testing.T) {
+	t.Parallel()
 	srv := biRunServer(t)
 	imp := srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
@@ -210,10 +216,8 @@ func TestCatalogFloorBogusHeartbeat(t *testing.T) {
 // catalog again, above 7, without anyone importing: the terminals ignored the store's
 // catalog, and sold at the old prices, until the manager imported again.
 func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
-	was := catalogCheckEvery
-	t.Cleanup(func() { catalogCheckEvery = was }) // after the server's cleanup: it has stopped
-	catalogCheckEvery = 100 * time.Millisecond
-	srv := biRunServer(t)
+	t.Parallel()
+	srv := biRunTuned(t, func(m *Main) { m.catalogCheckEvery = 100 * time.Millisecond })
 	srv.importCSV(t, []byte(biCatalogCSV))
 	r := biStartRun(t, srv)
 	catalogHeartbeat(t, r, 1, 7)
@@ -236,10 +240,8 @@ func TestCatalogCaughtUpWithTheTerminals(t *testing.T) {
 // took the old prices). Timing-dependent: it failed at the 9th round once, not at all once,
 // before the fix.
 func TestCatchUpDuringAnImport(t *testing.T) {
-	was, gap := catalogCheckEvery, catalogCatchUpGap
-	t.Cleanup(func() { catalogCheckEvery, catalogCatchUpGap = was, gap })
-	catalogCheckEvery, catalogCatchUpGap = time.Millisecond, 0
-	srv := biRunServer(t)
+	t.Parallel()
+	srv := biRunTuned(t, func(m *Main) { m.catalogCheckEvery, m.catalogCatchUpGap = time.Millisecond, 0 })
 	csv := func(price int) []byte {
 		var b strings.Builder
 		b.WriteString("sku,name,price\n")

@@ -25,6 +25,7 @@ import (
 // with no rotation (a stolen key: the store makes a new one); the till reset at the till
 // (terminal-agent catalog-key reset) takes the store's catalogs again, the other refuses them.
 func TestCatalogKeyRotation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -249,6 +249,7 @@ func today(tz string) string {
 // TestRedisMasterKilledUnderLoad: (a) the Redis master dies under load; Sentinel promotes a
 // replica that may have missed writes; the store rebuilds its projection from the ledger.
 func TestRedisMasterKilledUnderLoad(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
@@ -272,6 +273,7 @@ func TestRedisMasterKilledUnderLoad(t *testing.T) {
 
 // TestStoreServerKilled: (b) store-server is SIGKILLed at 10 random moments under load.
 func TestStoreServerKilled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02", "T03"})
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := e.load(ctx)
@@ -292,6 +294,7 @@ func TestStoreServerKilled(t *testing.T) {
 // TestRedisDown: (c) every Redis node is down for a while: the store degrades to the ledger
 // alone and keeps selling, then rebuilds and returns to Redis.
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01", "T02"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 // alone, then has the other two fail the master over: the store hears of the switch from
 // them, and rebuilds once for it, though two Sentinels announce it.
 func TestFailoverHeardWithASentinelDown(t *testing.T) {
+	t.Parallel()
 	s := stack.Run(t, stack.Options{Redis: true, Replicas: 1, Sentinels: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -39,8 +39,15 @@ type biServer struct {
 // stack) when t ends.
 func biRunServer(t *testing.T, extra ...string) *biServer {
 	t.Helper()
+	return biRunTuned(t, nil, extra...)
+}
+
+// biRunTuned is biRunServer with tune, if not nil, setting the Main's unexported pacing
+// before it runs.
+func biRunTuned(t *testing.T, tune func(*Main), extra ...string) *biServer {
+	t.Helper()
 	s := stack.Run(t, stack.Options{Redis: true, MQTT: true})
-	srv := biStartServer(t, s, append([]string{"--redis-addr", s.Redis[0].Addr()}, extra...)...)
+	srv := biStartTuned(t, s, tune, append([]string{"--redis-addr", s.Redis[0].Addr()}, extra...)...)
 	srv.waitMode(t, client.ModeRedis, 20*time.Second)
 	return srv
 }
@@ -49,7 +56,16 @@ func biRunServer(t *testing.T, extra ...string) *biServer {
 // its Redis, and returns once it listens, whatever its gate's mode.
 func biStartServer(t *testing.T, s *stack.Stack, extra ...string) *biServer {
 	t.Helper()
+	return biStartTuned(t, s, nil, extra...)
+}
+
+// biStartTuned is biStartServer with tune, as biRunTuned's.
+func biStartTuned(t *testing.T, s *stack.Stack, tune func(*Main), extra ...string) *biServer {
+	t.Helper()
 	m := NewMain()
+	if tune != nil {
+		tune(m)
+	}
 	// These tests send wrong tokens on purpose, many of them; the guard that makes a
 	// guesser wait is tested on the binary (TestManagerTokenRoles).
 	m.APIFailures = guard.New(guard.Config{Free: 1 << 20})

@@ -122,6 +122,11 @@ type Main struct {
 
 	// Ready receives the API address and the broker URL once Run has started (for tests).
 	Ready chan Addrs
+
+	// catalogCheckEvery is how often the store looks for terminals holding a catalog version
+	// above its own; catalogCatchUpGap the least time between two issues of the catalog
+	// catching up with them (catchUpCatalog). Tests shorten them.
+	catalogCheckEvery, catalogCatchUpGap time.Duration
 }
 
 // Addrs are where a running store-server listens.
@@ -131,7 +136,9 @@ type Addrs struct {
 }
 
 // NewMain returns a Main with its defaults.
-func NewMain() *Main { return &Main{Ready: make(chan Addrs, 1)} }
+func NewMain() *Main {
+	return &Main{Ready: make(chan Addrs, 1), catalogCheckEvery: 30 * time.Second, catalogCatchUpGap: 10 * time.Minute}
+}
 
 // ParseFlags reads flags, falling back to POSGATE_* environment variables, then defaults.
 func (m *Main) ParseFlags(args []string) error {

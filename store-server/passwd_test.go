@@ -15,6 +15,7 @@ import (
 // password read from stdin, which the broker's users file then loads; a short password is
 // refused and nothing is written.
 func TestPasswd(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "users.json")
 	var errs bytes.Buffer
 	args := []string{"--users", path, "--username", "t01", "--terminal", "T01"}

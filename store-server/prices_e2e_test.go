@@ -83,6 +83,7 @@ func newMilkPrice(t *testing.T, srv *e2e.StoreServer, price string) client.Impor
 // customer paid it (12.50), with a price exception (price_changed, catalog versions 1 and 2)
 // in the manager's API, the dashboard and /metrics, which the manager resolves like an oversell.
 func TestOfflinePriceChange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", []string{"T01"}, "T01")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -196,6 +197,7 @@ func startAgent(t *testing.T, e *env, term string, extra ...string) *e2e.Cashier
 // enrolment (--store-key) nor the one that pinned it from the store's first catalog: each
 // counts it, keeps catalog version 1 and sells MILK at 12.50, accepted live.
 func TestForgedCatalog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "Asia/Shanghai", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -232,6 +234,7 @@ func TestForgedCatalog(t *testing.T) {
 // is booked, the refusal is counted, and the store's own catalog (which that till refuses as
 // not signed by the key it pinned) is counted as refused there.
 func TestLiveUnderpricedSale(t *testing.T) {
+	t.Parallel()
 	b := binaries(t)
 	st := stack.Run(t, stack.Options{Redis: true, Replicas: 2, Sentinels: 3, MQTT: true})
 	sdir := filepath.Join(t.TempDir(), "store")

@@ -391,21 +391,13 @@ func (m *Main) startBackground(ctx context.Context, s *server, background *sync.
 	}
 }
 
-// catalogCheckEvery is how often the store looks for terminals holding a catalog version
-// above its own.
-var catalogCheckEvery = 30 * time.Second
-
-// catalogCatchUpGap is the least time between two issues of the catalog catching up with the
-// terminals.
-var catalogCatchUpGap = 10 * time.Minute
-
 // catchUpCatalog issues the store's catalog again, under a version above theirs, when
 // terminals report holding a higher version than the store's: its data directory was
 // restored from an older backup, or made anew, and the terminals ignore every version at or
 // below the one they hold. Without it they sold at the old prices until the manager noticed
 // (catalog_ahead) and imported again.
 func (m *Main) catchUpCatalog(ctx context.Context, cat *catalog.Catalog, led *ledger.Ledger, pub catalog.Publisher, log *slog.Logger) {
-	tick := time.NewTicker(catalogCheckEvery)
+	tick := time.NewTicker(m.catalogCheckEvery)
 	defer tick.Stop()
 	var last time.Time
 	for {
@@ -414,10 +406,10 @@ func (m *Main) catchUpCatalog(ctx context.Context, cat *catalog.Catalog, led *le
 			return
 		case <-tick.C:
 		}
-		// At most one catching up per catalogCatchUpGap: a terminal that keeps reporting a
+		// At most one catching up per m.catalogCatchUpGap: a terminal that keeps reporting a
 		// higher version (faulty, or hostile) would have the store send its whole catalog to
 		// every till each time.
-		if !last.IsZero() && time.Since(last) < catalogCatchUpGap {
+		if !last.IsZero() && time.Since(last) < m.catalogCatchUpGap {
 			continue
 		}
 		held, err := led.CatalogVersionHeld(ctx)
