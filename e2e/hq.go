@@ -119,6 +119,8 @@ type Uploader struct {
 	*Proc
 	Opts       UploaderOptions
 	MetricsURL string
+
+	metricsAddr string
 }
 
 // StartUploader starts hq-sync upload on the store's ledger and waits until its metrics
@@ -140,13 +142,8 @@ func StartUploader(ctx context.Context, bin string, o UploaderOptions) (*Uploade
 			"--metrics-listen", maddr, "--log-level", o.LogLevel}
 		u := &Uploader{Proc: &Proc{Name: "hq-sync upload " + o.Store, Bin: bin, Args: args,
 			Env: []string{"POSGATE_HQ_SECRET=" + o.Secret}, Log: filepath.Join(o.DataDir, "upload.log")},
-			Opts: o, MetricsURL: "http://" + maddr + "/metrics"}
-		if err := u.Start(); err != nil {
-			return nil, err
-		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = u.waitUp(wctx, maddr)
-		cancel()
+			Opts: o, MetricsURL: "http://" + maddr + "/metrics", metricsAddr: maddr}
+		err = u.Restart(ctx)
 		if err == nil || attempt == 5 || !portTaken(err) {
 			if err != nil {
 				return u, fmt.Errorf("hq-sync upload: %w", err)
@@ -154,6 +151,16 @@ func StartUploader(ctx context.Context, bin string, o UploaderOptions) (*Uploade
 			return u, nil
 		}
 	}
+}
+
+// Restart starts the (stopped or killed) uploader again and waits until its metrics listen.
+func (u *Uploader) Restart(ctx context.Context) error {
+	if err := u.Start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return u.waitUp(ctx, u.metricsAddr)
 }
 
 // ViewClient returns a client of serve's HQ page API, with its viewer token.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"strings"
@@ -12,27 +13,30 @@ import (
 	"github.com/posgate/posgate/hq-sync/hqstore/postgres"
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 	"github.com/posgate/posgate/store-server/ledger"
 )
 
-// What HQ holds of what the store's ledger flagged: its exceptions (oversells, price and
-// refund exceptions, parked events, seq gaps), which the uploader sends in its batches, and
-// its flow exceptions (a replayed sale or refund whose receipt prints a flow number another
-// transaction holds), which it sends on a route of their own. HQ keeps each in the latest
-// state it was sent.
+// What HQ holds of the store's ledger: its rows (sales, refunds, day closes) and what it
+// flagged, its exceptions (oversells, price and refund exceptions, parked events, seq gaps),
+// which the uploader sends in its batches, and its flow exceptions (a replayed sale or refund
+// whose receipt prints a flow number another transaction holds), which it sends on a route
+// of their own. HQ keeps a row once, and each exception in the latest state it was sent.
 
-// VerifyHQ adds to rep, once the store's uploader has sent HQ every change of the ledger's
-// exceptions and flow exceptions, whether HQ holds them as the ledger does
-// (VerifyExceptionsAtHQ, VerifyFlowsAtHQ).
+// VerifyHQ adds to rep, once the store's uploader has sent HQ every row of the ledger and
+// every change of its exceptions and flow exceptions, whether HQ holds them as the ledger
+// does (VerifyRowsAtHQ, VerifyExceptionsAtHQ, VerifyFlowsAtHQ).
 func VerifyHQ(ctx context.Context, s *StoreServer, hq *Serve, rep *Report) {
 	loc, err := wire.LoadLocation(s.Opts.TZ)
 	if err != nil {
 		rep.Add(false, "the store's time zone: %v", err)
 		return
 	}
-	VerifyExceptionsAtHQ(ctx, s.Manager(), s.Opts.Store, filepath.Join(s.Opts.DataDir, "ledger.db"), loc, hq.Opts.DB, rep)
+	path := filepath.Join(s.Opts.DataDir, "ledger.db")
+	VerifyRowsAtHQ(ctx, s.Manager(), s.Opts.Store, path, loc, hq.Opts.DB, rep)
+	VerifyExceptionsAtHQ(ctx, s.Manager(), s.Opts.Store, path, loc, hq.Opts.DB, rep)
 	VerifyFlowsAtHQ(ctx, s.Manager(), s.Opts.Store, hq.Opts.DB, rep)
 }
 
@@ -291,4 +295,147 @@ func flowDiffers(l client.FlowException, h hqwire.FlowException) string {
 	d.field("resolved_at", l.ResolvedAt.Equal(h.ResolvedAt), l.ResolvedAt, h.ResolvedAt)
 	d.field("resolution", l.Resolution == h.Resolution, fmt.Sprintf("%q", l.Resolution), fmt.Sprintf("%q", h.Resolution))
 	return d.String()
+}
+
+// VerifyRowsAtHQ waits until the uploader of the store (its manager API m) has no row left
+// to send and no batch pending, then reads every row of the store's ledger as the uploader
+// sends them (at ledgerPath, read-only: ledger.HQReader's OutboxAfter) and every row HQ holds
+// of store in its database db (as HQ exports them to a refill, hqstore.Refiller), and
+// compares them (CompareRows) into rep.
+func VerifyRowsAtHQ(ctx context.Context, m *client.Client, store, ledgerPath string, loc *time.Location, db string,
+	rep *Report) {
+	if !waitSent(ctx, m, rep, "row", func(u *client.UploadStatus) int64 {
+		if u.Pending != "" {
+			return max(u.Backlog, 1)
+		}
+		return u.Backlog
+	}) {
+		return
+	}
+	led, err := ledgerRows(ctx, ledgerPath, store, loc)
+	if err != nil {
+		rep.Add(false, "the ledger's rows: %v", err)
+		return
+	}
+	hq, err := hqRows(ctx, db, store)
+	if err != nil {
+		rep.Add(false, "HQ's rows: %v", err)
+		return
+	}
+	CompareRows(rep, led, hq)
+}
+
+// ledgerRows reads every row the ledger at path has for HQ, in the order it queued them.
+func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Row, error) {
+	l, err := ledger.OpenReader(ctx, path, store, loc)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	var out []hqwire.Row
+	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+		for after := int64(0); ; {
+			rows, err := r.OutboxAfter(ctx, after, 4096)
+			if err != nil || len(rows) == 0 {
+				return err
+			}
+			for _, o := range rows {
+				out = append(out, o.Row)
+			}
+			after = rows[len(rows)-1].ID
+		}
+	})
+	return out, err
+}
+
+// hqRows reads every row HQ holds of store, by terminal and seq.
+func hqRows(ctx context.Context, db, store string) ([]hqwire.Row, error) {
+	st, err := openHQ(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ref, ok := st.(hqstore.Refiller)
+	if !ok {
+		return nil, fmt.Errorf("HQ's storage %T does not export a store's rows", st)
+	}
+	var out []hqwire.Row
+	for {
+		var terminal string
+		var seq int64
+		if n := len(out); n > 0 {
+			terminal, seq = out[n-1].Terminal, out[n-1].Seq
+		}
+		rows, err := ref.ExportRows(ctx, store, terminal, seq, hqwire.MaxExportPage)
+		if err != nil || len(rows) == 0 {
+			return out, err
+		}
+		out = append(out, rows...)
+	}
+}
+
+// CompareRows adds to rep whether HQ holds the rows of a store (hq: all HQ holds of it) as
+// the store's ledger queued them for HQ (ledger): each once at HQ with the same kind,
+// business date, flow number, time, hash (its content), amount and split by method, and
+// none at HQ the ledger does not hold. A line for each difference (the first 20), and one
+// line that counts the rows, the fen of the sales and refunds, and the differences.
+func CompareRows(rep *Report, ledger, hq []hqwire.Row) {
+	at := make(map[string]hqwire.Row, len(hq))
+	for _, r := range hq {
+		at[wire.Key(r.Terminal, r.Seq)] = r
+	}
+	differ := 0
+	say := func(format string, args ...any) {
+		if differ++; differ <= 20 {
+			rep.Add(false, format, args...)
+		}
+	}
+	var sales, refunds money.Fen
+	for _, l := range ledger {
+		k := wire.Key(l.Terminal, l.Seq)
+		h, ok := at[k]
+		delete(at, k)
+		switch {
+		case !ok:
+			say("row %s of %s: in the store's ledger, not at HQ", k, l.BusinessDate)
+			continue
+		case l.Kind == hqwire.KindSale:
+			sales += l.Amount
+		case l.Kind == hqwire.KindRefund:
+			refunds += l.Amount
+		}
+		if d := rowDiffers(l, h); d != "" {
+			say("row %s of %s: the ledger's and HQ's differ in %s", k, l.BusinessDate, d)
+		}
+	}
+	for k, h := range at {
+		say("row %s of %s: at HQ, not in the store's ledger", k, h.BusinessDate)
+	}
+	rep.Add(differ == 0, "rows: %d in the store's ledger (sales %s, refunds %s), %d at HQ, %d differ",
+		len(ledger), sales, refunds, len(hq), differ)
+}
+
+// rowDiffers names the fields in which the ledger's row (l) and HQ's (h) differ, with both
+// values; "" when none does.
+func rowDiffers(l, h hqwire.Row) string {
+	d := differences{}
+	d.field("kind", l.Kind == h.Kind, l.Kind, h.Kind)
+	d.field("business_date", l.BusinessDate == h.BusinessDate, l.BusinessDate, h.BusinessDate)
+	d.field("flow_no", l.FlowNo == h.FlowNo, l.FlowNo, h.FlowNo)
+	d.field("at", l.At.Equal(h.At), l.At, h.At)
+	d.field("hash", l.Hash == h.Hash, l.Hash, h.Hash)
+	d.field("amount", l.Amount == h.Amount, l.Amount, h.Amount)
+	d.field("by_method", maps.Equal(nonZero(l.ByMethod), nonZero(h.ByMethod)), l.ByMethod, h.ByMethod)
+	return d.String()
+}
+
+// nonZero is a split by method without its zero amounts (a method missing stands for 0).
+func nonZero(by map[string]money.Fen) map[string]money.Fen {
+	out := make(map[string]money.Fen, len(by))
+	for m, a := range by {
+		if a != 0 {
+			out[m] = a
+		}
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/hqstore/sqlite"
 	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/money"
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/ledger"
 )
@@ -277,4 +278,77 @@ func wantReport(t *testing.T, step string, rep Report, fails ...string) {
 			t.Errorf("%s: no line FAIL %q:\n%s", step, f, text)
 		}
 	}
+}
+
+// TestCompareRows: a store's real ledger books three sales, its rows go to a real HQ
+// database in a batch as the uploader sends them, and the comparison of the ledger's rows
+// with HQ's holds once HQ has them, and fails, naming the row, when HQ lacks one, holds one
+// the ledger does not, or holds one with other figures. Another store's rows at HQ are not
+// the store's.
+func TestCompareRows(t *testing.T) {
+	ctx := context.Background()
+	p := openStoreAndHQ(t)
+	l, hq, hqDB, day, path, loc := p.ledger, p.hq, p.hqDB, p.day, p.path, p.loc
+	if _, _, err := l.Adjust(ctx, "open-A", "A", 10, ledger.ReasonOpening); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range int64(3) {
+		if out, err := l.Commit(ctx, []ledger.Record{flowSale("T1", seq+1, day.Add(time.Duration(seq)*time.Minute), seq+1)}); err != nil ||
+			out[0].Status != wire.AckAccepted {
+			t.Fatalf("T1:%d: %+v %v", seq+1, out, err)
+		}
+	}
+	batches := 0
+	put := func(store string, rows []hqwire.Row) {
+		t.Helper()
+		batches++
+		b := &hqwire.Batch{V: hqwire.Version, Store: store, ID: fmt.Sprintf("r-%d", batches), Rows: rows, SentAt: day}
+		if _, err := hq.PutBatch(ctx, b, fmt.Sprintf("hash-%d", batches), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// compare reads both sides as VerifyRowsAtHQ does; edit, if not nil, changes HQ's rows
+	// before the comparison.
+	compare := func(step string, edit func([]hqwire.Row), fails ...string) {
+		t.Helper()
+		led, err := ledgerRows(ctx, path, "S1", loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := hqRows(ctx, hqDB, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(at)
+		}
+		rep := Report{OK: true}
+		CompareRows(&rep, led, at)
+		wantReport(t, step, rep, fails...)
+	}
+
+	compare("booked, not sent", nil, "row T1:1 of 2025-03-01: in the store's ledger, not at HQ")
+	rows, err := ledgerRows(ctx, path, "S1", loc)
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("the ledger's rows: %+v, %v", rows, err)
+	}
+	put("S1", rows[:2])
+	compare("two of three sent", nil, "row T1:3 of 2025-03-01: in the store's ledger, not at HQ")
+	put("S1", rows[2:])
+	compare("all sent", nil)
+
+	other := rows[0]
+	other.Terminal = "T9"
+	put("S2", []hqwire.Row{other})
+	compare("another store's row at HQ", nil)
+	put("S1", []hqwire.Row{other})
+	compare("a row at HQ the ledger lacks", nil, "row T9:1 of 2025-03-01: at HQ, not in the store's ledger")
+
+	compare("other figures at HQ", func(at []hqwire.Row) {
+		for i := range at {
+			if at[i].Terminal == "T1" && at[i].Seq == 2 {
+				at[i].Amount, at[i].ByMethod = 90, map[string]money.Fen{wire.MethodCash: 90}
+			}
+		}
+	}, "row T1:2 of 2025-03-01: the ledger's and HQ's differ in amount (ledger 1.00, HQ 0.90), by_method")
 }

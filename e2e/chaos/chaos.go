@@ -1,8 +1,9 @@
 // Package chaos is posgate's randomized fault suite, in the spirit of Jepsen's nemesis: a
 // schedule drawn from a seed injects faults into real processes (Redis master killed or
 // frozen, projection keys dropped, the broker restarted, a till's network cut, the
-// store-server or an agent killed, a till's clock stepped) while cashiers sell, and the
-// invariants are checked after every fault and at the end. The same seed draws the same
+// store-server with its uploader or an agent killed, a till's clock stepped) while cashiers
+// sell, and the invariants are checked after every fault and at the end, when HQ must
+// also hold every row and exception of the store's ledger. The same seed draws the same
 // schedule: a failing seed is run again with `make chaos SEED=… MINUTES=…`.
 package chaos
 
@@ -36,7 +37,7 @@ const (
 	FlushAll                   // FLUSHALL on the master
 	BrokerRestart              // SIGKILL mosquitto, then start it again (the store and the tills reconnect)
 	TillCut                    // cut one till's network (e2e.Proxy), then restore it
-	StoreKill                  // SIGKILL the store-server, then start it again
+	StoreKill                  // SIGKILL the store-server and its uploader, then start them again
 	AgentKill                  // SIGKILL one terminal-agent, then start it again
 	ClockStep                  // step one till's clock forward or back (its offset file), then set it right
 	numFaults
@@ -110,6 +111,10 @@ type Cluster struct {
 	ClockFiles map[string]string
 	// Cashiers sell at the tills, by terminal (a clock step sells through them too).
 	Cashiers map[string]*e2e.Cashier
+	// HQ is hq-sync serve, and Uploader the store's hq-sync upload sending it the ledger:
+	// killed with the store-server (StoreKill), as on the store's machine.
+	HQ       *e2e.Serve
+	Uploader *e2e.Uploader
 
 	// dates are the business dates a till's stepped clock gave its sales (Dates).
 	dates []string
@@ -143,7 +148,13 @@ func (c *Cluster) Inject(ctx context.Context, st Step) (string, error) {
 		if err := c.Store.Kill(); err != nil {
 			return "", err
 		}
-		return "store-server killed and started", c.Store.Restart(ctx)
+		if err := c.Uploader.Kill(); err != nil {
+			return "", err
+		}
+		if err := c.Store.Restart(ctx); err != nil {
+			return "", err
+		}
+		return "store-server and uploader killed and started", c.Uploader.Restart(ctx)
 	case AgentKill:
 		t := c.Terminals[st.Target%len(c.Terminals)]
 		a := c.Agents[t]

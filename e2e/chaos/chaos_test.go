@@ -28,11 +28,15 @@ EGGS,6901234567892,Eggs x10,15.90
 TEA,6901234567894,Green tea,0.30
 `
 
+// hqSecret is the store's secret with HQ.
+const hqSecret = "chaos-store-secret-for-hq"
+
 var opening = map[string]int64{"MILK": 100000, "BREAD": 100000, "EGGS": 100000, "TEA": 50}
 
 // TestChaos runs a seeded schedule of faults against one store (a Redis Sentinel trio,
-// mosquitto, a store-server and three tills, one behind a proxy) under a cashier load, and
-// checks the invariants after every fault and at the end.
+// mosquitto, a store-server and three tills, one behind a proxy, the store's uploader to an
+// HQ) under a cashier load, and checks the invariants after every fault and at the end, and
+// at the end that HQ holds every row and exception of the store's ledger.
 func TestChaos(t *testing.T) {
 	seed, minutes := runParams(t)
 	t.Logf("chaos seed %d, %.1f minutes (rerun: make chaos SEED=%d MINUTES=%g)", seed, minutes, seed, minutes)
@@ -72,6 +76,16 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("seed %d at the end: invariants broken:\n%s", seed, rep)
 	}
 	t.Logf("seed %d: final check\n%s", seed, joinLines(rep.String()))
+	// HQ holds what the ledger holds, once the uploader has sent it all.
+	hqCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	hq := e2e.Report{OK: true}
+	e2e.VerifyHQ(hqCtx, c.Store, c.HQ, &hq)
+	if !hq.OK {
+		t.Fatalf("seed %d at the end: HQ does not hold the store's ledger:\n%s\nuploader log:\n%s", seed, hq,
+			tail(c.Uploader.Log))
+	}
+	t.Logf("seed %d: at HQ\n%s", seed, joinLines(hq.String()))
 }
 
 // runParams reads the seed and the minutes of a run.
@@ -130,6 +144,20 @@ func startCluster(t *testing.T) (*Cluster, map[string]*e2e.Cashier) {
 		}
 		c.Store.Kill()
 	})
+	hqDir := filepath.Join(dir, "hq")
+	if err := os.MkdirAll(hqDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if c.HQ, err = e2e.StartServe(ctx, bins.HQSync, e2e.ServeOptions{DB: filepath.Join(hqDir, "hq.db"),
+		Stores: map[string]string{c.StoreID: hqSecret}, Dir: hqDir}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.HQ.Kill() })
+	if c.Uploader, err = e2e.StartUploader(ctx, bins.HQSync, e2e.UploaderOptions{Store: c.StoreID, DataDir: sdir,
+		HQURL: c.HQ.BatchesURL(), Secret: hqSecret, TZ: c.TZ}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Uploader.Kill() })
 	m := c.Store.Manager()
 	for sku, q := range opening {
 		if _, err := m.Adjust(ctx, client.AdjustRequest{ID: "opening-" + sku, SKU: sku, Delta: q, Reason: client.ReasonOpening}); err != nil {
