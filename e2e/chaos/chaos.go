@@ -1,9 +1,9 @@
 // Package chaos is posgate's randomized fault suite, in the spirit of Jepsen's nemesis: a
 // schedule drawn from a seed injects faults into real processes (Redis master killed or
 // frozen, projection keys dropped, the broker restarted, a till's network cut, the
-// store-server with its uploader or an agent killed, a till's clock stepped) while cashiers
-// sell, and the invariants are checked after every fault and at the end, when HQ must
-// also hold every row and exception of the store's ledger. The same seed draws the same
+// store-server with its uploader, an agent or HQ's serve killed, a till's clock stepped)
+// while cashiers sell, and the invariants are checked after every fault and at the end,
+// when HQ must also hold every row and exception of the store's ledger. The same seed draws the same
 // schedule: a failing seed is run again with `make chaos SEED=… MINUTES=…`.
 package chaos
 
@@ -40,11 +40,12 @@ const (
 	StoreKill                  // SIGKILL the store-server and its uploader, then start them again
 	AgentKill                  // SIGKILL one terminal-agent, then start it again
 	ClockStep                  // step one till's clock forward or back (its offset file), then set it right
+	HQKill                     // SIGKILL HQ's serve, hold it down, then start it again (the uploader waits)
 	numFaults
 )
 
 var faultNames = [...]string{"redis-kill", "redis-freeze", "drop-sku", "drop-counters", "drop-store-keys",
-	"flushall", "broker-restart", "till-cut", "store-kill", "agent-kill", "clock-step"}
+	"flushall", "broker-restart", "till-cut", "store-kill", "agent-kill", "clock-step", "hq-kill"}
 
 func (f Fault) String() string {
 	if f < 0 || f >= numFaults {
@@ -165,6 +166,12 @@ func (c *Cluster) Inject(ctx context.Context, st Step) (string, error) {
 		return "agent " + t + " killed and started", a.Restart(ctx)
 	case ClockStep:
 		return c.clockStep(ctx, st)
+	case HQKill:
+		if err := c.HQ.Kill(); err != nil {
+			return "", err
+		}
+		sleep(ctx, st.Hold)
+		return "HQ's serve killed and started", c.HQ.Restart(ctx)
 	}
 	return "", fmt.Errorf("unknown fault %v", st.Fault)
 }
