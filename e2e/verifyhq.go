@@ -75,32 +75,37 @@ func waitSent(ctx context.Context, m *client.Client, rep *Report, what string, l
 // them to a refill, hqstore.Refiller), and compares them (CompareExceptions) into rep.
 func VerifyExceptionsAtHQ(ctx context.Context, m *client.Client, store, ledgerPath string, loc *time.Location, db string,
 	rep *Report) {
-	if !waitSent(ctx, m, rep, "exception change", func(u *client.UploadStatus) int64 { return u.ExceptionsWaiting }) {
+	verifyAtHQ(ctx, m, rep, "exception change", func(u *client.UploadStatus) int64 { return u.ExceptionsWaiting },
+		func() ([]hqwire.Exception, error) { return ledgerExceptions(ctx, ledgerPath, store, loc) },
+		func() ([]hqwire.Exception, error) { return hqExceptions(ctx, db, store) }, CompareExceptions)
+}
+
+// verifyAtHQ waits until the uploader of the store (its manager API m) has none of what
+// left counts left to send, then reads the ledger's side and HQ's and compares them into
+// rep.
+func verifyAtHQ[T any](ctx context.Context, m *client.Client, rep *Report, what string, left func(*client.UploadStatus) int64,
+	ledgerSide, hqSide func() ([]T, error), compare func(*Report, []T, []T)) {
+	if !waitSent(ctx, m, rep, what, left) {
 		return
 	}
-	led, err := ledgerExceptions(ctx, ledgerPath, store, loc)
+	led, err := ledgerSide()
 	if err != nil {
-		rep.Add(false, "the ledger's exceptions: %v", err)
+		rep.Add(false, "reading the ledger's side (%ss): %v", what, err)
 		return
 	}
-	hq, err := hqExceptions(ctx, db, store)
+	hq, err := hqSide()
 	if err != nil {
-		rep.Add(false, "HQ's exceptions: %v", err)
+		rep.Add(false, "reading HQ's side (%ss): %v", what, err)
 		return
 	}
-	CompareExceptions(rep, led, hq)
+	compare(rep, led, hq)
 }
 
 // ledgerExceptions reads the state of every exception the ledger at path has a change of,
 // withdrawn ones included.
 func ledgerExceptions(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Exception, error) {
-	l, err := ledger.OpenReader(ctx, path, store, loc)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
 	var xs []hqwire.Exception
-	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+	err := readLedger(ctx, path, store, loc, func(r *ledger.HQReader) (err error) {
 		xs, _, _, err = r.ExceptionsAfter(ctx, 0, math.MaxInt32)
 		return err
 	})
@@ -109,26 +114,45 @@ func ledgerExceptions(ctx context.Context, path, store string, loc *time.Locatio
 
 // hqExceptions reads every exception HQ holds of store, withdrawn ones included.
 func hqExceptions(ctx context.Context, db, store string) ([]hqwire.Exception, error) {
+	var out []hqwire.Exception
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
+		var after hqstore.ExceptionKey
+		for {
+			xs, err := ref.ExportExceptions(ctx, store, after, hqwire.MaxExportPage)
+			if err != nil || len(xs) == 0 {
+				return err
+			}
+			out = append(out, xs...)
+			last := xs[len(xs)-1]
+			after = hqstore.ExceptionKey{Kind: last.Kind, Terminal: last.Terminal, Seq: last.Seq, SKU: last.SKU}
+		}
+	})
+	return out, err
+}
+
+// readLedger runs read on the ledger at path, opened read-only as the uploader opens it,
+// in one snapshot.
+func readLedger(ctx context.Context, path, store string, loc *time.Location, read func(*ledger.HQReader) error) error {
+	l, err := ledger.OpenReader(ctx, path, store, loc)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return l.ViewHQ(ctx, read)
+}
+
+// readHQ runs read on HQ's database db, as it exports a store to a refill.
+func readHQ(ctx context.Context, db string, read func(hqstore.Refiller) error) error {
 	st, err := openHQ(ctx, db)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer st.Close()
 	ref, ok := st.(hqstore.Refiller)
 	if !ok {
-		return nil, fmt.Errorf("HQ's storage %T does not export a store's exceptions", st)
+		return fmt.Errorf("HQ's storage %T does not export a store", st)
 	}
-	var out []hqwire.Exception
-	var after hqstore.ExceptionKey
-	for {
-		xs, err := ref.ExportExceptions(ctx, store, after, hqwire.MaxExportPage)
-		if err != nil || len(xs) == 0 {
-			return out, err
-		}
-		out = append(out, xs...)
-		last := xs[len(xs)-1]
-		after = hqstore.ExceptionKey{Kind: last.Kind, Terminal: last.Terminal, Seq: last.Seq, SKU: last.SKU}
-	}
+	return read(ref)
 }
 
 // CompareExceptions adds to rep whether HQ holds the exceptions of a store (hq: all HQ
@@ -304,36 +328,21 @@ func flowDiffers(l client.FlowException, h hqwire.FlowException) string {
 // compares them (CompareRows) into rep.
 func VerifyRowsAtHQ(ctx context.Context, m *client.Client, store, ledgerPath string, loc *time.Location, db string,
 	rep *Report) {
-	if !waitSent(ctx, m, rep, "row", func(u *client.UploadStatus) int64 {
+	left := func(u *client.UploadStatus) int64 {
 		if u.Pending != "" {
 			return max(u.Backlog, 1)
 		}
 		return u.Backlog
-	}) {
-		return
 	}
-	led, err := ledgerRows(ctx, ledgerPath, store, loc)
-	if err != nil {
-		rep.Add(false, "the ledger's rows: %v", err)
-		return
-	}
-	hq, err := hqRows(ctx, db, store)
-	if err != nil {
-		rep.Add(false, "HQ's rows: %v", err)
-		return
-	}
-	CompareRows(rep, led, hq)
+	verifyAtHQ(ctx, m, rep, "row", left,
+		func() ([]hqwire.Row, error) { return ledgerRows(ctx, ledgerPath, store, loc) },
+		func() ([]hqwire.Row, error) { return hqRows(ctx, db, store) }, CompareRows)
 }
 
 // ledgerRows reads every row the ledger at path has for HQ, in the order it queued them.
 func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Row, error) {
-	l, err := ledger.OpenReader(ctx, path, store, loc)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
 	var out []hqwire.Row
-	err = l.ViewHQ(ctx, func(r *ledger.HQReader) error {
+	err := readLedger(ctx, path, store, loc, func(r *ledger.HQReader) error {
 		for after := int64(0); ; {
 			rows, err := r.OutboxAfter(ctx, after, 4096)
 			if err != nil || len(rows) == 0 {
@@ -350,28 +359,22 @@ func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]
 
 // hqRows reads every row HQ holds of store, by terminal and seq.
 func hqRows(ctx context.Context, db, store string) ([]hqwire.Row, error) {
-	st, err := openHQ(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	ref, ok := st.(hqstore.Refiller)
-	if !ok {
-		return nil, fmt.Errorf("HQ's storage %T does not export a store's rows", st)
-	}
 	var out []hqwire.Row
-	for {
-		var terminal string
-		var seq int64
-		if n := len(out); n > 0 {
-			terminal, seq = out[n-1].Terminal, out[n-1].Seq
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
+		for {
+			var terminal string
+			var seq int64
+			if n := len(out); n > 0 {
+				terminal, seq = out[n-1].Terminal, out[n-1].Seq
+			}
+			rows, err := ref.ExportRows(ctx, store, terminal, seq, hqwire.MaxExportPage)
+			if err != nil || len(rows) == 0 {
+				return err
+			}
+			out = append(out, rows...)
 		}
-		rows, err := ref.ExportRows(ctx, store, terminal, seq, hqwire.MaxExportPage)
-		if err != nil || len(rows) == 0 {
-			return out, err
-		}
-		out = append(out, rows...)
-	}
+	})
+	return out, err
 }
 
 // CompareRows adds to rep whether HQ holds the rows of a store (hq: all HQ holds of it) as

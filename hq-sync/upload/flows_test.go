@@ -24,14 +24,7 @@ func TestFlowsToServe(t *testing.T) {
 	clk := newClock(day0.Add(time.Hour))
 	srv := newOlderServe(t, st, clk.Now) // a serve that knows no flow exceptions route
 
-	// T1's offline sale took flow number 1 (and oversold); T2's sale, replayed after the
-	// store lost it, brought 1 too and was booked under 2.
-	s.OfflineSale("T1", day0.Add(time.Minute))
-	s.mu.Lock()
-	r := s.record("T2", day0.Add(2*time.Minute), wire.KindSale, salePayload(100, 1))
-	r.FlowNo, r.Replayed, r.Offline = 1, true, true
-	s.commit([]ledger.Record{r})
-	s.mu.Unlock()
+	s.replayTakenFlow()
 	date := s.l.BusinessDate(day0)
 	if xs, err := s.l.FlowExceptions(ctx, date, true); err != nil || len(xs) != 1 || xs[0].FlowBooked != 2 {
 		t.Fatalf("the ledger's flow exceptions: %+v, %v", xs, err)
@@ -98,4 +91,16 @@ func TestFlowsToServe(t *testing.T) {
 		t.Fatalf("after a new state sent all again: %+v, want the state received at %v", xs, received)
 	}
 	u.Close()
+}
+
+// replayTakenFlow books a flow exception of day0: T1's offline sale takes flow number 1 (and
+// oversells); T2's sale, replayed after the store lost it, brings 1 too and is booked
+// under 2.
+func (s *store) replayTakenFlow() {
+	s.OfflineSale("T1", day0.Add(time.Minute))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.record("T2", day0.Add(2*time.Minute), wire.KindSale, salePayload(100, 1))
+	r.FlowNo, r.Replayed, r.Offline = 1, true, true
+	s.commit([]ledger.Record{r})
 }

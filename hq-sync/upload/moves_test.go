@@ -8,8 +8,6 @@ import (
 
 	"github.com/posgate/posgate/hq-sync/serve"
 	"github.com/posgate/posgate/internal/perr"
-	"github.com/posgate/posgate/internal/wire"
-	"github.com/posgate/posgate/store-server/ledger"
 )
 
 // TestMovesToServe: the store's stock adjustments (opening stock, an adjustment, a count)
@@ -91,13 +89,7 @@ func TestRefusedBatchLeavesSidesGoing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// T2's replayed sale brought T1's flow number 1 and was booked under 2.
-	s.OfflineSale("T1", day0.Add(time.Minute))
-	s.mu.Lock()
-	r := s.record("T2", day0.Add(2*time.Minute), wire.KindSale, salePayload(100, 1))
-	r.FlowNo, r.Replayed, r.Offline = 1, true, true
-	s.commit([]ledger.Record{r})
-	s.mu.Unlock()
+	s.replayTakenFlow()
 	date := s.l.BusinessDate(day0)
 	moves := func() int {
 		got, err := st.ExportMoves(ctx, testStore, 0, 100)
