@@ -295,7 +295,8 @@ func TestCrashRecovery(t *testing.T) {
 	c := e2e.NewCashier(addr, tok)
 	waitCatalog(t, c)
 	skus := []string{"MILK", "BREAD", "EGGS"}
-	for round := 0; round < 20; round++ {
+	const rounds, perRound = 20, 5
+	for round := 0; round < rounds; round++ {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for w := 0; w < 2; w++ { // two POS app threads
@@ -315,7 +316,14 @@ func TestCrashRecovery(t *testing.T) {
 			}()
 		}
 		r.SetAckDelay(time.Duration(rng.IntN(30)) * time.Millisecond)
+		// Each round's kill comes after a random time and after at least perRound more
+		// events were answered, however busy the machine: the rounds, not the clock, make
+		// the load.
+		before := len(c.OK())
 		time.Sleep(time.Duration(100+rng.IntN(500)) * time.Millisecond)
+		for deadline := time.Now().Add(20 * time.Second); len(c.OK()) < before+perRound && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 		close(stop)
@@ -326,7 +334,7 @@ func TestCrashRecovery(t *testing.T) {
 	waitDrained(t, c, 60*time.Second)
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
-	if len(c.OK()) < 100 {
+	if len(c.OK()) < rounds*perRound {
 		if b, err := os.ReadFile(filepath.Join(dataDir, "agent.log")); err == nil {
 			t.Logf("agent log:\n%s", b[:min(len(b), 6000)])
 		}
