@@ -310,8 +310,12 @@ func (b *Board) reading(terminal string, at, heard time.Time, up bool) {
 	b.mu.Lock()
 	c := b.clocks[terminal]
 	if c == nil {
-		if d := heard.Sub(b.clockSwept); d >= skewSlot || d < 0 {
-			gone = b.sweepLocked(heard)
+		// The sweep judges the clocks as of now, not heard: heard was taken before the lock,
+		// and a message of another till heard after it may have been read since. Judged at
+		// heard, that till's reading was one from the future, no reading at all: its clock
+		// was forgotten, and stayed unknown until its next message.
+		if now := b.now(); now.Sub(b.clockSwept) >= skewSlot || now.Before(b.clockSwept) {
+			gone = b.sweepLocked(now)
 		}
 		c = &clock{}
 		b.clocks[terminal] = c

@@ -30,6 +30,25 @@ func TestClockMapBounded(t *testing.T) {
 	}
 }
 
+// TestClockKeptOverAnEarlierHeard: two tills' messages are read on their own goroutines,
+// each taking the time it heard its message before the board's lock. T4's first message,
+// heard before T3's but read after it, must not forget T3's clock: judged at T4's time,
+// T3's reading was one from the future, and T3 showed no clock until its next message.
+func TestClockKeptOverAnEarlierHeard(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := t0.Add(20 * time.Millisecond)
+	b := New("S1", func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.reading("T3", t0.Add(10*time.Millisecond), t0.Add(10*time.Millisecond), true)
+	b.reading("T4", t0.Add(-time.Hour), t0, false) // heard first, read second
+	clocks := b.Clocks()
+	if _, ok := clocks["T3"]; !ok {
+		t.Errorf("T3's clock forgotten by T4's first reading: %+v", clocks)
+	}
+	if _, ok := clocks["T4"]; !ok {
+		t.Errorf("T4's clock not kept: %+v", clocks)
+	}
+}
+
 // TestClockReadingAllocs: the clock is read on the broker's goroutine for every up message:
 // a message within a second of the terminal's last reading, and a reading of a terminal the
 // board knows, allocate nothing.
