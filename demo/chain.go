@@ -125,7 +125,7 @@ func (d *demo) checkReport(ctx context.Context, rep reconcile.Report, date strin
 		add(n == len(over.Oversells), "offline oversells listed as exceptions, not differences: %d at HQ, %d in the store's ledger",
 			n, len(over.Oversells))
 	}
-	e2e.VerifyHQ(ctx, d.store, d.hq, &r) // the store's rows, exceptions and flow exceptions at HQ as in its ledger
+	e2e.VerifyHQ(ctx, d.store, d.hq, &r) // the store's rows, exceptions, flow exceptions and stock moves at HQ as in its ledger
 	if st, err := os.Stat(html); err == nil && st.Size() > 0 {
 		add(true, "reconcile --html wrote %s (%d bytes)", html, st.Size())
 	} else {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,9 +26,10 @@ import (
 // whose receipt prints a flow number another transaction holds), which it sends on a route
 // of their own. HQ keeps a row once, and each exception in the latest state it was sent.
 
-// VerifyHQ adds to rep, once the store's uploader has sent HQ every row of the ledger and
-// every change of its exceptions and flow exceptions, whether HQ holds them as the ledger
-// does (VerifyRowsAtHQ, VerifyExceptionsAtHQ, VerifyFlowsAtHQ).
+// VerifyHQ adds to rep, once the store's uploader has sent HQ every row of the ledger, every
+// change of its exceptions and flow exceptions and every stock adjustment, whether HQ holds
+// them as the ledger does (VerifyRowsAtHQ, VerifyExceptionsAtHQ, VerifyFlowsAtHQ,
+// VerifyMovesAtHQ).
 func VerifyHQ(ctx context.Context, s *StoreServer, hq *Serve, rep *Report) {
 	loc, err := wire.LoadLocation(s.Opts.TZ)
 	if err != nil {
@@ -38,6 +40,7 @@ func VerifyHQ(ctx context.Context, s *StoreServer, hq *Serve, rep *Report) {
 	VerifyRowsAtHQ(ctx, s.Manager(), s.Opts.Store, path, loc, hq.Opts.DB, rep)
 	VerifyExceptionsAtHQ(ctx, s.Manager(), s.Opts.Store, path, loc, hq.Opts.DB, rep)
 	VerifyFlowsAtHQ(ctx, s.Manager(), s.Opts.Store, hq.Opts.DB, rep)
+	VerifyMovesAtHQ(ctx, s.Manager(), s.Opts.Store, path, loc, hq.Opts.DB, rep)
 }
 
 // waitSent waits until the uploader of the store (its manager API m) has none of what
@@ -133,12 +136,17 @@ func hqExceptions(ctx context.Context, db, store string) ([]hqwire.Exception, er
 // readLedger runs read on the ledger at path, opened read-only as the uploader opens it,
 // in one snapshot.
 func readLedger(ctx context.Context, path, store string, loc *time.Location, read func(*ledger.HQReader) error) error {
+	return withLedger(ctx, path, store, loc, func(l *ledger.Ledger) error { return l.ViewHQ(ctx, read) })
+}
+
+// withLedger runs use on the ledger at path, opened read-only as the uploader opens it.
+func withLedger(ctx context.Context, path, store string, loc *time.Location, use func(*ledger.Ledger) error) error {
 	l, err := ledger.OpenReader(ctx, path, store, loc)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	return l.ViewHQ(ctx, read)
+	return use(l)
 }
 
 // readHQ runs read on HQ's database db, as it exports a store to a refill.
@@ -441,4 +449,102 @@ func nonZero(by map[string]money.Fen) map[string]money.Fen {
 		}
 	}
 	return out
+}
+
+// VerifyMovesAtHQ waits until the uploader of the store (its manager API m) has no stock
+// adjustment left to send, then reads every adjustment of the store's ledger (at
+// ledgerPath, read-only) and every stock move HQ holds of store in its database db (as HQ
+// exports them to a refill), and compares them (CompareMoves) into rep.
+func VerifyMovesAtHQ(ctx context.Context, m *client.Client, store, ledgerPath string, loc *time.Location, db string,
+	rep *Report) {
+	verifyAtHQ(ctx, m, rep, "stock adjustment", func(u *client.UploadStatus) int64 { return u.MovesWaiting },
+		func() ([]hqwire.StockMove, error) { return ledgerMoves(ctx, ledgerPath, store, loc) },
+		func() ([]hqwire.StockMove, error) { return hqMoves(ctx, db, store) }, CompareMoves)
+}
+
+// ledgerMoves reads every stock adjustment of the ledger at path, in its order.
+func ledgerMoves(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.StockMove, error) {
+	var out []hqwire.StockMove
+	err := withLedger(ctx, path, store, loc, func(l *ledger.Ledger) error {
+		for {
+			var after int64
+			if n := len(out); n > 0 {
+				after = out[n-1].N
+			}
+			moves, err := l.Adjustments(ctx, after, hqwire.MaxExportPage)
+			if err != nil || len(moves) == 0 {
+				return err
+			}
+			out = append(out, moves...)
+		}
+	})
+	return out, err
+}
+
+// hqMoves reads every stock move HQ holds of store, in N order.
+func hqMoves(ctx context.Context, db, store string) ([]hqwire.StockMove, error) {
+	var out []hqwire.StockMove
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
+		for {
+			var after int64
+			if n := len(out); n > 0 {
+				after = out[n-1].N
+			}
+			moves, err := ref.ExportMoves(ctx, store, after, hqwire.MaxExportPage)
+			if err != nil || len(moves) == 0 {
+				return err
+			}
+			out = append(out, moves...)
+		}
+	})
+	return out, err
+}
+
+// CompareMoves adds to rep whether HQ holds the stock moves of a store (hq: all HQ holds of
+// it) as the store's ledger booked its adjustments (ledger): each once at HQ, by its id,
+// with the same SKU, units, reason, time and counted figure, and none at HQ the ledger does
+// not hold. (Their numbers are the ledger's order, which a refilled ledger gives anew.) A
+// line for each difference (the first 20), and one line that counts them and the units.
+func CompareMoves(rep *Report, ledger, hq []hqwire.StockMove) {
+	at := make(map[string]hqwire.StockMove, len(hq))
+	for _, m := range hq {
+		at[m.ID] = m
+	}
+	differ := 0
+	say := func(format string, args ...any) {
+		if differ++; differ <= 20 {
+			rep.Add(false, format, args...)
+		}
+	}
+	var units int64
+	for _, l := range ledger {
+		units += l.Delta
+		h, ok := at[l.ID]
+		delete(at, l.ID)
+		if !ok {
+			say("stock move %s (%s %+d): in the store's ledger, not at HQ", l.ID, l.SKU, l.Delta)
+			continue
+		}
+		d := differences{}
+		d.field("sku", l.SKU == h.SKU, l.SKU, h.SKU)
+		d.field("delta", l.Delta == h.Delta, l.Delta, h.Delta)
+		d.field("reason", l.Reason == h.Reason, l.Reason, h.Reason)
+		d.field("at", l.At.Equal(h.At), l.At, h.At)
+		d.field("counted", counted(l.Counted) == counted(h.Counted), counted(l.Counted), counted(h.Counted))
+		if d.String() != "" {
+			say("stock move %s: the ledger's and HQ's differ in %s", l.ID, d)
+		}
+	}
+	for id, h := range at {
+		say("stock move %s (%s %+d): at HQ, not in the store's ledger", id, h.SKU, h.Delta)
+	}
+	rep.Add(differ == 0, "stock moves: %d in the store's ledger (%+d units), %d at HQ, %d differ", len(ledger), units, len(hq), differ)
+}
+
+// counted is a count's figure as text: "none" for a move that is no count.
+func counted(n *int64) string {
+	if n == nil {
+		return "none"
+	}
+	return strconv.FormatInt(*n, 10)
 }

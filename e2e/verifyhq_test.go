@@ -352,3 +352,62 @@ func TestCompareRows(t *testing.T) {
 		}
 	}, "row T1:2 of 2025-03-01: the ledger's and HQ's differ in amount (ledger 1.00, HQ 0.90), by_method")
 }
+
+// TestCompareMoves: a store's real ledger books an opening stock, an adjustment and a
+// count, its moves go to a real HQ database as the uploader sends them, and the comparison
+// of the ledger's adjustments with HQ's moves holds once HQ has them, and fails, naming the
+// move, when HQ lacks one, holds one the ledger does not, or holds one with another figure.
+func TestCompareMoves(t *testing.T) {
+	ctx := context.Background()
+	p := openStoreAndHQ(t)
+	l, hq, hqDB, path, loc := p.ledger, p.hq, p.hqDB, p.path, p.loc
+	if _, _, err := l.Adjust(ctx, "open-A", "A", 10, ledger.ReasonOpening); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Adjust(ctx, "adj-A", "A", -2, "adjust"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := l.Count(ctx, "count-A", "A", 7); err != nil {
+		t.Fatal(err)
+	}
+	compare := func(step string, edit func([]hqwire.StockMove), fails ...string) {
+		t.Helper()
+		led, err := ledgerMoves(ctx, path, "S1", loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := hqMoves(ctx, hqDB, "S1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(at)
+		}
+		rep := Report{OK: true}
+		CompareMoves(&rep, led, at)
+		wantReport(t, step, rep, fails...)
+	}
+	compare("booked, not sent", nil, "stock move open-A (A +10): in the store's ledger, not at HQ")
+	moves, err := ledgerMoves(ctx, path, "S1", loc)
+	if err != nil || len(moves) != 3 || moves[2].Counted == nil {
+		t.Fatalf("the ledger's moves: %+v, %v; want 3, the last a count", moves, err)
+	}
+	put := func(store, id string, ms []hqwire.StockMove) {
+		t.Helper()
+		if _, _, err := hq.PutMoves(ctx, store, id, ms, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("S1", "m-1", moves)
+	compare("sent", nil)
+	other := moves[1]
+	other.ID, other.N = "adj-B", 9
+	put("S2", "m-2", []hqwire.StockMove{other})
+	compare("another store's move at HQ", nil)
+	put("S1", "m-3", []hqwire.StockMove{other})
+	compare("a move at HQ the ledger lacks", nil, "stock move adj-B (A -2): at HQ, not in the store's ledger")
+	compare("another count at HQ", func(at []hqwire.StockMove) {
+		n := int64(8)
+		at[2].Counted = &n
+	}, "stock move count-A: the ledger's and HQ's differ in counted (ledger 7, HQ 8)")
+}
