@@ -118,19 +118,34 @@ func ledgerExceptions(ctx context.Context, path, store string, loc *time.Locatio
 // hqExceptions reads every exception HQ holds of store, withdrawn ones included.
 func hqExceptions(ctx context.Context, db, store string) ([]hqwire.Exception, error) {
 	var out []hqwire.Exception
-	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
-		var after hqstore.ExceptionKey
-		for {
-			xs, err := ref.ExportExceptions(ctx, store, after, hqwire.MaxExportPage)
-			if err != nil || len(xs) == 0 {
-				return err
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) (err error) {
+		out, err = allPages(func(last *hqwire.Exception) ([]hqwire.Exception, error) {
+			var after hqstore.ExceptionKey
+			if last != nil {
+				after = hqstore.ExceptionKey{Kind: last.Kind, Terminal: last.Terminal, Seq: last.Seq, SKU: last.SKU}
 			}
-			out = append(out, xs...)
-			last := xs[len(xs)-1]
-			after = hqstore.ExceptionKey{Kind: last.Kind, Terminal: last.Terminal, Seq: last.Seq, SKU: last.SKU}
-		}
+			return ref.ExportExceptions(ctx, store, after, hqwire.MaxExportPage)
+		})
+		return err
 	})
 	return out, err
+}
+
+// allPages reads page after page, each after the last item of the one before (nil for the
+// first), until one comes back empty.
+func allPages[T any](page func(last *T) ([]T, error)) ([]T, error) {
+	var out []T
+	for {
+		var last *T
+		if n := len(out); n > 0 {
+			last = &out[n-1]
+		}
+		items, err := page(last)
+		if err != nil || len(items) == 0 {
+			return out, err
+		}
+		out = append(out, items...)
+	}
 }
 
 // readLedger runs read on the ledger at path, opened read-only as the uploader opens it,
@@ -368,19 +383,14 @@ func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]
 // hqRows reads every row HQ holds of store, by terminal and seq.
 func hqRows(ctx context.Context, db, store string) ([]hqwire.Row, error) {
 	var out []hqwire.Row
-	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
-		for {
-			var terminal string
-			var seq int64
-			if n := len(out); n > 0 {
-				terminal, seq = out[n-1].Terminal, out[n-1].Seq
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) (err error) {
+		out, err = allPages(func(last *hqwire.Row) ([]hqwire.Row, error) {
+			if last == nil {
+				return ref.ExportRows(ctx, store, "", 0, hqwire.MaxExportPage)
 			}
-			rows, err := ref.ExportRows(ctx, store, terminal, seq, hqwire.MaxExportPage)
-			if err != nil || len(rows) == 0 {
-				return err
-			}
-			out = append(out, rows...)
-		}
+			return ref.ExportRows(ctx, store, last.Terminal, last.Seq, hqwire.MaxExportPage)
+		})
+		return err
 	})
 	return out, err
 }
@@ -465,18 +475,11 @@ func VerifyMovesAtHQ(ctx context.Context, m *client.Client, store, ledgerPath st
 // ledgerMoves reads every stock adjustment of the ledger at path, in its order.
 func ledgerMoves(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.StockMove, error) {
 	var out []hqwire.StockMove
-	err := withLedger(ctx, path, store, loc, func(l *ledger.Ledger) error {
-		for {
-			var after int64
-			if n := len(out); n > 0 {
-				after = out[n-1].N
-			}
-			moves, err := l.Adjustments(ctx, after, hqwire.MaxExportPage)
-			if err != nil || len(moves) == 0 {
-				return err
-			}
-			out = append(out, moves...)
-		}
+	err := withLedger(ctx, path, store, loc, func(l *ledger.Ledger) (err error) {
+		out, err = allPages(func(last *hqwire.StockMove) ([]hqwire.StockMove, error) {
+			return l.Adjustments(ctx, moveN(last), hqwire.MaxExportPage)
+		})
+		return err
 	})
 	return out, err
 }
@@ -484,20 +487,21 @@ func ledgerMoves(ctx context.Context, path, store string, loc *time.Location) ([
 // hqMoves reads every stock move HQ holds of store, in N order.
 func hqMoves(ctx context.Context, db, store string) ([]hqwire.StockMove, error) {
 	var out []hqwire.StockMove
-	err := readHQ(ctx, db, func(ref hqstore.Refiller) error {
-		for {
-			var after int64
-			if n := len(out); n > 0 {
-				after = out[n-1].N
-			}
-			moves, err := ref.ExportMoves(ctx, store, after, hqwire.MaxExportPage)
-			if err != nil || len(moves) == 0 {
-				return err
-			}
-			out = append(out, moves...)
-		}
+	err := readHQ(ctx, db, func(ref hqstore.Refiller) (err error) {
+		out, err = allPages(func(last *hqwire.StockMove) ([]hqwire.StockMove, error) {
+			return ref.ExportMoves(ctx, store, moveN(last), hqwire.MaxExportPage)
+		})
+		return err
 	})
 	return out, err
+}
+
+// moveN is the number of move m, 0 for none.
+func moveN(m *hqwire.StockMove) int64 {
+	if m == nil {
+		return 0
+	}
+	return m.N
 }
 
 // CompareMoves adds to rep whether HQ holds the stock moves of a store (hq: all HQ holds of
