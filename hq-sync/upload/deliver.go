@@ -211,11 +211,12 @@ func (u *Uploader) deliver(ctx context.Context, b *batch, once bool) error {
 			// declared. It stays pending and the rows after it wait for an operator.
 			log.Error("HQ REFUSED THE BATCH; it stays pending and every later row waits until the cause is fixed",
 				"status", se.status, "answer", se.body, "attempts", b.attempts+attempt+1)
-			if once {
-				return perr.Wrap(err, perr.Refused, CodeRefused, "HQ refused batch %s (status %d)", b.id, se.status)
-			}
 			// The side routes carry nothing of the batch's: the store's stock moves and flow
 			// exceptions go on reaching HQ while the batch waits for an operator.
+			if once {
+				u.sendSides(ctx, true)
+				return perr.Wrap(err, perr.Refused, CodeRefused, "HQ refused batch %s (status %d)", b.id, se.status)
+			}
 			if !u.sideWait(ctx, u.cfg.RefusedRetry/2+jitter(u.cfg.RefusedRetry/2)) {
 				return ctx.Err()
 			}

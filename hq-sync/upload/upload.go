@@ -353,9 +353,6 @@ func atoi(s string) int64 {
 func (u *Uploader) Once(ctx context.Context) error {
 	for {
 		did, err := u.step(ctx, true)
-		if perr.CodeOf(err) == CodeRefused {
-			u.sendSides(ctx, true) // they carry nothing of the refused batch's
-		}
 		if err != nil {
 			return err
 		}
