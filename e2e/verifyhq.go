@@ -358,12 +358,12 @@ func VerifyRowsAtHQ(ctx context.Context, m *client.Client, store, ledgerPath str
 		return u.Backlog
 	}
 	verifyAtHQ(ctx, m, rep, "row", left,
-		func() ([]hqwire.Row, error) { return ledgerRows(ctx, ledgerPath, store, loc) },
-		func() ([]hqwire.Row, error) { return hqRows(ctx, db, store) }, CompareRows)
+		func() ([]hqwire.Row, error) { return LedgerRows(ctx, ledgerPath, store, loc) },
+		func() ([]hqwire.Row, error) { return HQRows(ctx, db, store) }, CompareRows)
 }
 
-// ledgerRows reads every row the ledger at path has for HQ, in the order it queued them.
-func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Row, error) {
+// LedgerRows reads every row the ledger at path has for HQ, in the order it queued them.
+func LedgerRows(ctx context.Context, path, store string, loc *time.Location) ([]hqwire.Row, error) {
 	var out []hqwire.Row
 	err := readLedger(ctx, path, store, loc, func(r *ledger.HQReader) error {
 		for after := int64(0); ; {
@@ -380,8 +380,8 @@ func ledgerRows(ctx context.Context, path, store string, loc *time.Location) ([]
 	return out, err
 }
 
-// hqRows reads every row HQ holds of store, by terminal and seq.
-func hqRows(ctx context.Context, db, store string) ([]hqwire.Row, error) {
+// HQRows reads every row HQ holds of store, by terminal and seq.
+func HQRows(ctx context.Context, db, store string) ([]hqwire.Row, error) {
 	var out []hqwire.Row
 	err := readHQ(ctx, db, func(ref hqstore.Refiller) (err error) {
 		out, err = allPages(func(last *hqwire.Row) ([]hqwire.Row, error) {

@@ -311,11 +311,11 @@ func TestCompareRows(t *testing.T) {
 	// before the comparison.
 	compare := func(step string, edit func([]hqwire.Row), fails ...string) {
 		t.Helper()
-		led, err := ledgerRows(ctx, path, "S1", loc)
+		led, err := LedgerRows(ctx, path, "S1", loc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		at, err := hqRows(ctx, hqDB, "S1")
+		at, err := HQRows(ctx, hqDB, "S1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestCompareRows(t *testing.T) {
 	}
 
 	compare("booked, not sent", nil, "row T1:1 of 2025-03-01: in the store's ledger, not at HQ")
-	rows, err := ledgerRows(ctx, path, "S1", loc)
+	rows, err := LedgerRows(ctx, path, "S1", loc)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("the ledger's rows: %+v, %v", rows, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/posgate/posgate/e2e"
+	"github.com/posgate/posgate/internal/hqwire"
+	"github.com/posgate/posgate/internal/wire"
 )
 
 // hqSide is HQ's serve and the store's uploader beside a store under test.
@@ -88,52 +90,35 @@ func (h *hqSide) waitUploaded(s *e2e.StoreServer, within time.Duration) {
 	h.t.Fatalf("the uploader did not send the ledger to HQ within %v: %s", within, last)
 }
 
-// checkHQ compares HQ's rows of the store with the ledger's: the same sales and refunds of
-// each terminal, by seq, with the same flow numbers and amounts, none missing either side.
+// checkHQ compares HQ's rows of the store with the ledger's as e2e.CompareRows does (each
+// row at HQ once, with the same kind, date, flow number, time, hash and amounts, none
+// missing either side), and returns how many sales and refunds the ledger holds.
 func (h *hqSide) checkHQ(storeDir string) int {
 	t := h.t
 	t.Helper()
-	type row struct{ flow, amount int64 }
-	read := func(path, query string) map[string]row {
-		db := openRO(t, path)
-		defer db.Close()
-		rows, err := db.Query(query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]row{}
-		for rows.Next() {
-			var term string
-			var seq int64
-			var r row
-			if err := rows.Scan(&term, &seq, &r.flow, &r.amount); err != nil {
-				t.Fatal(err)
-			}
-			m[fmt.Sprintf("%s:%d", term, seq)] = r
-		}
-		return m
+	ctx := context.Background()
+	loc, err := wire.LoadLocation(biTZ)
+	if err != nil {
+		t.Fatal(err)
 	}
-	led := read(filepath.Join(storeDir, "ledger.db"), `SELECT terminal, seq, flow_no, total FROM sales
-		UNION ALL SELECT terminal, seq, flow_no, amount FROM refunds`)
-	hq := read(h.db, `SELECT terminal, seq, flow_no, amount FROM rows WHERE store = 'S1' AND kind IN ('sale', 'refund')`)
-	bad := 0
-	for k, r := range led {
-		if got, ok := hq[k]; !ok || got != r {
-			if bad++; bad < 5 {
-				t.Errorf("%s: ledger flow %d amount %d, HQ %+v (held: %v)", k, r.flow, r.amount, got, ok)
-			}
+	led, err := e2e.LedgerRows(ctx, filepath.Join(storeDir, "ledger.db"), biStoreID, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := e2e.HQRows(ctx, h.db, biStoreID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := e2e.Report{OK: true}
+	e2e.CompareRows(&rep, led, at)
+	n := 0
+	for _, r := range led {
+		if r.Kind == hqwire.KindSale || r.Kind == hqwire.KindRefund {
+			n++
 		}
 	}
-	for k := range hq {
-		if _, ok := led[k]; !ok {
-			if bad++; bad < 10 {
-				t.Errorf("%s at HQ is not in the ledger", k)
-			}
-		}
+	if !rep.OK || n == 0 {
+		t.Errorf("the ledger's sales and refunds and HQ's (%d):\n%s", n, rep)
 	}
-	if bad > 0 || len(led) == 0 {
-		t.Errorf("%d of %d sales and refunds differ between the ledger and HQ (%d at HQ)", bad, len(led), len(hq))
-	}
-	return len(led)
+	return n
 }
