@@ -3,8 +3,8 @@
 // frozen, projection keys dropped, the broker restarted, a till's network cut, the
 // store-server with its uploader, an agent or HQ's serve killed, a till's clock stepped)
 // while cashiers sell, and the invariants are checked after every fault and at the end,
-// when HQ must also hold every row and exception of the store's ledger. The same seed draws the same
-// schedule: a failing seed is run again with `make chaos SEED=… MINUTES=…`.
+// when HQ must also hold every row and exception of the store's ledger. The same seed draws
+// the same schedule: a failing seed is run again with `make chaos SEED=… MINUTES=…`.
 package chaos
 
 import (
