@@ -86,8 +86,8 @@ func VerifyExceptionsAtHQ(ctx context.Context, m *client.Client, store, ledgerPa
 // verifyAtHQ waits until the uploader of the store (its manager API m) has none of what
 // left counts left to send, then reads the ledger's side and HQ's and compares them into
 // rep.
-func verifyAtHQ[T any](ctx context.Context, m *client.Client, rep *Report, what string, left func(*client.UploadStatus) int64,
-	ledgerSide, hqSide func() ([]T, error), compare func(*Report, []T, []T)) {
+func verifyAtHQ[L, H any](ctx context.Context, m *client.Client, rep *Report, what string, left func(*client.UploadStatus) int64,
+	ledgerSide func() ([]L, error), hqSide func() ([]H, error), compare func(*Report, []L, []H)) {
 	if !waitSent(ctx, m, rep, what, left) {
 		return
 	}
@@ -253,20 +253,15 @@ func (d differences) String() string { return strings.Join(d, ", ") }
 // path, read beside the running serve, or a postgres:// URL), and compares them
 // (CompareFlows) into rep.
 func VerifyFlowsAtHQ(ctx context.Context, m *client.Client, store, db string, rep *Report) {
-	if !waitSent(ctx, m, rep, "flow exception change", func(u *client.UploadStatus) int64 { return u.FlowsWaiting }) {
-		return
-	}
-	led, err := m.FlowExceptions(ctx, "", true)
-	if err != nil {
-		rep.Add(false, "store flow exceptions: %v", err)
-		return
-	}
-	hq, err := hqFlows(ctx, db, store)
-	if err != nil {
-		rep.Add(false, "HQ's flow exceptions: %v", err)
-		return
-	}
-	CompareFlows(rep, store, led.Flows, hq)
+	verifyAtHQ(ctx, m, rep, "flow exception change", func(u *client.UploadStatus) int64 { return u.FlowsWaiting },
+		func() ([]client.FlowException, error) {
+			a, err := m.FlowExceptions(ctx, "", true)
+			return a.Flows, err
+		},
+		func() ([]hqstore.StoredFlowException, error) { return hqFlows(ctx, db, store) },
+		func(rep *Report, led []client.FlowException, hq []hqstore.StoredFlowException) {
+			CompareFlows(rep, store, led, hq)
+		})
 }
 
 // openHQ opens HQ's database db (serve's --db: a SQLite path, or a postgres:// URL).
