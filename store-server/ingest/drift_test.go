@@ -85,9 +85,13 @@ func TestDriftAudit(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	in, led, out := newIngestOn(t, s)
 	in.cfg.AuditEvery = 200 * time.Millisecond
+	// The audit reads "today" by the store's clock: it stands at the sale's time, so that the
+	// counters changed are today's whenever the test runs (at 23:59:59 the audit read the
+	// next day's, which nothing had changed).
+	at := time.Now()
+	in.cfg.Now = func() time.Time { return at }
 	runIngest(t, in)
 	ctx := context.Background()
-	at := time.Now()
 	date := led.BusinessDate(at)
 	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, false))
 	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
@@ -125,13 +129,17 @@ func TestIdleLoss(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	in, led, out := newIngestOn(t, s)
 	in.cfg.AuditEvery = -1 // the marker check alone
+	// The marker check reads today's counters by the store's clock: it stands at the sale's
+	// time, so that the hash dropped is today's whenever the test runs.
+	at := time.Now()
+	in.cfg.Now = func() time.Time { return at }
 	runIngest(t, in)
 	ctx := context.Background()
-	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, time.Now(), false))
+	in.Handle(wire.UpTopic(testStore, "T1"), testSale("T1", 1, at, false))
 	if a := acksOf(t, out, 0)[0]; a.Status != wire.AckAccepted {
 		t.Fatalf("sale: %+v", a)
 	}
-	date := led.BusinessDate(time.Now())
+	date := led.BusinessDate(at)
 	for i, drop := range []func(){
 		func() { rdb.HDel(ctx, "pg:{"+testStore+"}:stock", "A") },
 		func() { rdb.Del(ctx, "pg:{"+testStore+"}:cnt:"+date+":T1") },
