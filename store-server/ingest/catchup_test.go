@@ -63,7 +63,7 @@ func TestCatchUpRefillsALostLedger(t *testing.T) {
 	at := time.Now()
 	flows := map[int64]int64{}
 	for seq := int64(1); seq <= 3; seq++ {
-		a := first.send(t, "T01", seq)
+		a := first.send(t, "T01", seq, at)
 		wantAck(t, a, wire.AckAccepted, 0)
 		flows[seq] = a.Result.FlowNo
 	}
@@ -71,7 +71,7 @@ func TestCatchUpRefillsALostLedger(t *testing.T) {
 
 	led := newLedger(t, 100) // the data directory lost: the opening booked again
 	r := startGapRun(t, s, led)
-	wantAck(t, r.send(t, "T01", 4), wire.AckOutOfOrder, 1)
+	wantAck(t, r.send(t, "T01", 4, at), wire.AckOutOfOrder, 1)
 	if rq := r.resendOf(t, 0); rq.Terminal != "T01" || rq.From != 1 || rq.To != 3 {
 		t.Fatalf("resend request %+v, want T01 1..3", rq)
 	}
@@ -82,7 +82,7 @@ func TestCatchUpRefillsALostLedger(t *testing.T) {
 			t.Fatalf("replay of T01:%d: %+v, want accepted with flow %d", seq, a, flows[seq])
 		}
 	}
-	a := r.send(t, "T01", 4)
+	a := r.send(t, "T01", 4, at)
 	if a.Status != wire.AckAccepted || a.Result.FlowNo <= flows[3] {
 		t.Fatalf("T01:4 after the catch-up: %+v, want accepted above flow %d", a, flows[3])
 	}
@@ -124,7 +124,7 @@ func TestPrunedTillLeavesAGap(t *testing.T) {
 	led := newLedger(t, 100)
 	r := startGapRun(t, s, led)
 	at := time.Now()
-	wantAck(t, r.send(t, "T01", 7), wire.AckOutOfOrder, 1)
+	wantAck(t, r.send(t, "T01", 7, at), wire.AckOutOfOrder, 1)
 	if rq := r.resendOf(t, 0); rq.From != 1 || rq.To != 6 {
 		t.Fatalf("resend request %+v, want 1..6", rq)
 	}
@@ -133,7 +133,7 @@ func TestPrunedTillLeavesAGap(t *testing.T) {
 	if g := gapsOf(t, led, "T01"); len(g) != 1 || g[0].From != 1 || g[0].To != 6 || g[0].Reason != ledger.GapPruned {
 		t.Fatalf("seq gaps %+v, want 1..6 pruned", g)
 	}
-	wantAck(t, r.send(t, "T01", 8), wire.AckAccepted, 0)
+	wantAck(t, r.send(t, "T01", 8, at), wire.AckAccepted, 0)
 
 	// Another store's event: no gap taken on its word.
 	var env wire.Envelope

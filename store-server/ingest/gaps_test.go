@@ -54,13 +54,13 @@ func startGapRun(t *testing.T, s *stack.Stack, led *ledger.Ledger) *gapRun {
 	return &gapRun{in: in, out: out, stop: stop}
 }
 
-// send sends one sale of terminal at seq and returns its ack.
-func (r *gapRun) send(t *testing.T, terminal string, seq int64) wire.Ack {
+// send sends one sale of terminal at seq, made at at, and returns its ack.
+func (r *gapRun) send(t *testing.T, terminal string, seq int64, at time.Time) wire.Ack {
 	t.Helper()
 	r.out.mu.Lock()
 	n := len(r.out.msgs)
 	r.out.mu.Unlock()
-	r.in.Handle(wire.UpTopic(testStore, terminal), testSale(terminal, seq, time.Now(), true))
+	r.in.Handle(wire.UpTopic(testStore, terminal), testSale(terminal, seq, at, true))
 	acks := acksOf(t, r.out, n)
 	if len(acks) != 1 {
 		t.Fatalf("%s:%d: acks %+v", terminal, seq, acks)

@@ -107,7 +107,7 @@ func TestReplayedPriceIsChecked(t *testing.T) {
 	at := time.Now()
 	flows := map[int64]int64{}
 	for seq := int64(1); seq <= 2; seq++ {
-		a := first.send(t, "T01", seq)
+		a := first.send(t, "T01", seq, at)
 		wantAck(t, a, wire.AckAccepted, 0)
 		flows[seq] = a.Result.FlowNo
 	}
@@ -115,7 +115,7 @@ func TestReplayedPriceIsChecked(t *testing.T) {
 
 	led := newLedger(t, 100) // the data directory lost
 	r := startPricedRun(t, s, led)
-	wantAck(t, r.send(t, "T01", 3), wire.AckOutOfOrder, 1)
+	wantAck(t, r.send(t, "T01", 3, at), wire.AckOutOfOrder, 1)
 	if rq := r.resendOf(t, 0); rq.From != 1 || rq.To != 2 {
 		t.Fatalf("resend request %+v, want T01 1..2", rq)
 	}
