@@ -61,12 +61,17 @@ func TestStepOnAnUndecidedStep(t *testing.T) {
 func TestDayCloseIsFinal(t *testing.T) {
 	ctx := context.Background()
 	s := openWithMilk(t)
+	// The till's clock stands at noon: the sales, the closes and "today" are one business day
+	// whenever the test runs (a run across midnight sold on the day after the one it closed).
+	now := time.Now().In(s.cfg.Location)
+	noon := time.Date(now.Year(), now.Month(), now.Day(), 12, 0, 0, 0, s.cfg.Location)
+	s.cfg.Now = func() time.Time { return noon }
 	do := func(mode Mode, f func(tx *Tx) (string, error)) (string, int64, error) {
 		ref, seq, _, err := s.Do(ctx, "", "", mode, f)
 		return ref, seq, err
 	}
 	offline, live := Mode{Disconnected: true}, Mode{Live: true}
-	today := s.BusinessDate(time.Now())
+	today := s.BusinessDate(noon)
 	closeDay := func(date string) error {
 		_, _, err := do(offline, func(tx *Tx) (string, error) { _, err := tx.DayClose(date); return date, err })
 		return err
@@ -87,7 +92,7 @@ func TestDayCloseIsFinal(t *testing.T) {
 		return id, seq
 	}
 
-	tomorrow := s.BusinessDate(time.Now().AddDate(0, 0, 1))
+	tomorrow := s.BusinessDate(noon.AddDate(0, 0, 1))
 	if err := closeDay(tomorrow); perr.CodeOf(err) != CodeDayNotStarted {
 		t.Errorf("close of %s (today %s): %v, want %s", tomorrow, today, err, CodeDayNotStarted)
 	}
