@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/posgate/posgate/internal/wire"
 )
@@ -17,7 +18,8 @@ import (
 func TestLiveRefusedCloseReopensTheDay(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
-	a, _ := newLiveAgent(t, liveOpts{decide: func(env wire.Envelope, live bool) *wire.Ack {
+	// The till's clock runs from noon: both sales and the close on one day.
+	a, _ := newLiveAgent(t, liveOpts{now: noonClock(time.Local), decide: func(env wire.Envelope, live bool) *wire.Ack {
 		if env.Kind == wire.KindDayClose && refuse.Load() {
 			return &wire.Ack{Status: wire.AckRejected, Code: "payload_invalid", Message: "unknown field"}
 		}

@@ -17,8 +17,9 @@ import (
 // sales; the store keeps the close with the highest seq per terminal and day.
 func TestReopenedCloseReachesTheStore(t *testing.T) {
 	s, r := startStore(t, storesim.Options{})
-	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{})
-	date := a.store.BusinessDate(time.Now())
+	now := noonClock(time.Local) // the sales and both closes on one day
+	a, _, _ := startAgent(t, s.MQTTURL(), filepath.Join(t.TempDir(), "outbox.db"), agentOpts{now: now})
+	date := a.store.BusinessDate(now())
 	a.sellMilk()
 	first := a.dayClose(date)
 	a.dayReopen(date, "closed by mistake")

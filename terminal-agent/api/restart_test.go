@@ -27,6 +27,15 @@ type offsetClock struct{ off atomic.Int64 }
 func (c *offsetClock) Now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *offsetClock) Step(d time.Duration) { c.off.Add(int64(d)) }
 
+// noonClock is a device's wall clock running from noon of today in loc: a test that sells and
+// closes a day by it stays within one business day at whatever time of day it runs.
+func noonClock(loc *time.Location) func() time.Time {
+	start := time.Now()
+	y, m, d := start.In(loc).Date()
+	noon := time.Date(y, m, d, 12, 0, 0, 0, loc)
+	return func() time.Time { return noon.Add(time.Since(start)) }
+}
+
 // agentOpts are the settings startAgent gives an agent; zero values are the defaults.
 type agentOpts struct {
 	caps           outbox.Caps
