@@ -105,7 +105,7 @@ func TestRefillFromHQWithNoBackup(t *testing.T) {
 		}
 	}
 	t.Logf("every till drained %v after the restart", time.Since(restart).Round(100*time.Millisecond))
-	e.verify(today("Asia/Shanghai"))
+	e.verify()
 	dirs := map[string]string{}
 	for term, a := range e.agents {
 		dirs[term] = a.Opts.DataDir
