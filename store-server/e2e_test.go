@@ -252,6 +252,21 @@ func today(tz string) string {
 	return time.Now().In(loc).Format("2006-01-02")
 }
 
+// clearOfMidnight returns once the store's next midnight in tz is more than margin away,
+// waiting past it if it is nearer: a step whose effect must be found within margin, on the
+// business day the step was taken on.
+func clearOfMidnight(tz string, margin time.Duration) {
+	loc, err := wire.LoadLocation(tz)
+	if err != nil {
+		loc = time.UTC
+	}
+	now := time.Now().In(loc)
+	y, m, d := now.Date()
+	if left := time.Date(y, m, d+1, 0, 0, 0, 0, loc).Sub(now); left <= margin {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
 // days returns the business dates the run can have traded on, from its start to today.
 func (e *env) days() []string { return businessDays(e.tz, e.start) }
 
