@@ -55,7 +55,10 @@ func TestTillsLearnWhatHQHolds(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 	loc, _ := time.LoadLocation(biTZ)
-	yesterday := time.Now().In(loc).AddDate(0, 0, -1)
+	// 10:00 yesterday: the sales, seconds apart, are of that day whatever the time now (now
+	// less a day, they went past midnight into today, which the upload does not declare).
+	now := time.Now().In(loc)
+	yesterday := time.Date(now.Year(), now.Month(), now.Day()-1, 10, 0, 0, 0, loc)
 	day := yesterday.Format(wire.BusinessDate)
 	var events [][]byte
 	for seq := int64(1); seq <= 3; seq++ {
