@@ -72,6 +72,7 @@ type Client interface {
 	Ping(ctx context.Context) *redis.StatusCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HExists(ctx context.Context, key, field string) *redis.BoolCmd
 	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
 	Incr(ctx context.Context, key string) *redis.IntCmd
 	Info(ctx context.Context, section ...string) *redis.StringCmd

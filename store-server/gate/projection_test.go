@@ -87,11 +87,11 @@ func TestProjectionLost(t *testing.T) {
 			if err := g.Rebuild(ctx, snap); err != nil {
 				t.Fatal(err)
 			}
-			if why, err := g.CheckProjection(ctx, day1); err != nil || why != "" {
+			if why, _, err := g.CheckProjection(ctx); err != nil || why != "" {
 				t.Fatalf("CheckProjection before the drop: %q, %v", why, err)
 			}
 			c.drop(g)
-			if why, err := g.CheckProjection(ctx, day1); err != nil || why != c.reason {
+			if why, _, err := g.CheckProjection(ctx); err != nil || why != c.reason {
 				t.Errorf("CheckProjection after the drop: %q, %v; want %s", why, err, c.reason)
 			}
 			op := sale("T1", 4, true, 100, line("A", 1))
@@ -237,4 +237,64 @@ func TestProjectionOldDate(t *testing.T) {
 			t.Fatalf("late sale of an old date: %+v", v)
 		}
 	}
+}
+
+// TestCheckProjectionEveryDay: the marker check reads every business date the marker
+// tracks, not one: a past day's counter hash, counter index or flow counter dropped while
+// no call touches that day is found, and its date named, although the later day is whole.
+// A day the store expired (ExpireDay) is no longer tracked: its keys' absence is no loss,
+// and the day after it is still checked.
+func TestCheckProjectionEveryDay(t *testing.T) {
+	rdb := RunRedis(t)
+	ctx := ctxT(t)
+	cash := func(n int64) client.Counters {
+		return client.Counters{Sales: n, Amount: money.Fen(100 * n), ByMethod: map[string]money.Fen{wire.MethodCash: money.Fen(100 * n)}}
+	}
+	snap := store.Snapshot{
+		Stock:    map[string]int64{"A": 10},
+		Counters: map[string]map[string]client.Counters{day1: {"T1": cash(3), "T2": cash(1)}, day2: {"T1": cash(2)}},
+		MaxFlow:  map[string]int64{day1: 4, day2: 2},
+	}
+	rebuilt := func(t *testing.T) *Gate {
+		t.Helper()
+		g := newGate(rdb)
+		if err := g.Rebuild(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		if why, date, err := g.CheckProjection(ctx); err != nil || why != "" || date != "" {
+			t.Fatalf("CheckProjection after the rebuild: %q %q, %v", why, date, err)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		name, reason string
+		drop         func(g *Gate)
+	}{
+		{"counter-hash", LostCountersMissing, func(g *Gate) { rdb.Del(ctx, g.k.counters(day1, "T2")) }},
+		{"counter-index", LostCountersMissing, func(g *Gate) { rdb.Del(ctx, g.k.counterIndex(day1)) }},
+		{"flow", LostFlowMissing, func(g *Gate) { rdb.Del(ctx, g.k.flow(day1)) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := rebuilt(t)
+			c.drop(g)
+			if why, date, err := g.CheckProjection(ctx); err != nil || why != c.reason || date != day1 {
+				t.Errorf("CheckProjection after %s of %s dropped: %q on %q, %v; want %s on %s", c.name, day1, why, date,
+					err, c.reason, day1)
+			}
+		})
+	}
+	t.Run("expired", func(t *testing.T) {
+		g := rebuilt(t)
+		if err := g.ExpireDay(ctx, day1, []string{"T1", "T2"}); err != nil {
+			t.Fatal(err)
+		}
+		if why, date, err := g.CheckProjection(ctx); err != nil || why != "" {
+			t.Fatalf("CheckProjection after %s expired: %q on %q, %v; want none", day1, why, date, err)
+		}
+		rdb.Del(ctx, g.k.counters(day2, "T1"))
+		if why, date, err := g.CheckProjection(ctx); err != nil || why != LostCountersMissing || date != day2 {
+			t.Errorf("CheckProjection after %s's counters dropped: %q on %q, %v; want counters_missing on it", day2,
+				why, date, err)
+		}
+	})
 }

@@ -68,8 +68,9 @@ func (in *Ingest) execGate(ctx context.Context, ops []gate.Op) ([]gate.Verdict, 
 }
 
 // checkMarker reads, at each probe in Redis mode, whether Redis still holds the projection
-// as its marker says (gate.CheckProjection): a store with no sale for a while finds a
-// dropped key within a probe (a second), not at its next sale. It runs on the loop, so no
+// as its marker says (gate.CheckProjection), on every date the marker tracks: a store with
+// no sale for a while finds a dropped key within a probe (a second), not at its next sale,
+// and a dropped key of a past day not at that day's next late sale. It runs on the loop, so no
 // gate call runs meanwhile; proj keeps stock adjustments out.
 func (in *Ingest) checkMarker(ctx context.Context) {
 	if in.Mode() != client.ModeRedis {
@@ -78,12 +79,16 @@ func (in *Ingest) checkMarker(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	in.proj.Lock()
-	reason, err := in.cfg.Gate.CheckProjection(cctx, in.cfg.Ledger.BusinessDate(in.cfg.Now()))
+	reason, date, err := in.cfg.Gate.CheckProjection(cctx)
 	in.proj.Unlock()
 	if err != nil || reason == "" {
 		return // a Redis that does not answer is found by the next gate call
 	}
-	in.drift(reason, "found by the marker check while no gate call ran")
+	detail := "found by the marker check while no gate call ran"
+	if date != "" {
+		detail += ", on business date " + date
+	}
+	in.drift(reason, detail)
 	start := time.Now()
 	in.setMode(client.ModeRebuilding)
 	in.tryRebuild(ctx)
