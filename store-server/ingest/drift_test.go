@@ -77,6 +77,21 @@ func wantProjected(t *testing.T, in *Ingest) {
 	}
 }
 
+// countersOn returns the counters of date as Redis and the ledger hold them.
+func countersOn(t *testing.T, in *Ingest, date string) (red, led map[string]client.Counters) {
+	t.Helper()
+	ctx := context.Background()
+	red, err := in.cfg.Gate.Counters(ctx, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err = in.cfg.Ledger.Totals(ctx, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return red, led
+}
+
 // TestDriftAudit: a difference the marker cannot see (a figure changed in place) is found by
 // the scheduled audit, counted, and rebuilt.
 func TestDriftAudit(t *testing.T) {
@@ -164,14 +179,7 @@ func TestIdleLoss(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		wantProjected(t, in)
-		rc, err := in.cfg.Gate.Counters(ctx, yday)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lc, err := led.Totals(ctx, yday)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rc, lc := countersOn(t, in, yday)
 		if d := countersDiff(lc, rc); d != "" || rc["T2"].Sales != 1 {
 			t.Errorf("drop %d: yesterday's counters after the rebuild: %s (T2 %+v)", i, d, rc["T2"])
 		}

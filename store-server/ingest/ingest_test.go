@@ -432,14 +432,7 @@ func TestKilledBetweenGateAndLedgerOnADaysFirstSale(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no ack")
 	}
-	red, err := in.cfg.Gate.Counters(ctx, date)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc, err := led.Totals(ctx, date)
-	if err != nil {
-		t.Fatal(err)
-	}
+	red, lc := countersOn(t, in, date)
 	if !red["T1"].Equal(lc["T1"]) || lc["T1"].Sales != 1 {
 		t.Fatalf("Redis counters %+v, ledger %+v; want one sale in both", red["T1"], lc["T1"])
 	}
