@@ -244,22 +244,25 @@ func (e *env) verify(dates ...string) {
 	t.Logf("%d events answered 2xx all in the ledger; %d sales+refunds with distinct flow numbers", total, flows)
 }
 
-func today(tz string) string {
+// storeZone is the store's zone tz (UTC if it cannot be loaded), as its business dates go.
+func storeZone(tz string) *time.Location {
 	loc, err := wire.LoadLocation(tz)
 	if err != nil {
-		loc = time.UTC
+		return time.UTC
 	}
-	return time.Now().In(loc).Format("2006-01-02")
+	return loc
+}
+
+// today is the store's business date now.
+func today(tz string) string {
+	return time.Now().In(storeZone(tz)).Format(wire.BusinessDate)
 }
 
 // clearOfMidnight returns once the store's next midnight in tz is more than margin away,
 // waiting past it if it is nearer: a step whose effect must be found within margin, on the
 // business day the step was taken on.
 func clearOfMidnight(tz string, margin time.Duration) {
-	loc, err := wire.LoadLocation(tz)
-	if err != nil {
-		loc = time.UTC
-	}
+	loc := storeZone(tz)
 	now := time.Now().In(loc)
 	y, m, d := now.Date()
 	if left := time.Date(y, m, d+1, 0, 0, 0, 0, loc).Sub(now); left <= margin {
@@ -273,11 +276,8 @@ func (e *env) days() []string { return businessDays(e.tz, e.start) }
 // businessDays returns the business dates in the zone tz from that of from to today's: every
 // date a run that began at from can have sold on (two, when it crossed the store's midnight).
 func businessDays(tz string, from time.Time) []string {
-	loc, err := wire.LoadLocation(tz)
-	if err != nil {
-		loc = time.UTC
-	}
-	last := time.Now().In(loc).Format(wire.BusinessDate)
+	loc := storeZone(tz)
+	last := today(tz)
 	y, m, d := from.In(loc).Date()
 	var out []string
 	for day := time.Date(y, m, d, 12, 0, 0, 0, loc); ; day = day.AddDate(0, 0, 1) {
