@@ -139,6 +139,15 @@ func TestRedisFlatOverThirtyDays(t *testing.T) {
 		t.Errorf("used_memory grew %d bytes from day 3 to day 30 (a day's sales take %d)", grew, footprint)
 	}
 
+	// The last day is within the rebuild's window (ledger.SnapshotDays): its totals do not
+	// compare Redis's counters, which went with its keys. Before, every till of a day HQ held
+	// showed as differing from Redis, with an alert, for a week.
+	lastDate := time.Date(first.Year(), first.Month(), first.Day()+29, 9, 0, 0, 0, loc).Format(wire.BusinessDate)
+	want := fmt.Sprintf("T1 sales=%d redis=false redis_differs=false; T2 sales=%d redis=false redis_differs=false; ", perDay, perDay)
+	if got := totalsRedis(t, srv, lastDate); got != want {
+		t.Errorf("totals of %s, whose keys left redis: %s\nwant %s", lastDate, got, want)
+	}
+
 	// A till offline since day 3 sends a sale of it now.
 	late := time.Date(first.Year(), first.Month(), first.Day()+2, 20, 0, 0, 0, loc)
 	lateDate := late.Format(wire.BusinessDate)

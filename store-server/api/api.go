@@ -415,10 +415,12 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	}
 	// Redis's counters of a date older than the rebuild's window (ledger.SnapshotDays) are
 	// not kept equal to the ledger's: after a rebuild on an empty Redis they are gone, and
-	// every terminal would show as differing. They are compared within the window only.
+	// every terminal would show as differing. Nor are those of a day whose keys left Redis
+	// once HQ held it (the day sweep), within the window too. They are compared within the
+	// window only, on the days still in Redis.
 	oldest := s.Ledger.BusinessDate(s.Now().AddDate(0, 0, -ledger.SnapshotDays))
 	var red map[string]client.Counters
-	if s.Ingest.Mode() == client.ModeRedis && date >= oldest {
+	if s.Ingest.Mode() == client.ModeRedis && date >= oldest && !s.Ledger.LeftRedis(date) {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		red, err = s.Gate.Counters(rctx, date)
 		cancel()

@@ -41,6 +41,11 @@ func (l *Ledger) redisExpired(date string) bool {
 	return l.expired[date]
 }
 
+// LeftRedis reports whether the keys of business date left Redis (ExpireFromRedis): Redis's
+// counters of such a date are not the ledger's (an event of the day arriving later makes
+// them anew, from zero, until the day sweep deletes them again), and are not compared.
+func (l *Ledger) LeftRedis(date string) bool { return l.redisExpired(date) }
+
 // expiredDays returns a copy of the days whose keys left Redis.
 func (l *Ledger) expiredDays() map[string]bool {
 	l.daysMu.RLock()
