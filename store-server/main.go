@@ -170,7 +170,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Duration(&m.ClockBehindConfirm, "clock-behind-confirm", "POSGATE_CLOCK_BEHIND_CONFIRM", presence.DefaultBehindConfirm,
 		"a till whose clock reads behind is flagged only once the messages saying so span this long (messages held on their way read behind); 0: at once")
 	fs.Duration(&m.AuditEvery, "audit-every", "POSGATE_AUDIT_EVERY", ingest.DefaultAuditEvery,
-		"how often the drift audit compares Redis's stock and today's counters with the ledger, and rebuilds on a difference; 0: only after a live refusal for stock")
+		"how often the drift audit compares Redis's stock and counters (today's, and another date's in turn) with the ledger, and rebuilds on a difference; 0: only after a live refusal for stock")
 	fs.Duration(&m.ChartEvery, "chart-every", "POSGATE_CHART_EVERY", history.DefaultEvery,
 		"how often the dashboard's charts sample the gate mode, the tills' backlogs and the ack times (an hour of them is kept in memory)")
 	fs.Duration(&m.RedisIdemTTL, "redis-idem-ttl", "POSGATE_REDIS_IDEM_TTL", gate.DefaultIdemTTL,

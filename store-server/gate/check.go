@@ -46,18 +46,7 @@ func (g *Gate) CheckProjection(ctx context.Context) (reason, date string, err er
 	if skus, ok := num("skus"); !ok || skus != hlen.Val() {
 		return LostStockMissing, "", nil
 	}
-	// The dates the marker tracks: by their counter index (a count) or their flow counter.
-	idxPrefix, flowPrefix := g.k.counterIndex(""), g.k.flow("")
-	var dates []string
-	for field := range m {
-		if d, ok := strings.CutPrefix(field, idxPrefix); ok {
-			dates = append(dates, d)
-		} else if d, ok := strings.CutPrefix(field, flowPrefix); ok {
-			dates = append(dates, d)
-		}
-	}
-	slices.Sort(dates)
-	dates = slices.Compact(dates)
+	dates := g.markerDates(m)
 	if len(dates) == 0 {
 		return "", "", nil
 	}
@@ -119,4 +108,30 @@ func (g *Gate) CheckProjection(ctx context.Context) (reason, date string, err er
 		}
 	}
 	return "", "", nil
+}
+
+// TrackedDates returns, in order, the business dates the projection marker tracks: those
+// whose counter index or flow counter Redis must hold (CheckProjection checks them).
+func (g *Gate) TrackedDates(ctx context.Context) ([]string, error) {
+	m, err := g.rdb.HGetAll(ctx, g.k.marker()).Result()
+	if err != nil {
+		return nil, g.fail("read projection marker", err)
+	}
+	return g.markerDates(m), nil
+}
+
+// markerDates returns, in order, the dates the marker's fields m track: by their counter
+// index (a count) or their flow counter.
+func (g *Gate) markerDates(m map[string]string) []string {
+	idxPrefix, flowPrefix := g.k.counterIndex(""), g.k.flow("")
+	var dates []string
+	for field := range m {
+		if d, ok := strings.CutPrefix(field, idxPrefix); ok {
+			dates = append(dates, d)
+		} else if d, ok := strings.CutPrefix(field, flowPrefix); ok {
+			dates = append(dates, d)
+		}
+	}
+	slices.Sort(dates)
+	return slices.Compact(dates)
 }

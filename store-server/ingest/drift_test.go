@@ -185,3 +185,79 @@ func TestIdleLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestDriftAuditPastDays: the audit compares, in turn, the counters of every date besides
+// today that Redis tracks within the rebuild's window: a figure of yesterday's or of the day
+// before's changed in place is found and rebuilt, as today's is. A day whose keys left Redis
+// (the day sweep) is not compared: a late sale of it, which the gate counts there from zero,
+// is no drift.
+func TestDriftAuditPastDays(t *testing.T) {
+	s := stack.Run(t, stack.Options{Redis: true})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Redis[0].Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, led, out := newIngestOn(t, s)
+	in.cfg.AuditEvery = 50 * time.Millisecond
+	at := time.Now()
+	in.cfg.Now = func() time.Time { return at }
+	runIngest(t, in)
+	ctx := context.Background()
+	acks := 0
+	sell := func(terminal string, when time.Time) {
+		t.Helper()
+		in.Handle(wire.UpTopic(testStore, terminal), testSale(terminal, 1, when, !when.Equal(at)))
+		if a := acksOf(t, out, acks)[0]; a.Status != wire.AckAccepted {
+			t.Fatalf("%s's sale of %s: %+v", terminal, led.BusinessDate(when), a)
+		}
+		acks++
+	}
+	// A sale today (T1) and one of each of the three days before (T2, T3, T4).
+	var dates []string
+	for i, term := range []string{"T1", "T2", "T3", "T4"} {
+		when := at.AddDate(0, 0, -i)
+		sell(term, when)
+		dates = append(dates, led.BusinessDate(when))
+	}
+	// The third day before left Redis, as the day sweep lets a day HQ holds go; then a till
+	// offline since sends a sale of it.
+	gone := dates[3]
+	n, err := led.ExpireFromRedis(ctx, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.cfg.Gate.ExpireDay(ctx, gone, []string{"T4"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.KeysGone(ctx, gone, n); err != nil {
+		t.Fatal(err)
+	}
+	sell("T5", at.AddDate(0, 0, -3))
+	if rc, lc := countersOn(t, in, gone); countersDiff(lc, rc) == "" {
+		t.Fatalf("%s: redis %+v and the ledger %+v agree: the test shows nothing", gone, rc, lc)
+	}
+	time.Sleep(time.Second) // twenty audits
+	if st := in.Stats(); st.Drift != 0 {
+		t.Fatalf("a day out of redis counted as a drift: %+v", st)
+	}
+
+	for i, date := range dates[1:3] {
+		before := in.Stats()
+		term := fmt.Sprintf("T%d", i+2)
+		if err := rdb.HIncrBy(ctx, "pg:{"+testStore+"}:cnt:"+date+":"+term, "amount", 100).Err(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for st := in.Stats(); st.DriftReasons[DriftAuditCounters] == before.DriftReasons[DriftAuditCounters] ||
+			st.Rebuilds == before.Rebuilds || in.Mode() != client.ModeRedis; st = in.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's counters of %s changed in place: no drift found and rebuilt in 5s: %+v", term, date, st)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if rc, lc := countersOn(t, in, date); countersDiff(lc, rc) != "" || rc[term].Sales != 1 {
+			t.Errorf("%s after the rebuild: redis %+v, ledger %+v", date, rc, lc)
+		}
+	}
+	if st := in.Stats(); st.Drift != 2 || fmt.Sprint(st.DriftReasons) != "map[audit_counters:2]" {
+		t.Errorf("stats %+v: want two drifts, both audit_counters", st)
+	}
+}

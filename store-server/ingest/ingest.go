@@ -60,8 +60,8 @@ type Config struct {
 	BreakerErrors int           // consecutive gate failures that open the breaker (default 3)
 	BreakerSlow   time.Duration // a gate call slower than this counts as a failure (default 500ms)
 	ProbeEvery    time.Duration // how often an open breaker probes Redis (default 1s)
-	// AuditEvery is how often the drift audit compares Redis's stock and today's counters
-	// with the ledger (default DefaultAuditEvery; negative: only after a refusal for stock).
+	// AuditEvery is how often the drift audit compares Redis's stock and counters (today's
+	// and, in turn, another date's in Redis) with the ledger (default DefaultAuditEvery; negative: only after a refusal for stock).
 	AuditEvery time.Duration
 	// Observer, if not nil, is told how long ingest's steps take.
 	Observer Observer
@@ -112,6 +112,9 @@ type Ingest struct {
 	auditDue     bool
 	auditedAt    time.Time
 	evictionSaid string
+	// auditedDate is the date other than today whose counters the last audit compared;
+	// the next takes the one after it (compare). Owned by the loop.
+	auditedDate string
 
 	// proj orders the manager's stock adjustments with rebuilds of the projection: a
 	// rebuild holds it from its snapshot of the ledger until it has set the mode it leaves,
