@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
@@ -33,6 +34,22 @@ func (r Report) String() string {
 		verdict = "FAIL"
 	}
 	return strings.Join(r.Lines, "\n") + "\n" + verdict + "\n"
+}
+
+// BusinessDays returns the business dates in the store's zone loc from that of from to
+// today's: every date a run that began at from can have sold on (two, when it crossed the
+// store's midnight). Verify them all: a run's sales of its first day are not in the totals
+// of its last.
+func BusinessDays(loc *time.Location, from time.Time) []string {
+	last := time.Now().In(loc).Format(wire.BusinessDate)
+	y, m, d := from.In(loc).Date()
+	var out []string
+	for day := time.Date(y, m, d, 12, 0, 0, 0, loc); ; day = day.AddDate(0, 0, 1) {
+		out = append(out, day.Format(wire.BusinessDate))
+		if out[len(out)-1] >= last { // YYYY-MM-DD orders as text
+			return out
+		}
+	}
 }
 
 // Verify checks, once every agent has drained with nothing parked, that per terminal and

@@ -273,19 +273,10 @@ func clearOfMidnight(tz string, margin time.Duration) {
 // days returns the business dates the run can have traded on, from its start to today.
 func (e *env) days() []string { return businessDays(e.tz, e.start) }
 
-// businessDays returns the business dates in the zone tz from that of from to today's: every
-// date a run that began at from can have sold on (two, when it crossed the store's midnight).
+// businessDays returns the business dates in the zone tz from that of from to today's
+// (e2e.BusinessDays).
 func businessDays(tz string, from time.Time) []string {
-	loc := storeZone(tz)
-	last := today(tz)
-	y, m, d := from.In(loc).Date()
-	var out []string
-	for day := time.Date(y, m, d, 12, 0, 0, 0, loc); ; day = day.AddDate(0, 0, 1) {
-		out = append(out, day.Format(wire.BusinessDate))
-		if out[len(out)-1] >= last { // YYYY-MM-DD orders as text
-			return out
-		}
-	}
+	return e2e.BusinessDays(storeZone(tz), from)
 }
 
 // TestRedisMasterKilledUnderLoad: (a) the Redis master dies under load; Sentinel promotes a

@@ -23,6 +23,7 @@ import (
 
 	"github.com/posgate/posgate/e2e"
 	"github.com/posgate/posgate/internal/stack"
+	"github.com/posgate/posgate/internal/wire"
 	"github.com/posgate/posgate/store-server/client"
 )
 
@@ -157,6 +158,7 @@ type field struct {
 	cash   *e2e.Cashier
 	gone   func(pid int) error // after a SIGKILL of pid: nil once nothing of the agent is left running
 	phases []string
+	began  time.Time // before the store started: verify checks every business date since
 }
 
 // startField starts the store, the proxy and the agent (bin through runner); brokerHost
@@ -164,7 +166,8 @@ type field struct {
 func startField(t *testing.T, bin string, runner *e2e.Runner, brokerHost string) *field {
 	t.Helper()
 	dir := t.TempDir()
-	f := &field{t: t, store: startStore(t, dir)}
+	f := &field{t: t, began: time.Now()}
+	f.store = startStore(t, dir)
 	proxy, err := e2e.NewProxy(strings.TrimPrefix(f.store.Broker, "tcp://"))
 	if err != nil {
 		t.Fatal(err)
@@ -291,8 +294,15 @@ func (f *field) verify(atLeast int) {
 	t := f.t
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	loc, _ := time.LoadLocation("Asia/Shanghai")
-	rep := e2e.Verify(ctx, f.store, map[string]*e2e.Cashier{"T01": f.cash}, []string{time.Now().In(loc).Format("2006-01-02")})
+	if f.began.IsZero() {
+		t.Fatal("the field's start is not set: verify cannot tell which dates the run sold on")
+	}
+	loc, err := wire.LoadLocation(f.store.Opts.TZ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every date since the start: a run that crosses the store's midnight sold on two.
+	rep := e2e.Verify(ctx, f.store, map[string]*e2e.Cashier{"T01": f.cash}, e2e.BusinessDays(loc, f.began))
 	t.Logf("invariant report:\n%s", rep)
 	if !rep.OK {
 		t.Error("till, ledger and Redis do not agree")

@@ -27,6 +27,7 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 	exe := windowsAgent(t)
 	w := setupWine(t)
 	dir := t.TempDir()
+	began := time.Now()
 	srv := startStore(t, dir)
 	if err := srv.Enrol("T01"); err != nil { // the service is installed by Wine, not by e2e.StartAgent
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 		t.Fatal(err)
 	}
 	sellN(t, cash, 10, 10)
-	f := &field{t: t, store: srv, cash: cash}
+	f := &field{t: t, store: srv, cash: cash, began: began}
 	f.verify(20)
 	wine("stopped", "net", "stop", "posgate-terminal-agent")
 	wine("removed posgate-terminal-agent", exe, "service", "uninstall")
