@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/posgate/posgate/e2e"
+	chrome "github.com/posgate/posgate/e2e/browser"
 	"github.com/posgate/posgate/internal/stack"
 	"github.com/posgate/posgate/store-server/client"
 )
@@ -131,6 +132,13 @@ func TestProjectionKeysDropped(t *testing.T) {
 			e.verify()
 		})
 	}
+	// The store manager reads it on the dashboard, in the page's language.
+	b := chrome.Start(t, "zh-CN,zh")
+	b.Open("http://" + e.store.API + "/#token=" + e.store.Opts.Token)
+	b.WaitText("#alerts", "Redis 丢失了部分投影")
+	if got := b.Text("#alerts"); !strings.Contains(got, "marker_missing") {
+		t.Errorf("the dashboard's alerts do not name the last drift: %q", got)
+	}
 }
 
 // waitRebuilt waits until the store has counted a drift and a rebuild past before and is
@@ -218,6 +226,13 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	}
 	if n := strings.Count(string(log), "the gate refuses this Redis"); n != 1 {
 		t.Errorf("the refusal is logged %d times, want once", n)
+	}
+	// The store manager reads why on the dashboard, in the page's language.
+	br := chrome.Start(t, "zh-CN,zh")
+	br.Open("http://" + srv.API + "/#token=" + srv.Opts.Token)
+	br.WaitText("#alerts", "闸门拒绝使用此 Redis")
+	if got := br.Text("#alerts"); !strings.Contains(got, "allkeys-lru") {
+		t.Errorf("the dashboard's alert does not say why: %q", got)
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)

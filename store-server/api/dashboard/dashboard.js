@@ -152,8 +152,10 @@ function drawMode(mode, alerts) {
     alerts.push([t("alert.disk", { free: gib(d.free_bytes), total: gib(d.total_bytes), ledger: gib(d.ledger_bytes) }), ""]);
   }
   const st = mode.stats;
-  if (st.gate_refused) alerts.push(["The gate refuses this Redis: " + st.gate_refused, ""]);
-  if (st.projection_drift) alerts.push(["Redis lost part of the projection " + st.projection_drift + " time(s) (last: " + st.last_drift + ", " + st.last_drift_at + "); each time the store rebuilt it from the ledger.", "warn"]);
+  if (st.gate_refused) alerts.push([t("alert.gate_refused", { why: st.gate_refused }), ""]);
+  if (st.projection_drift) {
+    alerts.push([t("alert.drift", { n: st.projection_drift, reason: st.last_drift, at: st.last_drift_at }), "warn"]);
+  }
   if (st.last_commit_error) {
     alerts.push([t("alert.commit", { n: st.commit_errors, at: st.last_commit_error_at, error: st.last_commit_error }), ""]);
   }
