@@ -147,6 +147,9 @@ func TestRedisFlatOverThirtyDays(t *testing.T) {
 	if got := totalsRedis(t, srv, lastDate); got != want {
 		t.Errorf("totals of %s, whose keys left redis: %s\nwant %s", lastDate, got, want)
 	}
+	if tot, err := srv.manager().Totals(ctx, lastDate); err != nil || tot.RedisNotCompared != client.NotComparedLeftRedis {
+		t.Errorf("totals of %s: redis_not_compared %q (%v), want %q", lastDate, tot.RedisNotCompared, err, client.NotComparedLeftRedis)
+	}
 
 	// A till offline since day 3 sends a sale of it now.
 	late := time.Date(first.Year(), first.Month(), first.Day()+2, 20, 0, 0, 0, loc)

@@ -81,4 +81,8 @@ func TestOldDateTotals(t *testing.T) {
 	if want := "T1 sales=1 redis=false redis_differs=false; "; before != want || after != want {
 		t.Fatalf("totals of %s before the rebuild: %s\nafter: %s\nwant %s", date, before, after, want)
 	}
+	tot, err := srv2.manager().Totals(context.Background(), date)
+	if err != nil || tot.RedisNotCompared != client.NotComparedOld {
+		t.Errorf("totals of %s: redis_not_compared %q (%v), want %q", date, tot.RedisNotCompared, err, client.NotComparedOld)
+	}
 }

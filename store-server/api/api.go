@@ -420,12 +420,21 @@ func (s *Server) totals(r *http.Request) (any, error) {
 	// window only, on the days still in Redis.
 	oldest := s.Ledger.BusinessDate(s.Now().AddDate(0, 0, -ledger.SnapshotDays))
 	var red map[string]client.Counters
-	if s.Ingest.Mode() == client.ModeRedis && date >= oldest && !s.Ledger.LeftRedis(date) {
+	var notCompared string
+	mode := s.Ingest.Mode()
+	switch {
+	case mode != client.ModeRedis:
+		notCompared = client.NotComparedMode
+	case date < oldest:
+		notCompared = client.NotComparedOld
+	case s.Ledger.LeftRedis(date):
+		notCompared = client.NotComparedLeftRedis
+	default:
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		red, err = s.Gate.Counters(rctx, date)
 		cancel()
 		if err != nil {
-			red = nil
+			red, notCompared = nil, client.NotComparedUnreadable
 		}
 	}
 	terms := map[string]bool{}
@@ -455,7 +464,8 @@ func (s *Server) totals(r *http.Request) (any, error) {
 		out = append(out, tt)
 	}
 	slices.SortFunc(out, func(a, b client.TerminalTotals) int { return strings.Compare(a.Terminal, b.Terminal) })
-	return client.TotalsAnswer{BusinessDate: date, Mode: s.Ingest.Mode(), Store: whole, Terminals: out}, nil
+	return client.TotalsAnswer{BusinessDate: date, Mode: mode, Store: whole, Terminals: out,
+		RedisNotCompared: notCompared}, nil
 }
 
 // checkDate refuses a date query parameter that is given and is not a business date: a list

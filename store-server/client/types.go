@@ -261,8 +261,8 @@ func DeclaredCounters(p wire.DayClosePayload) Counters {
 type TerminalTotals struct {
 	Terminal string   `json:"terminal"`
 	Ledger   Counters `json:"ledger"`
-	// Redis is absent while the gate is not in Redis mode, and for a date older than the
-	// dates a rebuild keeps exact.
+	// Redis is absent when the day is not compared with Redis (TotalsAnswer.RedisNotCompared
+	// says why).
 	Redis     *Counters `json:"redis,omitempty"`
 	Declared  *Counters `json:"declared,omitempty"` // the terminal's day close, if it closed the day
 	RedisDiff bool      `json:"redis_differs"`
@@ -277,7 +277,18 @@ type TotalsAnswer struct {
 	Mode         Mode             `json:"mode"`
 	Store        Counters         `json:"store"`
 	Terminals    []TerminalTotals `json:"terminals"`
+	// RedisNotCompared says why the terminals' Redis counters are absent (one of the
+	// NotCompared* values), or is empty when they are there.
+	RedisNotCompared string `json:"redis_not_compared,omitempty"`
 }
+
+// Why a day's totals are not compared with Redis's counters (TotalsAnswer.RedisNotCompared).
+const (
+	NotComparedMode       = "gate_not_on_redis" // the gate is not in Redis mode (degraded, rebuilding)
+	NotComparedOld        = "before_window"     // older than the dates a rebuild keeps exact
+	NotComparedLeftRedis  = "left_redis"        // HQ holds the day and its keys left Redis (the day sweep)
+	NotComparedUnreadable = "redis_unreadable"  // Redis did not answer within a second
+)
 
 // Oversell is a sale that took a SKU below zero: Short of its units were not in stock.
 type Oversell struct {

@@ -231,6 +231,7 @@ function drawTerminals(view, totals, alerts) {
     let close = el("td", "—", "muted");
     if (d) {
       if (d.redis) redis = d.redis_differs ? el("td", t("differs"), "bad") : el("td", t("matches"), "good");
+      else if (totals.redis_not_compared) redis.title = t("redis.not." + totals.redis_not_compared);
       if (d.declared) close = d.declared_matches ? el("td", t("matches"), "good") : el("td", t("differs"), "bad");
     }
     // The till's clock against the store's: the till dates its sales by it (business day).
