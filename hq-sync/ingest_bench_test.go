@@ -35,7 +35,7 @@ const (
 )
 
 // ingestPostgresSettings are the server settings of the benchmark's PostgreSQL, as
-// docs/operations.md advises for HQ: WAL room for an evening's burst between checkpoints
+// docs/hq-sync.md ("Sizing and settings") advises for HQ: WAL room for an evening's burst between checkpoints
 // (the defaults, 1 GB and 5 min, checkpoint within a run and write every page touched
 // after it to the WAL whole).
 var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}
@@ -52,8 +52,11 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // time serve and PostgreSQL's processes took per row (serve-cpu-µs/row, pg-cpu-µs/row;
 // PostgreSQL's for the reference: ref-pg-cpu-µs/row), which other load on the machine
 // does not inflate as much as the wall clock, and the CPU the test process took per row to
-// send the uploads (sender-cpu-µs/row; ref-sender-cpu-µs/row to drive the COPY): on the
-// same cores, which a store's uploader would not take from HQ's machine.
+// send the uploads (sender-cpu-µs/row: each request signed and sent, the receipt checked,
+// and on loopback the kernel's TCP work; ref-sender-cpu-µs/row to drive the COPY): on the
+// same cores, which a store's uploader would not take from HQ's machine. The bodies are
+// encoded and hashed before the clock and the CPU readings start (encodeUploads), as each
+// store's uploader makes its batches on its own machine; so are the reference's rows.
 //
 // With POSGATE_BENCH_BASE_HQSYNC naming another build of hq-sync (an earlier commit's), a
 // serve process of that build takes the same uploads (under store ids of its own) on the
@@ -120,23 +123,28 @@ func BenchmarkServeIngest(b *testing.B) {
 		}
 	}
 	for _, size := range []int{1000, 2500, 5000} {
+		// passes numbers the passes at this size across the sub-benchmark's runs (-count):
+		// each pass's rows and batch ids are new.
+		passes := 0
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			var serveS, refS, serveCPU, pgCPU, refCPU float64
 			var baseS, baseCPU, basePgCPU, genCPU, refGenCPU float64
 			rows := 0
-			for run := 0; b.Loop(); run++ {
+			for ; b.Loop(); passes++ {
+				run := passes
 				uploads := buildUploads(b, size, run)
 				r0, rg0 := postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
 				refS += loadReference(b, pool, uploads)
 				refCPU += postgresCPU(st.Postgres.Pid()) - r0
 				refGenCPU += procCPU(os.Getpid()) - rg0
+				reqs := encodeUploads(b, uploads, run)
 				s0, p0, g0 := procCPU(hq.Pid()), postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
 				var waits *waitSampler // POSGATE_BENCH_WAITS=1: where the first run's time goes
 				if waitsWanted() && run == 0 {
 					waits = startWaitSampler(b, url)
 				}
 				start := time.Now()
-				sendUploads(b, hq.BatchesURL(), uploads, run)
+				sendUploads(b, hq.BatchesURL(), reqs)
 				serveS += time.Since(start).Seconds()
 				serveCPU += procCPU(hq.Pid()) - s0
 				pgCPU += postgresCPU(st.Postgres.Pid()) - p0
@@ -146,10 +154,10 @@ func BenchmarkServeIngest(b *testing.B) {
 					waits.end(b)
 				}
 				if base != nil {
-					uploads := rebuiltFor(b, uploads)
+					reqs := encodeUploads(b, rebuiltFor(b, uploads), run)
 					s0, p0 := procCPU(base.Pid()), postgresCPU(st.Postgres.Pid())
 					start := time.Now()
-					sendUploads(b, base.BatchesURL(), uploads, run)
+					sendUploads(b, base.BatchesURL(), reqs)
 					baseS += time.Since(start).Seconds()
 					baseCPU += procCPU(base.Pid()) - s0
 					basePgCPU += postgresCPU(st.Postgres.Pid()) - p0
@@ -240,28 +248,46 @@ func buildUploads(tb testing.TB, size, run int) []*storeUpload {
 	return out
 }
 
-// sendUploads sends every store's batches, each store's one after the other, the stores at
-// once, under batch ids of run, and checks that every row was new.
-func sendUploads(tb testing.TB, url string, uploads []*storeUpload, run int) {
-	type req struct {
-		s    *simStore
-		b    simBatch
-		rows int
-	}
-	// Bodies are encoded and hashed before the clock starts (a store's uploader does that
-	// on its own machine); each request is signed with its time.
-	reqs := make([][]req, len(uploads))
+// uploadReq is one batch of a store as its uploader sends it: the body encoded, its hash
+// taken.
+type uploadReq struct {
+	s    *simStore
+	b    simBatch
+	rows int
+}
+
+// encodeUploads encodes and hashes every store's batches under batch ids of run, as a
+// store's uploader does on its own machine: the benchmark calls it before its clock and
+// its CPU readings start, and each store's bodies are encoded at once (as the stores would
+// each on their own machine), so that neither serve's time nor the sender's CPU counts it.
+func encodeUploads(tb testing.TB, uploads []*storeUpload, run int) [][]uploadReq {
+	reqs := make([][]uploadReq, len(uploads))
+	var wg sync.WaitGroup
 	for i, u := range uploads {
-		s := &simStore{id: u.store, secret: u.secret}
-		for k, bt := range u.batches {
-			bt.ID = fmt.Sprintf("%s-r%d-%06d", u.store, run, k)
-			body, err := json.Marshal(bt)
-			if err != nil {
-				tb.Fatal(err)
+		wg.Go(func() {
+			s := &simStore{id: u.store, secret: u.secret}
+			for k, bt := range u.batches {
+				bt.ID = fmt.Sprintf("%s-r%d-%06d", u.store, run, k)
+				body, err := json.Marshal(bt)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				reqs[i] = append(reqs[i], uploadReq{s, newSimBatch(bt.ID, body), len(bt.Rows)})
 			}
-			reqs[i] = append(reqs[i], req{s, newSimBatch(bt.ID, body), len(bt.Rows)})
-		}
+		})
 	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	return reqs
+}
+
+// sendUploads sends every store's batches (encodeUploads), each store's one after the
+// other, the stores at once, each request signed with its time, and checks that every row
+// was new.
+func sendUploads(tb testing.TB, url string, reqs [][]uploadReq) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range reqs {
