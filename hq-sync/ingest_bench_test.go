@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,10 @@ const (
 )
 
 // ingestPostgresSettings are the server settings of the benchmark's PostgreSQL, as
-// docs/hq-sync.md ("Sizing and settings") advises for HQ: WAL room for an evening's burst between checkpoints
-// (the defaults, 1 GB and 5 min, checkpoint within a run and write every page touched
-// after it to the WAL whole).
+// docs/hq-sync.md ("Sizing and settings") advises for HQ: WAL room for an evening's burst
+// between checkpoints (the defaults, 1 GB and 5 min, checkpoint within a run and write
+// every page touched after it to the WAL whole). POSGATE_BENCH_PG_SETTINGS adds lines of
+// its own, separated by ";" ("shared_buffers = '2GB'; wal_buffers = '64MB'").
 var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}
 
 // BenchmarkServeIngest measures HQ's intake on PostgreSQL: the hq-sync serve binary, with
@@ -65,7 +67,13 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // go test -run '^$' -bench ServeIngest -benchtime 1x -timeout 30m ./hq-sync/
 func BenchmarkServeIngest(b *testing.B) {
 	bins := binaries(b)
-	st := stack.Run(b, stack.Options{Postgres: true, PostgresSettings: ingestPostgresSettings})
+	settings := ingestPostgresSettings
+	if extra := os.Getenv("POSGATE_BENCH_PG_SETTINGS"); extra != "" { // "shared_buffers = '2GB'; …"
+		for line := range strings.SplitSeq(extra, ";") {
+			settings = append(slices.Clip(settings), strings.TrimSpace(line))
+		}
+	}
+	st := stack.Run(b, stack.Options{Postgres: true, PostgresSettings: settings})
 	ctx := context.Background()
 	url := st.PostgresURL()
 	dir := b.TempDir()
@@ -81,7 +89,7 @@ func BenchmarkServeIngest(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("POSGATE_BENCH_DB_CONNS")); err == nil && n > 0 {
 		conns = n
 	}
-	b.Logf("serve --db-conns %d, PostgreSQL settings %q", conns, ingestPostgresSettings)
+	b.Logf("serve --db-conns %d, PostgreSQL settings %q", conns, settings)
 	storesFile := filepath.Join(dir, "stores.json")
 	js, _ := json.Marshal(secrets)
 	if err := os.WriteFile(storesFile, js, 0o600); err != nil {
