@@ -164,11 +164,13 @@ func checkRow(r *hqwire.Row, dates *dateCheck) error {
 // keeps one row per key, and a row whose figures are not its content's would make a changed
 // amount look like the row HQ holds (same hash) and go unseen.
 func checkContent(store string, r *hqwire.Row) error {
-	if h := wire.Hash(wire.Kind(r.Kind), store, r.Terminal, r.Seq, r.At, r.Payload); h != r.Hash {
+	if !wire.HashIs(r.Hash, wire.Kind(r.Kind), store, r.Terminal, r.Seq, r.At, r.Payload) {
+		h := wire.Hash(wire.Kind(r.Kind), store, r.Terminal, r.Seq, r.At, r.Payload)
 		return fmt.Errorf("hash %s is not the hash of the row's content (%s)", clip(r.Hash), h)
 	}
 	var amount money.Fen
-	var by map[string]money.Fen
+	var same bool
+	var by func() map[string]money.Fen // the payload's split, for the error
 	switch r.Kind {
 	case hqwire.KindSale, hqwire.KindRefund:
 		p, err := wire.DecodePayload(wire.Envelope{Kind: wire.Kind(r.Kind), Payload: r.Payload})
@@ -177,17 +179,48 @@ func checkContent(store string, r *hqwire.Row) error {
 		}
 		switch p := p.(type) {
 		case *wire.SalePayload:
-			amount, by = p.Total, p.Tendered()
+			amount, same, by = p.Total, sameTender(p, r.ByMethod), p.Tendered
 		case *wire.RefundPayload:
-			amount, by = p.Amount, map[string]money.Fen{p.Method: p.Amount}
+			by = func() map[string]money.Fen { return map[string]money.Fen{p.Method: p.Amount} }
+			amount, same = p.Amount, sameFigures(by(), r.ByMethod)
 		}
 	default:
 		return nil // a day close's totals are its payload (checkDayClose)
 	}
-	if amount != r.Amount || !sameFigures(by, r.ByMethod) {
-		return fmt.Errorf("amount %s by method %v is not the payload's %s by method %v", r.Amount, r.ByMethod, amount, by)
+	if amount != r.Amount || !same {
+		return fmt.Errorf("amount %s by method %v is not the payload's %s by method %v", r.Amount, r.ByMethod, amount, by())
 	}
 	return nil
+}
+
+// sameTender reports whether by, a row's split by method, is what the valid sale p took
+// per method (SalePayload.Tendered, a method missing from either standing for 0), without
+// building Tendered's map: HQ checks every sale of every batch with it.
+func sameTender(p *wire.SalePayload, by map[string]money.Fen) bool {
+	var cash, card, qr money.Fen // a valid sale's payments name no other method
+	for _, pm := range p.Payments {
+		switch pm.Method {
+		case wire.MethodCash:
+			cash += pm.Amount
+		case wire.MethodCard:
+			card += pm.Amount
+		case wire.MethodQR:
+			qr += pm.Amount
+		default:
+			return sameFigures(p.Tendered(), by)
+		}
+	}
+	cash -= p.Change
+	for m, v := range by {
+		switch m {
+		case wire.MethodCash, wire.MethodCard, wire.MethodQR:
+		default:
+			if v != 0 {
+				return false
+			}
+		}
+	}
+	return by[wire.MethodCash] == cash && by[wire.MethodCard] == card && by[wire.MethodQR] == qr
 }
 
 // sameFigures compares two splits by method, a method missing from one standing for 0.

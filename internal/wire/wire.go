@@ -87,6 +87,24 @@ func Key(terminal string, seq int64) string { return terminal + ":" + strconv.Fo
 // the form encoding/json writes a json.RawMessage (compact, with <, >, &, U+2028 and U+2029
 // escaped), so that re-encoding an envelope never changes its hash.
 func Hash(kind Kind, store, terminal string, seq int64, at time.Time, payload []byte) string {
+	sum := hashSum(kind, store, terminal, seq, at, payload)
+	return hex.EncodeToString(sum[:])
+}
+
+// HashIs reports whether h is the content hash of the event (Hash), without building the
+// hash's text: HQ checks every row of every batch with it.
+func HashIs(h string, kind Kind, store, terminal string, seq int64, at time.Time, payload []byte) bool {
+	if len(h) != 2*sha256.Size {
+		return false
+	}
+	sum := hashSum(kind, store, terminal, seq, at, payload)
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:]) == h
+}
+
+// hashSum is the SHA-256 behind Hash.
+func hashSum(kind Kind, store, terminal string, seq int64, at time.Time, payload []byte) [sha256.Size]byte {
 	// The text hashed is built in one buffer (on the stack for the usual event) and hashed
 	// in one call: HQ hashes every row of every batch again.
 	var buf [1024]byte
@@ -98,8 +116,7 @@ func Hash(kind Kind, store, terminal string, seq int64, at time.Time, payload []
 	b = strconv.AppendInt(append(b, '\n'), seq, 10)
 	b = at.UTC().AppendFormat(append(b, '\n'), time.RFC3339Nano)
 	b = append(append(b, '\n'), canonical(payload)...)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return sha256.Sum256(b)
 }
 
 // canonical returns payload compacted and HTML-escaped, as json.Marshal emits a RawMessage;

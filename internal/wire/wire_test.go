@@ -305,6 +305,24 @@ func TestHash(t *testing.T) {
 		}
 	})
 
+	t.Run("HashIs", func(t *testing.T) {
+		if !wire.HashIs(base, wire.KindScan, testStore, testTerm, 7, testAt, payload) {
+			t.Fatalf("HashIs(%s) of its own event is false", base)
+		}
+		last := "0"
+		if base[63] == '0' {
+			last = "1"
+		}
+		for _, h := range []string{base[:63] + last, strings.ToUpper(base), base[:62], base + "0", ""} {
+			if h != base && wire.HashIs(h, wire.KindScan, testStore, testTerm, 7, testAt, payload) {
+				t.Errorf("HashIs(%q) is true, want false (the hash is %s)", h, base)
+			}
+		}
+		if wire.HashIs(base, wire.KindScan, testStore, testTerm, 8, testAt, payload) {
+			t.Error("HashIs is true for another seq")
+		}
+	})
+
 	t.Run("ignores offline", func(t *testing.T) {
 		on := wire.NewEnvelope(wire.KindScan, testStore, testTerm, 7, testAt, payload)
 		on.Offline = true
