@@ -59,6 +59,8 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // same cores, which a store's uploader would not take from HQ's machine. The bodies are
 // encoded and hashed before the clock and the CPU readings start (encodeUploads), as each
 // store's uploader makes its batches on its own machine; so are the reference's rows.
+// page-reporting-order says whether the machine hands freed memory back to its hypervisor
+// (pageReporting), which slows PostgreSQL's writes on a VM.
 //
 // With POSGATE_BENCH_BASE_HQSYNC naming another build of hq-sync (an earlier commit's), a
 // serve process of that build takes the same uploads (under store ids of its own) on the
@@ -89,7 +91,8 @@ func BenchmarkServeIngest(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("POSGATE_BENCH_DB_CONNS")); err == nil && n > 0 {
 		conns = n
 	}
-	b.Logf("serve --db-conns %d, PostgreSQL settings %q", conns, settings)
+	reporting, order := pageReporting()
+	b.Logf("serve --db-conns %d, PostgreSQL settings %q, free page reporting to the hypervisor %s", conns, settings, reporting)
 	storesFile := filepath.Join(dir, "stores.json")
 	js, _ := json.Marshal(secrets)
 	if err := os.WriteFile(storesFile, js, 0o600); err != nil {
@@ -178,6 +181,7 @@ func BenchmarkServeIngest(b *testing.B) {
 				b.ReportMetric(basePgCPU/float64(rows)*1e6, "base-pg-cpu-µs/row")
 			}
 			b.ReportMetric(float64(rows)/serveS, "rows/s")
+			b.ReportMetric(float64(order), "page-reporting-order") // pageReporting's: -1 none, above 10 off
 			b.ReportMetric(float64(rows)/refS, "ref-rows/s")
 			b.ReportMetric(refS/serveS, "x-ref")
 			b.ReportMetric(serveCPU/float64(rows)*1e6, "serve-cpu-µs/row")
@@ -187,6 +191,26 @@ func BenchmarkServeIngest(b *testing.B) {
 			b.ReportMetric(refGenCPU/float64(rows)*1e6, "ref-sender-cpu-µs/row")
 		})
 	}
+}
+
+// pageReporting says whether this machine's kernel hands the memory it frees back to its
+// hypervisor (virtio-balloon free page reporting, in blocks of 2^order pages), and its
+// order (-1: not in this kernel): where it does, every page the page cache takes afresh
+// faults in the host, and PostgreSQL's writes cost it 1.6-3.9 µs of CPU a row more
+// (docs/benchmarks.md). An order above the kernel's largest (10 on x86-64) reports no block.
+func pageReporting() (string, int) {
+	b, err := os.ReadFile("/sys/module/page_reporting/parameters/page_reporting_order")
+	if err != nil {
+		return "not in this kernel", -1
+	}
+	order, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	switch {
+	case err != nil:
+		return fmt.Sprintf("unknown (page_reporting_order %q)", strings.TrimSpace(string(b))), -1
+	case order > 10:
+		return fmt.Sprintf("off (page_reporting_order %d)", order), order
+	}
+	return fmt.Sprintf("on (page_reporting_order %d)", order), order
 }
 
 func ingestStore(size, i int) string { return fmt.Sprintf("B%d-S%02d", size, i) }
