@@ -168,29 +168,29 @@ func checkContent(store string, r *hqwire.Row) error {
 		h := wire.Hash(wire.Kind(r.Kind), store, r.Terminal, r.Seq, r.At, r.Payload)
 		return fmt.Errorf("hash %s is not the hash of the row's content (%s)", clip(r.Hash), h)
 	}
-	var amount money.Fen
-	var same bool
-	var by func() map[string]money.Fen // the payload's split, for the error
-	switch r.Kind {
-	case hqwire.KindSale, hqwire.KindRefund:
-		p, err := wire.DecodePayload(wire.Envelope{Kind: wire.Kind(r.Kind), Payload: r.Payload})
-		if err != nil {
-			return fmt.Errorf("payload: %s", perr.As(err).Message)
-		}
-		switch p := p.(type) {
-		case *wire.SalePayload:
-			amount, same, by = p.Total, sameTender(p, r.ByMethod), p.Tendered
-		case *wire.RefundPayload:
-			by = func() map[string]money.Fen { return map[string]money.Fen{p.Method: p.Amount} }
-			amount, same = p.Amount, sameFigures(by(), r.ByMethod)
-		}
-	default:
+	if r.Kind != hqwire.KindSale && r.Kind != hqwire.KindRefund {
 		return nil // a day close's totals are its payload (checkDayClose)
 	}
-	if amount != r.Amount || !same {
-		return fmt.Errorf("amount %s by method %v is not the payload's %s by method %v", r.Amount, r.ByMethod, amount, by())
+	p, err := wire.DecodePayload(wire.Envelope{Kind: wire.Kind(r.Kind), Payload: r.Payload})
+	if err != nil {
+		return fmt.Errorf("payload: %s", perr.As(err).Message)
+	}
+	switch p := p.(type) {
+	case *wire.SalePayload:
+		if p.Total != r.Amount || !sameTender(p, r.ByMethod) {
+			return figuresDiffer(r, p.Total, p.Tendered())
+		}
+	case *wire.RefundPayload:
+		if by := map[string]money.Fen{p.Method: p.Amount}; p.Amount != r.Amount || !sameFigures(by, r.ByMethod) {
+			return figuresDiffer(r, p.Amount, by)
+		}
 	}
 	return nil
+}
+
+// figuresDiffer is the error of a row whose amount or split by method is not its payload's.
+func figuresDiffer(r *hqwire.Row, amount money.Fen, by map[string]money.Fen) error {
+	return fmt.Errorf("amount %s by method %v is not the payload's %s by method %v", r.Amount, r.ByMethod, amount, by)
 }
 
 // sameTender reports whether by, a row's split by method, is what the valid sale p took
