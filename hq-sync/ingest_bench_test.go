@@ -69,10 +69,10 @@ var ingestPostgresSettings = []string{"max_wal_size = '8GB'", "checkpoint_timeou
 // go test -run '^$' -bench ServeIngest -benchtime 1x -timeout 30m ./hq-sync/
 func BenchmarkServeIngest(b *testing.B) {
 	bins := binaries(b)
-	settings := ingestPostgresSettings
+	settings := slices.Clone(ingestPostgresSettings)
 	if extra := os.Getenv("POSGATE_BENCH_PG_SETTINGS"); extra != "" { // "shared_buffers = '2GB'; …"
 		for line := range strings.SplitSeq(extra, ";") {
-			settings = append(slices.Clip(settings), strings.TrimSpace(line))
+			settings = append(settings, strings.TrimSpace(line))
 		}
 	}
 	st := stack.Run(b, stack.Options{Postgres: true, PostgresSettings: settings})
@@ -134,15 +134,14 @@ func BenchmarkServeIngest(b *testing.B) {
 		}
 	}
 	for _, size := range []int{1000, 2500, 5000} {
-		// passes numbers the passes at this size across the sub-benchmark's runs (-count):
-		// each pass's rows and batch ids are new.
-		passes := 0
+		// run numbers the passes at this size across the sub-benchmark's runs (-count): each
+		// pass's rows and batch ids are new.
+		run := 0
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			var serveS, refS, serveCPU, pgCPU, refCPU float64
 			var baseS, baseCPU, basePgCPU, genCPU, refGenCPU float64
 			rows := 0
-			for ; b.Loop(); passes++ {
-				run := passes
+			for ; b.Loop(); run++ {
 				uploads := buildUploads(b, size, run)
 				r0, rg0 := postgresCPU(st.Postgres.Pid()), procCPU(os.Getpid())
 				refS += loadReference(b, pool, uploads)
